@@ -1,0 +1,52 @@
+# Slipway's commands. `make run` and `make test` work on a fresh Debian machine with Python 3.11+.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT    := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
+
+.DEFAULT_GOAL := help
+.PHONY: help install install-dev system-deps run lint test bench clean
+
+help: ## list the commands
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Slipway needs Python 3.11 or newer")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	@touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed ## create .venv and install Slipway into it
+
+install-dev: $(VENV)/.installed-dev ## install Slipway with the test and lint tools
+
+system-deps: ## install what the tests need from Debian: PostgreSQL server binaries
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "Installing PostgreSQL server binaries with apt-get"; \
+		$(APT) update -qq && $(APT) install -y -qq --no-install-recommends postgresql >/dev/null; \
+	fi
+
+run: install ## run Slipway on http://127.0.0.1:3000 (SQLite and an embedded Redis in the data dir)
+	$(BIN)/slipway server
+
+lint: install-dev ## ruff, formatting and mypy --strict
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy app workers cli
+
+test: install-dev system-deps lint ## install everything the tests need, then lint and run the whole suite
+	$(BIN)/pytest
+
+bench: install-dev ## run the benchmarks (they print figures; see bench/README.md)
+	$(BIN)/python bench/api_latency.py
+
+clean: ## remove the virtualenv and caches (your data dir is left alone)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
