@@ -1,0 +1,73 @@
+"""The Slipway web server: :func:`create_app` is the table of contents of its subsystems."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from flask import Flask
+
+from app.config import Settings, ensure_secret_key, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+MIGRATIONS_DIR = ROOT / "migrations"
+JSON_BODY_LIMIT = 1024 * 1024
+
+
+def create_app(settings: Settings | None = None) -> Flask:
+    settings = ensure_secret_key(settings or load_settings())
+    app = Flask(__name__, template_folder=str(ROOT / "templates"), static_folder=str(ROOT / "static"))
+    configure(app, settings)
+
+    from app import errors, health, redis_client, templating
+    from app.auth import access
+    from app.auth import views as auth_views
+    from app.catalog import views as catalog_views
+    from app.extensions import csrf, db, htmx, migrate
+    from app.users import api as users_api
+    from app.users import views as users_views
+    from app.workspaces import views as workspace_views
+
+    db.init_app(app)
+    migrate.init_app(app, db, directory=str(MIGRATIONS_DIR))
+    csrf.init_app(app)
+    htmx.init_app(app)
+    redis_client.init_app(app)
+    access.init_app(app)
+    errors.init_app(app)
+    templating.init_app(app)
+    for blueprint in (
+        health.bp,
+        auth_views.bp,
+        workspace_views.bp,
+        catalog_views.bp,
+        users_views.bp,
+        users_api.bp,
+    ):
+        app.register_blueprint(blueprint)
+    return app
+
+
+def configure(app: Flask, settings: Settings) -> None:
+    secure_cookies = settings.access_url.startswith("https://")
+    app.config.update(
+        SLIPWAY_SETTINGS=settings,
+        SECRET_KEY=settings.secret_key,
+        SQLALCHEMY_DATABASE_URI=settings.database_url,
+        SQLALCHEMY_ENGINE_OPTIONS=engine_options(settings.database_url),
+        MAX_CONTENT_LENGTH=JSON_BODY_LIMIT,
+        SESSION_COOKIE_NAME="slipway_session",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=secure_cookies,
+        PERMANENT_SESSION_LIFETIME=settings.session_duration,
+        WTF_CSRF_TIME_LIMIT=None,  # the token lives as long as the session; expiry is the session's job
+    )
+    logging.getLogger("slipway").setLevel(logging.INFO)
+
+
+def engine_options(database_url: str) -> dict[str, object]:
+    if database_url.startswith("sqlite"):
+        # Several gevent greenlets and processes share one file: wait for locks instead of failing at once.
+        return {"connect_args": {"timeout": 30}}
+    return {"pool_pre_ping": True, "pool_size": 10, "max_overflow": 20}

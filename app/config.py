@@ -1,0 +1,187 @@
+"""Every server setting, parsed once from ``SLIPWAY_*`` environment variables.
+
+Each ``slipway server`` flag maps to exactly one variable here, so a deployment can be described entirely by
+its environment. Parsing fails fast with a one-line :class:`SettingsError` naming the variable and what was
+wrong with it; nothing downstream has to second-guess a value.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+PREFIX = "SLIPWAY_"
+SUPPORTED_DATABASES = ("sqlite", "postgresql")
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed; the message is meant to be shown to the operator as is."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    address: str = "127.0.0.1:3000"
+    access_url: str = "http://127.0.0.1:3000"
+    data_dir: Path = field(default_factory=lambda: default_data_dir({}))
+    database_url: str = ""
+    redis_url: str = ""
+    # True when SLIPWAY_REDIS_URL was not given: `slipway server` then runs redis-server itself.
+    embedded_redis: bool = True
+    provisioner_daemons: int = 3
+    web_workers: int = 2
+    secret_key: str = ""
+    session_duration: int = 24 * 3600
+    default_token_lifetime: int = 30 * 86400
+    max_token_lifetime: int = 365 * 86400
+    login_failure_limit: int = 10
+    login_failure_window: int = 300
+
+    @property
+    def host(self) -> str:
+        return split_address(self.address)[0]
+
+    @property
+    def port(self) -> int:
+        return split_address(self.address)[1]
+
+    @property
+    def embedded_redis_socket(self) -> Path:
+        return self.data_dir / "redis.sock"
+
+
+def default_data_dir(environ: Mapping[str, str]) -> Path:
+    xdg = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg) / "slipway"
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Build :class:`Settings` from the environment, raising :class:`SettingsError` on the first bad value."""
+    env = os.environ if environ is None else environ
+    address = _get(env, "ADDRESS") or "127.0.0.1:3000"
+    split_address(address)
+    data_dir = Path(_get(env, "DATA_DIR") or default_data_dir(env)).expanduser()
+    access_url = _parse_access_url(_get(env, "ACCESS_URL") or f"http://{address}")
+    database_url = _parse_database_url(_get(env, "DATABASE_URL") or f"sqlite:///{data_dir / 'slipway.db'}")
+    redis_url = _get(env, "REDIS_URL")
+    if redis_url and urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
+        raise SettingsError(f"{PREFIX}REDIS_URL must start with redis://, rediss:// or unix://, got {redis_url!r}")
+    return Settings(
+        address=address,
+        access_url=access_url,
+        data_dir=data_dir,
+        database_url=database_url,
+        redis_url=redis_url or f"unix://{data_dir / 'redis.sock'}",
+        embedded_redis=not redis_url,
+        provisioner_daemons=_int(env, "PROVISIONER_DAEMONS", 3, minimum=0, maximum=64),
+        web_workers=_int(env, "WEB_WORKERS", 2, minimum=1, maximum=64),
+        secret_key=_secret(env, "SECRET_KEY"),
+        session_duration=_duration(env, "SESSION_DURATION", "24h"),
+        default_token_lifetime=_duration(env, "DEFAULT_TOKEN_LIFETIME", "30d"),
+        max_token_lifetime=_duration(env, "MAX_TOKEN_LIFETIME", "365d"),
+        login_failure_limit=_int(env, "LOGIN_FAILURE_LIMIT", 10, minimum=1, maximum=10_000),
+        login_failure_window=_duration(env, "LOGIN_FAILURE_WINDOW", "5m"),
+    )
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host:
+        raise SettingsError(f"{PREFIX}ADDRESS must look like HOST:PORT, got {address!r}")
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise SettingsError(f"{PREFIX}ADDRESS has an invalid port {port_text!r} (1-65535)")
+    return host.strip("[]"), int(port_text)
+
+
+def parse_duration(text: str) -> int:
+    """``"90"``, ``"90s"``, ``"5m"``, ``"24h"`` or ``"7d"`` to seconds; raises ValueError on anything else."""
+    text = text.strip().lower()
+    if text.isdigit():
+        return int(text)
+    number, unit = text[:-1], text[-1:]
+    if unit not in DURATION_UNITS or not number.isdigit():
+        raise ValueError(f"{text!r} is not a duration like 90s, 5m, 24h or 7d")
+    return int(number) * DURATION_UNITS[unit]
+
+
+def ensure_secret_key(settings: Settings) -> Settings:
+    """Return settings with a secret key, creating one in the data dir on first start (kept across restarts)."""
+    if settings.secret_key:
+        return settings
+    key_file = settings.data_dir / "secret_key"
+    if not key_file.exists():
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(48))
+    return replace(settings, secret_key=key_file.read_text().strip())
+
+
+def _get(env: Mapping[str, str], name: str) -> str:
+    return env.get(PREFIX + name, "").strip()
+
+
+def _secret(env: Mapping[str, str], name: str) -> str:
+    """A secret comes from ``SLIPWAY_NAME`` or from the file named by ``SLIPWAY_NAME_FILE`` (e.g. a k8s secret)."""
+    value = _get(env, name)
+    path = _get(env, name + "_FILE")
+    if value and path:
+        raise SettingsError(f"set only one of {PREFIX}{name} and {PREFIX}{name}_FILE")
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise SettingsError(f"{PREFIX}{name}_FILE: cannot read {path}: {exc.strerror}") from exc
+    return value
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int, maximum: int) -> int:
+    raw = _get(env, name)
+    if not raw:
+        return default
+    if not raw.lstrip("-").isdigit():
+        raise SettingsError(f"{PREFIX}{name} must be a whole number, got {raw!r}")
+    value = int(raw)
+    if not minimum <= value <= maximum:
+        raise SettingsError(f"{PREFIX}{name} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def _duration(env: Mapping[str, str], name: str, default: str) -> int:
+    raw = _get(env, name) or default
+    try:
+        seconds = parse_duration(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{PREFIX}{name}: {exc}") from exc
+    if seconds <= 0:
+        raise SettingsError(f"{PREFIX}{name} must be longer than zero")
+    return seconds
+
+
+def _parse_access_url(raw: str) -> str:
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SettingsError(f"{PREFIX}ACCESS_URL must be an http:// or https:// URL, got {raw!r}")
+    return raw.rstrip("/")
+
+
+def _parse_database_url(raw: str) -> str:
+    try:
+        url = make_url(raw)
+    except ArgumentError as exc:
+        raise SettingsError(f"{PREFIX}DATABASE_URL is not a database URL: {raw!r}") from exc
+    if url.get_backend_name() not in SUPPORTED_DATABASES:
+        raise SettingsError(
+            f"{PREFIX}DATABASE_URL must be sqlite:/// or postgresql+psycopg://, got {url.get_backend_name()!r}"
+        )
+    if url.get_backend_name() == "postgresql":
+        # psycopg 3 is the driver we ship; plain postgresql:// would ask for psycopg2.
+        url = url.set(drivername="postgresql+psycopg")
+    return url.render_as_string(hide_password=False)

@@ -1,0 +1,101 @@
+"""Domain errors raised by services, and their mapping to HTTP responses (the only place that does it).
+
+Services raise these with a message fit for a person; views never build error responses by hand. API routes
+answer the JSON error shape of API.md; pages render ``errors/error.html`` with the same message.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response, jsonify, render_template, request
+from flask_wtf.csrf import CSRFError
+from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger(__name__)
+
+
+class DomainError(Exception):
+    status = 400
+
+    def __init__(self, message: str, *, detail: str = "", validations: list[dict[str, str]] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+        self.validations = validations or []
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"message": self.message}
+        if self.detail:
+            body["detail"] = self.detail
+        if self.validations:
+            body["validations"] = self.validations
+        return body
+
+
+class InvalidInput(DomainError):
+    status = 400
+
+
+class Unauthorized(DomainError):
+    status = 401
+
+
+class Forbidden(DomainError):
+    status = 403
+
+
+class NotFound(DomainError):
+    status = 404
+
+
+class Conflict(DomainError):
+    status = 409
+
+
+class TooLarge(DomainError):
+    status = 413
+
+
+class RateLimited(DomainError):
+    status = 429
+
+
+def wants_json() -> bool:
+    return request.path.startswith("/api/")
+
+
+def error_response(error: DomainError) -> tuple[Response | str, int]:
+    if wants_json():
+        return jsonify(error.to_json()), error.status
+    return render_template("errors/error.html", error=error), error.status
+
+
+def init_app(app: Flask) -> None:
+    @app.errorhandler(DomainError)
+    def handle_domain_error(error: DomainError) -> tuple[Response | str, int]:
+        return error_response(error)
+
+    @app.errorhandler(CSRFError)
+    def handle_csrf_error(error: CSRFError) -> tuple[Response | str, int]:
+        return error_response(
+            InvalidInput("The form has expired or was not sent by this site. Reload the page and try again.")
+        )
+
+    @app.errorhandler(HTTPException)
+    def handle_http_error(error: HTTPException) -> tuple[Response | str, int]:
+        status = error.code or 500
+        mapped = DomainError(error.description or error.name)
+        mapped.status = status
+        if status == 413:
+            mapped.message = "The request body is too large."
+        return error_response(mapped)
+
+    @app.errorhandler(Exception)
+    def handle_unexpected(error: Exception) -> tuple[Response | str, int]:
+        # Log the traceback for the operator; the user gets a plain sentence, never a stack trace.
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        mapped = DomainError("Something went wrong on the server. The error has been logged.")
+        mapped.status = 500
+        return error_response(mapped)

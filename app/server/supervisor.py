@@ -1,0 +1,179 @@
+"""`slipway server`: check the settings, start Redis, migrate, then run and watch the web server.
+
+Everything it starts is stopped when it gets SIGINT or SIGTERM (or dies: children carry a parent-death
+signal), so one Ctrl-C leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+
+import redis
+from flask_migrate import upgrade
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from app.config import Settings, ensure_secret_key
+from app.server.embedded_redis import EmbeddedRedisError, start_embedded_redis
+from app.server.processes import spawn, stop
+
+log = logging.getLogger("slipway.server")
+SHUTDOWN_GRACE_SECONDS = 10.0
+
+
+class StartupError(RuntimeError):
+    """A reason the server cannot start, phrased for the operator (printed as one line)."""
+
+
+@dataclass
+class Supervisor:
+    settings: Settings
+    echo: Callable[[str], None] = print
+    children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    redis_process: subprocess.Popen[bytes] | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> int:
+        listener = None
+        try:
+            prepare_data_dir(self.settings)
+            self.settings = ensure_secret_key(self.settings)
+            listener = open_listener(self.settings)
+            self._start_redis()
+            first_user_needed = migrate_database(self.settings)
+            self._start_web(listener)
+            self._announce(first_user_needed)
+            return self._watch()
+        finally:
+            if listener is not None:
+                listener.close()
+            self.shutdown()
+
+    def _start_redis(self) -> None:
+        if self.settings.embedded_redis:
+            try:
+                self.redis_process = start_embedded_redis(self.settings.data_dir)
+            except EmbeddedRedisError as exc:
+                raise StartupError(str(exc)) from exc
+            return
+        client = redis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=5)
+        try:
+            client.ping()
+        except redis.RedisError as exc:
+            raise StartupError(f"cannot reach Redis at {self.settings.redis_url}: {exc}") from exc
+        finally:
+            client.close()
+
+    def _start_web(self, listener: socket.socket) -> None:
+        env = child_environment(self.settings)
+        argv = [
+            sys.executable, "-m", "gunicorn",
+            "--no-control-socket",
+            "--worker-class", "gevent",
+            "--workers", str(self.settings.web_workers),
+            "--worker-connections", "2000",
+            "--bind", f"fd://{listener.fileno()}",
+            "--graceful-timeout", "5",
+            "--keep-alive", "30",
+            "--log-level", "warning",
+            "app:create_app()",
+        ]  # fmt: skip
+        self.children.append(spawn(argv, env=env, pass_fds=[listener.fileno()]))
+
+    def _announce(self, first_user_needed: bool) -> None:
+        url = self.settings.access_url
+        self.echo(f"Slipway is running at {url}  (data in {self.settings.data_dir})")
+        if first_user_needed:
+            self.echo(f"No users yet: open {url}/setup to create the first user (the owner).")
+        self.echo("Press Ctrl-C to stop.")
+
+    def _watch(self) -> int:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._on_signal)
+        while not self.stopping.wait(0.5):
+            for child in self.children:
+                if child.poll() is not None:
+                    self.echo(
+                        f"slipway: a server process exited unexpectedly (exit code {child.returncode}); stopping."
+                    )
+                    return 1
+        return 0
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping.is_set():  # a second Ctrl-C: stop waiting politely
+            for child in self.children:
+                child.kill()
+        self.stopping.set()
+
+    def shutdown(self) -> None:
+        stop(self.children, grace=SHUTDOWN_GRACE_SECONDS)
+        if self.redis_process is not None:
+            stop([self.redis_process], grace=SHUTDOWN_GRACE_SECONDS)
+            (self.settings.data_dir / "redis.sock").unlink(missing_ok=True)
+        self.children.clear()
+        self.redis_process = None
+
+
+def prepare_data_dir(settings: Settings) -> None:
+    data_dir = settings.data_dir
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        probe = data_dir / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise StartupError(f"data dir {data_dir} is not writable: {exc.strerror}") from exc
+
+
+def open_listener(settings: Settings) -> socket.socket:
+    """Bind the web port here, so "address in use" is one clear line before anything else starts."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((settings.host, settings.port))
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise StartupError(f"cannot listen on {settings.address}: {reason}") from exc
+    listener.set_inheritable(True)
+    return listener
+
+
+def migrate_database(settings: Settings) -> bool:
+    """Apply migrations; returns True when the database has no user yet."""
+    from app import create_app
+    from app.users.services import user_count
+
+    app = create_app(settings)
+    try:
+        with app.app_context():
+            upgrade()
+            return user_count() == 0
+    except OperationalError as exc:
+        raise StartupError(f"cannot use the database: {exc.orig}".splitlines()[0]) from exc
+    except SQLAlchemyError as exc:
+        raise StartupError(f"database error while migrating: {exc}".splitlines()[0]) from exc
+
+
+def child_environment(settings: Settings) -> dict[str, str]:
+    """The environment of every child: the resolved settings, so children never re-derive them differently."""
+    env = dict(os.environ)
+    env.update(
+        SLIPWAY_ADDRESS=settings.address,
+        SLIPWAY_ACCESS_URL=settings.access_url,
+        SLIPWAY_DATA_DIR=str(settings.data_dir),
+        SLIPWAY_DATABASE_URL=settings.database_url,
+        SLIPWAY_REDIS_URL=settings.redis_url,
+    )
+    return env

@@ -1,0 +1,81 @@
+"""`slipway server`: each flag is one SLIPWAY_* variable, so flags and environment are interchangeable."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+SERVER_FLAGS: list[tuple[str, str, str]] = [
+    ("--address", "SLIPWAY_ADDRESS", "HOST:PORT to listen on. [default: 127.0.0.1:3000]"),
+    (
+        "--access-url",
+        "SLIPWAY_ACCESS_URL",
+        "The URL users and agents reach the server at. [default: http://ADDRESS]",
+    ),
+    (
+        "--data-dir",
+        "SLIPWAY_DATA_DIR",
+        "Where the SQLite database, embedded Redis and keys live. [default: XDG data dir]",
+    ),
+    (
+        "--database-url",
+        "SLIPWAY_DATABASE_URL",
+        "sqlite:///PATH or postgresql+psycopg://... [default: SQLite in data dir]",
+    ),
+    (
+        "--redis-url",
+        "SLIPWAY_REDIS_URL",
+        "redis://, rediss:// or unix:// URL. [default: embedded redis-server]",
+    ),
+    (
+        "--provisioner-daemons",
+        "SLIPWAY_PROVISIONER_DAEMONS",
+        "Built-in provisioner daemons; 0 disables. [default: 3]",
+    ),
+    ("--web-workers", "SLIPWAY_WEB_WORKERS", "Web worker processes (gevent). [default: 2]"),
+    (
+        "--secret-key",
+        "SLIPWAY_SECRET_KEY",
+        "Signs browser sessions; also SLIPWAY_SECRET_KEY_FILE. [default: generated]",
+    ),
+    (
+        "--session-duration",
+        "SLIPWAY_SESSION_DURATION",
+        "Lifetime of sign-in sessions, e.g. 24h. [default: 24h]",
+    ),
+]
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _flag_options(function: F) -> F:
+    for flag, envvar, help_text in reversed(SERVER_FLAGS):
+        function = click.option(flag, envvar=envvar, show_envvar=True, help=help_text)(function)
+    return function
+
+
+@click.command()
+@_flag_options
+def server(**flags: str | None) -> None:
+    """Run the Slipway server: web dashboard and API, embedded Redis, and built-in provisioner daemons."""
+    from app.config import SettingsError, load_settings
+    from app.server.supervisor import StartupError, Supervisor
+
+    for flag, envvar, _ in SERVER_FLAGS:
+        value = flags[flag.lstrip("-").replace("-", "_")]
+        if value is not None:
+            os.environ[envvar] = value  # children (web workers, daemons) read the same settings
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings()
+        code = Supervisor(settings, echo=click.echo).run()
+    except (SettingsError, StartupError) as exc:
+        click.echo(f"slipway: {exc}", err=True)
+        sys.exit(2)
+    sys.exit(code)
