@@ -1,0 +1,41 @@
+"""Failed sign-ins are counted in Redis, so every web replica enforces the same limit."""
+
+from __future__ import annotations
+
+from app.config import Settings
+from app.errors import RateLimited
+from app.redis_client import get_redis
+
+# One address may front many people (an office NAT), so it gets more room than a single email address.
+ADDRESS_ALLOWANCE = 5
+
+
+def _keys(address: str, email: str) -> list[tuple[str, int]]:
+    """(Redis key, multiple of the limit) for the email and for the client address."""
+    return [
+        (f"slipway:login-failures:email:{email.strip().lower()}", 1),
+        (f"slipway:login-failures:ip:{address}", ADDRESS_ALLOWANCE),
+    ]
+
+
+def check_login_allowed(settings: Settings, address: str, email: str) -> None:
+    client = get_redis()
+    keys = _keys(address, email)
+    counts = client.mget([key for key, _ in keys])
+    for (key, multiplier), count in zip(keys, counts, strict=True):
+        if count is not None and int(count) >= settings.login_failure_limit * multiplier:
+            retry = max(int(client.ttl(key)), 1)
+            raise RateLimited(f"Too many failed sign-in attempts. Try again in {retry} seconds.")
+
+
+def record_login_failure(settings: Settings, address: str, email: str) -> None:
+    pipe = get_redis().pipeline()
+    for key, _ in _keys(address, email):
+        # The window starts at the first failure (SET NX); EXPIRE NX would need Redis 7, the embedded one is 6.2.
+        pipe.set(key, 0, ex=settings.login_failure_window, nx=True)
+        pipe.incr(key)
+    pipe.execute()
+
+
+def clear_login_failures(address: str, email: str) -> None:
+    get_redis().delete(_keys(address, email)[0][0])

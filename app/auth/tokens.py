@@ -1,0 +1,109 @@
+"""Bearer tokens: issue (the secret is returned once), resolve on each request, list, revoke."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from app.auth.models import KIND_SESSION, KIND_TOKEN, ApiKey
+from app.columns import utcnow
+from app.errors import Conflict, InvalidInput, NotFound, Unauthorized
+from app.extensions import db
+from app.users.models import STATUS_ACTIVE, User
+
+INVALID_TOKEN = "The session token is invalid or has expired. Sign in again."  # noqa: S105 - a message
+# last_used_at is written at most this often, so a busy client does not turn every read into a write.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def issue_token(user: User, *, kind: str, lifetime_seconds: int, name: str | None = None) -> tuple[ApiKey, str]:
+    lookup_id = secrets.token_hex(5)
+    secret = secrets.token_urlsafe(16)
+    key = ApiKey(
+        lookup_id=lookup_id,
+        secret_hash=_hash(secret),
+        user_id=user.id,
+        kind=kind,
+        name=name,
+        expires_at=utcnow() + timedelta(seconds=lifetime_seconds),
+    )
+    db.session.add(key)
+    try:
+        db.session.commit()
+    except IntegrityError as exc:
+        db.session.rollback()
+        raise Conflict(f"You already have a token named {name!r}.") from exc
+    return key, f"{lookup_id}-{secret}"
+
+
+def create_api_token(
+    user: User, name: str, lifetime_seconds: int | None, *, default: int, maximum: int
+) -> tuple[ApiKey, str]:
+    name = name.strip()
+    if not 1 <= len(name) <= 64:
+        raise InvalidInput("Invalid token name.", validations=[{"field": "name", "detail": "Use 1-64 characters."}])
+    lifetime = default if lifetime_seconds is None else lifetime_seconds
+    if not 0 < lifetime <= maximum:
+        raise InvalidInput(
+            "Invalid token lifetime.",
+            validations=[{"field": "lifetime_seconds", "detail": f"Use 1 to {maximum} seconds."}],
+        )
+    if db.session.scalar(select(ApiKey.id).where(ApiKey.user_id == user.id, ApiKey.name == name)):
+        raise Conflict(f"You already have a token named {name!r}.")
+    return issue_token(user, kind=KIND_TOKEN, lifetime_seconds=lifetime, name=name)
+
+
+def resolve_token(raw: str) -> User:
+    """The active user owning this bearer token, or :class:`Unauthorized`."""
+    lookup_id, sep, secret = raw.strip().partition("-")
+    if not sep or not lookup_id or not secret:
+        raise Unauthorized(INVALID_TOKEN)
+    key = db.session.scalar(select(ApiKey).where(ApiKey.lookup_id == lookup_id))
+    if key is None or not hmac.compare_digest(key.secret_hash, _hash(secret)):
+        raise Unauthorized(INVALID_TOKEN)
+    now = utcnow()
+    if key.expires_at <= now:
+        raise Unauthorized(INVALID_TOKEN)
+    if key.user.status != STATUS_ACTIVE:
+        raise Unauthorized("This account is suspended.")
+    if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
+        key.last_used_at = now
+        db.session.commit()
+    user: User = key.user
+    return user
+
+
+def list_api_tokens(user: User) -> list[ApiKey]:
+    query = select(ApiKey).where(ApiKey.user_id == user.id, ApiKey.kind == KIND_TOKEN).order_by(ApiKey.created_at)
+    return list(db.session.scalars(query))
+
+
+def revoke_api_token(user: User, token_id: str) -> None:
+    key = db.session.scalar(
+        select(ApiKey).where(ApiKey.id == token_id, ApiKey.user_id == user.id, ApiKey.kind == KIND_TOKEN)
+    )
+    if key is None:
+        raise NotFound("No such token.")
+    db.session.delete(key)
+    db.session.commit()
+
+
+def issue_session_token(user: User, lifetime_seconds: int) -> str:
+    return issue_token(user, kind=KIND_SESSION, lifetime_seconds=lifetime_seconds)[1]
+
+
+def revoke_session_token(raw: str) -> None:
+    lookup_id = raw.strip().partition("-")[0]
+    key = db.session.scalar(select(ApiKey).where(ApiKey.lookup_id == lookup_id, ApiKey.kind == KIND_SESSION))
+    if key is not None:
+        db.session.delete(key)
+        db.session.commit()

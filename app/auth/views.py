@@ -1,0 +1,72 @@
+"""Sign-in, sign-out and the first-user setup page."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from flask import current_app, flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_user, logout_user
+from werkzeug.wrappers import Response
+
+from app.auth import ratelimit
+from app.blueprints import page_blueprint
+from app.errors import DomainError, Unauthorized
+from app.users import services
+
+bp = page_blueprint("auth", __name__, public=("login", "setup", "logout"))
+
+
+def _safe_next(target: str | None) -> str:
+    """Only same-site relative paths, so the login page cannot be used as an open redirect."""
+    if target and target.startswith("/") and not target.startswith("//") and not urlsplit(target).netloc:
+        return target
+    return url_for("workspaces.index")
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login() -> Response | str | tuple[str, int]:
+    if services.user_count() == 0:
+        return redirect(url_for("auth.setup"))
+    if current_user.is_authenticated:
+        return redirect(_safe_next(request.args.get("next")))
+    if request.method == "GET":
+        return render_template("auth/login.html", email="")
+    email, password = request.form.get("email", ""), request.form.get("password", "")
+    settings, address = current_app.config["SLIPWAY_SETTINGS"], request.remote_addr or "unknown"
+    try:
+        ratelimit.check_login_allowed(settings, address, email)
+        try:
+            user = services.authenticate(email, password)
+        except Unauthorized:
+            ratelimit.record_login_failure(settings, address, email)
+            raise
+    except DomainError as error:
+        return render_template("auth/login.html", email=email, error=error.message), error.status
+    ratelimit.clear_login_failures(address, email)
+    login_user(user, remember=False)
+    return redirect(_safe_next(request.args.get("next")))
+
+
+@bp.post("/logout")
+def logout() -> Response:
+    logout_user()
+    flash("You have signed out.", "info")
+    return redirect(url_for("auth.login"))
+
+
+@bp.route("/setup", methods=["GET", "POST"])
+def setup() -> Response | str | tuple[str, int]:
+    """Create the first user, who becomes the owner. Gone for good once any user exists."""
+    if services.user_count() > 0:
+        return redirect(url_for("auth.login"))
+    form = {key: request.form.get(key, "") for key in ("username", "email", "password")}
+    if request.method == "GET":
+        return render_template("auth/setup.html", form=form, errors={})
+    try:
+        user = services.create_first_user(form["username"], form["email"], form["password"])
+    except DomainError as error:
+        errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
+        return render_template("auth/setup.html", form=form, errors=errors), error.status
+    login_user(user)
+    flash(f"Welcome, {user.username}. You are the owner of this Slipway deployment.", "success")
+    return redirect(url_for("workspaces.index"))

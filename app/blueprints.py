@@ -1,0 +1,49 @@
+"""Blueprint factories that make "signed in" the default: a route is public only when it is listed as such."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from flask import Blueprint, request
+from flask_login import current_user
+from werkzeug.wrappers import Response
+
+from app.auth.access import api_user
+from app.extensions import csrf, login_manager
+from app.validation import json_object
+
+API_PREFIX = "/api/v2"
+
+
+def page_blueprint(name: str, import_name: str, *, public: Iterable[str] = ()) -> Blueprint:
+    blueprint = Blueprint(name, import_name)
+    public_endpoints = {f"{name}.{endpoint}" for endpoint in public}
+
+    @blueprint.before_request
+    def require_login() -> Response | None:
+        if request.endpoint in public_endpoints or current_user.is_authenticated:
+            return None
+        response: Response = login_manager.unauthorized()
+        return response
+
+    return blueprint
+
+
+def api_blueprint(name: str, import_name: str, *, public: Iterable[str] = ()) -> Blueprint:
+    blueprint = Blueprint(name, import_name, url_prefix=API_PREFIX)
+    public_endpoints = {f"{name}.{endpoint}" for endpoint in public}
+    # API calls authenticate with a bearer token, never the cookie, so cross-site forms cannot forge them.
+    csrf.exempt(blueprint)
+
+    @blueprint.before_request
+    def require_token() -> None:
+        if request.endpoint not in public_endpoints:
+            api_user()
+
+    return blueprint
+
+
+def json_body() -> dict[str, Any]:
+    # Parse regardless of Content-Type: `curl -d` sends form-encoded headers with a JSON body.
+    return json_object(request.get_json(force=True, silent=True))

@@ -1,0 +1,151 @@
+"""API.md "Users and tokens"."""
+
+from __future__ import annotations
+
+from flask import Response, current_app, jsonify, request
+
+from app.auth import ratelimit
+from app.auth.access import api_user, bearer_token, require_role
+from app.auth.tokens import (
+    create_api_token,
+    issue_session_token,
+    list_api_tokens,
+    revoke_api_token,
+    revoke_session_token,
+)
+from app.blueprints import api_blueprint, json_body
+from app.columns import rfc3339
+from app.config import Settings
+from app.errors import InvalidInput, NotFound, Unauthorized
+from app.users import services
+from app.users.models import ROLE_OWNER
+from app.validation import FieldErrors, string_field
+
+bp = api_blueprint("users_api", __name__, public=("first_user_exists", "create_first_user", "login"))
+
+
+def _settings() -> Settings:
+    settings: Settings = current_app.config["SLIPWAY_SETTINGS"]
+    return settings
+
+
+@bp.get("/users/first")
+def first_user_exists() -> tuple[Response, int]:
+    if services.user_count() == 0:
+        raise NotFound("No user exists yet; create the first one.")
+    return jsonify({"message": "The first user has been created."}), 200
+
+
+@bp.post("/users/first")
+def create_first_user() -> tuple[Response, int]:
+    body, errors = json_body(), FieldErrors()
+    username = string_field(body, "username", errors)
+    email = string_field(body, "email", errors)
+    password = string_field(body, "password", errors)
+    errors.raise_if_any()
+    user = services.create_first_user(username, email, password)
+    return jsonify(user.to_json()), 201
+
+
+@bp.post("/users/login")
+def login() -> tuple[Response, int]:
+    body, errors = json_body(), FieldErrors()
+    email = string_field(body, "email", errors)
+    password = string_field(body, "password", errors)
+    errors.raise_if_any()
+    settings, address = _settings(), request.remote_addr or "unknown"
+    ratelimit.check_login_allowed(settings, address, email)
+    try:
+        user = services.authenticate(email, password)
+    except Unauthorized:
+        ratelimit.record_login_failure(settings, address, email)
+        raise
+    ratelimit.clear_login_failures(address, email)
+    return jsonify({"session_token": issue_session_token(user, settings.session_duration)}), 201
+
+
+@bp.post("/users/logout")
+def logout() -> tuple[str, int]:
+    token = bearer_token()
+    if token:
+        revoke_session_token(token)
+    return "", 204
+
+
+@bp.get("/users/me")
+def me() -> Response:
+    return jsonify(api_user().to_json())
+
+
+@bp.get("/users")
+@require_role(ROLE_OWNER)
+def list_users() -> Response:
+    return jsonify([user.to_json() for user in services.list_users()])
+
+
+@bp.post("/users")
+@require_role(ROLE_OWNER)
+def create_user() -> tuple[Response, int]:
+    body, errors = json_body(), FieldErrors()
+    username = string_field(body, "username", errors)
+    email = string_field(body, "email", errors)
+    password = string_field(body, "password", errors)
+    roles = _roles_field(body.get("roles", []), errors)
+    errors.raise_if_any()
+    user = services.create_user(username, email, password, roles or [])
+    return jsonify(user.to_json()), 201
+
+
+@bp.get("/users/<user_id>")
+@require_role(ROLE_OWNER)
+def get_user(user_id: str) -> Response:
+    return jsonify(services.get_user(user_id).to_json())
+
+
+@bp.patch("/users/<user_id>")
+@require_role(ROLE_OWNER)
+def update_user(user_id: str) -> Response:
+    body, errors = json_body(), FieldErrors()
+    roles = _roles_field(body["roles"], errors) if "roles" in body else None
+    status = string_field(body, "status", errors, required=False) or None
+    errors.raise_if_any()
+    if roles is None and status is None:
+        raise InvalidInput("Nothing to change: send roles and/or status.")
+    return jsonify(services.update_user(api_user(), user_id, roles=roles, status=status).to_json())
+
+
+def _roles_field(value: object, errors: FieldErrors) -> list[str] | None:
+    if not isinstance(value, list) or not all(isinstance(role, str) for role in value):
+        errors.add("roles", "Must be a list of role names.")
+        return None
+    return value
+
+
+@bp.post("/users/me/tokens")
+def create_token() -> tuple[Response, int]:
+    body, errors = json_body(), FieldErrors()
+    name = string_field(body, "name", errors)
+    lifetime = body.get("lifetime_seconds")
+    if lifetime is not None and (not isinstance(lifetime, int) or isinstance(lifetime, bool)):
+        errors.add("lifetime_seconds", "Must be a whole number of seconds.")
+    errors.raise_if_any()
+    settings = _settings()
+    key, secret = create_api_token(
+        api_user(),
+        name,
+        lifetime,
+        default=settings.default_token_lifetime,
+        maximum=settings.max_token_lifetime,
+    )
+    return jsonify({"id": key.id, "name": key.name, "token": secret, "expires_at": rfc3339(key.expires_at)}), 201
+
+
+@bp.get("/users/me/tokens")
+def list_tokens() -> Response:
+    return jsonify([key.to_json() for key in list_api_tokens(api_user())])
+
+
+@bp.delete("/users/me/tokens/<token_id>")
+def delete_token(token_id: str) -> tuple[str, int]:
+    revoke_api_token(api_user(), token_id)
+    return "", 204

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
+from app.extensions import db
+
+ROLE_OWNER = "owner"
+ROLE_TEMPLATE_ADMIN = "template-admin"
+ROLE_MEMBER = "member"
+# Every user is a member; the other roles are granted on top.
+ASSIGNABLE_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
+ALL_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_MEMBER)
+
+STATUS_ACTIVE = "active"
+STATUS_SUSPENDED = "suspended"
+
+
+def new_session_nonce() -> str:
+    return secrets.token_urlsafe(16)
+
+
+class User(db.Model):  # type: ignore[name-defined,misc]
+    __tablename__ = "users"
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    username: Mapped[str] = mapped_column(String(32), unique=True)
+    email: Mapped[str] = mapped_column(String(254), unique=True)
+    password_hash: Mapped[str | None] = mapped_column(String(255))
+    roles: Mapped[list[str]] = mapped_column(JSON, default=list)
+    status: Mapped[str] = mapped_column(String(16), default=STATUS_ACTIVE)
+    login_type: Mapped[str] = mapped_column(String(16), default="password")
+    # Part of the browser session id: rotating it signs the user out everywhere (password change, suspension).
+    session_nonce: Mapped[str] = mapped_column(String(32), default=new_session_nonce)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+    last_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    # flask-login protocol, spelled out rather than inherited so the session id can carry the nonce.
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == STATUS_ACTIVE
+
+    @property
+    def is_anonymous(self) -> bool:
+        return False
+
+    def get_id(self) -> str:
+        return f"{self.id}:{self.session_nonce}"
+
+    @property
+    def all_roles(self) -> list[str]:
+        return [role for role in ALL_ROLES if role in self.roles or role == ROLE_MEMBER]
+
+    def has_role(self, *roles: str) -> bool:
+        return any(role in self.all_roles for role in roles)
+
+    @property
+    def is_owner(self) -> bool:
+        return ROLE_OWNER in self.roles
+
+    @property
+    def is_template_admin(self) -> bool:
+        return self.has_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "username": self.username,
+            "email": self.email,
+            "roles": self.all_roles,
+            "status": self.status,
+            "login_type": self.login_type,
+            "created_at": rfc3339(self.created_at),
+            "last_seen_at": rfc3339(self.last_seen_at),
+        }

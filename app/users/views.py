@@ -1,0 +1,111 @@
+"""Pages: user administration (owners) and the signed-in user's account (password, API tokens)."""
+
+from __future__ import annotations
+
+from flask import current_app, flash, redirect, render_template, request, url_for
+from flask_login import login_user
+from werkzeug.wrappers import Response
+
+from app.auth.access import page_user, require_role
+from app.auth.tokens import create_api_token, list_api_tokens, revoke_api_token
+from app.blueprints import page_blueprint
+from app.config import parse_duration
+from app.errors import DomainError, InvalidInput
+from app.users import services
+from app.users.models import ASSIGNABLE_ROLES, ROLE_OWNER
+
+bp = page_blueprint("users", __name__)
+
+
+def _field_errors(error: DomainError) -> dict[str, str]:
+    return {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
+
+
+@bp.route("/users", methods=["GET", "POST"])
+@require_role(ROLE_OWNER)
+def index() -> str | tuple[str, int] | Response:
+    form = {key: request.form.get(key, "") for key in ("username", "email", "password", "role")}
+    errors: dict[str, str] = {}
+    status = 200
+    if request.method == "POST":
+        roles = [form["role"]] if form["role"] in ASSIGNABLE_ROLES else []
+        try:
+            user = services.create_user(form["username"], form["email"], form["password"], roles)
+        except DomainError as error:
+            errors, status = _field_errors(error), error.status
+        else:
+            flash(f"Created {user.username}. Give them their email and password to sign in.", "success")
+            return redirect(url_for("users.index"))
+    return (
+        render_template(
+            "users/index.html", users=services.list_users(), form=form, errors=errors, roles=ASSIGNABLE_ROLES
+        ),
+        status,
+    )
+
+
+@bp.post("/users/<user_id>")
+@require_role(ROLE_OWNER)
+def update(user_id: str) -> str | tuple[str, int]:
+    """One row changes in place (htmx): role and status. Errors show inside the row."""
+    role = request.form.get("role")
+    status = request.form.get("status")
+    roles = None if role is None else ([role] if role in ASSIGNABLE_ROLES else [])
+    error = None
+    try:
+        user = services.update_user(page_user(), user_id, roles=roles, status=status or None)
+    except DomainError as exc:
+        user, error = services.get_user(user_id), exc.message
+    return render_template("users/_partials/row.html", user=user, roles=ASSIGNABLE_ROLES, error=error)
+
+
+@bp.get("/account")
+def account() -> str:
+    return _account_page()
+
+
+def _account_page(**context: object) -> str:
+    return render_template("users/account.html", tokens=list_api_tokens(page_user()), **context)
+
+
+@bp.post("/account/password")
+def change_password() -> Response | tuple[str, int]:
+    user = page_user()
+    try:
+        if request.form.get("new_password", "") != request.form.get("confirm_password", ""):
+            raise InvalidInput("The new passwords do not match.")
+        services.change_password(user, request.form.get("current_password", ""), request.form.get("new_password", ""))
+    except DomainError as error:
+        return _account_page(password_error=error.message), error.status
+    # Every other session just ended; keep this one signed in with the new nonce.
+    login_user(user)
+    flash("Password changed. Your other sessions and session tokens were signed out.", "success")
+    return redirect(url_for("users.account"))
+
+
+@bp.post("/account/tokens")
+def create_token() -> str | tuple[str, int]:
+    settings = current_app.config["SLIPWAY_SETTINGS"]
+    lifetime_text = request.form.get("lifetime", "").strip()
+    try:
+        try:
+            lifetime = parse_duration(lifetime_text) if lifetime_text else None
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from exc
+        key, secret = create_api_token(
+            page_user(),
+            request.form.get("name", ""),
+            lifetime,
+            default=settings.default_token_lifetime,
+            maximum=settings.max_token_lifetime,
+        )
+    except DomainError as error:
+        return _account_page(token_error=error.message), error.status
+    return _account_page(new_token=secret, new_token_name=key.name)
+
+
+@bp.post("/account/tokens/<token_id>/delete")
+def delete_token(token_id: str) -> Response:
+    revoke_api_token(page_user(), token_id)
+    flash("Token revoked.", "success")
+    return redirect(url_for("users.account"))

@@ -1,0 +1,146 @@
+"""`slipway login|logout|whoami`, `slipway users ...`, `slipway tokens ...`."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from cli.client import SlipwayClient, authenticated_client, print_table
+from cli.config import ClientConfig, forget_config, load_config, save_config
+
+output_option = click.option(
+    "--output",
+    "-o",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
+
+
+@click.command()
+@click.argument("url", envvar="SLIPWAY_URL")
+@click.option("--token", envvar="SLIPWAY_SESSION_TOKEN", help="Use this API or session token instead of a password.")
+@click.option("--email", help="Email to sign in with (prompted when missing).")
+def login(url: str, token: str | None, email: str | None) -> None:
+    """Sign in to the Slipway server at URL and remember it for later commands."""
+    url = url.rstrip("/")
+    if "://" not in url:
+        url = f"http://{url}"
+    if not token:
+        token = _password_login(url, email)
+    user = SlipwayClient(url, token).get("/api/v2/users/me")
+    path = save_config(ClientConfig(url=url, token=token))
+    click.echo(f"Signed in to {url} as {user['username']} ({', '.join(user['roles'])}). Session saved in {path}.")
+
+
+def _password_login(url: str, email: str | None) -> str:
+    anonymous = SlipwayClient(url)
+    first = anonymous.request("GET", "/api/v2/users/first", expect=(200, 404))
+    if first is not None and first.get("message", "").startswith("No user"):
+        click.echo("This server has no users yet. Create the first user (the owner).")
+        username = click.prompt("Username")
+        email = click.prompt("Email")
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+        anonymous.post("/api/v2/users/first", {"username": username, "email": email, "password": password})
+    else:
+        email = email or click.prompt("Email")
+        password = click.prompt("Password", hide_input=True)
+    reply = anonymous.post("/api/v2/users/login", {"email": email, "password": password})
+    return str(reply["session_token"])
+
+
+@click.command()
+def logout() -> None:
+    """Sign out: revoke the session token and forget it."""
+    config = load_config()
+    if config is not None and not os.environ.get("SLIPWAY_SESSION_TOKEN"):
+        SlipwayClient(config.url, config.token).request("POST", "/api/v2/users/logout", expect=(204, 401))
+    forget_config()
+    click.echo("Signed out.")
+
+
+@click.command()
+def whoami() -> None:
+    """Show who you are signed in as."""
+    client = authenticated_client()
+    user = client.get("/api/v2/users/me")
+    click.echo(f"{user['username']} <{user['email']}> on {client.url} — roles: {', '.join(user['roles'])}")
+
+
+@click.group()
+def users() -> None:
+    """Manage users (owners only)."""
+
+
+@users.command("list")
+@output_option
+def users_list(output: str) -> None:
+    """List every user."""
+    rows = authenticated_client().get("/api/v2/users")
+    if output == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        row["roles"] = ",".join(role for role in row["roles"] if role != "member") or "member"
+    print_table(rows, ["username", "email", "roles", "status", "created_at"])
+
+
+@users.command("create")
+@click.option("--username", prompt=True)
+@click.option("--email", prompt=True)
+@click.option("--password", prompt=True, hide_input=True, confirmation_prompt=True)
+@click.option("--role", "roles", multiple=True, type=click.Choice(["owner", "template-admin", "member"]))
+def users_create(username: str, email: str, password: str, roles: tuple[str, ...]) -> None:
+    """Create a user who signs in with a password."""
+    user = authenticated_client().post(
+        "/api/v2/users", {"username": username, "email": email, "password": password, "roles": list(roles)}
+    )
+    click.echo(f"Created {user['username']} ({', '.join(user['roles'])}).")
+
+
+@click.group()
+def tokens() -> None:
+    """Manage your API tokens."""
+
+
+@tokens.command("create")
+@click.option("--name", required=True, help="A name to recognise the token by.")
+@click.option("--lifetime", help="How long it is valid, e.g. 90s, 12h, 30d (server default when omitted).")
+def tokens_create(name: str, lifetime: str | None) -> None:
+    """Create an API token and print it (it is shown only once)."""
+    from app.config import parse_duration  # the same duration syntax as the server's settings
+
+    body: dict[str, object] = {"name": name}
+    if lifetime:
+        try:
+            body["lifetime_seconds"] = parse_duration(lifetime)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--lifetime") from exc
+    reply = authenticated_client().post("/api/v2/users/me/tokens", body)
+    click.echo(reply["token"])
+
+
+@tokens.command("list")
+@output_option
+def tokens_list(output: str) -> None:
+    """List your API tokens (never their secrets)."""
+    rows = authenticated_client().get("/api/v2/users/me/tokens")
+    if output == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    print_table(rows, ["id", "name", "created_at", "expires_at", "last_used_at"])
+
+
+@tokens.command("remove")
+@click.argument("name_or_id")
+def tokens_remove(name_or_id: str) -> None:
+    """Revoke one of your API tokens, by name or id."""
+    client = authenticated_client()
+    matches = [row for row in client.get("/api/v2/users/me/tokens") if name_or_id in (row["id"], row["name"])]
+    if not matches:
+        raise click.ClickException(f"You have no token named {name_or_id!r}.")
+    client.request("DELETE", f"/api/v2/users/me/tokens/{matches[0]['id']}")
+    click.echo(f"Revoked token {matches[0]['name']}.")

@@ -1,0 +1,53 @@
+"""Where the CLI keeps the server URL and session token: ``<user config dir>/slipway/session.json``, mode 0600."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    url: str
+    token: str
+
+
+def config_path() -> Path:
+    return Path(click.get_app_dir("slipway")) / "session.json"
+
+
+def save_config(config: ClientConfig) -> Path:
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # Create with 0600 from the start: the token must never be readable by others, even briefly.
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump({"url": config.url, "token": config.token}, handle)
+    os.chmod(tmp, 0o600)
+    tmp.replace(path)
+    return path
+
+
+def load_config() -> ClientConfig | None:
+    """The saved login, overridden field by field by SLIPWAY_URL and SLIPWAY_SESSION_TOKEN."""
+    saved: dict[str, str] = {}
+    path = config_path()
+    if path.exists():
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError):
+            saved = {}
+    url = os.environ.get("SLIPWAY_URL") or saved.get("url", "")
+    token = os.environ.get("SLIPWAY_SESSION_TOKEN") or saved.get("token", "")
+    if not url or not token:
+        return None
+    return ClientConfig(url=url.rstrip("/"), token=token)
+
+
+def forget_config() -> None:
+    config_path().unlink(missing_ok=True)

@@ -1,0 +1,38 @@
+"""The `slipway` command: the server, and a client for everything the API offers."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+import click
+
+from cli import accounts
+from cli.server import server
+
+
+def _version() -> str:
+    try:
+        return version("slipway")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "0.0.0+unknown"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(_version(), "--version", "-V", prog_name="slipway")
+def cli() -> None:
+    """Slipway: self-hosted cloud development workspaces.
+
+    Client commands use the login saved by `slipway login`, or SLIPWAY_URL and SLIPWAY_SESSION_TOKEN.
+    """
+
+
+cli.add_command(server)
+cli.add_command(accounts.login)
+cli.add_command(accounts.logout)
+cli.add_command(accounts.whoami)
+cli.add_command(accounts.users)
+cli.add_command(accounts.tokens)
+
+
+def main() -> None:
+    cli(prog_name="slipway")

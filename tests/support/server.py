@@ -1,0 +1,72 @@
+"""Run the real `slipway server` as a subprocess on a free port with its own data dir."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import TracebackType
+
+import psutil
+
+from tests.support.net import free_port, wait_for_http
+
+SLIPWAY = str(Path(sys.executable).with_name("slipway"))
+
+
+class ServerProcess:
+    def __init__(self, data_dir: Path, *extra_args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.data_dir = data_dir
+        self.log_path = data_dir.parent / f"server-{self.port}.log"
+        self.args = [
+            "server",
+            "--address",
+            f"127.0.0.1:{self.port}",
+            "--data-dir",
+            str(data_dir),
+            *extra_args,
+        ]
+        self.env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
+        self.env.update(env or {})
+        self.process: subprocess.Popen[bytes] | None = None
+        self.descendants: list[psutil.Process] = []
+
+    def start(self, timeout: float = 30.0) -> ServerProcess:
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen([SLIPWAY, *self.args], env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for_http(f"{self.url}/healthz", timeout=timeout)
+        except TimeoutError:
+            self.stop()
+            raise AssertionError(f"server did not start:\n{self.log_path.read_text()}") from None
+        self.descendants = psutil.Process(self.process.pid).children(recursive=True)
+        return self
+
+    def stop(self, signum: int = signal.SIGINT, timeout: float = 30.0) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise
+
+    def survivors(self) -> list[psutil.Process]:
+        return [child for child in self.descendants if child.is_running() and child.status() != psutil.STATUS_ZOMBIE]
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.stop()
+        for child in self.survivors():
+            child.kill()

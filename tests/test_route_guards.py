@@ -1,0 +1,84 @@
+"""Every route, found by walking the URL map, refuses anonymous callers; public ones are listed on purpose."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from app import create_app
+from tests.conftest import Persona, make_settings
+
+# The only routes anyone may call without signing in.
+PUBLIC_ENDPOINTS = {
+    "static",
+    "health.healthz",
+    "auth.login",
+    "auth.setup",
+    "auth.logout",
+    "users_api.first_user_exists",
+    "users_api.create_first_user",
+    "users_api.login",
+}
+OWNER_ONLY_ENDPOINTS = {
+    "users.index",
+    "users.update",
+    "users_api.list_users",
+    "users_api.create_user",
+    "users_api.get_user",
+    "users_api.update_user",
+}
+
+
+def _routes() -> list[tuple[str, str, str]]:
+    """(endpoint, method, path) of every route; building the app touches neither database nor Redis."""
+    settings = make_settings(Path(tempfile.gettempdir()), "sqlite://", "unix:///nonexistent")
+    routes = []
+    for rule in create_app(settings).url_map.iter_rules():
+        if rule.endpoint == "static":
+            continue
+        path = rule.rule
+        for argument in rule.arguments:
+            path = path.replace(f"<{argument}>", "00000000-0000-0000-0000-000000000000")
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            routes.append((rule.endpoint, method, path))
+    return routes
+
+
+ROUTES = _routes()
+
+
+def test_public_list_is_exact() -> None:
+    endpoints = {endpoint for endpoint, _, _ in ROUTES}
+    assert PUBLIC_ENDPOINTS - {"static"} <= endpoints
+    assert OWNER_ONLY_ENDPOINTS <= endpoints
+
+
+@pytest.mark.parametrize(("endpoint", "method", "path"), [r for r in ROUTES if r[0] not in PUBLIC_ENDPOINTS])
+def test_anonymous_callers_are_refused(app: Flask, endpoint: str, method: str, path: str) -> None:
+    app.config["WTF_CSRF_ENABLED"] = False  # prove the login check itself, not the CSRF check, refuses
+    response = app.test_client().open(path, method=method, json={})
+    if path.startswith("/api/"):
+        assert response.status_code == 401, f"{method} {path}"
+        assert response.is_json
+    else:
+        assert response.status_code == 302, f"{method} {path}"
+        assert "/login" in response.headers["Location"]
+
+
+@pytest.mark.parametrize(("endpoint", "method", "path"), [r for r in ROUTES if r[0] in OWNER_ONLY_ENDPOINTS])
+@pytest.mark.parametrize("persona", ["bob", "carol"])
+def test_non_owners_are_refused_owner_routes(
+    app: Flask, personas: dict[str, Persona], persona: str, endpoint: str, method: str, path: str
+) -> None:
+    app.config["WTF_CSRF_ENABLED"] = False
+    client: FlaskClient = app.test_client()
+    if path.startswith("/api/"):
+        response = client.open(path, method=method, json={}, headers=personas[persona].auth)
+    else:
+        client.post("/login", data={"email": f"{persona}@example.com", "password": personas[persona].password})
+        response = client.open(path, method=method, data={})
+    assert response.status_code == 403, f"{persona} {method} {path}"

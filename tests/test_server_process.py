@@ -1,0 +1,108 @@
+"""`slipway server` as an operator runs it: starts, serves, stops cleanly, and refuses bad settings in one line."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.net import free_port
+from tests.support.server import SLIPWAY, ServerProcess
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_server_serves_and_stops_without_leaving_processes(tmp_path: Path, signum: int) -> None:
+    server = ServerProcess(tmp_path / "data", "--provisioner-daemons", "0")
+    with server:
+        assert len(server.descendants) >= 3, "expected redis-server, a gunicorn master and its workers"
+        first = httpx.post(
+            f"{server.url}/api/v2/users/first",
+            json={"username": "alice", "email": "alice@example.com", "password": "correct-horse-battery"},
+        )
+        assert first.status_code == 201, first.text
+        login = httpx.post(
+            f"{server.url}/api/v2/users/login",
+            json={"email": "alice@example.com", "password": "correct-horse-battery"},
+        )
+        token = login.json()["session_token"]
+        me = httpx.get(f"{server.url}/api/v2/users/me", headers={"Authorization": f"Bearer {token}"})
+        assert me.json()["roles"] == ["owner", "member"]
+        assert "/setup" in server.log()  # it told the operator where to create the first user
+        assert server.stop(signum) == 0
+    assert server.survivors() == []
+    assert not (tmp_path / "data" / "redis.sock").exists()
+
+
+def test_server_keeps_data_across_restarts(tmp_path: Path) -> None:
+    body = {"username": "alice", "email": "alice@example.com", "password": "correct-horse-battery"}
+    with ServerProcess(tmp_path / "data", "--provisioner-daemons", "0") as server:
+        assert httpx.post(f"{server.url}/api/v2/users/first", json=body).status_code == 201
+    with ServerProcess(tmp_path / "data", "--provisioner-daemons", "0") as server:
+        assert httpx.post(f"{server.url}/api/v2/users/first", json=body).status_code == 409
+        login = httpx.post(
+            f"{server.url}/api/v2/users/login", json={"email": body["email"], "password": body["password"]}
+        )
+        assert login.status_code == 201
+
+
+def _run_server(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SLIPWAY, "server", *args], capture_output=True, text=True, timeout=60, env=env, check=False)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--database-url", "not a url"], "SLIPWAY_DATABASE_URL is not a database URL"),
+        (["--database-url", "mysql://x@localhost/y"], "SLIPWAY_DATABASE_URL must be sqlite"),
+        (["--address", "127.0.0.1:yes"], "invalid port"),
+        (["--provisioner-daemons", "lots"], "SLIPWAY_PROVISIONER_DAEMONS must be a whole number"),
+        (["--access-url", "ftp://example.com"], "SLIPWAY_ACCESS_URL must be an http"),
+        (["--redis-url", "http://localhost"], "SLIPWAY_REDIS_URL must start with"),
+        (["--session-duration", "forever"], "SLIPWAY_SESSION_DURATION"),
+    ],
+)
+def test_bad_setting_stops_with_one_clear_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    result = _run_server("--data-dir", str(tmp_path), *args)
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        result = _run_server("--data-dir", str(tmp_path), "--address", f"127.0.0.1:{port}")
+    assert result.returncode != 0
+    assert result.stderr.strip() == f"slipway: cannot listen on 127.0.0.1:{port}: address already in use"
+
+
+def test_unwritable_data_dir_is_one_clear_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result = _run_server("--data-dir", str(blocker / "data"))
+    assert result.returncode != 0
+    assert result.stderr.startswith(f"slipway: data dir {blocker / 'data'} is not writable")
+    assert result.stderr.strip().count("\n") == 0
+
+
+def test_unreachable_database_is_one_clear_line(tmp_path: Path) -> None:
+    result = _run_server(
+        "--data-dir", str(tmp_path), "--address", f"127.0.0.1:{free_port()}",
+        "--database-url", f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/nothing",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr.startswith("slipway: cannot use the database:")
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().count("\n") == 0
+
+
+def test_version_flag() -> None:
+    result = subprocess.run([SLIPWAY, "--version"], capture_output=True, text=True, check=True)
+    assert result.stdout.startswith("slipway, version ")
