@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import joinedload
 
 from app.auth.models import KIND_SESSION, KIND_TOKEN, ApiKey
 from app.columns import utcnow
@@ -67,7 +68,8 @@ def resolve_token(raw: str) -> User:
     lookup_id, sep, secret = raw.strip().partition("-")
     if not sep or not lookup_id or not secret:
         raise Unauthorized(INVALID_TOKEN)
-    key = db.session.scalar(select(ApiKey).where(ApiKey.lookup_id == lookup_id))
+    # One query for key and user: this runs on every API call.
+    key = db.session.scalar(select(ApiKey).options(joinedload(ApiKey.user)).where(ApiKey.lookup_id == lookup_id))
     if key is None or not hmac.compare_digest(key.secret_hash, _hash(secret)):
         raise Unauthorized(INVALID_TOKEN)
     now = utcnow()

@@ -139,6 +139,9 @@ def open_listener(settings: Settings) -> socket.socket:
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit this: without it, a response written as headers then body waits on the
+    # client's delayed ACK (Nagle), adding up to 40 ms to small keep-alive requests.
+    listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         listener.bind((settings.host, settings.port))
         listener.listen(2048)
