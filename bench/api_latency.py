@@ -71,7 +71,7 @@ def main() -> None:
         server.stop()
 
     print(
-        f"api_latency: {args.clients} concurrent keep-alive clients, {args.seconds:.0f} s per endpoint, 2 gevent workers"
+        f"api_latency: {args.clients} keep-alive clients, {args.seconds:.0f} s per endpoint and mode, 2 gevent workers"
     )
     for (path, saturated), result in results.items():
         print(result.line(f"GET {path} {'saturated' if saturated else f'at {args.rate:.0f}/s'}"))
