@@ -22,10 +22,13 @@ def create_app(settings: Settings | None = None) -> Flask:
     from app import errors, health, redis_client, templating
     from app.auth import access
     from app.auth import views as auth_views
+    from app.catalog import api as catalog_api
     from app.catalog import views as catalog_views
     from app.extensions import csrf, db, htmx, migrate
+    from app.provisioning import daemon_api
     from app.users import api as users_api
     from app.users import views as users_views
+    from app.workspaces import api as workspaces_api
     from app.workspaces import views as workspace_views
 
     db.init_app(app)
@@ -43,6 +46,9 @@ def create_app(settings: Settings | None = None) -> Flask:
         catalog_views.bp,
         users_views.bp,
         users_api.bp,
+        catalog_api.bp,
+        workspaces_api.bp,
+        daemon_api.bp,
     ):
         app.register_blueprint(blueprint)
     return app

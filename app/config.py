@@ -43,6 +43,13 @@ class Settings:
     max_token_lifetime: int = 365 * 86400
     login_failure_limit: int = 10
     login_failure_window: int = 300
+    # Handed by `slipway server` to the daemons it starts itself; never configured by hand.
+    builtin_daemon_psk: str = ""
+    provisioner_daemon_psk: str = ""
+    provisioner_untagged_jobs: str = "any"
+    provisioner_hang_timeout: int = 300
+    provisioner_pending_timeout: int = 1800
+    provisioner_force_cancel_interval: int = 600
 
     @property
     def host(self) -> str:
@@ -88,6 +95,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         max_token_lifetime=_duration(env, "MAX_TOKEN_LIFETIME", "365d"),
         login_failure_limit=_int(env, "LOGIN_FAILURE_LIMIT", 10, minimum=1, maximum=10_000),
         login_failure_window=_duration(env, "LOGIN_FAILURE_WINDOW", "5m"),
+        builtin_daemon_psk=_get(env, "BUILTIN_DAEMON_PSK"),
+        provisioner_daemon_psk=_secret(env, "PROVISIONER_DAEMON_PSK"),
+        provisioner_untagged_jobs=_choice(env, "PROVISIONER_UNTAGGED_JOBS", ("any", "untagged-only")),
+        provisioner_hang_timeout=_duration(env, "PROVISIONER_HANG_TIMEOUT", "5m"),
+        provisioner_pending_timeout=_duration(env, "PROVISIONER_PENDING_TIMEOUT", "30m"),
+        provisioner_force_cancel_interval=_duration(env, "PROVISIONER_FORCE_CANCEL_INTERVAL", "10m"),
     )
 
 
@@ -152,6 +165,13 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int, maxim
     if not minimum <= value <= maximum:
         raise SettingsError(f"{PREFIX}{name} must be between {minimum} and {maximum}, got {value}")
     return value
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    raw = _get(env, name) or choices[0]
+    if raw not in choices:
+        raise SettingsError(f"{PREFIX}{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return raw
 
 
 def _duration(env: Mapping[str, str], name: str, default: str) -> int:

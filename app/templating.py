@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
 from datetime import UTC, datetime
+from pathlib import PurePosixPath
 
 from flask import Flask
 
@@ -10,6 +13,14 @@ from flask import Flask
 def init_app(app: Flask) -> None:
     app.jinja_env.filters["ago"] = time_ago
     app.jinja_env.globals["product_name"] = "Slipway"
+    app.jinja_env.filters["duration"] = duration
+
+
+def duration(start: datetime | None, end: datetime | None = None) -> str:
+    if start is None:
+        return ""
+    seconds = int(((end or datetime.now(UTC)) - start).total_seconds())
+    return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 def time_ago(value: datetime | None) -> str:
@@ -23,3 +34,14 @@ def time_ago(value: datetime | None) -> str:
             count = seconds // size
             return f"{count} {unit}{'s' if count != 1 else ''} ago"
     return "just now"
+
+
+def tar_of_uploads(files: dict[str, bytes]) -> bytes:
+    """Pack individually uploaded template files (flat, by base name) into a tar archive."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(PurePosixPath(name.replace("\\", "/")).name)
+            info.size, info.mode = len(data), 0o644
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()

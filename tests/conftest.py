@@ -90,7 +90,8 @@ def database_url(
 
 @pytest.fixture
 def settings(tmp_path: Path, database_url: str, redis_server: str) -> Settings:
-    return make_settings(tmp_path, database_url, redis_server)
+    # The PSK lets the stand-in daemon of tests/support/daemon.py speak the provisioner protocol.
+    return make_settings(tmp_path, database_url, redis_server, provisioner_daemon_psk="test-daemon-psk")
 
 
 def close_app(app: Flask) -> None:

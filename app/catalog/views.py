@@ -1,12 +1,125 @@
+"""Template pages: the catalog, a template with its versions, uploading a version, and the import log."""
+
 from __future__ import annotations
 
-from flask import render_template
+from flask import flash, redirect, render_template, request, url_for
+from werkzeug.datastructures import FileStorage
+from werkzeug.wrappers import Response
 
+from app.auth.access import page_user, require_role
 from app.blueprints import page_blueprint
+from app.catalog import services
+from app.errors import DomainError, InvalidInput
+from app.files.services import MAX_ARCHIVE_BYTES, store_file
+from app.markdown_render import render_markdown
+from app.provisioning.jobs import job_json, job_logs
+from app.provisioning.resources import job_resources
+from app.provisioning.tags import TagError, parse_tag_arguments
+from app.templating import tar_of_uploads
+from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
 
 bp = page_blueprint("catalog", __name__)
+ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
 
 
 @bp.get("/templates")
 def index() -> str:
-    return render_template("catalog/index.html", templates=[])
+    return render_template("catalog/index.html", templates=services.list_templates(), form={}, errors={})
+
+
+@bp.post("/templates")
+@require_role(*ADMINS)
+def upload() -> Response | tuple[str, int]:
+    """One form for a new template or a new version: an archive, or the .tf files themselves."""
+    form = {key: request.form.get(key, "") for key in ("name", "tags", "variables")}
+    request.max_content_length = MAX_ARCHIVE_BYTES + 1024 * 1024
+    try:
+        name = services.check_template_name(form["name"])
+        archive = _uploaded_archive(request.files.getlist("files"))
+        try:
+            tags = parse_tag_arguments(form["tags"].split())
+            variables = parse_tag_arguments([line for line in form["variables"].splitlines() if line.strip()])
+        except TagError as exc:
+            raise InvalidInput(str(exc)) from exc
+        existing = services.list_templates(name)
+        stored = store_file(page_user(), archive)
+        version = services.create_version(
+            page_user(),
+            stored.id,
+            template_id=existing[0].id if existing else None,
+            provisioner_tags=tags,
+            user_variable_values=[{"name": key, "value": value} for key, value in variables.items()],
+        )
+    except DomainError as error:
+        errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
+        return render_template(
+            "catalog/index.html", templates=services.list_templates(), form=form, errors=errors
+        ), error.status
+    return redirect(url_for("catalog.version", version_id=version.id, template_name=name))
+
+
+def _uploaded_archive(files: list[FileStorage]) -> bytes:
+    files = [item for item in files if item.filename]
+    if not files:
+        raise InvalidInput("Choose a .tar or .zip archive, or the template's .tf files.")
+    if len(files) == 1 and not (files[0].filename or "").endswith((".tf", ".tf.json", ".md", ".hcl")):
+        data: bytes = files[0].read()
+        return data
+    return tar_of_uploads({item.filename or "": item.read() for item in files})
+
+
+@bp.get("/templates/<name>")
+def show(name: str) -> str:
+    template = services.get_template_by_name(name)
+    versions = services.list_versions(template)
+    active = next((version for version in versions if version.id == template.active_version_id), None)
+    return render_template(
+        "catalog/show.html",
+        template=template,
+        versions=versions,
+        active=active,
+        variables=services.public_variables(active) if active else [],
+        resources=job_resources(active.job_id, "start") if active else [],
+        readme=render_markdown(active.readme) if active and active.readme else None,
+    )
+
+
+@bp.get("/templates/versions/<version_id>")
+@require_role(*ADMINS)
+def version(version_id: str) -> str:
+    found = services.get_version(version_id)
+    return render_template(
+        "catalog/version.html",
+        version=found,
+        job=job_json(found.job),
+        logs=job_logs(found.job_id),
+        template_name=request.args.get("template_name", ""),
+        template=services.get_template(found.template_id) if found.template_id else None,
+    )
+
+
+@bp.get("/templates/versions/<version_id>/log")
+@require_role(*ADMINS)
+def version_log(version_id: str) -> str:
+    found = services.get_version(version_id)
+    after = request.args.get("after", "0")
+    lines = job_logs(found.job_id, int(after) if after.isdigit() else 0)
+    return render_template("provisioning/_partials/log_update.html", lines=lines, job=job_json(found.job))
+
+
+@bp.post("/templates/versions/<version_id>/publish")
+@require_role(*ADMINS)
+def publish(version_id: str) -> Response | tuple[str, int]:
+    """Make a successfully imported version a new template, or the active version of its template."""
+    found = services.get_version(version_id)
+    try:
+        if found.template_id:
+            template = services.promote_version(services.get_template(found.template_id), found.id)
+            flash(f"{found.name} is now the active version of {template.name}.", "success")
+        else:
+            template = services.create_template(page_user(), request.form.get("name", ""), found.id)
+            flash(f"Template {template.name} created.", "success")
+    except DomainError as error:
+        flash(error.message, "error")
+        return redirect(url_for("catalog.version", version_id=found.id, template_name=request.form.get("name", "")))
+    return redirect(url_for("catalog.show", name=template.name))

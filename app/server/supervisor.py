@@ -9,13 +9,15 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType
 
 import redis
@@ -34,11 +36,25 @@ class StartupError(RuntimeError):
     """A reason the server cannot start, phrased for the operator (printed as one line)."""
 
 
+MAINTENANCE_INTERVAL_SECONDS = 10.0
+# A built-in daemon that keeps dying is restarted at most this often, so a broken setup does not spin.
+DAEMON_RESTART_BACKOFF_SECONDS = (1.0, 30.0)
+
+
+@dataclass
+class BuiltinDaemon:
+    name: str
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+
+
 @dataclass
 class Supervisor:
     settings: Settings
     echo: Callable[[str], None] = print
     children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    daemons: list[BuiltinDaemon] = field(default_factory=list)
     redis_process: subprocess.Popen[bytes] | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
 
@@ -46,12 +62,16 @@ class Supervisor:
         listener = None
         try:
             prepare_data_dir(self.settings)
-            self.settings = ensure_secret_key(self.settings)
+            # A fresh internal key each run: only the daemons started here can use it.
+            self.settings = replace(ensure_secret_key(self.settings), builtin_daemon_psk=secrets.token_urlsafe(32))
             listener = open_listener(self.settings)
             self._start_redis()
             first_user_needed = migrate_database(self.settings)
             self._start_web(listener)
+            self.daemons = [BuiltinDaemon(f"builtin-{n + 1}") for n in range(self.settings.provisioner_daemons)]
             self._announce(first_user_needed)
+            maintenance = threading.Thread(target=self._maintain, name="maintenance", daemon=True)
+            maintenance.start()
             return self._watch()
         finally:
             if listener is not None:
@@ -89,9 +109,52 @@ class Supervisor:
         ]  # fmt: skip
         self.children.append(spawn(argv, env=env, pass_fds=[listener.fileno()]))
 
+    def _start_daemon(self, daemon: BuiltinDaemon) -> None:
+        settings = self.settings
+        host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host  # noqa: S104 - a comparison
+        host = "[::1]" if host == "::" else (f"[{host}]" if ":" in host else host)
+        env = child_environment(settings)
+        env.update(
+            SLIPWAY_URL=f"http://{host}:{settings.port}",
+            SLIPWAY_PROVISIONER_DAEMON_PSK=settings.builtin_daemon_psk,
+            SLIPWAY_PROVISIONER_REDIS_URL=settings.redis_url,
+            SLIPWAY_PROVISIONER_DAEMON_NAME=daemon.name,
+            SLIPWAY_PROVISIONER_CACHE_DIR=str(settings.data_dir / "provisioner-cache"),
+        )
+        daemon.process = spawn([sys.executable, "-m", "workers"], env=env)
+
+    def _tend_daemons(self) -> None:
+        now = time.monotonic()
+        for daemon in self.daemons:
+            if daemon.process is not None and daemon.process.poll() is None:
+                continue
+            if daemon.process is not None:
+                code = daemon.process.returncode
+                daemon.restarts += 1
+                low, high = DAEMON_RESTART_BACKOFF_SECONDS
+                daemon.next_start = now + min(low * 2 ** min(daemon.restarts - 1, 10), high)
+                daemon.process = None
+                self.echo(f"slipway: provisioner daemon {daemon.name} exited (code {code}); restarting it.")
+            if now >= daemon.next_start:
+                self._start_daemon(daemon)
+
+    def _maintain(self) -> None:
+        from app import create_app
+        from app.provisioning.maintenance import run_maintenance
+
+        app = create_app(self.settings)
+        while not self.stopping.wait(MAINTENANCE_INTERVAL_SECONDS):
+            try:
+                with app.app_context():
+                    run_maintenance(self.settings)
+            except Exception:  # the loop must outlive a database or Redis hiccup
+                log.exception("maintenance pass failed; retrying in %.0f s", MAINTENANCE_INTERVAL_SECONDS)
+
     def _announce(self, first_user_needed: bool) -> None:
         url = self.settings.access_url
         self.echo(f"Slipway is running at {url}  (data in {self.settings.data_dir})")
+        if self.daemons:
+            self.echo(f"{len(self.daemons)} built-in provisioner daemon(s) run the builds.")
         if first_user_needed:
             self.echo(f"No users yet: open {url}/setup to create the first user (the owner).")
         self.echo("Press Ctrl-C to stop.")
@@ -100,6 +163,7 @@ class Supervisor:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_signal)
         while not self.stopping.wait(0.5):
+            self._tend_daemons()
             for child in self.children:
                 if child.poll() is not None:
                     self.echo(
@@ -115,7 +179,9 @@ class Supervisor:
         self.stopping.set()
 
     def shutdown(self) -> None:
-        stop(self.children, grace=SHUTDOWN_GRACE_SECONDS)
+        daemon_processes = [daemon.process for daemon in self.daemons if daemon.process is not None]
+        stop(daemon_processes + self.children, grace=SHUTDOWN_GRACE_SECONDS)
+        self.daemons.clear()
         if self.redis_process is not None:
             stop([self.redis_process], grace=SHUTDOWN_GRACE_SECONDS)
             (self.settings.data_dir / "redis.sock").unlink(missing_ok=True)
@@ -173,6 +239,7 @@ def child_environment(settings: Settings) -> dict[str, str]:
     """The environment of every child: the resolved settings, so children never re-derive them differently."""
     env = dict(os.environ)
     env.update(
+        SLIPWAY_BUILTIN_DAEMON_PSK=settings.builtin_daemon_psk,
         SLIPWAY_ADDRESS=settings.address,
         SLIPWAY_ACCESS_URL=settings.access_url,
         SLIPWAY_DATA_DIR=str(settings.data_dir),

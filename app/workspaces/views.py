@@ -1,9 +1,17 @@
+"""Workspace pages: the list, the create form, a workspace with its builds, and a build with its log."""
+
 from __future__ import annotations
 
-from flask import redirect, render_template, url_for
+from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
+from app.auth.access import page_user
 from app.blueprints import page_blueprint
+from app.catalog import services as catalog
+from app.errors import DomainError
+from app.provisioning.jobs import cancel_job, job_json, job_logs
+from app.provisioning.resources import job_resources
+from app.workspaces import services
 
 bp = page_blueprint("workspaces", __name__)
 
@@ -15,4 +23,105 @@ def home() -> Response:
 
 @bp.get("/workspaces")
 def index() -> str:
-    return render_template("workspaces/index.html", workspaces=[])
+    user = page_user()
+    rows = [(workspace, services.latest_build(workspace)) for workspace in services.visible_workspaces(user)]
+    return render_template("workspaces/index.html", rows=rows, status_of=services.build_status)
+
+
+@bp.route("/workspaces/new", methods=["GET", "POST"])
+def new() -> str | Response | tuple[str, int]:
+    template = catalog.get_template_by_name(request.values.get("template", ""))
+    version = catalog.get_version(template.active_version_id) if template.active_version_id else None
+    values = {key[6:]: value for key, value in request.form.items() if key.startswith("param.")}
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        # An unchecked checkbox sends nothing: a bool parameter left unticked is "false".
+        for parameter in version.parameters if version else []:
+            if parameter.get("type") == "bool" and parameter["name"] not in values:
+                values[parameter["name"]] = "false"
+        try:
+            workspace = services.create_workspace(page_user(), template.id, request.form.get("name", ""), values)
+        except DomainError as error:
+            errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
+        else:
+            build = services.latest_build(workspace)
+            return redirect(url_for("workspaces.build", build_id=build.id))
+    page = render_template(
+        "workspaces/new.html",
+        template=template,
+        version=version,
+        values=values,
+        name=request.form.get("name", ""),
+        errors=errors,
+    )
+    return (page, 400) if errors else page
+
+
+@bp.get("/workspaces/<workspace_id>")
+def show(workspace_id: str) -> str:
+    user = page_user()
+    workspace = services.get_workspace_for(user, workspace_id)
+    builds = services.list_builds(workspace)
+    latest = builds[0]
+    return render_template(
+        "workspaces/show.html",
+        workspace=workspace,
+        builds=builds,
+        latest=latest,
+        status=services.build_status(latest),
+        resources=job_resources(latest.job_id),
+        can_act=services.can_act(user, workspace),
+        status_of=services.build_status,
+    )
+
+
+@bp.post("/workspaces/<workspace_id>/builds")
+def transition(workspace_id: str) -> Response:
+    user = page_user()
+    workspace = services.get_workspace_for(user, workspace_id, need="act")
+    try:
+        build = services.create_build(user, workspace, request.form.get("transition", ""), {})
+    except DomainError as error:
+        flash(error.message + "".join(f" {item['field']}: {item['detail']}" for item in error.validations), "error")
+        return redirect(url_for("workspaces.show", workspace_id=workspace.id))
+    return redirect(url_for("workspaces.build", build_id=build.id))
+
+
+@bp.get("/builds/<build_id>")
+def build(build_id: str) -> str:
+    found = services.get_build_for(page_user(), build_id)
+    return render_template(
+        "workspaces/build.html",
+        build=found,
+        job=job_json(found.job),
+        status=services.build_status(found),
+        logs=job_logs(found.job_id),
+    )
+
+
+@bp.get("/builds/<build_id>/log")
+def build_log(build_id: str) -> str:
+    found = services.get_build_for(page_user(), build_id)
+    after = request.args.get("after", "0")
+    lines = job_logs(found.job_id, int(after) if after.isdigit() else 0)
+    return render_template(
+        "provisioning/_partials/log_update.html",
+        lines=lines,
+        job=job_json(found.job),
+        display_status=services.build_status(found),
+    )
+
+
+@bp.post("/builds/<build_id>/cancel")
+def cancel(build_id: str) -> Response:
+    user = page_user()
+    found = services.get_build_for(user, build_id)
+    if not (services.can_act(user, found.workspace) or user.is_template_admin):
+        flash("Only the workspace's owner or an admin may cancel its builds.", "error")
+    else:
+        try:
+            cancel_job(found.job)
+            flash("Cancel requested.", "info")
+        except DomainError as error:
+            flash(error.message, "error")
+    return redirect(url_for("workspaces.build", build_id=found.id))

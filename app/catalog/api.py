@@ -1,0 +1,137 @@
+"""API.md "Templates": archive upload, versions (import jobs), templates."""
+
+from __future__ import annotations
+
+from flask import Response, jsonify, request
+
+from app.auth.access import api_user, require_role
+from app.blueprints import api_blueprint, json_body
+from app.catalog import services
+from app.catalog.models import TemplateVersion
+from app.errors import InvalidInput, TooLarge
+from app.files.services import MAX_ARCHIVE_BYTES, store_file
+from app.provisioning.jobs import cancel_job, job_json, job_logs
+from app.provisioning.resources import job_resources
+from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
+from app.validation import FieldErrors, string_field
+
+bp = api_blueprint("catalog_api", __name__)
+ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
+
+
+@bp.post("/files")
+@require_role(*ADMINS)
+def upload_file() -> tuple[Response, int]:
+    # A little headroom so an archive just over the limit gets our message rather than a bare 413.
+    request.max_content_length = MAX_ARCHIVE_BYTES + 1024
+    if request.content_length is not None and request.content_length > MAX_ARCHIVE_BYTES:
+        raise TooLarge(f"The archive is larger than {MAX_ARCHIVE_BYTES // (1024 * 1024)} MiB.")
+    stored = store_file(api_user(), request.get_data(cache=False))
+    return jsonify({"id": stored.id, "hash": stored.sha256}), 201
+
+
+def version_json(version: TemplateVersion) -> dict[str, object]:
+    return {**version.to_json(), "job": job_json(version.job)}
+
+
+@bp.post("/templateversions")
+@require_role(*ADMINS)
+def create_version() -> tuple[Response, int]:
+    body, errors = json_body(), FieldErrors()
+    file_id = string_field(body, "file_id", errors)
+    template_id = string_field(body, "template_id", errors, required=False) or None
+    name = string_field(body, "name", errors, required=False)
+    tags = body.get("provisioner_tags") or {}
+    if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
+        errors.add("provisioner_tags", "Must be an object of strings.")
+    values = body.get("user_variable_values") or []
+    if not isinstance(values, list) or not all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in values):
+        errors.add("user_variable_values", "Must be a list of {name, value} objects.")
+    errors.raise_if_any()
+    version = services.create_version(
+        api_user(), file_id, template_id=template_id, name=name, provisioner_tags=tags, user_variable_values=values
+    )
+    return jsonify(version_json(version)), 201
+
+
+def _readable_version(version_id: str) -> TemplateVersion:
+    # Members build from templates but do not read their import internals.
+    return services.get_version(version_id)
+
+
+@bp.get("/templateversions/<version_id>")
+def get_version(version_id: str) -> Response:
+    return jsonify(version_json(_readable_version(version_id)))
+
+
+@bp.get("/templateversions/<version_id>/parameters")
+def version_parameters(version_id: str) -> Response:
+    return jsonify(_readable_version(version_id).parameters)
+
+
+@bp.get("/templateversions/<version_id>/variables")
+@require_role(*ADMINS)
+def version_variables(version_id: str) -> Response:
+    return jsonify(services.public_variables(_readable_version(version_id)))
+
+
+@bp.get("/templateversions/<version_id>/resources")
+def version_resources(version_id: str) -> Response:
+    version = _readable_version(version_id)
+    return jsonify([resource.to_json() for resource in job_resources(version.job_id, "start")])
+
+
+@bp.get("/templateversions/<version_id>/logs")
+@require_role(*ADMINS)
+def version_logs(version_id: str) -> Response:
+    version = _readable_version(version_id)
+    after = request.args.get("after", "0")
+    if not after.isdigit():
+        raise InvalidInput("after must be a log id (a whole number).")
+    return jsonify([line.to_json() for line in job_logs(version.job_id, int(after))])
+
+
+@bp.patch("/templateversions/<version_id>/cancel")
+@require_role(*ADMINS)
+def cancel_version(version_id: str) -> Response:
+    version = _readable_version(version_id)
+    cancel_job(version.job)
+    return jsonify(version_json(version))
+
+
+@bp.post("/templates")
+@require_role(*ADMINS)
+def create_template() -> tuple[Response, int]:
+    body, errors = json_body(), FieldErrors()
+    name = string_field(body, "name", errors)
+    version_id = string_field(body, "version_id", errors)
+    display_name = string_field(body, "display_name", errors, required=False)
+    description = string_field(body, "description", errors, required=False)
+    errors.raise_if_any()
+    template = services.create_template(api_user(), name, version_id, display_name, description)
+    return jsonify(template.to_json()), 201
+
+
+@bp.get("/templates")
+def list_templates() -> Response:
+    return jsonify([template.to_json() for template in services.list_templates(request.args.get("name"))])
+
+
+@bp.get("/templates/<template_id>")
+def get_template(template_id: str) -> Response:
+    return jsonify(services.get_template(template_id).to_json())
+
+
+@bp.get("/templates/<template_id>/versions")
+def list_versions(template_id: str) -> Response:
+    template = services.get_template(template_id)
+    return jsonify([version_json(version) for version in services.list_versions(template)])
+
+
+@bp.patch("/templates/<template_id>/versions")
+@require_role(*ADMINS)
+def promote_version(template_id: str) -> Response:
+    body, errors = json_body(), FieldErrors()
+    version_id = string_field(body, "id", errors)
+    errors.raise_if_any()
+    return jsonify(services.promote_version(services.get_template(template_id), version_id).to_json())

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, ForeignKey, String, Text
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from app.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
+from app.extensions import db
+from app.provisioning.models import ProvisionerJob
+
+
+class Template(db.Model):  # type: ignore[name-defined,misc]
+    __tablename__ = "templates"
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(32), unique=True)
+    display_name: Mapped[str] = mapped_column(String(64), default="")
+    description: Mapped[str] = mapped_column(Text, default="")
+    # use_alter: templates and versions point at each other.
+    active_version_id: Mapped[str | None] = mapped_column(
+        ForeignKey("template_versions.id", use_alter=True, name="fk_templates_active_version_id_template_versions")
+    )
+    created_by: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "display_name": self.display_name or self.name,
+            "description": self.description,
+            "active_version_id": self.active_version_id,
+            "created_at": rfc3339(self.created_at),
+            "updated_at": rfc3339(self.updated_at),
+        }
+
+
+class TemplateVersion(db.Model):  # type: ignore[name-defined,misc]
+    __tablename__ = "template_versions"
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    template_id: Mapped[str | None] = mapped_column(ForeignKey("templates.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    readme: Mapped[str] = mapped_column(Text, default="")
+    job_id: Mapped[str] = mapped_column(ForeignKey("provisioner_jobs.id"), unique=True)
+    created_by: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Values the uploader gave for Terraform variables; sensitive ones are never returned by the API.
+    user_variable_values: Mapped[list[dict[str, str]]] = mapped_column(JSON, default=list)
+    # Filled in by the import job: Terraform variables and rich parameters of this version.
+    variables: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    parameters: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+
+    job: Mapped[ProvisionerJob] = relationship()
+
+    def to_json(self, **job_extra: Any) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "template_id": self.template_id,
+            "created_at": rfc3339(self.created_at),
+            "readme": self.readme,
+            "job": self.job.to_json(**job_extra),
+        }

@@ -1,0 +1,127 @@
+"""Provisioner jobs as the rest of the server sees them: create and dispatch, cancel, read logs.
+
+Creating a job inserts its row, then (after commit, so the daemon can see the row) puts an RQ job whose only
+argument is the job id on the queue of the job's tag set. Redis only wakes a daemon; the database decides.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rq import Queue
+from rq.serializers import JSONSerializer
+from sqlalchemy import func, select, update
+
+from app.columns import utcnow
+from app.errors import InvalidInput
+from app.extensions import db
+from app.provisioning.models import PENDING, ProvisionerDaemon, ProvisionerJob, ProvisionerJobLog
+from app.provisioning.tags import queue_name
+from app.redis_client import get_redis
+
+log = logging.getLogger(__name__)
+
+# The one function a daemon's RQ worker will execute (workers/jobs.py); anything else is refused there.
+RUN_JOB_FUNCTION = "workers.jobs.run_provisioner_job"
+LOG_CHANNEL_PREFIX = "slipway:job-logs:"
+
+
+@dataclass(frozen=True)
+class JobHandlers:
+    """What a job type adds to the generic protocol: the daemon's payload, and what completion stores."""
+
+    payload: Callable[[ProvisionerJob], dict[str, Any]]
+    complete: Callable[[ProvisionerJob, dict[str, Any]], None]
+    fail: Callable[[ProvisionerJob, dict[str, Any]], None] = lambda job, body: None
+
+
+JOB_HANDLERS: dict[str, JobHandlers] = {}
+
+
+def register_job_type(job_type: str, handlers: JobHandlers) -> None:
+    JOB_HANDLERS[job_type] = handlers
+
+
+def new_job(
+    job_type: str, *, file_id: str, initiator_id: str, tags: dict[str, str], job_input: dict[str, Any]
+) -> ProvisionerJob:
+    """Add a pending job to the session; the caller commits and then calls :func:`dispatch`."""
+    job = ProvisionerJob(type=job_type, file_id=file_id, initiator_id=initiator_id, tags=tags, input=job_input)
+    db.session.add(job)
+    return job
+
+
+def dispatch(job: ProvisionerJob) -> None:
+    """Wake a daemon that can take the job. A failure here is not fatal: the reconciler re-enqueues pending jobs."""
+    try:
+        queue = Queue(queue_name(job.tags), connection=get_redis(), serializer=JSONSerializer)
+        # The RQ job id is the job id: enqueuing twice (the reconciler) replaces rather than duplicates it.
+        queue.enqueue(RUN_JOB_FUNCTION, job.id, job_id=job.id, result_ttl=0, failure_ttl=3600, job_timeout=-1)
+    except Exception:  # Redis down: the job stays pending in the database and is re-enqueued later
+        log.warning("could not enqueue provisioner job %s; it will be re-enqueued", job.id, exc_info=True)
+
+
+def job_json(job: ProvisionerJob) -> dict[str, Any]:
+    """API.md's job object: the row plus its place in the queue and the name of the daemon running it."""
+    position = 0
+    if job.status == PENDING:
+        ahead = select(func.count()).where(
+            ProvisionerJob.started_at.is_(None),
+            ProvisionerJob.completed_at.is_(None),
+            ProvisionerJob.created_at <= job.created_at,
+            ProvisionerJob.id != job.id,
+        )
+        position = (db.session.scalar(ahead) or 0) + 1
+    worker = db.session.get(ProvisionerDaemon, job.worker_id) if job.worker_id else None
+    return job.to_json(queue_position=position, worker_name=worker.name if worker else "")
+
+
+def cancel_job(job: ProvisionerJob) -> ProvisionerJob:
+    """Cancel atomically against acquisition: a pending job ends canceled, a running one becomes canceling."""
+    now = utcnow()
+    pending = db.session.execute(
+        update(ProvisionerJob)
+        .where(ProvisionerJob.id == job.id, ProvisionerJob.started_at.is_(None), ProvisionerJob.completed_at.is_(None))
+        .values(canceled_at=now, completed_at=now, updated_at=now)
+    )
+    if pending.rowcount == 0:  # type: ignore[attr-defined]
+        running = db.session.execute(
+            update(ProvisionerJob)
+            .where(
+                ProvisionerJob.id == job.id,
+                ProvisionerJob.completed_at.is_(None),
+                ProvisionerJob.canceled_at.is_(None),
+            )
+            .values(canceled_at=now)
+        )
+        if running.rowcount == 0:  # type: ignore[attr-defined]
+            db.session.rollback()
+            db.session.refresh(job)
+            raise InvalidInput(f"The job is already {job.status}; there is nothing to cancel.")
+        db.session.commit()
+    else:
+        db.session.commit()
+        publish_log_notice(job.id, end=True)
+    db.session.refresh(job)
+    return job
+
+
+def job_logs(job_id: str, after: int = 0, limit: int = 10_000) -> list[ProvisionerJobLog]:
+    query = (
+        select(ProvisionerJobLog)
+        .where(ProvisionerJobLog.job_id == job_id, ProvisionerJobLog.id > after)
+        .order_by(ProvisionerJobLog.id)
+        .limit(limit)
+    )
+    return list(db.session.scalars(query))
+
+
+def publish_log_notice(job_id: str, *, end: bool = False) -> None:
+    """A small notice that new lines (or the end) are in the database; streams read the lines themselves."""
+    try:
+        get_redis().publish(LOG_CHANNEL_PREFIX + job_id, b"end" if end else b"logs")
+    except Exception:  # live viewers miss a nudge and catch up from the database on their next poll
+        log.warning("could not publish a log notice for job %s", job_id, exc_info=True)

@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, ColumnElement, ForeignKey, Integer, String, Text, case, literal
+from sqlalchemy.ext.hybrid import hybrid_property
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
+from app.extensions import db
+
+JOB_TEMPLATE_IMPORT = "template_version_import"
+JOB_WORKSPACE_BUILD = "workspace_build"
+JOB_DRY_RUN = "template_version_dry_run"
+JOB_TYPES = (JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD, JOB_DRY_RUN)
+
+PENDING, RUNNING, SUCCEEDED, FAILED, CANCELING, CANCELED = (
+    "pending", "running", "succeeded", "failed", "canceling", "canceled",
+)  # fmt: skip
+ACTIVE_STATUSES = (PENDING, RUNNING, CANCELING)
+LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
+LOG_SOURCES = ("provisioner_daemon", "provisioner")
+# A daemon that has not called in for this long is offline (Coder's StaleInterval).
+DAEMON_STALE_AFTER = timedelta(seconds=90)
+
+
+class ProvisionerJob(db.Model):  # type: ignore[name-defined,misc]
+    """One template import or workspace build. Its status is derived from the timestamps, never stored."""
+
+    __tablename__ = "provisioner_jobs"
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    type: Mapped[str] = mapped_column(String(32))
+    input: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    file_id: Mapped[str] = mapped_column(ForeignKey("files.id"))
+    initiator_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    worker_id: Mapped[str | None] = mapped_column(ForeignKey("provisioner_daemons.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    # Bumped by every report from the daemon: the heartbeat the reaper watches.
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    canceled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+    error: Mapped[str | None] = mapped_column(Text)
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    logs_length: Mapped[int] = mapped_column(Integer, default=0)
+    logs_overflowed: Mapped[bool] = mapped_column(Boolean, default=False)
+    logs_dropped: Mapped[int] = mapped_column(Integer, default=0)
+
+    @hybrid_property
+    def status(self) -> str:
+        """Reference §1.3, in its exact order."""
+        if self.completed_at is not None:
+            if self.error:
+                return FAILED
+            return CANCELED if self.canceled_at is not None else SUCCEEDED
+        if self.error:
+            return FAILED
+        if self.canceled_at is not None:
+            return CANCELING
+        return PENDING if self.started_at is None else RUNNING
+
+    @status.inplace.expression
+    @classmethod
+    def _status_expression(cls) -> ColumnElement[str]:
+        failed = (cls.error.is_not(None)) & (cls.error != "")
+        return case(
+            (cls.completed_at.is_not(None) & failed, literal(FAILED)),
+            (cls.completed_at.is_not(None) & cls.canceled_at.is_not(None), literal(CANCELED)),
+            (cls.completed_at.is_not(None), literal(SUCCEEDED)),
+            (failed, literal(FAILED)),
+            (cls.canceled_at.is_not(None), literal(CANCELING)),
+            (cls.started_at.is_(None), literal(PENDING)),
+            else_=literal(RUNNING),
+        )
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    def to_json(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.type,
+            "status": self.status,
+            "error": self.error or "",
+            "error_code": self.error_code or "",
+            "tags": self.tags,
+            "created_at": rfc3339(self.created_at),
+            "started_at": rfc3339(self.started_at),
+            "completed_at": rfc3339(self.completed_at),
+            "canceled_at": rfc3339(self.canceled_at),
+            "worker_id": self.worker_id,
+            **extra,
+        }
+
+
+class ProvisionerJobLog(db.Model):  # type: ignore[name-defined,misc]
+    __tablename__ = "provisioner_job_logs"
+
+    # SQLite only auto-increments INTEGER PRIMARY KEY; PostgreSQL gets a bigint identity.
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("provisioner_jobs.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    source: Mapped[str] = mapped_column(String(32))
+    level: Mapped[str] = mapped_column(String(8))
+    stage: Mapped[str] = mapped_column(String(128))
+    output: Mapped[str] = mapped_column(Text)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "created_at": rfc3339(self.created_at),
+            "source": self.source,
+            "level": self.level,
+            "stage": self.stage,
+            "output": self.output,
+        }
+
+
+class ProvisionerDaemon(db.Model):  # type: ignore[name-defined,misc]
+    __tablename__ = "provisioner_daemons"
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(128))
+    tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    version: Mapped[str] = mapped_column(String(64), default="")
+    # How it authenticated: builtin, psk, key or user (the user is kept for user-scoped daemons).
+    auth: Mapped[str] = mapped_column(String(16))
+    user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    @property
+    def is_online(self) -> bool:
+        return utcnow() - self.last_seen_at < DAEMON_STALE_AFTER

@@ -1,0 +1,85 @@
+"""Provisioner tags: normalisation, matching, and the RQ queue each tag set maps to (DESIGN.md "Tags").
+
+A job waits on the queue named after its exact tag set; a daemon listens on the queues of every subset of its
+own tags that it may serve. Redis only decides which daemon wakes up: acquisition re-checks the match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import combinations
+from urllib.parse import quote
+
+SCOPE_ORGANIZATION = "organization"
+SCOPE_USER = "user"
+RESERVED = ("scope", "owner")
+MAX_DAEMON_TAGS = 8
+UNTAGGED_ANY = "any"
+UNTAGGED_ONLY = "untagged-only"
+QUEUE_PREFIX = "slipway:jobs:"
+
+Tags = dict[str, str]
+
+
+class TagError(ValueError):
+    pass
+
+
+def normalise_tags(tags: Mapping[str, str] | None, user_id: str | None = None) -> Tags:
+    """Coder's MutateTags: ``scope`` is organization unless it is user (then ``owner`` is the user's id)."""
+    result = {str(key): str(value) for key, value in (tags or {}).items()}
+    for key, value in result.items():
+        if not key or "\x00" in key + value:
+            raise TagError(f"invalid tag {key!r}={value!r}")
+    if result.get("scope") == SCOPE_USER and user_id:
+        result["owner"] = user_id
+    else:
+        result["scope"] = SCOPE_ORGANIZATION
+        result["owner"] = ""
+    return result
+
+
+def is_untagged(tags: Mapping[str, str]) -> bool:
+    return set(tags) <= set(RESERVED)
+
+
+def daemon_can_run(daemon_tags: Mapping[str, str], job_tags: Mapping[str, str], untagged_rule: str) -> bool:
+    """A job runs on a daemon whose tags contain it; under ``untagged-only`` untagged jobs need untagged daemons."""
+    if untagged_rule == UNTAGGED_ONLY and is_untagged(job_tags) and job_tags.get("scope") == SCOPE_ORGANIZATION:
+        return dict(job_tags) == dict(daemon_tags)
+    return all(daemon_tags.get(key) == value for key, value in job_tags.items())
+
+
+def queue_name(tags: Mapping[str, str]) -> str:
+    """A stable, unambiguous queue name for a normalised tag set (keys sorted, parts percent-encoded)."""
+    return QUEUE_PREFIX + "&".join(f"{quote(key, safe='')}={quote(tags[key], safe='')}" for key in sorted(tags))
+
+
+def daemon_queue_names(daemon_tags: Mapping[str, str], untagged_rule: str) -> list[str]:
+    """The queues of every subset of the daemon's free tags, always with its own scope and owner.
+
+    Jobs carry the reserved keys too, so only the other tags vary; their count is capped, which keeps this at
+    most 2**8 queues. Most specific first, so a daemon prefers the work only it can do.
+    """
+    free = sorted(key for key in daemon_tags if key not in RESERVED)
+    if len(free) > MAX_DAEMON_TAGS:
+        raise TagError(f"a provisioner daemon may have at most {MAX_DAEMON_TAGS} tags besides scope and owner")
+    reserved = {key: daemon_tags[key] for key in RESERVED}
+    names = []
+    for size in range(len(free), -1, -1):
+        for subset in combinations(free, size):
+            job_tags = {**reserved, **{key: daemon_tags[key] for key in subset}}
+            if daemon_can_run(daemon_tags, job_tags, untagged_rule):
+                names.append(queue_name(job_tags))
+    return names
+
+
+def parse_tag_arguments(pairs: list[str]) -> Tags:
+    """``["k=v", ...]`` (CLI and form input) to a dict, split on the first ``=``."""
+    tags: Tags = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise TagError(f"tags look like key=value, got {pair!r}")
+        tags[key.strip()] = value.strip()
+    return tags

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, LargeBinary, String, UniqueConstraint, text
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from app.catalog.models import Template, TemplateVersion
+from app.columns import IdColumn, UTCDateTime, new_id, utcnow
+from app.extensions import db
+from app.provisioning.models import ProvisionerJob
+from app.users.models import User
+
+TRANSITIONS = ("start", "stop", "delete")
+
+
+class Workspace(db.Model):  # type: ignore[name-defined,misc]
+    __tablename__ = "workspaces"
+    # A name is taken only while its workspace exists: a deleted one frees it.
+    __table_args__ = (
+        Index(
+            "uq_workspaces_owner_id_name",
+            "owner_id",
+            "name",
+            unique=True,
+            sqlite_where=text("deleted = 0"),
+            postgresql_where=text("deleted = false"),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(32))
+    owner_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
+    template_id: Mapped[str] = mapped_column(ForeignKey("templates.id"), index=True)
+    deleted: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    owner: Mapped[User] = relationship()
+    template: Mapped[Template] = relationship()
+
+
+class WorkspaceBuild(db.Model):  # type: ignore[name-defined,misc]
+    __tablename__ = "workspace_builds"
+    __table_args__ = (UniqueConstraint("workspace_id", "build_number", name="uq_workspace_builds_workspace_id_number"),)
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"), index=True)
+    build_number: Mapped[int] = mapped_column(Integer)
+    transition: Mapped[str] = mapped_column(String(8))
+    template_version_id: Mapped[str] = mapped_column(ForeignKey("template_versions.id"))
+    job_id: Mapped[str] = mapped_column(ForeignKey("provisioner_jobs.id"), unique=True)
+    initiator_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    # Raw terraform.tfstate bytes, handed to the next build (kept when an apply failed part-way).
+    state: Mapped[bytes | None] = mapped_column(LargeBinary)
+    parameters: Mapped[list[dict[str, str]]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    workspace: Mapped[Workspace] = relationship()
+    job: Mapped[ProvisionerJob] = relationship()
+    template_version: Mapped[TemplateVersion] = relationship()

@@ -1,0 +1,80 @@
+"""A stand-in provisioner daemon that speaks the protocol over Flask's test client (no Terraform)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from flask.testing import FlaskClient
+
+from tests.conftest import Persona
+from tests.support.archives import tar_of
+
+PSK = "test-daemon-psk"
+PARAMETERS = [
+    {"name": "size", "type": "number", "mutable": True, "required": False, "default_value": "1",
+     "validation_min": 1, "validation_max": 8, "validation_monotonic": "increasing", "options": []},
+    {"name": "region", "type": "string", "mutable": False, "required": True, "default_value": "",
+     "options": [{"name": "EU", "value": "eu"}, {"name": "US", "value": "us"}]},
+]  # fmt: skip
+RESOURCES = {
+    "start": [
+        {"name": "home", "type": "terraform_data", "agents": []},
+        {
+            "name": "dev",
+            "type": "terraform_data",
+            "agents": [{"name": "main", "os": "linux", "arch": "amd64", "token": "t0k"}],
+        },
+    ],
+    "stop": [{"name": "home", "type": "terraform_data", "agents": []}],
+}
+
+
+class FakeDaemon:
+    def __init__(self, client: FlaskClient, name: str = "d1", tags: dict[str, str] | None = None):
+        self.client = client
+        reply = client.post(
+            "/api/v2/provisionerd/register",
+            json={"name": name, "tags": tags or {}},
+            headers={"Slipway-Provisioner-PSK": PSK},
+        )
+        assert reply.status_code == 201, reply.json
+        self.id, self.queues = reply.json["daemon_id"], reply.json["queues"]
+
+    def call(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        headers = {"Slipway-Provisioner-PSK": PSK, "Slipway-Provisioner-Daemon": self.id}
+        return self.client.post(f"/api/v2/provisionerd{path}", json=body or {}, headers=headers)
+
+
+def push_version(client: FlaskClient, admin: Persona) -> dict[str, Any]:
+    archive = tar_of({"main.tf": 'resource "terraform_data" "home" {}\n'})
+    upload = client.post("/api/v2/files", data=archive, headers={**admin.auth, "Content-Type": "application/x-tar"})
+    assert upload.status_code == 201, upload.json
+    version = client.post("/api/v2/templateversions", json={"file_id": upload.json["id"]}, headers=admin.auth)
+    assert version.status_code == 201, version.json
+    return dict(version.json)
+
+
+def import_template(client: FlaskClient, personas: dict[str, Persona], daemon: FakeDaemon) -> dict[str, Any]:
+    bob = personas["bob"]
+    version = push_version(client, bob)
+    job_id = version["job"]["id"]
+    acquired = daemon.call(f"/jobs/{job_id}/acquire")
+    assert acquired.status_code == 200, acquired.json
+    assert tar_of({"main.tf": 'resource "terraform_data" "home" {}\n'}) == base64.b64decode(acquired.json["archive"])
+    assert daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Setting up", "output": "hello"}]}).json == {
+        "canceled": False
+    }
+    done = daemon.call(
+        f"/jobs/{job_id}/complete",
+        {
+            "readme": "# Dev",
+            "parameters": PARAMETERS,
+            "variables": [{"name": "token", "sensitive": True, "default_value": "s3"}],
+            "resources": RESOURCES,
+        },
+    )
+    assert done.status_code == 204, done.json
+    template = client.post("/api/v2/templates", json={"name": "dev", "version_id": version["id"]}, headers=bob.auth)
+    assert template.status_code == 201, template.json
+    return dict(template.json)

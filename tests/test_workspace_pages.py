@@ -1,0 +1,111 @@
+"""The template and workspace pages, with jobs completed by the stand-in daemon."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+from flask import Flask
+from flask.testing import FlaskClient
+
+from tests.conftest import PASSWORD, Persona
+from tests.support.daemon import RESOURCES, FakeDaemon, import_template
+from tests.support.web import csrf_token, post_form, sign_in
+
+
+def test_member_creates_and_watches_a_workspace(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:
+    api = app.test_client()
+    daemon = FakeDaemon(api)
+    import_template(api, personas, daemon)
+    sign_in(client, "carol@example.com", PASSWORD)
+    catalog = client.get("/templates").get_data(as_text=True)
+    assert "Create workspace" in catalog and "Upload a template" not in catalog
+    form = client.get("/workspaces/new?template=dev").get_data(as_text=True)
+    assert '<select name="param.region">' in form and 'type="number"' in form and "Cannot be changed" in form
+
+    refused = post_form(
+        client,
+        "/workspaces/new?template=dev",
+        {"name": "ws", "param.region": "mars"},
+        token_from="/workspaces/new?template=dev",
+    )
+    assert refused.status_code == 400 and "Choose one of: eu, us" in refused.get_data(as_text=True)
+    created = post_form(
+        client,
+        "/workspaces/new",
+        {"template": "dev", "name": "ws", "param.region": "eu"},
+        token_from="/workspaces/new?template=dev",
+    )
+    assert created.status_code == 302
+    build_page = client.get(created.headers["Location"]).get_data(as_text=True)
+    assert "build #1 start" in build_page and "status-pending" in build_page and 'hx-trigger="every 1s"' in build_page
+
+    job_id = api.get("/api/v2/workspaces", headers=personas["carol"].auth).json[0]["latest_build"]["job"]["id"]
+    daemon.call(f"/jobs/{job_id}/acquire")
+    daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Planning infrastructure", "output": "Plan: 2 to add"}]})
+    update = client.get(created.headers["Location"] + "/log?after=0").get_data(as_text=True)
+    assert "Plan: 2 to add" in update and "status-starting" in update
+    daemon.call(
+        f"/jobs/{job_id}/complete", {"state": base64.b64encode(b"{}").decode(), "resources": RESOURCES["start"]}
+    )
+    finished = client.get(created.headers["Location"] + "/log?after=1").get_data(as_text=True)
+    assert "status-running" in finished and 'hx-trigger="every 1s"' not in finished
+
+    listing = client.get("/workspaces").get_data(as_text=True)
+    assert "ws" in listing and "status-running" in listing
+    workspace_id = api.get("/api/v2/workspaces", headers=personas["carol"].auth).json[0]["id"]
+    page = client.get(f"/workspaces/{workspace_id}").get_data(as_text=True)
+    assert "agent <strong>main</strong>" in page and 'value="stop"' in page
+    stop = client.post(
+        f"/workspaces/{workspace_id}/builds",
+        data={"transition": "stop", "csrf_token": csrf_token(client, f"/workspaces/{workspace_id}")},
+    )
+    assert stop.status_code == 302 and "/builds/" in stop.headers["Location"]
+
+    dave = app.test_client()
+    sign_in(dave, "dave@example.com", PASSWORD)
+    assert dave.get(f"/workspaces/{workspace_id}").status_code == 404
+    assert dave.get(stop.headers["Location"]).status_code == 404
+
+
+def test_template_admin_uploads_through_the_form(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:
+    sign_in(client, "bob@example.com", PASSWORD)
+    token = csrf_token(client, "/templates")
+    files = [
+        (io.BytesIO(b'resource "terraform_data" "x" {}\n'), "main.tf"),
+        (io.BytesIO(b"# Hello\n<script>x</script>"), "README.md"),
+    ]
+    response = client.post(
+        "/templates",
+        data={"csrf_token": token, "name": "dev", "tags": "env=prod", "variables": "region=eu", "files": files},
+        content_type="multipart/form-data",
+    )
+    assert response.status_code == 302, response.get_data(as_text=True)
+    version_page = client.get(response.headers["Location"]).get_data(as_text=True)
+    assert "Waiting for a provisioner daemon" in version_page
+    version = app.test_client().get("/api/v2/templates", headers=personas["bob"].auth).json
+    assert version == []  # nothing is published before the import succeeds
+
+    bad = client.post(
+        "/templates",
+        data={"csrf_token": token, "name": "dev", "files": [(io.BytesIO(b"junk"), "x.tar")]},
+        content_type="multipart/form-data",
+    )
+    assert bad.status_code == 400 and "not a tar or zip archive" in bad.get_data(as_text=True)
+    no_files = client.post("/templates", data={"csrf_token": token, "name": "dev"}, content_type="multipart/form-data")
+    assert no_files.status_code == 400
+
+    member = app.test_client()
+    sign_in(member, "carol@example.com", PASSWORD)
+    assert member.get(response.headers["Location"]).status_code == 403
+    assert (
+        member.post("/templates", data={"csrf_token": csrf_token(member, "/templates"), "name": "x"}).status_code == 403
+    )
+
+
+def test_readme_is_rendered_safely(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:
+    api = app.test_client()
+    template = import_template(api, personas, FakeDaemon(api))
+    sign_in(client, "carol@example.com", PASSWORD)
+    page = client.get(f"/templates/{template['name']}").get_data(as_text=True)
+    assert "<h1>Dev</h1>" in page and "persistent" in page and "ephemeral" in page
