@@ -1,0 +1,94 @@
+"""The environment Terraform runs with: the host's, minus our secrets, plus what the coder provider reads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+# Variables with these prefixes configure Slipway itself (database URL, secret key, daemon credentials) or are
+# Coder's; a template's local-exec can print its whole environment, so none of them may reach Terraform.
+_STRIPPED_PREFIXES = ("SLIPWAY_", "CODER_")
+
+
+def parameter_env_name(name: str, *, previous: bool = False) -> str:
+    """CODER_PARAMETER_<sha256hex(name)>: hashed because parameter names need not be valid variable names."""
+    prefix = "CODER_PARAMETER_PREVIOUS_" if previous else "CODER_PARAMETER_"
+    return prefix + hashlib.sha256(name.encode("utf-8")).hexdigest()
+
+
+def build_coder_env(
+    *,
+    access_url: str,
+    transition: str,
+    workspace_name: str,
+    workspace_id: str,
+    build_id: str,
+    owner_name: str,
+    owner_id: str,
+    owner_email: str,
+    owner_full_name: str = "",
+    owner_login_type: str = "password",
+    owner_groups: Sequence[str] = (),
+    owner_session_token: str = "",
+    template_id: str = "",
+    template_name: str = "",
+    template_version: str = "",
+    parameters: Mapping[str, str] | None = None,
+    previous_parameters: Mapping[str, str] | None = None,
+    agent_scripts: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The CODER_* variables the coder provider reads, as Coder's provisioner sets them for plan and apply.
+
+    `agent_scripts` maps "<os>_<arch>" (e.g. "linux_amd64") to the agent bootstrap script.
+    """
+    env = {
+        "CODER_AGENT_URL": access_url,
+        "CODER_WORKSPACE_TRANSITION": transition,
+        "CODER_WORKSPACE_NAME": workspace_name,
+        "CODER_WORKSPACE_ID": workspace_id,
+        "CODER_WORKSPACE_BUILD_ID": build_id,
+        "CODER_WORKSPACE_OWNER": owner_name,
+        "CODER_WORKSPACE_OWNER_ID": owner_id,
+        "CODER_WORKSPACE_OWNER_EMAIL": owner_email,
+        "CODER_WORKSPACE_OWNER_NAME": owner_full_name,
+        "CODER_WORKSPACE_OWNER_LOGIN_TYPE": owner_login_type,
+        "CODER_WORKSPACE_OWNER_GROUPS": json.dumps(list(owner_groups)),
+        "CODER_WORKSPACE_OWNER_SESSION_TOKEN": owner_session_token,
+        "CODER_WORKSPACE_TEMPLATE_ID": template_id,
+        "CODER_WORKSPACE_TEMPLATE_NAME": template_name,
+        "CODER_WORKSPACE_TEMPLATE_VERSION": template_version,
+    }
+    for name, value in (parameters or {}).items():
+        env[parameter_env_name(name)] = value
+    for name, value in (previous_parameters or {}).items():
+        env[parameter_env_name(name, previous=True)] = value
+    for platform, script in (agent_scripts or {}).items():
+        env[f"CODER_AGENT_SCRIPT_{platform}"] = script
+    return env
+
+
+def terraform_environment(
+    host_env: Mapping[str, str],
+    extra: Mapping[str, str],
+    *,
+    cache_dir: Path,
+    cli_config_file: Path | None = None,
+) -> dict[str, str]:
+    """The environment for every Terraform command of a job.
+
+    The host environment without SLIPWAY_* and CODER_* variables, then `extra` (normally `build_coder_env(...)`),
+    then the Terraform settings. Creates the shared plugin cache directory under `cache_dir`.
+    """
+    env = {key: value for key, value in host_env.items() if not key.upper().startswith(_STRIPPED_PREFIXES)}
+    env.update(extra)
+    plugin_cache = cache_dir / "plugins"
+    plugin_cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+    env["TF_PLUGIN_CACHE_DIR"] = str(plugin_cache)
+    env["TF_IN_AUTOMATION"] = "1"
+    # Daemons often run offline; Terraform's version-check call home would only add a timeout.
+    env["CHECKPOINT_DISABLE"] = "1"
+    if cli_config_file is not None:
+        env["TF_CLI_CONFIG_FILE"] = str(cli_config_file)
+    return env

@@ -1,0 +1,292 @@
+"""The Terraform executor: init, plan and apply of one job in its private work dir, with live logs and cancel."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from workers.terraform.binary import TerraformBinary, find_terraform
+from workers.terraform.logs import (
+    APPLY_STAGES,
+    STAGE_CLEANUP,
+    STAGE_PLAN,
+    STAGE_SETUP,
+    LogCallback,
+    LogLevel,
+    LogLine,
+    error_summaries,
+    event_lines,
+    parse_event,
+    text_error_summaries,
+)
+from workers.terraform.process import CommandCanceledError, CommandRunner, Stream
+
+Transition = Literal["start", "stop", "destroy"]
+
+STATE_FILE = "terraform.tfstate"
+PLAN_FILE = "terraform.tfplan"
+NOTHING_TO_DO = "The terraform state does not exist, there is nothing to do"
+DEFAULT_CANCEL_GRACE = 180.0  # Coder's exitTimeout: 3 minutes between the interrupt and the kill
+
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+class TerraformError(Exception):
+    """A Terraform step failed. `message` is what the job's error should say; `state` is what apply left behind."""
+
+    def __init__(self, step: str, message: str, *, state: bytes | None = None) -> None:
+        super().__init__(f"terraform {step}: {message}")
+        self.step = step
+        self.message = message
+        self.state = state
+
+
+class TerraformCanceledError(TerraformError):
+    """The job was canceled while (or before) this step ran."""
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    # `terraform show -json` of the saved plan; None when there was nothing to plan (destroy without state).
+    plan: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    # The raw terraform.tfstate bytes (what the server stores) and `terraform show -json` of them.
+    state: bytes
+    state_json: dict[str, Any] | None
+
+
+OutputMode = Literal["text", "json", "capture"]
+
+
+@dataclass
+class _StepOutput:
+    """Collects one command's output and forwards its lines to the log.
+
+    Modes: "text" logs plain stdout at info (init); "json" turns `-json` events into lines and keeps diagnostics
+    (plan, apply); "capture" keeps stdout for the caller without logging it (show). stderr is logged at error.
+    """
+
+    stage: str
+    mode: OutputMode
+    log: LogCallback
+    captured: list[str] = field(default_factory=list)
+    diagnostics: list[dict[str, Any]] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+
+    def on_line(self, stream: Stream, line: str) -> None:
+        if stream == "stderr":
+            self.text.append(line)
+            if line.strip():
+                self._emit("error", line)
+        elif self.mode == "capture":
+            self.captured.append(line)
+        elif self.mode == "json" and (event := parse_event(line)) is not None:
+            if event.get("type") == "diagnostic":
+                self.diagnostics.append(event)
+            for level, text in event_lines(event):
+                self._emit(level, text)
+        elif line.strip():
+            self.text.append(line)
+            self._emit("info" if self.mode == "text" else "debug", line)
+
+    def on_notice(self, text: str) -> None:
+        self.log(LogLine("warn", self.stage, text, source="provisioner_daemon"))
+
+    def error_message(self, exit_code: int) -> str:
+        summaries = error_summaries(self.diagnostics) or text_error_summaries(self.text)
+        return "; ".join(summaries) or f"exited with status {exit_code}"
+
+    def _emit(self, level: LogLevel, text: str) -> None:
+        self.log(LogLine(level, self.stage, text))
+
+
+@contextmanager
+def job_workdir(cache_dir: Path, job_id: str, log: LogCallback | None = None) -> Iterator[Path]:
+    """A private, empty work dir `<cache_dir>/jobs/<job_id>` (mode 0700), removed when the block ends."""
+    if not _JOB_ID.fullmatch(job_id):
+        raise ValueError(f"job id {job_id!r} cannot be used as a directory name")
+    path = cache_dir / "jobs" / job_id
+    if path.exists():  # left behind by a daemon that crashed mid-job
+        shutil.rmtree(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.mkdir(mode=0o700)
+    try:
+        yield path
+    finally:
+        if log is not None:
+            log(LogLine("info", STAGE_CLEANUP, "", source="provisioner_daemon"))
+        _remove_tree(path, log)
+
+
+def _remove_tree(path: Path, log: LogCallback | None) -> None:
+    # A plugin that is still exiting can hold files open for a moment; Coder retries five times too.
+    for attempt in range(5):
+        try:
+            shutil.rmtree(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if attempt == 4:
+                if log is not None:
+                    log(LogLine("warn", STAGE_CLEANUP, f"Could not remove the work dir: {exc}", "provisioner_daemon"))
+                return
+            time.sleep(0.2 * (attempt + 1))
+
+
+class TerraformExecutor:
+    """Runs the Terraform steps of one job in `workdir` (which holds the extracted template).
+
+    Every line goes to `log` on the calling thread while Terraform runs. `cancel()` is the only method that may
+    be called from another thread.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        env: Mapping[str, str],
+        log: LogCallback,
+        binary: TerraformBinary | None = None,
+        cancel_grace: float = DEFAULT_CANCEL_GRACE,
+    ) -> None:
+        self.workdir = workdir
+        self.env = dict(env)
+        self.log = log
+        self.binary = binary or find_terraform()
+        self._runner = CommandRunner(grace=cancel_grace)
+        self._nothing_to_do = False
+
+    def cancel(self) -> None:
+        """Thread-safe: SIGINT to the running terraform, SIGKILL after the grace interval; no further steps run."""
+        self._runner.cancel()
+
+    @property
+    def canceled(self) -> bool:
+        return self._runner.canceled
+
+    # -- steps ------------------------------------------------------------------------------------------------
+
+    def run_build(
+        self, transition: Transition, *, state: bytes = b"", variables: Mapping[str, str] | None = None
+    ) -> ApplyResult:
+        """A workspace build: init, plan and apply. A destroy without state succeeds without running terraform."""
+        if transition == "destroy" and _is_empty(state):
+            return self._nothing_to_destroy()
+        self.init()
+        self.plan(transition, state=state, variables=variables)
+        return self.apply(transition)
+
+    def init(self) -> None:
+        self._stage_started(STAGE_SETUP)
+        self._run("init", STAGE_SETUP, ["init", "-no-color", "-input=false"], mode="text")
+
+    def plan(
+        self, transition: Transition, *, state: bytes = b"", variables: Mapping[str, str] | None = None
+    ) -> PlanResult:
+        """Write the previous state, plan (saving terraform.tfplan) and return the plan as JSON."""
+        self._stage_started(STAGE_PLAN)
+        if transition == "destroy" and _is_empty(state):
+            self._nothing_to_destroy()
+            return PlanResult(None)
+        self._nothing_to_do = False
+        self._write_state(state)
+        args = ["plan", "-no-color", "-input=false", "-json", "-refresh=true", f"-out={self.workdir / PLAN_FILE}"]
+        if transition == "destroy":
+            args.append("-destroy")
+        for name, value in (variables or {}).items():
+            args += ["-var", f"{name}={value}"]
+        self._run("plan", STAGE_PLAN, args, mode="json")
+        shown = self._run("show", STAGE_PLAN, ["show", "-json", "-no-color", PLAN_FILE], mode="capture")
+        return PlanResult(_parse_json("show", shown.captured))
+
+    def apply(self, transition: Transition) -> ApplyResult:
+        """Apply the saved plan. On failure the TerraformError carries the state Terraform left behind."""
+        if self._nothing_to_do:
+            return ApplyResult(b"", None)
+        stage = APPLY_STAGES[transition]
+        self._stage_started(stage)
+        args = ["apply", "-no-color", "-auto-approve", "-input=false", "-json", str(self.workdir / PLAN_FILE)]
+        try:
+            self._run("apply", stage, args, mode="json")
+        except TerraformError as exc:
+            # Resources created before the failure are in the state: losing it would orphan them.
+            exc.state = self._read_state()
+            raise
+        state = self._read_state()
+        try:
+            shown = self._run("show", stage, ["show", "-json", "-no-color"], mode="capture")
+        except TerraformError as exc:
+            exc.state = state
+            raise
+        return ApplyResult(state, _parse_json("show", shown.captured))
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+
+    def _nothing_to_destroy(self) -> ApplyResult:
+        self._nothing_to_do = True
+        self.log(LogLine("info", APPLY_STAGES["destroy"], NOTHING_TO_DO))
+        return ApplyResult(b"", None)
+
+    def _stage_started(self, stage: str) -> None:
+        # Like Coder's daemon: an empty line from the daemon marks where a stage begins.
+        self.log(LogLine("info", stage, "", source="provisioner_daemon"))
+
+    def _write_state(self, state: bytes) -> None:
+        path = self.workdir / STATE_FILE
+        if _is_empty(state):
+            path.unlink(missing_ok=True)
+        else:
+            path.write_bytes(state)
+            path.chmod(0o600)
+
+    def _read_state(self) -> bytes:
+        try:
+            return (self.workdir / STATE_FILE).read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    def _run(self, step: str, stage: str, args: list[str], *, mode: OutputMode) -> _StepOutput:
+        output = _StepOutput(stage, mode, self.log)
+        try:
+            exit_code = self._runner.run(
+                self.binary.argv(*args),
+                cwd=self.workdir,
+                env=self.env,
+                on_line=output.on_line,
+                on_notice=output.on_notice,
+            )
+        except CommandCanceledError:
+            raise TerraformCanceledError(step, "the job was canceled") from None
+        except OSError as exc:
+            raise TerraformError(step, f"could not start terraform: {exc}") from exc
+        if exit_code != 0:
+            message = output.error_message(exit_code)
+            if self._runner.canceled:
+                raise TerraformCanceledError(step, f"the job was canceled ({message})")
+            raise TerraformError(step, message)
+        return output
+
+
+def _is_empty(state: bytes) -> bool:
+    return not state.strip()
+
+
+def _parse_json(step: str, lines: list[str]) -> dict[str, Any]:
+    try:
+        value = json.loads("\n".join(lines))
+    except ValueError as exc:
+        raise TerraformError(step, f"terraform printed invalid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise TerraformError(step, "terraform printed JSON that is not an object")
+    return value
