@@ -1,0 +1,292 @@
+"""workers.resources on real plans and states of templates that use Slipway's coder provider."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+
+import pytest
+
+from tests.workers.conftest import TemplateDir
+from workers.resources import (
+    AgentMetadata,
+    DisplayApps,
+    ParameterOption,
+    ParseError,
+    Resource,
+    mark_lifecycles,
+    parse_parameters,
+    parse_resources,
+    parse_show_json,
+)
+
+Template = Callable[..., TemplateDir]
+
+WORKSPACE = """
+data "coder_workspace" "me" {}
+
+data "coder_parameter" "size" {
+  name    = "size"
+  type    = "number"
+  default = 10
+  order   = 2
+  validation {
+    min = 5
+    max = 50
+  }
+}
+
+data "coder_parameter" "image" {
+  name         = "image"
+  display_name = "Image"
+  order        = 1
+  option {
+    name  = "Ubuntu"
+    value = "ubuntu"
+    icon  = "/icon/ubuntu.svg"
+  }
+  option {
+    name  = "Debian"
+    value = "debian"
+  }
+}
+
+resource "coder_agent" "main" {
+  count          = data.coder_workspace.me.start_count
+  os             = "linux"
+  arch           = "amd64"
+  startup_script = "echo hi"
+  env            = { A = "1" }
+  metadata {
+    key      = "cpu"
+    script   = "top -bn1"
+    interval = 5
+  }
+  display_apps {
+    vscode      = false
+    ssh_helper  = false
+  }
+}
+
+# Referenced by two resources: it belongs to the one with the smallest address.
+resource "coder_agent" "Sidecar" {
+  os   = "linux"
+  arch = "arm64"
+}
+
+resource "coder_app" "code" {
+  count    = data.coder_workspace.me.start_count
+  agent_id = coder_agent.main[0].id
+  slug     = "code-server"
+  url      = "http://localhost:8080"
+  healthcheck {
+    url       = "http://localhost:8080/healthz"
+    interval  = 5
+    threshold = 6
+  }
+}
+
+resource "coder_script" "dotfiles" {
+  count        = data.coder_workspace.me.start_count
+  agent_id     = coder_agent.main[0].id
+  display_name = "Dotfiles"
+  script       = "make dotfiles"
+  run_on_start = true
+}
+
+resource "coder_env" "editor" {
+  count    = data.coder_workspace.me.start_count
+  agent_id = coder_agent.main[0].id
+  name     = "EDITOR"
+  value    = "vim"
+}
+
+resource "terraform_data" "home" {
+  count = 2
+}
+
+resource "terraform_data" "container" {
+  count = data.coder_workspace.me.start_count
+  input = coder_agent.main[0].init_script
+}
+
+# Depends on the agent only through the container: farther away, so the agent is not its even though its
+# address sorts first.
+resource "terraform_data" "backup" {
+  count = data.coder_workspace.me.start_count
+  input = terraform_data.container[0].id
+}
+
+resource "terraform_data" "sidecar_b" {
+  for_each = toset(["eu"])
+  input    = coder_agent.Sidecar.token
+}
+
+resource "terraform_data" "sidecar_a" {
+  input = coder_agent.Sidecar.token
+}
+
+resource "coder_metadata" "container" {
+  count       = data.coder_workspace.me.start_count
+  resource_id = terraform_data.container[0].id
+  daily_cost  = 7
+  icon        = "/icon/docker.svg"
+  item {
+    key   = "image"
+    value = data.coder_parameter.image.value
+  }
+  item {
+    key       = "password"
+    value     = "hunter2"
+    sensitive = true
+  }
+  item {
+    key = "unset"
+  }
+}
+"""
+
+
+def image_env(value: str) -> dict[str, str]:
+    return {"CODER_PARAMETER_" + hashlib.sha256(b"image").hexdigest(): value}
+
+
+def by_address(resources: list[Resource]) -> dict[str, Resource]:
+    return {resource.address: resource for resource in resources}
+
+
+def check_workspace(resources: dict[str, Resource]) -> None:
+    """What a start plan and the state after starting agree on."""
+    assert set(resources) == {
+        "terraform_data.container[0]",
+        "terraform_data.home[0]",
+        "terraform_data.home[1]",
+        "terraform_data.backup[0]",
+        'terraform_data.sidecar_b["eu"]',
+        "terraform_data.sidecar_a",
+    }
+    container = resources["terraform_data.container[0]"]
+    assert (container.kind, container.index_key, [agent.name for agent in container.agents]) == (
+        "computational",
+        0,
+        ["main"],
+    )
+    assert resources["terraform_data.backup[0]"].kind == "peripheral"
+    assert resources["terraform_data.home[1]"].index_key == 1
+    assert resources['terraform_data.sidecar_b["eu"]'].index_key == "eu"
+    assert [agent.name for agent in resources["terraform_data.sidecar_a"].agents] == ["Sidecar"]
+    assert resources['terraform_data.sidecar_b["eu"]'].agents == []
+
+    agent = container.agents[0]
+    assert (agent.os, agent.arch, agent.startup_script, agent.env) == ("linux", "amd64", "echo hi", {"A": "1"})
+    assert agent.connection_timeout == 120
+    assert agent.metadata == [AgentMetadata(key="cpu", script="top -bn1", interval=5)]
+    assert agent.display_apps == DisplayApps(vscode=False, ssh_helper=False)
+    assert [(app.slug, app.display_name, app.share) for app in agent.apps] == [("code-server", "code-server", "owner")]
+    assert agent.apps[0].healthcheck == {"url": "http://localhost:8080/healthz", "interval": 5, "threshold": 6}
+    assert [(script.display_name, script.run_on_start) for script in agent.scripts] == [("Dotfiles", True)]
+    assert [(env.name, env.value) for env in agent.envs] == [("EDITOR", "vim")]
+
+    assert (container.daily_cost, container.icon, container.hide) == (7, "/icon/docker.svg", False)
+    assert [(item.key, item.value, item.sensitive) for item in container.metadata] == [
+        ("image", "debian", False),
+        ("password", "hunter2", True),
+    ]
+
+
+def test_start_plan_attaches_agents_apps_and_metadata(template: Template) -> None:
+    parsed = parse_show_json(template(WORKSPACE).plan(image_env("debian")))
+
+    check_workspace(by_address(parsed.resources))
+    # Planned agents have no identity yet: Terraform knows it only after apply.
+    assert by_address(parsed.resources)["terraform_data.container[0]"].agents[0].token == ""
+
+
+def test_state_after_apply_attaches_by_id_and_carries_agent_identity(template: Template) -> None:
+    state = template(WORKSPACE).apply(image_env("debian"))
+
+    resources = by_address(parse_show_json(state).resources)
+
+    check_workspace(resources)
+    agent = resources["terraform_data.container[0]"].agents[0]
+    assert agent.id and agent.token and agent.token != agent.id
+    assert all(app.id for app in agent.apps)
+
+
+def test_parameters_are_ordered_with_options_and_validation(template: Template) -> None:
+    parsed = parse_show_json(template(WORKSPACE).plan(image_env("ubuntu")))
+
+    image, size = parsed.parameters
+    assert (image.name, image.display_name, image.required, image.value) == ("image", "Image", True, "ubuntu")
+    assert image.options == [
+        ParameterOption(name="Ubuntu", value="ubuntu", icon="/icon/ubuntu.svg"),
+        ParameterOption(name="Debian", value="debian"),
+    ]
+    assert (size.type, size.required, size.default_value, size.value) == ("number", False, "10", "10")
+    assert (size.validation_min, size.validation_max, size.validation_regex) == (5, 50, "")
+    assert (size.mutable, size.ephemeral, size.order) == (False, False, 2)
+
+
+def test_lifecycles_persistent_when_the_stop_plan_keeps_a_resource(template: Template) -> None:
+    workspace = template(WORKSPACE)
+    start = parse_show_json(workspace.plan({**image_env("debian"), "CODER_WORKSPACE_TRANSITION": "start"}))
+    stop = parse_show_json(workspace.plan({**image_env("debian"), "CODER_WORKSPACE_TRANSITION": "stop"}))
+
+    marked = {resource.address: resource.lifecycle for resource in mark_lifecycles(start.resources, stop.resources)}
+
+    assert marked == {
+        "terraform_data.container[0]": "ephemeral",
+        "terraform_data.backup[0]": "ephemeral",
+        "terraform_data.home[0]": "persistent",
+        "terraform_data.home[1]": "persistent",
+        'terraform_data.sidecar_b["eu"]': "persistent",
+        "terraform_data.sidecar_a": "persistent",
+    }
+    assert all(resource.agents == [] for resource in stop.resources if resource.name != "sidecar_a")
+
+
+def test_json_forms_for_the_daemon_are_plain_values(template: Template) -> None:
+    plan = template(WORKSPACE).plan(image_env("debian"))
+
+    resources, parameters = parse_resources(plan), parse_parameters(plan)
+
+    assert json.loads(json.dumps(resources)) == resources
+    assert [parameter["name"] for parameter in parameters] == ["image", "size"]
+    container = next(r for r in resources if r["address"] == "terraform_data.container[0]")
+    assert container["agents"][0]["apps"][0]["slug"] == "code-server"
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        pytest.param(
+            'resource "coder_agent" "dev_box" {\n  os = "linux"\n  arch = "amd64"\n}\n',
+            "agent name 'dev_box' is invalid",
+            id="underscore-in-agent-name",
+        ),
+        pytest.param(
+            'resource "coder_agent" "Dev" {\n  os = "linux"\n  arch = "amd64"\n}\n'
+            'resource "coder_agent" "dev" {\n  os = "linux"\n  arch = "amd64"\n}\n',
+            "duplicate agent name 'dev' (names must be unique ignoring case)",
+            id="agent-names-equal-ignoring-case",
+        ),
+        pytest.param(
+            'resource "coder_agent" "dev" {\n  count = 2\n  os = "linux"\n  arch = "amd64"\n}\n',
+            "duplicate agent name 'dev'",
+            id="agent-with-count-2",
+        ),
+        pytest.param(
+            'data "coder_parameter" "a" {\n  name = "region"\n}\ndata "coder_parameter" "b" {\n  name = "region"\n}\n',
+            "duplicate parameter name 'region'",
+            id="parameter-names",
+        ),
+    ],
+)
+def test_templates_breaking_coders_naming_rules_are_refused(template: Template, source: str, message: str) -> None:
+    plan = template(source).plan()
+
+    with pytest.raises(ParseError) as caught:
+        parse_show_json(plan)
+
+    assert message in str(caught.value)

@@ -1,0 +1,140 @@
+"""Shared shape of our resources and data sources, and the environment helpers they read CODER_* with."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tf.iface import DataSource, ReadContext, ReadDataContext, Resource
+from tf.schema import Attribute, Schema
+from tf.types import Bool, Number, String, TfType, Unknown
+from tf.utils import Diagnostics
+
+if TYPE_CHECKING:
+    from workers.coder_provider.provider import CoderProvider
+
+State = dict[str, Any]
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def env(name: str, default: str = "") -> str:
+    return os.environ.get(name) or default
+
+
+def is_known(value: Any) -> bool:
+    """Config values that reference resources not yet created are Unknown during validation and planning."""
+    return value is not Unknown and value is not None
+
+
+def required(name: str, kind: TfType) -> Attribute:
+    return Attribute(name, kind, required=True, requires_replace=True)
+
+
+def optional(name: str, kind: TfType, default: Any = None, *, sensitive: bool = False) -> Attribute:
+    """An optional attribute. With a default it is also computed, so the default shows in plans and state, as the
+    real provider's defaults do (`tf` only fills defaults in for computed attributes)."""
+    if default is None:
+        return Attribute(name, kind, optional=True, requires_replace=True, sensitive=sensitive)
+    return Attribute(name, kind, optional=True, computed=True, default=default, requires_replace=True)
+
+
+def computed(name: str, kind: TfType | None = None, *, sensitive: bool = False) -> Attribute:
+    return Attribute(name, kind or String(), computed=True, sensitive=sensitive)
+
+
+def schema(*attributes: Attribute, blocks: tuple[Any, ...] = (), description: str = "") -> Schema:
+    return Schema(version=1, attributes=list(attributes), block_types=list(blocks), description=description or None)
+
+
+STRING, NUMBER, BOOL = String(), Number(), Bool()
+
+
+class CoderResource(Resource):  # type: ignore[misc]  # tf ships no type information
+    """A provider-local resource: it creates nothing outside Terraform, its state is all there is.
+
+    Subclasses declare `name` and `schema_` and may override `check` (config validation), `shape_plan`
+    (computed values known at plan time) and `fill` (computed values set on create).
+    """
+
+    name: ClassVar[str]
+    schema_: ClassVar[Schema]
+
+    def __init__(self, provider: CoderProvider) -> None:
+        self.provider = provider
+
+    @classmethod
+    def get_name(cls) -> str:
+        return cls.name
+
+    @classmethod
+    def get_schema(cls) -> Schema:
+        return cls.schema_
+
+    def validate(self, diags: Diagnostics, type_name: str, config: State) -> None:
+        super().validate(diags, type_name, config)
+        if not diags.has_errors():
+            self.check(diags, config)
+
+    def check(self, diags: Diagnostics, config: State) -> None:
+        """Reject invalid configuration; values may still be Unknown here."""
+
+    def shape_plan(self, planned: State) -> State:
+        return planned
+
+    def fill(self, state: State) -> State:
+        return state
+
+    def plan(self, ctx: Any, current: State | None, planned: State) -> State:
+        return self.shape_plan(planned)
+
+    def create(self, ctx: Any, planned: State) -> State:
+        state = dict(planned)
+        state["id"] = str(uuid.uuid4())
+        return self.fill(state)
+
+    def read(self, ctx: ReadContext, current: State) -> State:
+        return current
+
+    def update(self, ctx: Any, current: State, planned: State) -> State:
+        # Only nested blocks can change in place (every attribute forces a replacement); computed values stay.
+        state = dict(planned)
+        for attribute in self.get_schema().attributes:
+            if attribute.computed and state.get(attribute.name) is Unknown:
+                state[attribute.name] = current.get(attribute.name)
+        return state
+
+    def delete(self, ctx: Any, current: State) -> None:
+        return None
+
+
+class CoderDataSource(DataSource):  # type: ignore[misc]
+    """A data source computed from the provider's configuration and the CODER_* environment."""
+
+    name: ClassVar[str]
+    schema_: ClassVar[Schema]
+
+    def __init__(self, provider: CoderProvider) -> None:
+        self.provider = provider
+
+    @classmethod
+    def get_name(cls) -> str:
+        return cls.name
+
+    @classmethod
+    def get_schema(cls) -> Schema:
+        return cls.schema_
+
+    def read(self, ctx: ReadDataContext, config: State) -> State | None:
+        # Terraform wants every attribute back; unset optional ones stay null as in the configuration.
+        state: State = {attribute.name: config.get(attribute.name) for attribute in self.get_schema().attributes}
+        for block in self.get_schema().block_types:
+            state[block.type_name] = config.get(block.type_name) or []
+        return self.compute(ctx.diagnostics, state)
+
+    def compute(self, diags: Diagnostics, state: State) -> State | None:
+        raise NotImplementedError

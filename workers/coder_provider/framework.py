@@ -1,0 +1,145 @@
+"""What the `tf` framework (1.2) lacks for Coder's schema, added by extension rather than by patching it.
+
+- `ListNestedBlock`: Coder's `option`, `item` and `metadata` blocks are ordered lists; `tf` only offers Set and
+  Single nesting, and a set would let Terraform reorder a parameter's options.
+- `ObjectType`: `coder_workspace_owner.rbac_roles` is a list of objects; `tf` has no object type.
+- `CoderProviderServicer`: the base servicer only lets a resource shape its plan on update. We also need it on
+  create (computed attributes inside nested blocks, such as `item.is_null`, must be known or unknown in the plan,
+  never null) and we must answer destroy plans, which the base servicer rejects although it announces them.
+- `serve`: `tf.runner.run_provider` hard-wires the base servicer, so this is its loop with ours in place.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+import tempfile
+from concurrent import futures
+from typing import Any
+
+from tf.gen import tfplugin_pb2 as pb
+from tf.iface import PlanContext, Provider
+from tf.provider import ProviderServicer, _decode_state, _encode_state, _encode_state_d
+from tf.schema import Block, NestedBlock, NestMode
+from tf.types import TfType, Unknown
+from tf.utils import Diagnostics, read_dynamic_value
+
+# Coder's names allow no underscores since 2025-02; the same rule applies to agent names and app slugs.
+NAME_PATTERN = r"^[a-z0-9](-?[a-z0-9])*$"
+
+
+class ListNestedBlock(NestedBlock):  # type: ignore[misc]  # tf ships no type information
+    """A nested block whose instances keep the order they are written in (protocol nesting mode LIST)."""
+
+    def __init__(self, type_name: str, block: Block, *, min_items: int = 0, max_items: int = 0) -> None:
+        # The mode passed to the base class is never used: to_pb below says LIST.
+        super().__init__(type_name, NestMode.Set, block, min_items=min_items, max_items=max_items)
+
+    def to_pb(self) -> Any:
+        return pb.Schema.NestedBlock(
+            type_name=self.type_name,
+            block=self.block.to_pb(),
+            min_items=self.min_items,
+            max_items=self.max_items,
+            nesting=pb.Schema.NestedBlock.NestingMode.LIST,
+        )
+
+    def encode(self, value: Any) -> Any:
+        if value is None or value is Unknown:
+            return value
+        return [_encode_state_d(self._amap(), self._bmap(), item, None) for item in value]
+
+    def decode(self, value: Any) -> Any:
+        if value is None or value is Unknown:
+            return value
+        diags = Diagnostics()
+        return [_decode_state(diags, self._amap(), self._bmap(), item)[1] for item in value]
+
+    def semantically_equal(self, a_decoded: Any, b_decoded: Any) -> bool:
+        # Unlike a set, order is part of the value.
+        return bool(a_decoded == b_decoded)
+
+
+class ObjectType(TfType):  # type: ignore[misc]
+    """An object with fixed attribute types, e.g. `{name = string, org_id = string}`."""
+
+    def __init__(self, attributes: dict[str, TfType]) -> None:
+        self.attributes = attributes
+
+    def encode(self, value: Any) -> Any:
+        if value is None or value is Unknown:
+            return value
+        return {name: kind.encode(value.get(name)) for name, kind in self.attributes.items()}
+
+    def decode(self, value: Any) -> Any:
+        if value is None or value is Unknown:
+            return value
+        return {name: kind.decode(value.get(name)) for name, kind in self.attributes.items()}
+
+    def tf_type(self) -> bytes:
+        members = {name: json.loads(kind.tf_type()) for name, kind in self.attributes.items()}
+        return json.dumps(["object", members], separators=(",", ":")).encode()
+
+
+class CoderProviderServicer(ProviderServicer):  # type: ignore[misc]
+    def PlanResourceChange(self, request: Any, context: Any) -> Any:  # noqa: N802  (gRPC method name)
+        if read_dynamic_value(request.proposed_new_state) is None:
+            # A destroy plan: these resources live only in Terraform's state, so there is nothing to veto.
+            return pb.PlanResourceChange.Response(planned_state=request.proposed_new_state)
+        response = super().PlanResourceChange(request, context)
+        if read_dynamic_value(request.prior_state) is not None or response.diagnostics:
+            return response  # updates already went through the resource's plan()
+        type_name = request.type_name
+        attrs, blocks = self._get_res_attrs(type_name), self._get_res_blocks(type_name)
+        diags = Diagnostics()
+        planned_encoded, planned = _decode_state(diags, attrs, blocks, response.planned_state)
+        resource = self.app.new_resource(self._get_res_cls(type_name))
+        shaped = resource.plan(PlanContext(diags, type_name, changed_fields=set()), None, planned)
+        return pb.PlanResourceChange.Response(
+            planned_state=_encode_state(attrs, blocks, shaped, planned_encoded), diagnostics=diags.to_pb()
+        )
+
+
+def serve(provider: Provider) -> None:
+    """Serve `provider` over go-plugin's gRPC handshake, as `tf.runner.run_provider` does (production mode)."""
+    import grpc  # type: ignore[import-untyped]  # no stubs installed
+    from tf.gen import grpc_controller_pb2 as controller_pb
+    from tf.gen import grpc_controller_pb2_grpc as controller_rpc
+    from tf.gen import grpc_stdio_pb2_grpc as stdio_rpc
+    from tf.gen import tfplugin_pb2_grpc as rpc
+    from tf.runner import _self_signed_cert, _ShutdownInterceptor
+
+    stopper = _ShutdownInterceptor()
+    server = grpc.server(thread_pool=futures.ThreadPoolExecutor(max_workers=10), interceptors=[stopper])
+    stopper.server = server
+    rpc.add_ProviderServicer_to_server(CoderProviderServicer(provider), server)
+
+    class Controller(controller_rpc.GRPCControllerServicer):  # type: ignore[misc]
+        def Shutdown(self, request: Any, context: Any) -> Any:  # noqa: N802
+            stopper.stopped = True
+            return controller_pb.Empty()
+
+    class Stdio(stdio_rpc.GRPCStdioServicer):  # type: ignore[misc]
+        def StreamStdio(self, request: Any, context: Any) -> Any:  # noqa: N802
+            return iter([])
+
+    controller_rpc.add_GRPCControllerServicer_to_server(Controller(), server)
+    stdio_rpc.add_GRPCStdioServicer_to_server(Stdio(), server)
+    with tempfile.TemporaryDirectory() as directory:
+        socket_path = os.path.join(directory, "plugin.sock")
+        chain, credentials = _self_signed_cert()
+        server.add_secure_port(f"unix://{socket_path}", credentials)
+        server.start()
+        # go-plugin handshake: core protocol 1, plugin protocol 6, where to dial, and our certificate.
+        certificate = base64.b64encode(chain).decode().rstrip("=")
+        sys.stdout.write(f"1|6|unix|{socket_path}|grpc|{certificate}\n")
+        sys.stdout.flush()
+        try:
+            # Short waits: Terraform stops many providers per run and a long wait would add up.
+            while server.wait_for_termination(0.05):
+                if stopper.stopped:
+                    break
+        except KeyboardInterrupt:
+            server.stop(grace=0.5)

@@ -1,0 +1,152 @@
+"""`coder_app`, `coder_script`, `coder_env` and `coder_metadata`: what hangs off an agent or a resource."""
+
+from __future__ import annotations
+
+import re
+
+from tf.schema import Block
+from tf.types import Unknown
+from tf.utils import Diagnostics
+
+from workers.coder_provider.base import (
+    BOOL,
+    NUMBER,
+    STRING,
+    CoderResource,
+    State,
+    computed,
+    is_known,
+    optional,
+    required,
+    schema,
+)
+from workers.coder_provider.framework import NAME_PATTERN, ListNestedBlock
+
+
+def check_choice(diags: Diagnostics, resource: str, config: State, field: str, choices: tuple[str, ...]) -> None:
+    value = config.get(field)
+    if is_known(value) and value not in choices:
+        diags.add_error(
+            f"Invalid {resource} {field}", f"{field} is {value!r}; it must be one of {', '.join(choices)}", path=[field]
+        )
+
+
+class AppResource(CoderResource):
+    name = "app"
+    schema_ = schema(
+        required("agent_id", STRING),
+        required("slug", STRING),
+        optional("display_name", STRING),
+        optional("name", STRING),  # deprecated, still read by Coder
+        optional("icon", STRING),
+        optional("url", STRING),
+        optional("command", STRING),
+        optional("external", BOOL),
+        optional("share", STRING, "owner"),
+        optional("subdomain", BOOL),
+        optional("relative_path", BOOL),  # deprecated
+        optional("order", NUMBER),
+        optional("hidden", BOOL),
+        optional("open_in", STRING, "slim-window"),
+        optional("group", STRING),
+        optional("tooltip", STRING),
+        computed("id"),
+        blocks=(
+            ListNestedBlock(
+                "healthcheck",
+                Block(
+                    attributes=[required("url", STRING), required("interval", NUMBER), required("threshold", NUMBER)]
+                ),
+                max_items=1,
+            ),
+        ),
+    )
+
+    def check(self, diags: Diagnostics, config: State) -> None:
+        slug = config.get("slug")
+        if is_known(slug) and not re.match(NAME_PATTERN, str(slug)):
+            diags.add_error(
+                "Invalid coder_app slug", f"slug {slug!r} must match {NAME_PATTERN} (e.g. 'code-server')", path=["slug"]
+            )
+        check_choice(diags, "coder_app", config, "share", ("owner", "authenticated", "public"))
+        check_choice(diags, "coder_app", config, "open_in", ("slim-window", "tab"))
+        if config.get("command") is not None and (config.get("url") is not None or config.get("subdomain")):
+            diags.add_error("Invalid coder_app", "command cannot be combined with url or subdomain", path=["command"])
+
+
+class ScriptResource(CoderResource):
+    name = "script"
+    schema_ = schema(
+        required("agent_id", STRING),
+        required("display_name", STRING),
+        required("script", STRING),
+        optional("icon", STRING),
+        optional("cron", STRING),
+        optional("log_path", STRING),
+        optional("start_blocks_login", BOOL, False),
+        optional("run_on_start", BOOL, False),
+        optional("run_on_stop", BOOL, False),
+        optional("timeout", NUMBER, 0),
+        computed("id"),
+    )
+
+    def check(self, diags: Diagnostics, config: State) -> None:
+        if not (config.get("run_on_start") or config.get("run_on_stop") or config.get("cron") is not None):
+            diags.add_error("Invalid coder_script", "at least one of run_on_start, run_on_stop or cron must be set")
+        cron = config.get("cron")
+        if is_known(cron) and len(str(cron).split()) != 6:
+            diags.add_error(
+                "Invalid coder_script cron",
+                f"cron {cron!r} must have 6 fields, seconds first (e.g. '0 0 22 * * *')",
+                path=["cron"],
+            )
+
+
+class EnvResource(CoderResource):
+    name = "env"
+    schema_ = schema(
+        required("agent_id", STRING),
+        required("name", STRING),
+        optional("value", STRING),
+        optional("merge_strategy", STRING, "replace"),
+        computed("id"),
+    )
+
+    def check(self, diags: Diagnostics, config: State) -> None:
+        check_choice(diags, "coder_env", config, "merge_strategy", ("replace", "append", "prepend", "error"))
+
+
+class MetadataResource(CoderResource):
+    name = "metadata"
+    schema_ = schema(
+        required("resource_id", STRING),
+        optional("hide", BOOL),
+        optional("icon", STRING),
+        optional("daily_cost", NUMBER),
+        computed("id"),
+        blocks=(
+            ListNestedBlock(
+                "item",
+                Block(
+                    attributes=[
+                        required("key", STRING),
+                        optional("value", STRING),
+                        optional("sensitive", BOOL),
+                        computed("is_null", BOOL),
+                    ]
+                ),
+            ),
+        ),
+    )
+
+    def shape_plan(self, planned: State) -> State:
+        # is_null is derived from value, so it is known whenever the value is, as in Coder's provider.
+        items = planned.get("item")
+        if isinstance(items, list):
+            for item in items:
+                value = item.get("value")
+                item["is_null"] = Unknown if value is Unknown else value is None
+        return planned
+
+    def fill(self, state: State) -> State:
+        return self.shape_plan(state)
