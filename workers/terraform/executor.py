@@ -79,6 +79,8 @@ class _StepOutput:
     stage: str
     mode: OutputMode
     log: LogCallback
+    # A one-process plan-and-apply starts in the planning stage and moves here when Terraform starts applying.
+    apply_stage: str | None = None
     captured: list[str] = field(default_factory=list)
     diagnostics: list[dict[str, Any]] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
@@ -93,11 +95,18 @@ class _StepOutput:
         elif self.mode == "json" and (event := parse_event(line)) is not None:
             if event.get("type") == "diagnostic":
                 self.diagnostics.append(event)
+            elif event.get("type") == "apply_start" and self.apply_stage is not None:
+                self.stage, self.apply_stage = self.apply_stage, None
+                self.log(LogLine("info", self.stage, "", source="provisioner_daemon"))
             for level, text in event_lines(event):
                 self._emit(level, text)
         elif line.strip():
             self.text.append(line)
             self._emit("info" if self.mode == "text" else "debug", line)
+
+    def step(self, command: str) -> str:
+        """The step to blame: a combined plan-and-apply that never reached applying failed while planning."""
+        return "plan" if self.apply_stage is not None else command
 
     def on_notice(self, text: str) -> None:
         self.log(LogLine("warn", self.stage, text, source="provisioner_daemon"))
@@ -180,12 +189,21 @@ class TerraformExecutor:
     def run_build(
         self, transition: Transition, *, state: bytes = b"", variables: Mapping[str, str] | None = None
     ) -> ApplyResult:
-        """A workspace build: init, plan and apply. A destroy without state succeeds without running terraform."""
+        """A workspace build: init, then plan and apply in one `terraform apply` (a build needs no plan JSON, and
+        one process instead of plan, show and apply saves two provider start-ups). The log moves from the
+        planning stage to the transition's stage when Terraform starts applying. A destroy without state
+        succeeds without running terraform."""
         if transition == "destroy" and _is_empty(state):
             return self._nothing_to_destroy()
         self.init()
-        self.plan(transition, state=state, variables=variables)
-        return self.apply(transition)
+        self._stage_started(STAGE_PLAN)
+        self._write_state(state)
+        args = ["apply", "-no-color", "-auto-approve", "-input=false", "-json", "-refresh=true"]
+        if transition == "destroy":
+            args.append("-destroy")
+        for name, value in (variables or {}).items():
+            args += ["-var", f"{name}={value}"]
+        return self._apply_and_show("apply", STAGE_PLAN, args, apply_stage=APPLY_STAGES[transition])
 
     def init(self) -> None:
         self._stage_started(STAGE_SETUP)
@@ -217,12 +235,16 @@ class TerraformExecutor:
         stage = APPLY_STAGES[transition]
         self._stage_started(stage)
         args = ["apply", "-no-color", "-auto-approve", "-input=false", "-json", str(self.workdir / PLAN_FILE)]
+        return self._apply_and_show("apply", stage, args)
+
+    def _apply_and_show(self, step: str, stage: str, args: list[str], *, apply_stage: str | None = None) -> ApplyResult:
         try:
-            self._run("apply", stage, args, mode="json")
+            self._run(step, stage, args, mode="json", apply_stage=apply_stage)
         except TerraformError as exc:
             # Resources created before the failure are in the state: losing it would orphan them.
             exc.state = self._read_state()
             raise
+        stage = apply_stage or stage
         state = self._read_state()
         try:
             shown = self._run("show", stage, ["show", "-json", "-no-color"], mode="capture")
@@ -256,8 +278,10 @@ class TerraformExecutor:
         except FileNotFoundError:
             return b""
 
-    def _run(self, step: str, stage: str, args: list[str], *, mode: OutputMode) -> _StepOutput:
-        output = _StepOutput(stage, mode, self.log)
+    def _run(
+        self, step: str, stage: str, args: list[str], *, mode: OutputMode, apply_stage: str | None = None
+    ) -> _StepOutput:
+        output = _StepOutput(stage, mode, self.log, apply_stage)
         try:
             exit_code = self._runner.run(
                 self.binary.argv(*args),
@@ -267,9 +291,10 @@ class TerraformExecutor:
                 on_notice=output.on_notice,
             )
         except CommandCanceledError:
-            raise TerraformCanceledError(step, "the job was canceled") from None
+            raise TerraformCanceledError(output.step(step), "the job was canceled") from None
         except OSError as exc:
             raise TerraformError(step, f"could not start terraform: {exc}") from exc
+        step = output.step(step)
         if exit_code != 0:
             message = output.error_message(exit_code)
             if self._runner.canceled:
