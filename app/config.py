@@ -50,6 +50,7 @@ class Settings:
     provisioner_hang_timeout: int = 300
     provisioner_pending_timeout: int = 1800
     provisioner_force_cancel_interval: int = 600
+    terraform_path: str = ""
 
     @property
     def host(self) -> str:
@@ -101,6 +102,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         provisioner_hang_timeout=_duration(env, "PROVISIONER_HANG_TIMEOUT", "5m"),
         provisioner_pending_timeout=_duration(env, "PROVISIONER_PENDING_TIMEOUT", "30m"),
         provisioner_force_cancel_interval=_duration(env, "PROVISIONER_FORCE_CANCEL_INTERVAL", "10m"),
+        terraform_path=_get(env, "TERRAFORM_PATH"),
     )
 
 

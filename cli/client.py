@@ -25,9 +25,18 @@ class SlipwayClient:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=TIMEOUT)
 
-    def request(self, method: str, path: str, *, json: Any = None, expect: tuple[int, ...] = (200, 201, 204)) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        expect: tuple[int, ...] = (200, 201, 204),
+    ) -> Any:
         try:
-            response = self._http.request(method, path, json=json)
+            response = self._http.request(method, path, json=json, content=content, headers=headers)
         except httpx.HTTPError as exc:
             raise click.ClickException(f"cannot reach {self.url}: {exc}") from exc
         if response.status_code not in expect:

@@ -6,7 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
-from cli import accounts
+from cli import accounts, templates, workspaces
 from cli.server import server
 
 
@@ -32,6 +32,10 @@ cli.add_command(accounts.logout)
 cli.add_command(accounts.whoami)
 cli.add_command(accounts.users)
 cli.add_command(accounts.tokens)
+cli.add_command(templates.templates)
+for command in (workspaces.create, workspaces.start, workspaces.stop, workspaces.delete, workspaces.show):
+    cli.add_command(command)
+cli.add_command(workspaces.list_workspaces, name="list")
 
 
 def main() -> None:

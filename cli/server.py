@@ -38,6 +38,7 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "Built-in provisioner daemons; 0 disables. [default: 3]",
     ),
     ("--web-workers", "SLIPWAY_WEB_WORKERS", "Web worker processes (gevent). [default: 2]"),
+    ("--terraform-path", "SLIPWAY_TERRAFORM_PATH", "Terraform for built-in daemons. [default: PATH, else bundled]"),
     (
         "--secret-key",
         "SLIPWAY_SECRET_KEY",

@@ -113,13 +113,15 @@ class Supervisor:
         settings = self.settings
         host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host  # noqa: S104 - a comparison
         host = "[::1]" if host == "::" else (f"[{host}]" if ":" in host else host)
-        env = child_environment(settings)
+        # Only what a daemon needs: it must not inherit the database URL or any other server secret.
+        env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
         env.update(
             SLIPWAY_URL=f"http://{host}:{settings.port}",
             SLIPWAY_PROVISIONER_DAEMON_PSK=settings.builtin_daemon_psk,
             SLIPWAY_PROVISIONER_REDIS_URL=settings.redis_url,
             SLIPWAY_PROVISIONER_DAEMON_NAME=daemon.name,
             SLIPWAY_PROVISIONER_CACHE_DIR=str(settings.data_dir / "provisioner-cache"),
+            SLIPWAY_TERRAFORM_PATH=settings.terraform_path,
         )
         daemon.process = spawn([sys.executable, "-m", "workers"], env=env)
 

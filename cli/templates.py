@@ -1,0 +1,118 @@
+"""`slipway templates push|list|versions list`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cli.client import authenticated_client, print_table
+from cli.follow import follow_job, report
+
+
+def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
+    result = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{what} look like key=value, got {item!r}")
+        result[key] = value
+    return result
+
+
+@click.group()
+def templates() -> None:
+    """Manage templates (template admins and owners)."""
+
+
+@templates.command("push")
+@click.argument("name")
+@click.option(
+    "-d",
+    "--directory",
+    default=".",
+    show_default=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The template's directory.",
+)
+@click.option(
+    "--provisioner-tag",
+    "tags",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Run this template's jobs on daemons with this tag.",
+)
+@click.option("--variable", "variables", multiple=True, metavar="NAME=VALUE", help="A value for a Terraform variable.")
+@click.option("--activate/--no-activate", default=True, show_default=True, help="Make the new version the active one.")
+@click.option("--version-name", default="", help="A name for the new version (default: generated).")
+def push(
+    name: str, directory: Path, tags: tuple[str, ...], variables: tuple[str, ...], activate: bool, version_name: str
+) -> None:
+    """Upload DIRECTORY as a new version of template NAME (created if needed) and show the import log."""
+    from workers.archive import pack_directory
+
+    client = authenticated_client()
+    archive = pack_directory(directory)
+    click.echo(f"Uploading {directory} ({len(archive) / 1024:.1f} KiB)...")
+    uploaded = client.request("POST", "/api/v2/files", content=archive, headers={"Content-Type": "application/x-tar"})
+    existing = client.get(f"/api/v2/templates?name={name}")
+    body: dict[str, Any] = {
+        "file_id": uploaded["id"],
+        "name": version_name,
+        "provisioner_tags": _pairs(tags, "--provisioner-tag values"),
+        "user_variable_values": [{"name": k, "value": v} for k, v in _pairs(variables, "--variable values").items()],
+    }
+    if existing:
+        body["template_id"] = existing[0]["id"]
+    version = client.post("/api/v2/templateversions", body)
+    job = follow_job(
+        client,
+        f"/api/v2/templateversions/{version['id']}/logs",
+        lambda: client.get(f"/api/v2/templateversions/{version['id']}")["job"],
+    )
+    report(job, f"Import of {name} ({version['name']})")
+    if not existing:
+        client.post("/api/v2/templates", {"name": name, "version_id": version["id"]})
+        click.echo(f"Created template {name} with version {version['name']}.")
+    elif activate:
+        client.request("PATCH", f"/api/v2/templates/{existing[0]['id']}/versions", json={"id": version["id"]})
+        click.echo(f"Version {version['name']} is now the active version of {name}.")
+
+
+@templates.command("list")
+@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def list_templates(output: str) -> None:
+    """List templates."""
+    rows = authenticated_client().get("/api/v2/templates")
+    if output == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    print_table(rows, ["name", "display_name", "active_version_id", "created_at"])
+
+
+@templates.group("versions")
+def versions() -> None:
+    """Versions of a template."""
+
+
+@versions.command("list")
+@click.argument("name")
+def list_versions(name: str) -> None:
+    """List the versions of template NAME, newest first."""
+    client = authenticated_client()
+    found = client.get(f"/api/v2/templates?name={name}")
+    if not found:
+        raise click.ClickException(f"No template named {name!r}.")
+    active = found[0]["active_version_id"]
+    rows = [
+        {
+            "name": v["name"],
+            "status": v["job"]["status"],
+            "active": "yes" if v["id"] == active else "",
+            "created_at": v["created_at"],
+        }
+        for v in client.get(f"/api/v2/templates/{found[0]['id']}/versions")
+    ]
+    print_table(rows, ["name", "status", "active", "created_at"])

@@ -1,0 +1,120 @@
+"""`slipway create|start|stop|delete|list|show`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from cli.client import SlipwayClient, authenticated_client, print_table
+from cli.follow import follow_job, report
+
+
+def find_workspace(client: SlipwayClient, name: str) -> dict[str, Any]:
+    found: list[dict[str, Any]] = client.get(f"/api/v2/workspaces?owner=me&name={name}")
+    if not found:
+        raise click.ClickException(f"You have no workspace named {name!r} (see `slipway list`).")
+    return found[0]
+
+
+def _parameters(values: tuple[str, ...]) -> list[dict[str, str]]:
+    parsed = []
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"parameters look like name=value, got {item!r}", param_hint="--parameter")
+        parsed.append({"name": key, "value": value})
+    return parsed
+
+
+def _follow_build(client: SlipwayClient, build: dict[str, Any], what: str) -> None:
+    job = follow_job(
+        client,
+        f"/api/v2/workspacebuilds/{build['id']}/logs",
+        lambda: client.get(f"/api/v2/workspacebuilds/{build['id']}")["job"],
+    )
+    report(job, what)
+
+
+parameter_option = click.option(
+    "--parameter", "-p", "parameters", multiple=True, metavar="NAME=VALUE", help="A rich parameter value."
+)
+
+
+@click.command()
+@click.argument("name")
+@click.option("--template", "-t", required=True, help="The template to build it from.")
+@parameter_option
+def create(name: str, template: str, parameters: tuple[str, ...]) -> None:
+    """Create workspace NAME from a template and follow its first build."""
+    client = authenticated_client()
+    found = client.get(f"/api/v2/templates?name={template}")
+    if not found:
+        raise click.ClickException(f"No template named {template!r} (see `slipway templates list`).")
+    workspace = client.post(
+        "/api/v2/workspaces",
+        {"template_id": found[0]["id"], "name": name, "rich_parameter_values": _parameters(parameters)},
+    )
+    _follow_build(client, workspace["latest_build"], f"Workspace {name}")
+
+
+def _transition_command(transition: str, verb: str) -> click.Command:
+    @click.command(transition, help=f"{verb} workspace NAME and follow the build.")
+    @click.argument("name")
+    @parameter_option
+    def command(name: str, parameters: tuple[str, ...]) -> None:
+        client = authenticated_client()
+        workspace = find_workspace(client, name)
+        body = {"transition": transition, "rich_parameter_values": _parameters(parameters)}
+        build = client.post(f"/api/v2/workspaces/{workspace['id']}/builds", body)
+        _follow_build(client, build, f"{verb[:-1] if verb.endswith('e') else verb}ing {name}".capitalize())
+
+    return command
+
+
+start = _transition_command("start", "Start")
+stop = _transition_command("stop", "Stop")
+delete = _transition_command("delete", "Delete")
+
+
+@click.command("list")
+@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def list_workspaces(output: str) -> None:
+    """List your workspaces (admins: everyone's)."""
+    rows = authenticated_client().get("/api/v2/workspaces")
+    if output == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = [
+        {
+            "name": r["name"],
+            "owner": r["owner_name"],
+            "template": r["template_name"],
+            "status": r["status"],
+            "build": r["latest_build"]["build_number"],
+        }
+        for r in rows
+    ]
+    print_table(table, ["name", "owner", "template", "status", "build"])
+
+
+@click.command()
+@click.argument("name")
+def show(name: str) -> None:
+    """Show workspace NAME: status, parameters, resources and agents."""
+    client = authenticated_client()
+    workspace = find_workspace(client, name)
+    build = workspace["latest_build"]
+    click.echo(f"{workspace['name']}  ({workspace['template_name']}, owner {workspace['owner_name']})")
+    click.echo(f"status: {workspace['status']}   build #{build['build_number']} {build['transition']}")
+    click.echo(f"version: {build['template_version_name']}")
+    if build["job"].get("error"):
+        click.echo(f"error: {build['job']['error']}")
+    for parameter in client.get(f"/api/v2/workspacebuilds/{build['id']}/parameters"):
+        click.echo(f"parameter {parameter['name']} = {parameter['value']}")
+    for resource in client.get(f"/api/v2/workspacebuilds/{build['id']}/resources"):
+        click.echo(f"resource {resource['type']}.{resource['name']} ({resource['kind']})")
+        for agent in resource["agents"]:
+            platform = f"{agent['os']}/{agent['arch']}"
+            click.echo(f"  agent {agent['name']}: {agent['status']}, {agent['lifecycle_state']} ({platform})")

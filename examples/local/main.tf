@@ -1,0 +1,115 @@
+# A workspace that is a directory and a process on the provisioner's own machine.
+# It needs nothing but Terraform: handy to try Slipway, and what the test suite builds.
+terraform {
+  required_providers {
+    coder = {
+      source = "coder/coder"
+    }
+  }
+}
+
+variable "workspaces_root" {
+  type        = string
+  description = "Where workspace directories are created on the provisioner's machine."
+  default     = "/tmp/slipway-workspaces"
+}
+
+data "coder_provisioner" "me" {}
+data "coder_workspace" "me" {}
+data "coder_workspace_owner" "me" {}
+
+data "coder_parameter" "greeting" {
+  name         = "greeting"
+  display_name = "Greeting"
+  description  = "Written to ~/greeting when the workspace starts."
+  type         = "string"
+  default      = "hello"
+  mutable      = true
+  validation {
+    regex = "^[a-zA-Z ,.!]{1,64}$"
+    error = "Use up to 64 letters, spaces and punctuation."
+  }
+}
+
+data "coder_parameter" "shell" {
+  name         = "shell"
+  display_name = "Shell"
+  description  = "The shell the workspace process runs."
+  type         = "string"
+  default      = "sh"
+  mutable      = false
+  option {
+    name  = "POSIX sh"
+    value = "sh"
+  }
+  option {
+    name  = "Bash"
+    value = "bash"
+  }
+}
+
+locals {
+  dir = "${var.workspaces_root}/${data.coder_workspace_owner.me.name}/${data.coder_workspace.me.name}"
+}
+
+resource "coder_agent" "main" {
+  os             = "linux"
+  arch           = data.coder_provisioner.me.arch
+  dir            = local.dir
+  startup_script = "echo '${data.coder_parameter.greeting.value}' > '${local.dir}/greeting'"
+}
+
+# The home directory: kept while the workspace exists, removed when it is deleted.
+resource "terraform_data" "home" {
+  input = local.dir
+
+  provisioner "local-exec" {
+    command = "mkdir -p '${self.input}' && echo '${data.coder_parameter.greeting.value}' > '${self.input}/greeting'"
+  }
+
+  provisioner "local-exec" {
+    when    = destroy
+    command = "rm -rf '${self.input}'"
+  }
+}
+
+# The running workspace: a detached process that exists only while the workspace is started. It runs the
+# agent's init script, and stops (with everything it started) when the workspace stops.
+resource "terraform_data" "process" {
+  count      = data.coder_workspace.me.start_count
+  depends_on = [terraform_data.home]
+  input = {
+    dir   = local.dir
+    shell = data.coder_parameter.shell.value
+  }
+
+  provisioner "local-exec" {
+    environment = {
+      WORKSPACE_DIR     = local.dir
+      INIT_SCRIPT       = coder_agent.main.init_script
+      CODER_AGENT_TOKEN = coder_agent.main.token
+    }
+    # setsid + nohup + redirections: the process outlives this command, and Terraform does not wait for it.
+    command = <<-EOT
+      cd "$WORKSPACE_DIR"
+      setsid nohup ${self.input.shell} -c '
+        if [ -n "$INIT_SCRIPT" ]; then printf "%s\n" "$INIT_SCRIPT" > init.sh; ${self.input.shell} init.sh >> agent.log 2>&1 & fi
+        exec sleep 2147483647
+      ' > workspace.log 2>&1 < /dev/null &
+      echo $! > workspace.pid
+    EOT
+  }
+
+  provisioner "local-exec" {
+    when    = destroy
+    command = "kill -TERM -- -$(cat '${self.input.dir}/workspace.pid') 2>/dev/null || true; rm -f '${self.input.dir}/workspace.pid'"
+  }
+}
+
+resource "coder_metadata" "home" {
+  resource_id = terraform_data.home.id
+  item {
+    key   = "path"
+    value = local.dir
+  }
+}
