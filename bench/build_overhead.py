@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 from _harness import Server, median, percentile  # noqa: E402
-from workers.provider_install import install_coder_provider  # noqa: E402
 
 from workers.archive import pack_directory  # noqa: E402
+from workers.provider_install import install_coder_provider  # noqa: E402
 from workers.terraform import build_coder_env, find_terraform, terraform_environment  # noqa: E402
 
 PASSWORD = "correct-horse-battery"

@@ -178,7 +178,7 @@ def test_start_creates_and_destroy_removes_the_workspace(
 
     assert not marker.exists()
     assert destroyed.state_json is not None
-    assert "root_module" not in destroyed.state_json.get("values", {})
+    assert destroyed.state_json.get("values", {}).get("root_module", {}).get("resources", []) == []
     assert any("Destruction complete" in text for text in log.outputs(stage="Destroying workspace"))
 
 

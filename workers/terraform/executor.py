@@ -27,6 +27,7 @@ from workers.terraform.logs import (
     text_error_summaries,
 )
 from workers.terraform.process import CommandCanceledError, CommandRunner, Stream
+from workers.terraform.state import StateFormatError, state_to_show_json
 
 Transition = Literal["start", "stop", "destroy"]
 
@@ -60,7 +61,7 @@ class PlanResult:
 
 @dataclass(frozen=True)
 class ApplyResult:
-    # The raw terraform.tfstate bytes (what the server stores) and `terraform show -json` of them.
+    # The raw terraform.tfstate bytes (what the server stores) and the state as `terraform show -json` shows it.
     state: bytes
     state_json: dict[str, Any] | None
 
@@ -203,7 +204,7 @@ class TerraformExecutor:
             args.append("-destroy")
         for name, value in (variables or {}).items():
             args += ["-var", f"{name}={value}"]
-        return self._apply_and_show("apply", STAGE_PLAN, args, apply_stage=APPLY_STAGES[transition])
+        return self._apply_and_read_state("apply", STAGE_PLAN, args, apply_stage=APPLY_STAGES[transition])
 
     def init(self) -> None:
         self._stage_started(STAGE_SETUP)
@@ -235,23 +236,22 @@ class TerraformExecutor:
         stage = APPLY_STAGES[transition]
         self._stage_started(stage)
         args = ["apply", "-no-color", "-auto-approve", "-input=false", "-json", str(self.workdir / PLAN_FILE)]
-        return self._apply_and_show("apply", stage, args)
+        return self._apply_and_read_state("apply", stage, args)
 
-    def _apply_and_show(self, step: str, stage: str, args: list[str], *, apply_stage: str | None = None) -> ApplyResult:
+    def _apply_and_read_state(
+        self, step: str, stage: str, args: list[str], *, apply_stage: str | None = None
+    ) -> ApplyResult:
         try:
             self._run(step, stage, args, mode="json", apply_stage=apply_stage)
         except TerraformError as exc:
             # Resources created before the failure are in the state: losing it would orphan them.
             exc.state = self._read_state()
             raise
-        stage = apply_stage or stage
         state = self._read_state()
         try:
-            shown = self._run("show", stage, ["show", "-json", "-no-color"], mode="capture")
-        except TerraformError as exc:
-            exc.state = state
-            raise
-        return ApplyResult(state, _parse_json("show", shown.captured))
+            return ApplyResult(state, state_to_show_json(state))
+        except StateFormatError as exc:
+            raise TerraformError(step, str(exc), state=state) from exc
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
