@@ -109,3 +109,30 @@ def test_readme_is_rendered_safely(app: Flask, client: FlaskClient, personas: di
     sign_in(client, "carol@example.com", PASSWORD)
     page = client.get(f"/templates/{template['name']}").get_data(as_text=True)
     assert "<h1>Dev</h1>" in page and "persistent" in page and "ephemeral" in page
+
+
+def test_log_updates_continue_stages_and_end_with_every_line(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    api = app.test_client()
+    daemon = FakeDaemon(api)
+    template = import_template(api, personas, daemon)
+    body = {"template_id": template["id"], "name": "ws", "rich_parameter_values": [{"name": "region", "value": "eu"}]}
+    build = api.post("/api/v2/workspaces", json=body, headers=personas["carol"].auth).json["latest_build"]
+    job_id = build["job"]["id"]
+    sign_in(client, "carol@example.com", PASSWORD)
+    page = client.get(f"/builds/{build['id']}").get_data(as_text=True)
+    assert 'id="log-empty"' in page and "Waiting for a provisioner daemon (queue position 1)" in page
+
+    daemon.call(f"/jobs/{job_id}/acquire")
+    daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Planning infrastructure", "output": "one"}]})
+    first = client.get(f"/builds/{build['id']}/log?after=0").get_data(as_text=True)
+    assert 'hx-swap-oob="delete"' in first and first.count('class="log-stage"') == 1
+    cursor = first.split("after=")[1].split('"')[0]
+    daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Planning infrastructure", "output": "two"}]})
+    daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Starting workspace", "output": "three"}]})
+    daemon.call(f"/jobs/{job_id}/complete", {"resources": []})
+    last = client.get(f"/builds/{build['id']}/log?after={cursor}").get_data(as_text=True)
+    assert "two" in last and "three" in last and "one" not in last
+    assert last.count('class="log-stage"') == 1  # only "Starting workspace": "two" continues the stage before
+    assert "status-running" in last and "Reload page" in last and "every 1s" not in last

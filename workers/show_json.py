@@ -72,6 +72,12 @@ def _configured_dependencies(
         }
         depends = set().union(*per_attribute.values()) if per_attribute else set()
         depends |= {a for a in (_reference_address(d, prefix) for d in resource.get("depends_on") or []) if a}
+        # A provisioner's references tie the resource to what it uses too: a local-exec that runs an agent's
+        # init script makes that resource the agent's host.
+        provisioned = _references(
+            [provisioner.get("expressions") for provisioner in resource.get("provisioners") or []]
+        )
+        depends |= {a for a in (_reference_address(r, prefix) for r in provisioned) if a}
         found[prefix + resource["address"]] = (depends, per_attribute)
     for name, call in (module.get("module_calls") or {}).items():
         found.update(_configured_dependencies(call.get("module") or {}, f"{prefix}module.{name}."))

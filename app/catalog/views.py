@@ -12,7 +12,7 @@ from app.catalog import services
 from app.errors import DomainError, InvalidInput
 from app.files.services import MAX_ARCHIVE_BYTES, store_file
 from app.markdown_render import render_markdown
-from app.provisioning.jobs import job_json, job_logs
+from app.provisioning.jobs import job_json, job_logs, log_update
 from app.provisioning.resources import job_resources
 from app.provisioning.tags import TagError, parse_tag_arguments
 from app.templating import tar_of_uploads
@@ -102,9 +102,9 @@ def version(version_id: str) -> str:
 @require_role(*ADMINS)
 def version_log(version_id: str) -> str:
     found = services.get_version(version_id)
-    after = request.args.get("after", "0")
-    lines = job_logs(found.job_id, int(after) if after.isdigit() else 0)
-    return render_template("provisioning/_partials/log_update.html", lines=lines, job=job_json(found.job))
+    job = job_json(found.job)  # status before lines, as for builds
+    update = log_update(found.job, request.args.get("after", "0"))
+    return render_template("provisioning/_partials/log_update.html", job=job, **update)
 
 
 @bp.post("/templates/versions/<version_id>/publish")

@@ -119,6 +119,18 @@ def job_logs(job_id: str, after: int = 0, limit: int = 10_000) -> list[Provision
     return list(db.session.scalars(query))
 
 
+def log_update(job: ProvisionerJob, after: str) -> dict[str, Any]:
+    """What a page's log poller needs: lines after the cursor, the stage they continue, and the new cursor."""
+    cursor = int(after) if after.isdigit() else 0
+    lines = job_logs(job.id, cursor)
+    previous = db.session.get(ProvisionerJobLog, cursor) if cursor else None
+    return {
+        "lines": lines,
+        "stage_before": previous.stage if previous is not None and previous.job_id == job.id else None,
+        "last_id": lines[-1].id if lines else cursor,
+    }
+
+
 def publish_log_notice(job_id: str, *, end: bool = False) -> None:
     """A small notice that new lines (or the end) are in the database; streams read the lines themselves."""
     try:

@@ -9,7 +9,7 @@ from app.auth.access import page_user
 from app.blueprints import page_blueprint
 from app.catalog import services as catalog
 from app.errors import DomainError
-from app.provisioning.jobs import cancel_job, job_json, job_logs
+from app.provisioning.jobs import cancel_job, job_json, job_logs, log_update
 from app.provisioning.resources import job_resources
 from app.workspaces import services
 
@@ -102,14 +102,10 @@ def build(build_id: str) -> str:
 @bp.get("/builds/<build_id>/log")
 def build_log(build_id: str) -> str:
     found = services.get_build_for(page_user(), build_id)
-    after = request.args.get("after", "0")
-    lines = job_logs(found.job_id, int(after) if after.isdigit() else 0)
-    return render_template(
-        "provisioning/_partials/log_update.html",
-        lines=lines,
-        job=job_json(found.job),
-        display_status=services.build_status(found),
-    )
+    # Status before lines: lines are stored before a job ends, so a final status never comes with a stale log.
+    job, status = job_json(found.job), services.build_status(found)
+    update = log_update(found.job, request.args.get("after", "0"))
+    return render_template("provisioning/_partials/log_update.html", job=job, display_status=status, **update)
 
 
 @bp.post("/builds/<build_id>/cancel")

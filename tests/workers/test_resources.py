@@ -290,3 +290,25 @@ def test_templates_breaking_coders_naming_rules_are_refused(template: Template, 
         parse_show_json(plan)
 
     assert message in str(caught.value)
+
+
+def test_agent_used_only_by_a_provisioner_attaches_to_that_resource(template: Callable[[str], TemplateDir]) -> None:
+    directory = template(
+        """
+resource "coder_agent" "main" {
+  os   = "linux"
+  arch = "amd64"
+}
+resource "terraform_data" "unrelated" {}
+resource "terraform_data" "host" {
+  provisioner "local-exec" {
+    command     = "true"
+    environment = { INIT = coder_agent.main.init_script }
+  }
+}
+"""
+    )
+    for document in (directory.plan(), directory.apply()):
+        resources = {resource.name: resource for resource in parse_show_json(document).resources}
+        assert [agent.name for agent in resources["host"].agents] == ["main"]
+        assert resources["host"].kind == "computational" and resources["unrelated"].kind == "peripheral"
