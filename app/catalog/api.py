@@ -8,9 +8,9 @@ from app.auth.access import api_user, require_role
 from app.blueprints import api_blueprint, json_body
 from app.catalog import services
 from app.catalog.models import TemplateVersion
-from app.errors import InvalidInput, TooLarge
+from app.errors import TooLarge
 from app.files.services import MAX_ARCHIVE_BYTES, store_file
-from app.provisioning.jobs import cancel_job, job_json, job_logs
+from app.provisioning.jobs import cancel_job, job_json, logs_response
 from app.provisioning.resources import job_resources
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
 from app.validation import FieldErrors, string_field
@@ -84,11 +84,7 @@ def version_resources(version_id: str) -> Response:
 @bp.get("/templateversions/<version_id>/logs")
 @require_role(*ADMINS)
 def version_logs(version_id: str) -> Response:
-    version = _readable_version(version_id)
-    after = request.args.get("after", "0")
-    if not after.isdigit():
-        raise InvalidInput("after must be a log id (a whole number).")
-    return jsonify([line.to_json() for line in job_logs(version.job_id, int(after))])
+    return logs_response(_readable_version(version_id).job)
 
 
 @bp.patch("/templateversions/<version_id>/cancel")

@@ -7,10 +7,11 @@ argument is the job id on the queue of the job's tag set. Redis only wakes a dae
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from flask import Response, current_app, jsonify, request, stream_with_context
 from rq import Queue
 from rq.serializers import JSONSerializer
 from sqlalchemy import func, select, update
@@ -117,6 +118,29 @@ def job_logs(job_id: str, after: int = 0, limit: int = 10_000) -> list[Provision
         .limit(limit)
     )
     return list(db.session.scalars(query))
+
+
+def logs_response(job: ProvisionerJob) -> Response:
+    """GET .../logs: the lines after ``?after=`` as JSON, or with ``follow=true`` a live SSE stream."""
+    from app.provisioning.streams import follow_job, json_end, json_lines, relay_for, stream_cursor
+
+    after = request.args.get("after", "0")
+    if not after.isdigit():
+        raise InvalidInput("after must be a log id (a whole number).")
+    if request.args.get("follow", "").lower() not in ("true", "1"):
+        return jsonify([line.to_json() for line in job_logs(job.id, int(after))])
+    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
+    cursor = stream_cursor(after, request.headers.get("Last-Event-ID"))
+    return event_stream(follow_job(relay, job.id, cursor, json_lines, json_end))
+
+
+def event_stream(events: Iterator[str]) -> Response:
+    # no-cache and no proxy buffering: each event must reach the viewer as soon as it is written.
+    return Response(
+        stream_with_context(events),
+        mimetype="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 def log_update(job: ProvisionerJob, after: str) -> dict[str, Any]:

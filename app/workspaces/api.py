@@ -10,7 +10,7 @@ from app.auth.access import api_user
 from app.blueprints import api_blueprint, json_body
 from app.columns import rfc3339
 from app.errors import Forbidden, InvalidInput
-from app.provisioning.jobs import cancel_job, job_json, job_logs
+from app.provisioning.jobs import cancel_job, job_json, logs_response
 from app.provisioning.resources import job_resources
 from app.validation import FieldErrors, string_field
 from app.workspaces import services
@@ -117,11 +117,7 @@ def build_parameters(build_id: str) -> Response:
 
 @bp.get("/workspacebuilds/<build_id>/logs")
 def build_logs(build_id: str) -> Response:
-    build = services.get_build_for(api_user(), build_id)
-    after = request.args.get("after", "0")
-    if not after.isdigit():
-        raise InvalidInput("after must be a log id (a whole number).")
-    return jsonify([line.to_json() for line in job_logs(build.job_id, int(after))])
+    return logs_response(services.get_build_for(api_user(), build_id).job)
 
 
 @bp.patch("/workspacebuilds/<build_id>/cancel")

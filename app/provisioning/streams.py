@@ -1,0 +1,183 @@
+"""Live job logs over Server-Sent Events (DESIGN.md "Logs, live").
+
+Each web process keeps **one** Redis subscription (:class:`LogRelay`) and wakes the streams watching a job when
+a notice for it arrives. The database is the source of every line: a woken stream asks for the lines after its
+cursor, so a lost or late notice never loses or repeats a line; it only delays one until the next notice or
+heartbeat. When Redis is away the relay backs off and, on reconnecting, wakes every stream to fill the gap.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import redis
+
+from app.extensions import db
+from app.provisioning.jobs import LOG_CHANNEL_PREFIX, job_logs
+from app.provisioning.models import ACTIVE_STATUSES, ProvisionerJob, ProvisionerJobLog
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 15.0
+RECONNECT_BACKOFF = (0.2, 5.0)
+# Sent first: it opens the stream through proxies at once and tells EventSource how soon to come back.
+STREAM_PREAMBLE = ": connected\nretry: 1000\n\n"
+
+
+class LogRelay:
+    """One pattern subscription for all job log channels, fanned out in memory to the streams of this process."""
+
+    def __init__(self, redis_url: str) -> None:
+        self.redis_url = redis_url
+        self._waiters: dict[str, set[threading.Event]] = defaultdict(set)
+        self._lock = threading.Lock()
+        self._started = False
+        self.connected = threading.Event()
+
+    def watch(self, job_id: str) -> threading.Event:
+        self._ensure_started()
+        waiter = threading.Event()
+        with self._lock:
+            self._waiters[job_id].add(waiter)
+        return waiter
+
+    def unwatch(self, job_id: str, waiter: threading.Event) -> None:
+        with self._lock:
+            watchers = self._waiters.get(job_id)
+            if watchers is not None:
+                watchers.discard(waiter)
+                if not watchers:
+                    del self._waiters[job_id]
+
+    def watching(self) -> int:
+        with self._lock:
+            return sum(len(watchers) for watchers in self._waiters.values())
+
+    def _wake(self, job_id: str | None) -> None:
+        with self._lock:
+            targets = (
+                [w for ws in self._waiters.values() for w in ws]
+                if job_id is None
+                else list(self._waiters.get(job_id, ()))
+            )
+        for waiter in targets:
+            waiter.set()
+
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        threading.Thread(target=self._run, name="log-relay", daemon=True).start()
+
+    def _run(self) -> None:
+        delay, outage_logged = RECONNECT_BACKOFF[0], False
+        while True:
+            client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=5, health_check_interval=30)
+            pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            try:
+                pubsub.psubscribe(LOG_CHANNEL_PREFIX + "*")
+                self.connected.set()
+                if outage_logged:
+                    log.warning("log relay: Redis is back; streams catch up from the database")
+                delay, outage_logged = RECONNECT_BACKOFF[0], False
+                self._wake(None)  # whatever was published while we were away is in the database
+                while True:
+                    message = pubsub.get_message(timeout=HEARTBEAT_SECONDS)
+                    if message is not None and message.get("type") == "pmessage":
+                        self._wake(message["channel"].decode()[len(LOG_CHANNEL_PREFIX) :])
+            except (redis.RedisError, OSError) as exc:
+                self.connected.clear()
+                if not outage_logged:  # one line per outage, not one per retry
+                    log.warning("log relay: lost Redis (%s); retrying with back-off", exc)
+                    outage_logged = True
+                self._wake(None)
+                time.sleep(delay)
+                delay = min(delay * 2, RECONNECT_BACKOFF[1])
+            finally:
+                try:
+                    pubsub.close()
+                    client.close()
+                except (redis.RedisError, OSError):
+                    pass
+
+
+_relays: dict[str, LogRelay] = {}
+_relays_lock = threading.Lock()
+
+
+def relay_for(redis_url: str) -> LogRelay:
+    with _relays_lock:
+        if redis_url not in _relays:
+            _relays[redis_url] = LogRelay(redis_url)
+        return _relays[redis_url]
+
+
+def sse_event(event: str, data: str, event_id: int | None = None) -> str:
+    lines = [f"id: {event_id}"] if event_id is not None else []
+    lines.append(f"event: {event}")
+    lines += [f"data: {part}" for part in data.split("\n")]
+    return "\n".join(lines) + "\n\n"
+
+
+RenderLines = Callable[[list[ProvisionerJobLog], str | None], Iterator[str]]
+RenderEnd = Callable[[ProvisionerJob], Iterator[str]]
+
+
+def follow_job(
+    relay: LogRelay, job_id: str, after: int, render_lines: RenderLines, render_end: RenderEnd
+) -> Iterator[str]:
+    """The stream loop: lines after the cursor as they are stored, then the end once the job has finished."""
+    yield STREAM_PREAMBLE
+    waiter = relay.watch(job_id)
+    cursor, stage = after, _stage_of(after)
+    try:
+        while True:
+            waiter.clear()  # before reading, so a notice that arrives meanwhile wakes the next wait at once
+            job = db.session.get(ProvisionerJob, job_id, populate_existing=True)
+            finished = job is None or job.status not in ACTIVE_STATUSES  # read before the lines: see log_update
+            lines = job_logs(job_id, cursor)
+            db.session.remove()  # hold no database connection while waiting
+            if lines:
+                yield from render_lines(lines, stage)
+                cursor, stage = lines[-1].id, lines[-1].stage
+            if finished:
+                if job is not None:
+                    yield from render_end(job)
+                return
+            if not waiter.wait(HEARTBEAT_SECONDS):
+                yield ": heartbeat\n\n"
+    finally:
+        relay.unwatch(job_id, waiter)
+        db.session.remove()
+
+
+def _stage_of(log_id: int) -> str | None:
+    line = db.session.get(ProvisionerJobLog, log_id) if log_id else None
+    return line.stage if line is not None else None
+
+
+def json_lines(lines: list[ProvisionerJobLog], stage: str | None) -> Iterator[str]:
+    for line in lines:
+        yield sse_event("log", json.dumps(line.to_json()), line.id)
+
+
+def json_end(job: ProvisionerJob) -> Iterator[str]:
+    body: dict[str, Any] = {"status": job.status}
+    if job.error:
+        body["error"] = job.error
+    yield sse_event("end", json.dumps(body))
+
+
+def stream_cursor(after_arg: str | None, last_event_id: str | None) -> int:
+    """Resume point: Last-Event-ID (what EventSource sends on reconnect) wins over ``?after=``."""
+    for candidate in (last_event_id, after_arg):
+        if candidate and candidate.strip().isdigit():
+            return int(candidate.strip())
+    return 0
