@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -44,6 +45,17 @@ class SlipwayClient:
         if response.status_code == 204 or not response.content:
             return None
         return response.json()
+
+    def stream_events(self, path: str) -> Iterator[tuple[str, str]]:
+        """Server-Sent Events from ``path`` as (event, data) pairs; no read timeout (heartbeats keep it alive)."""
+        from cli.follow import parse_events
+
+        timeout = httpx.Timeout(30.0, read=None)
+        with self._http.stream("GET", path, timeout=timeout) as response:
+            if response.status_code != 200:
+                response.read()
+                raise _error_from(response)
+            yield from parse_events(response.iter_lines())
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)

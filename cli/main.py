@@ -33,7 +33,14 @@ cli.add_command(accounts.whoami)
 cli.add_command(accounts.users)
 cli.add_command(accounts.tokens)
 cli.add_command(templates.templates)
-for command in (workspaces.create, workspaces.start, workspaces.stop, workspaces.delete, workspaces.show):
+for command in (
+    workspaces.create,
+    workspaces.start,
+    workspaces.stop,
+    workspaces.delete,
+    workspaces.show,
+    workspaces.logs,
+):
     cli.add_command(command)
 cli.add_command(workspaces.list_workspaces, name="list")
 

@@ -67,12 +67,8 @@ def push(
     if existing:
         body["template_id"] = existing[0]["id"]
     version = client.post("/api/v2/templateversions", body)
-    job = follow_job(
-        client,
-        f"/api/v2/templateversions/{version['id']}/logs",
-        lambda: client.get(f"/api/v2/templateversions/{version['id']}")["job"],
-    )
-    report(job, f"Import of {name} ({version['name']})")
+    end = follow_job(client, f"/api/v2/templateversions/{version['id']}/logs", version["job"])
+    report(end, f"Import of {name} ({version['name']})")
     if not existing:
         client.post("/api/v2/templates", {"name": name, "version_id": version["id"]})
         click.echo(f"Created template {name} with version {version['name']}.")

@@ -29,12 +29,7 @@ def _parameters(values: tuple[str, ...]) -> list[dict[str, str]]:
 
 
 def _follow_build(client: SlipwayClient, build: dict[str, Any], what: str) -> None:
-    job = follow_job(
-        client,
-        f"/api/v2/workspacebuilds/{build['id']}/logs",
-        lambda: client.get(f"/api/v2/workspacebuilds/{build['id']}")["job"],
-    )
-    report(job, what)
+    report(follow_job(client, f"/api/v2/workspacebuilds/{build['id']}/logs", build["job"]), what)
 
 
 parameter_option = click.option(
@@ -118,3 +113,34 @@ def show(name: str) -> None:
         for agent in resource["agents"]:
             platform = f"{agent['os']}/{agent['arch']}"
             click.echo(f"  agent {agent['name']}: {agent['status']}, {agent['lifecycle_state']} ({platform})")
+
+
+@click.command()
+@click.argument("name")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing lines until the build ends.")
+@click.option("--build", "build_number", type=int, help="Show this build number (default: the latest).")
+def logs(name: str, follow: bool, build_number: int | None) -> None:
+    """Print the log of a build of workspace NAME; exit non-zero when that build failed or was canceled."""
+    client = authenticated_client()
+    workspace = find_workspace(client, name)
+    build = workspace["latest_build"]
+    if build_number is not None:
+        builds = client.get(f"/api/v2/workspaces/{workspace['id']}/builds")
+        matches = [item for item in builds if item["build_number"] == build_number]
+        if not matches:
+            raise click.ClickException(f"{name} has no build #{build_number}.")
+        build = matches[0]
+    path = f"/api/v2/workspacebuilds/{build['id']}/logs"
+    if follow:
+        report(follow_job(client, path, build["job"]), f"Build #{build['build_number']} ({build['transition']})")
+        return
+    stage = None
+    for line in client.get(path):
+        if line["stage"] != stage:
+            stage = line["stage"]
+            click.secho(f"==> {stage}", bold=True)
+        if line["output"]:
+            click.echo(f"    {line['output']}")
+    job = client.get(f"/api/v2/workspacebuilds/{build['id']}")["job"]
+    if job["status"] in ("failed", "canceled"):
+        report(job, f"Build #{build['build_number']} ({build['transition']})")

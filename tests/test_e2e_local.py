@@ -87,6 +87,10 @@ def test_local_example_lifecycle(server: ServerProcess, tmp_path: Path) -> None:
     assert (directory / "greeting").read_text().strip() == "hi there"
     process = _workspace_process(directory)
     assert process is not None, "the workspace process should run while the workspace is started"
+    followed = run_cli("logs", "ws1", "-f", env=env)
+    assert followed.returncode == 0 and "==> Starting workspace" in followed.stdout and "succeeded" in followed.stdout
+    assert "==> Planning infrastructure" in run_cli("logs", "ws1", "--build", "1", env=env).stdout
+    assert run_cli("logs", "ws1", "--build", "9", env=env).returncode != 0
     shown = run_cli("show", "ws1", env=env).stdout
     assert "status: running" in shown and "agent main" in shown and "parameter greeting = hi there" in shown
 
