@@ -38,18 +38,19 @@ def test_member_creates_and_watches_a_workspace(app: Flask, client: FlaskClient,
     )
     assert created.status_code == 302
     build_page = client.get(created.headers["Location"]).get_data(as_text=True)
-    assert "build #1 start" in build_page and "status-pending" in build_page and 'hx-trigger="every 1s"' in build_page
+    assert "build #1 start" in build_page and "status-pending" in build_page
+    assert 'sse-connect="' in build_page and "/log/stream?after=0" in build_page
 
     job_id = api.get("/api/v2/workspaces", headers=personas["carol"].auth).json[0]["latest_build"]["job"]["id"]
     daemon.call(f"/jobs/{job_id}/acquire")
     daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Planning infrastructure", "output": "Plan: 2 to add"}]})
-    update = client.get(created.headers["Location"] + "/log?after=0").get_data(as_text=True)
-    assert "Plan: 2 to add" in update and "status-starting" in update
+    running = client.get(created.headers["Location"]).get_data(as_text=True)
+    assert "Plan: 2 to add" in running and "status-starting" in running and "sse-connect" in running
     daemon.call(
         f"/jobs/{job_id}/complete", {"state": base64.b64encode(b"{}").decode(), "resources": RESOURCES["start"]}
     )
-    finished = client.get(created.headers["Location"] + "/log?after=1").get_data(as_text=True)
-    assert "status-running" in finished and 'hx-trigger="every 1s"' not in finished
+    finished = client.get(created.headers["Location"]).get_data(as_text=True)
+    assert "status-running" in finished and "sse-connect" not in finished  # nothing left to follow
 
     listing = client.get("/workspaces").get_data(as_text=True)
     assert "ws" in listing and "status-running" in listing
@@ -111,7 +112,7 @@ def test_readme_is_rendered_safely(app: Flask, client: FlaskClient, personas: di
     assert "<h1>Dev</h1>" in page and "persistent" in page and "ephemeral" in page
 
 
-def test_log_updates_continue_stages_and_end_with_every_line(
+def test_page_stream_continues_stages_and_ends_with_every_line(
     app: Flask, client: FlaskClient, personas: dict[str, Persona]
 ) -> None:
     api = app.test_client()
@@ -126,13 +127,24 @@ def test_log_updates_continue_stages_and_end_with_every_line(
 
     daemon.call(f"/jobs/{job_id}/acquire")
     daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Planning infrastructure", "output": "one"}]})
-    first = client.get(f"/builds/{build['id']}/log?after=0").get_data(as_text=True)
-    assert 'hx-swap-oob="delete"' in first and first.count('class="log-stage"') == 1
-    cursor = first.split("after=")[1].split('"')[0]
+    cursor = page_cursor(client.get(f"/builds/{build['id']}").get_data(as_text=True))
     daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Planning infrastructure", "output": "two"}]})
     daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Starting workspace", "output": "three"}]})
     daemon.call(f"/jobs/{job_id}/complete", {"resources": []})
-    last = client.get(f"/builds/{build['id']}/log?after={cursor}").get_data(as_text=True)
-    assert "two" in last and "three" in last and "one" not in last
-    assert last.count('class="log-stage"') == 1  # only "Starting workspace": "two" continues the stage before
-    assert "status-running" in last and "Reload page" in last and "every 1s" not in last
+    # The job has ended, so the stream replays what follows the page's cursor and closes with `end`.
+    stream = client.get(f"/builds/{build['id']}/log/stream?after={cursor}").get_data(as_text=True)
+    assert stream.startswith(": connected")
+    log_event, end_event = stream.split("event: log\n")[1], stream.split("event: end\n")[1]
+    assert "two" in log_event and "three" in log_event and "one" not in log_event
+    assert log_event.count('class="log-stage"') == 1  # only "Starting workspace": "two" continues the open stage
+    assert 'hx-swap-oob="true"' in log_event and "-duration" in log_event  # the open stage's duration, now known
+    assert "status-running" in end_event and "Open workspace" in end_event and "Succeeded in" in end_event
+    assert '<span class="badge' in end_event and "&lt;span" not in end_event  # markup, not escaped text
+
+    dave = app.test_client()
+    sign_in(dave, "dave@example.com", PASSWORD)
+    assert dave.get(f"/builds/{build['id']}/log/stream").status_code == 404
+
+
+def page_cursor(page: str) -> str:
+    return page.split("after=")[1].split('"')[0]

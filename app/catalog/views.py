@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import flash, redirect, render_template, request, url_for
+from markupsafe import Markup, escape
 from werkzeug.datastructures import FileStorage
 from werkzeug.wrappers import Response
 
@@ -12,7 +13,8 @@ from app.catalog import services
 from app.errors import DomainError, InvalidInput
 from app.files.services import MAX_ARCHIVE_BYTES, store_file
 from app.markdown_render import render_markdown
-from app.provisioning.jobs import job_json, job_logs, log_update
+from app.provisioning.jobs import job_json, job_logs
+from app.provisioning.log_html import LogHtml, page_stream
 from app.provisioning.resources import job_resources
 from app.provisioning.tags import TagError, parse_tag_arguments
 from app.templating import tar_of_uploads
@@ -88,23 +90,27 @@ def show(name: str) -> str:
 @require_role(*ADMINS)
 def version(version_id: str) -> str:
     found = services.get_version(version_id)
+    job = job_json(found.job)  # the status before the lines, as the stream reads them
+    lines = job_logs(found.job_id)
     return render_template(
         "catalog/version.html",
         version=found,
-        job=job_json(found.job),
-        logs=job_logs(found.job_id),
+        job=job,
+        log_html=LogHtml().render(lines, end=found.job.completed_at),
+        last_id=lines[-1].id if lines else 0,
         template_name=request.args.get("template_name", ""),
         template=services.get_template(found.template_id) if found.template_id else None,
     )
 
 
-@bp.get("/templates/versions/<version_id>/log")
+@bp.get("/templates/versions/<version_id>/log/stream")
 @require_role(*ADMINS)
-def version_log(version_id: str) -> str:
-    found = services.get_version(version_id)
-    job = job_json(found.job)  # status before lines, as for builds
-    update = log_update(found.job, request.args.get("after", "0"))
-    return render_template("provisioning/_partials/log_update.html", job=job, **update)
+def version_log_stream(version_id: str) -> Response:
+    link = url_for("catalog.version", version_id=version_id, template_name=request.args.get("template_name", ""))
+    follow_up = Markup(f' <a class="btn btn-small btn-primary" href="{escape(link)}">Continue</a>')  # noqa: S704
+    return page_stream(
+        services.get_version(version_id).job, lambda job: job.status, job_status=True, follow_up=follow_up
+    )
 
 
 @bp.post("/templates/versions/<version_id>/publish")

@@ -122,7 +122,7 @@ def job_logs(job_id: str, after: int = 0, limit: int = 10_000) -> list[Provision
 
 def logs_response(job: ProvisionerJob) -> Response:
     """GET .../logs: the lines after ``?after=`` as JSON, or with ``follow=true`` a live SSE stream."""
-    from app.provisioning.streams import follow_job, json_end, json_lines, relay_for, stream_cursor
+    from app.provisioning.streams import JsonRenderer, follow_job, relay_for, stream_cursor
 
     after = request.args.get("after", "0")
     if not after.isdigit():
@@ -131,7 +131,7 @@ def logs_response(job: ProvisionerJob) -> Response:
         return jsonify([line.to_json() for line in job_logs(job.id, int(after))])
     relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
     cursor = stream_cursor(after, request.headers.get("Last-Event-ID"))
-    return event_stream(follow_job(relay, job.id, cursor, json_lines, json_end))
+    return event_stream(follow_job(relay, job.id, cursor, JsonRenderer()))
 
 
 def event_stream(events: Iterator[str]) -> Response:
@@ -141,18 +141,6 @@ def event_stream(events: Iterator[str]) -> Response:
         mimetype="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
-
-
-def log_update(job: ProvisionerJob, after: str) -> dict[str, Any]:
-    """What a page's log poller needs: lines after the cursor, the stage they continue, and the new cursor."""
-    cursor = int(after) if after.isdigit() else 0
-    lines = job_logs(job.id, cursor)
-    previous = db.session.get(ProvisionerJobLog, cursor) if cursor else None
-    return {
-        "lines": lines,
-        "stage_before": previous.stage if previous is not None and previous.job_id == job.id else None,
-        "last_id": lines[-1].id if lines else cursor,
-    }
 
 
 def publish_log_notice(job_id: str, *, end: bool = False) -> None:

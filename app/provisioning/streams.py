@@ -13,8 +13,8 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import redis
 
@@ -126,31 +126,32 @@ def sse_event(event: str, data: str, event_id: int | None = None) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-RenderLines = Callable[[list[ProvisionerJobLog], str | None], Iterator[str]]
-RenderEnd = Callable[[ProvisionerJob], Iterator[str]]
+class StreamRenderer(Protocol):
+    def update(self, job: ProvisionerJob, lines: list[ProvisionerJobLog]) -> Iterator[str]: ...
+
+    def end(self, job: ProvisionerJob) -> Iterator[str]: ...
 
 
-def follow_job(
-    relay: LogRelay, job_id: str, after: int, render_lines: RenderLines, render_end: RenderEnd
-) -> Iterator[str]:
+def follow_job(relay: LogRelay, job_id: str, after: int, renderer: StreamRenderer) -> Iterator[str]:
     """The stream loop: lines after the cursor as they are stored, then the end once the job has finished."""
     yield STREAM_PREAMBLE
     waiter = relay.watch(job_id)
-    cursor, stage = after, _stage_of(after)
+    cursor = after
     try:
         while True:
             waiter.clear()  # before reading, so a notice that arrives meanwhile wakes the next wait at once
             job = db.session.get(ProvisionerJob, job_id, populate_existing=True)
-            finished = job is None or job.status not in ACTIVE_STATUSES  # read before the lines: see log_update
-            lines = job_logs(job_id, cursor)
-            db.session.remove()  # hold no database connection while waiting
-            if lines:
-                yield from render_lines(lines, stage)
-                cursor, stage = lines[-1].id, lines[-1].stage
-            if finished:
-                if job is not None:
-                    yield from render_end(job)
+            if job is None:
                 return
+            finished = job.status not in ACTIVE_STATUSES  # read before the lines: see jobs.log_update
+            lines = job_logs(job_id, cursor)
+            yield from renderer.update(job, lines)
+            if lines:
+                cursor = lines[-1].id
+            if finished:
+                yield from renderer.end(job)
+                return
+            db.session.remove()  # hold no database connection while waiting
             if not waiter.wait(HEARTBEAT_SECONDS):
                 yield ": heartbeat\n\n"
     finally:
@@ -158,21 +159,18 @@ def follow_job(
         db.session.remove()
 
 
-def _stage_of(log_id: int) -> str | None:
-    line = db.session.get(ProvisionerJobLog, log_id) if log_id else None
-    return line.stage if line is not None else None
+class JsonRenderer:
+    """API.md's stream: one `log` event per line, then `end` with the job's final status."""
 
+    def update(self, job: ProvisionerJob, lines: list[ProvisionerJobLog]) -> Iterator[str]:
+        for line in lines:
+            yield sse_event("log", json.dumps(line.to_json()), line.id)
 
-def json_lines(lines: list[ProvisionerJobLog], stage: str | None) -> Iterator[str]:
-    for line in lines:
-        yield sse_event("log", json.dumps(line.to_json()), line.id)
-
-
-def json_end(job: ProvisionerJob) -> Iterator[str]:
-    body: dict[str, Any] = {"status": job.status}
-    if job.error:
-        body["error"] = job.error
-    yield sse_event("end", json.dumps(body))
+    def end(self, job: ProvisionerJob) -> Iterator[str]:
+        body: dict[str, Any] = {"status": job.status}
+        if job.error:
+            body["error"] = job.error
+        yield sse_event("end", json.dumps(body))
 
 
 def stream_cursor(after_arg: str | None, last_event_id: str | None) -> int:

@@ -28,13 +28,16 @@ DONE = {"start": "running", "stop": "stopped", "delete": "deleted"}
 
 
 def build_status(build: WorkspaceBuild) -> str:
-    """Reference §2.2: the job's status read through the build's transition."""
-    status = build.job.status
-    if status == "running":
-        return IN_PROGRESS[build.transition]
-    if status == SUCCEEDED:
-        return DONE[build.transition]
-    return status
+    return status_for(build.job.status, build.transition)
+
+
+def status_for(job_status: str, transition: str) -> str:
+    """Reference §2.2: a build's job status read through its transition (a started build is "running")."""
+    if job_status == "running":
+        return IN_PROGRESS[transition]
+    if job_status == SUCCEEDED:
+        return DONE[transition]
+    return job_status
 
 
 def check_workspace_name(name: str) -> str:

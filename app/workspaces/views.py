@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from flask import flash, redirect, render_template, request, url_for
+from markupsafe import Markup, escape
 from werkzeug.wrappers import Response
 
 from app.auth.access import page_user
 from app.blueprints import page_blueprint
 from app.catalog import services as catalog
 from app.errors import DomainError
-from app.provisioning.jobs import cancel_job, job_json, job_logs, log_update
+from app.provisioning.jobs import cancel_job, job_json, job_logs
+from app.provisioning.log_html import LogHtml, page_stream
 from app.provisioning.resources import job_resources
 from app.workspaces import services
 
@@ -90,22 +92,27 @@ def transition(workspace_id: str) -> Response:
 @bp.get("/builds/<build_id>")
 def build(build_id: str) -> str:
     found = services.get_build_for(page_user(), build_id)
+    job = job_json(found.job)  # the status before the lines, as the stream reads them
+    lines = job_logs(found.job_id)
     return render_template(
         "workspaces/build.html",
         build=found,
-        job=job_json(found.job),
+        job=job,
         status=services.build_status(found),
-        logs=job_logs(found.job_id),
+        log_html=LogHtml().render(lines, end=found.job.completed_at),
+        last_id=lines[-1].id if lines else 0,
     )
 
 
-@bp.get("/builds/<build_id>/log")
-def build_log(build_id: str) -> str:
+@bp.get("/builds/<build_id>/log/stream")
+def build_log_stream(build_id: str) -> Response:
     found = services.get_build_for(page_user(), build_id)
-    # Status before lines: lines are stored before a job ends, so a final status never comes with a stale log.
-    job, status = job_json(found.job), services.build_status(found)
-    update = log_update(found.job, request.args.get("after", "0"))
-    return render_template("provisioning/_partials/log_update.html", job=job, display_status=status, **update)
+    transition = found.transition
+    link = url_for("workspaces.show", workspace_id=found.workspace_id)
+    follow_up = Markup(f' <a class="btn btn-small" href="{escape(link)}">Open workspace</a>')  # noqa: S704 - escaped
+    return page_stream(
+        found.job, lambda job: services.status_for(job.status, transition), job_status=False, follow_up=follow_up
+    )
 
 
 @bp.post("/builds/<build_id>/cancel")

@@ -1,0 +1,145 @@
+"""A job's log as HTML: lines grouped under stage headers, each header with its stage's duration.
+
+Used for the first render of a page and for each batch the live stream appends. A stage's duration is known
+once the next stage starts (or the job ends): within one batch it is written into the header; for a header
+already on the page it is sent out of band.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime
+
+from flask import Response, current_app, render_template, request
+from markupsafe import Markup, escape
+from sqlalchemy import func, select
+
+from app.extensions import db
+from app.provisioning.jobs import event_stream
+from app.provisioning.models import ProvisionerJob, ProvisionerJobLog
+from app.provisioning.streams import follow_job, relay_for, sse_event, stream_cursor
+
+
+def _duration(start: datetime, end: datetime) -> str:
+    seconds = max(int((end - start).total_seconds()), 0)
+    return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class LogHtml:
+    def __init__(self, open_stage: ProvisionerJobLog | None = None) -> None:
+        # The first line of the stage still running when this batch starts (its header is already shown).
+        self.open_stage = open_stage
+
+    def render(self, lines: list[ProvisionerJobLog], end: datetime | None = None) -> Markup:
+        parts: list[str] = []
+        pending_header: int | None = None  # index in parts of a header written in this batch, duration unknown
+        for line in lines:
+            if self.open_stage is None or line.stage != self.open_stage.stage:
+                if self.open_stage is not None:
+                    parts.append(self._close(pending_header, parts, line.created_at))
+                pending_header = len(parts)
+                parts.append(self._header(line, ""))
+                self.open_stage = line
+            if not line.output:  # the daemon's empty line only marks where a stage begins
+                continue
+            parts.append(
+                f'<div class="log-line level-{escape(line.level)}" data-id="{line.id}">'
+                f'<span class="log-time">{line.created_at.strftime("%H:%M:%S")}</span>'
+                f'<span class="log-text">{escape(line.output)}</span></div>'
+            )
+        if end is not None and self.open_stage is not None:
+            parts.append(self._close(pending_header, parts, end))
+            self.open_stage = None
+        return Markup("".join(parts))  # noqa: S704 - every value above is escaped
+
+    def _header(self, first: ProvisionerJobLog, duration: str) -> str:
+        return (
+            f'<div class="log-stage" id="stage-{first.id}">{escape(first.stage) or "&nbsp;"}'
+            f'<span class="stage-duration" id="stage-{first.id}-duration">{duration}</span></div>'
+        )
+
+    def _close(self, pending_header: int | None, parts: list[str], end: datetime) -> str:
+        """Fix the open stage's duration: rewrite its header if it is in this batch, else update it out of band."""
+        assert self.open_stage is not None  # noqa: S101 - callers check
+        duration = _duration(self.open_stage.created_at, end)
+        if pending_header is not None:
+            parts[pending_header] = self._header(self.open_stage, duration)
+            return ""
+        target = f"stage-{self.open_stage.id}-duration"
+        return f'<span id="{target}" class="stage-duration" hx-swap-oob="true">{duration}</span>'
+
+
+class HtmlRenderer:
+    """The dashboard's stream: `log` events append HTML (status changes ride along out of band), `end` closes."""
+
+    def __init__(
+        self,
+        open_stage: ProvisionerJobLog | None,
+        status_of: Callable[[ProvisionerJob], str],
+        *,
+        job_status: bool,
+        follow_up: Markup,
+    ) -> None:
+        self.log = LogHtml(open_stage)
+        self.status_of = status_of
+        self.job_status = job_status
+        self.follow_up = follow_up
+        self.shown_status: str | None = None
+        self.placeholder_removed = False
+
+    def update(self, job: ProvisionerJob, lines: list[ProvisionerJobLog]) -> Iterator[str]:
+        parts: list[str] = []
+        if lines:
+            if not self.placeholder_removed:  # "waiting for a daemon…" goes with the first line
+                parts.append('<div id="log-empty" hx-swap-oob="delete"></div>')
+                self.placeholder_removed = True
+            parts.append(self.log.render(lines))
+        status = self.status_of(job)
+        if status != self.shown_status:
+            self.shown_status = status
+            parts.append(self._badge(status))
+        if parts:
+            yield sse_event("log", "".join(parts))
+
+    def end(self, job: ProvisionerJob) -> Iterator[str]:
+        closing = self.log.render([], end=job.completed_at or job.updated_at)
+        took = _duration(job.started_at, job.completed_at) if job.started_at and job.completed_at else ""
+        summary = f'<span class="muted">{escape(job.status.capitalize())}{f" in {took}" if took else ""}.</span>'
+        # Joined as plain strings: adding a str to Markup would escape the badge's HTML.
+        yield sse_event("end", "".join([closing, self._badge(self.status_of(job)), summary, self.follow_up]))
+
+    def _badge(self, status: str) -> str:
+        return render_template(
+            "provisioning/_partials/status.html", status=status, oob="job-status", job_status=self.job_status
+        )
+
+
+def stage_opening(job_id: str, cursor: int) -> ProvisionerJobLog | None:
+    """The first line of the stage that line ``cursor`` belongs to: where a resumed page's open stage began."""
+    last = db.session.get(ProvisionerJobLog, cursor) if cursor else None
+    if last is None or last.job_id != job_id:
+        return None
+    boundary = db.session.scalar(
+        select(func.max(ProvisionerJobLog.id)).where(
+            ProvisionerJobLog.job_id == job_id, ProvisionerJobLog.id < cursor, ProvisionerJobLog.stage != last.stage
+        )
+    )
+    first_id = db.session.scalar(
+        select(func.min(ProvisionerJobLog.id)).where(
+            ProvisionerJobLog.job_id == job_id,
+            ProvisionerJobLog.id > (boundary or 0),
+            ProvisionerJobLog.stage == last.stage,
+        )
+    )
+    return db.session.get(ProvisionerJobLog, first_id) if first_id else last
+
+
+def page_stream(
+    job: ProvisionerJob, status_of: Callable[[ProvisionerJob], str], *, job_status: bool, follow_up: Markup
+) -> Response:
+    """The live stream a job's page connects to, resuming after ``?after=`` or Last-Event-ID. ``follow_up`` is
+    shown when the job ends (the page's next step)."""
+    cursor = stream_cursor(request.args.get("after"), request.headers.get("Last-Event-ID"))
+    renderer = HtmlRenderer(stage_opening(job.id, cursor), status_of, job_status=job_status, follow_up=follow_up)
+    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
+    return event_stream(follow_job(relay, job.id, cursor, renderer))
