@@ -185,4 +185,16 @@ def _import_complete(job: ProvisionerJob, body: dict[str, Any]) -> None:
     store_resources(job.id, "stop", stop)
 
 
-register_job_type(JOB_TEMPLATE_IMPORT, JobHandlers(payload=_import_payload, complete=_import_complete))
+def _import_secrets(job: ProvisionerJob) -> list[str]:
+    # Which variables are sensitive is only known once the import has read them: treat every given value so.
+    return [item["value"] for item in _version_for_job(job).user_variable_values]
+
+
+def sensitive_variable_values(version: TemplateVersion) -> list[str]:
+    sensitive = {var.get("name") for var in version.variables if var.get("sensitive")}
+    return [item["value"] for item in version.user_variable_values if item["name"] in sensitive]
+
+
+register_job_type(
+    JOB_TEMPLATE_IMPORT, JobHandlers(payload=_import_payload, complete=_import_complete, secrets=_import_secrets)
+)

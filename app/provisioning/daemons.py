@@ -33,6 +33,9 @@ MAX_JOB_LOG_BYTES = 1024 * 1024
 MAX_LINE_CHARS = 1024
 TRUNCATED_MARKER = " … [line truncated]"
 MAX_BATCH_LINES = 1000
+REDACTED = "********"
+# Shorter values ("1", "eu") would mask ordinary words all over the log while protecting nothing.
+MIN_SECRET_CHARS = 4
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,12 @@ def append_logs(daemon: ProvisionerDaemon, job_id: str, lines: list[dict[str, An
     job = owned_running_job(daemon, job_id)
     if len(lines) > MAX_BATCH_LINES:
         raise InvalidInput(f"Send at most {MAX_BATCH_LINES} lines per batch.")
-    rows = [_log_row(job, line) for line in lines]
+    secrets = sorted(
+        {value for value in JOB_HANDLERS[job.type].secrets(job) if len(value) >= MIN_SECRET_CHARS},
+        key=len,
+        reverse=True,
+    )
+    rows = [_log_row(job, line, secrets) for line in lines]
     kept = [row for row in rows if row is not None]
     job.updated_at = utcnow()
     db.session.add_all(kept)
@@ -137,10 +145,12 @@ def append_logs(daemon: ProvisionerDaemon, job_id: str, lines: list[dict[str, An
     return {"canceled": job.canceled_at is not None}
 
 
-def _log_row(job: ProvisionerJob, line: dict[str, Any]) -> ProvisionerJobLog | None:
+def _log_row(job: ProvisionerJob, line: dict[str, Any], secrets: list[str]) -> ProvisionerJobLog | None:
     level = line.get("level") if line.get("level") in LOG_LEVELS else "info"
     source = line.get("source") if line.get("source") in LOG_SOURCES else "provisioner"
     output = str(line.get("output", ""))
+    for secret in secrets:  # longest first, so a secret containing another is masked whole
+        output = output.replace(secret, REDACTED)
     if len(output) > MAX_LINE_CHARS:
         output = output[: MAX_LINE_CHARS - len(TRUNCATED_MARKER)] + TRUNCATED_MARKER
     size = len(output.encode())

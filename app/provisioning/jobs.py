@@ -37,6 +37,8 @@ class JobHandlers:
     payload: Callable[[ProvisionerJob], dict[str, Any]]
     complete: Callable[[ProvisionerJob, dict[str, Any]], None]
     fail: Callable[[ProvisionerJob, dict[str, Any]], None] = lambda job, body: None
+    # Values that must never be stored in the job's log (masked before storage).
+    secrets: Callable[[ProvisionerJob], list[str]] = lambda job: []
 
 
 JOB_HANDLERS: dict[str, JobHandlers] = {}

@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from app.catalog.models import Template, TemplateVersion
-from app.catalog.services import get_template, get_version
+from app.catalog.services import get_template, get_version, sensitive_variable_values
 from app.columns import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.extensions import db
@@ -258,4 +258,11 @@ def _build_fail(job: ProvisionerJob, body: dict[str, Any]) -> None:
         _build_for_job(job).state = state
 
 
-register_job_type(JOB_WORKSPACE_BUILD, JobHandlers(payload=_build_payload, complete=_build_complete, fail=_build_fail))
+def _build_secrets(job: ProvisionerJob) -> list[str]:
+    return sensitive_variable_values(_build_for_job(job).template_version)
+
+
+register_job_type(
+    JOB_WORKSPACE_BUILD,
+    JobHandlers(payload=_build_payload, complete=_build_complete, fail=_build_fail, secrets=_build_secrets),
+)
