@@ -31,6 +31,7 @@ class Server:
     """`slipway server` on a free port with a throwaway data dir."""
 
     extra_args: tuple[str, ...] = ("--provisioner-daemons", "0")
+    env: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     data_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="slipway-bench-")))
     process: subprocess.Popen[bytes] | None = None
@@ -42,6 +43,7 @@ class Server:
 
     def start(self) -> Server:
         env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
+        env.update(self.env)
         args = [SLIPWAY, "server", "--address", f"127.0.0.1:{self.port}", "--data-dir", str(self.data_dir)]
         began = time.perf_counter()
         self.process = subprocess.Popen(

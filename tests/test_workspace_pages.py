@@ -135,6 +135,7 @@ def test_page_stream_continues_stages_and_ends_with_every_line(
     stream = client.get(f"/builds/{build['id']}/log/stream?after={cursor}").get_data(as_text=True)
     assert stream.startswith(": connected")
     log_event, end_event = stream.split("event: log\n")[1], stream.split("event: end\n")[1]
+    assert f"id: {int(cursor) + 2}\nevent: log" in stream  # resumable after the last line it carries
     assert "two" in log_event and "three" in log_event and "one" not in log_event
     assert log_event.count('class="log-stage"') == 1  # only "Starting workspace": "two" continues the open stage
     assert 'hx-swap-oob="true"' in log_event and "-duration" in log_event  # the open stage's duration, now known

@@ -99,7 +99,8 @@ class HtmlRenderer:
             self.shown_status = status
             parts.append(self._badge(status))
         if parts:
-            yield sse_event("log", "".join(parts))
+            # The id lets a reconnecting browser (EventSource sends Last-Event-ID) resume without repeating lines.
+            yield sse_event("log", "".join(parts), lines[-1].id if lines else None)
 
     def end(self, job: ProvisionerJob) -> Iterator[str]:
         closing = self.log.render([], end=job.completed_at or job.updated_at)

@@ -13,7 +13,8 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import redis
@@ -30,8 +31,25 @@ RECONNECT_BACKOFF = (0.2, 5.0)
 STREAM_PREAMBLE = ": connected\nretry: 1000\n\n"
 
 
+@dataclass
+class Snapshot:
+    """What one read of the database saw for a job: its row, and its lines after ``base``."""
+
+    generation: int
+    base: int
+    job: ProvisionerJob | None
+    lines: list[ProvisionerJobLog]
+
+
+Fetch = Callable[[int], tuple[ProvisionerJob | None, list[ProvisionerJobLog]]]
+
+
 class LogRelay:
-    """One pattern subscription for all job log channels, fanned out in memory to the streams of this process."""
+    """One pattern subscription for all job log channels, fanned out in memory to the streams of this process.
+
+    It also shares reads: a notice wakes every viewer of the job at once, and nearly all of them want the
+    lines after the same cursor, so the first one reads the database and the others reuse what it saw.
+    """
 
     def __init__(self, redis_url: str) -> None:
         self.redis_url = redis_url
@@ -39,6 +57,27 @@ class LogRelay:
         self._lock = threading.Lock()
         self._started = False
         self.connected = threading.Event()
+        # Counts the notices for each job; a read taken at generation g contains every line notified up to g.
+        self._generations: dict[str, int] = defaultdict(int)
+        self._snapshots: dict[str, Snapshot] = {}
+        self._read_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+
+    def generation(self, job_id: str) -> int:
+        with self._lock:
+            return self._generations[job_id]
+
+    def read(
+        self, job_id: str, cursor: int, generation: int, fetch: Fetch, *, fresh: bool = False
+    ) -> tuple[ProvisionerJob | None, list[ProvisionerJobLog]]:
+        """The job and its lines after ``cursor`` as of ``generation`` or later; one database read per notice.
+        ``fresh`` reads the database whatever is cached (after a quiet heartbeat: a notice may have been lost)."""
+        with self._read_locks[job_id]:
+            snapshot = self._snapshots.get(job_id)
+            if fresh or snapshot is None or snapshot.generation < generation or snapshot.base > cursor:
+                job, lines = fetch(cursor)
+                snapshot = Snapshot(generation, cursor, job, lines)
+                self._snapshots[job_id] = snapshot
+        return snapshot.job, [line for line in snapshot.lines if line.id > cursor]
 
     def watch(self, job_id: str) -> threading.Event:
         self._ensure_started()
@@ -52,8 +91,11 @@ class LogRelay:
             watchers = self._waiters.get(job_id)
             if watchers is not None:
                 watchers.discard(waiter)
-                if not watchers:
+                if not watchers:  # the last viewer left: forget the job
                     del self._waiters[job_id]
+                    self._generations.pop(job_id, None)
+                    self._snapshots.pop(job_id, None)
+                    self._read_locks.pop(job_id, None)
 
     def watching(self) -> int:
         with self._lock:
@@ -61,11 +103,10 @@ class LogRelay:
 
     def _wake(self, job_id: str | None) -> None:
         with self._lock:
-            targets = (
-                [w for ws in self._waiters.values() for w in ws]
-                if job_id is None
-                else list(self._waiters.get(job_id, ()))
-            )
+            jobs = list(self._waiters) if job_id is None else [job_id] if job_id in self._waiters else []
+            for watched in jobs:  # only watched jobs: notices for others must not pile up here
+                self._generations[watched] += 1
+            targets = [waiter for watched in jobs for waiter in self._waiters[watched]]
         for waiter in targets:
             waiter.set()
 
@@ -137,34 +178,56 @@ def follow_job(relay: LogRelay, job_id: str, after: int, renderer: StreamRendere
     yield STREAM_PREAMBLE
     waiter = relay.watch(job_id)
     cursor = after
+
+    def fetch(since: int) -> tuple[ProvisionerJob | None, list[ProvisionerJobLog]]:
+        # The job before its lines: lines are stored before a job ends, so a final status brings every line.
+        job = db.session.get(ProvisionerJob, job_id, populate_existing=True)
+        lines = job_logs(job_id, since) if job is not None else []
+        db.session.remove()  # hold no database connection while waiting
+        return job, lines
+
+    quiet = False
     try:
         while True:
             waiter.clear()  # before reading, so a notice that arrives meanwhile wakes the next wait at once
-            job = db.session.get(ProvisionerJob, job_id, populate_existing=True)
+            job, lines = relay.read(job_id, cursor, relay.generation(job_id), fetch, fresh=quiet)
             if job is None:
                 return
-            finished = job.status not in ACTIVE_STATUSES  # read before the lines: see jobs.log_update
-            lines = job_logs(job_id, cursor)
+            finished = job.status not in ACTIVE_STATUSES
             yield from renderer.update(job, lines)
             if lines:
                 cursor = lines[-1].id
             if finished:
                 yield from renderer.end(job)
                 return
-            db.session.remove()  # hold no database connection while waiting
-            if not waiter.wait(HEARTBEAT_SECONDS):
+            quiet = not waiter.wait(HEARTBEAT_SECONDS)
+            if quiet:
                 yield ": heartbeat\n\n"
     finally:
         relay.unwatch(job_id, waiter)
         db.session.remove()
 
 
+# Lines never change once stored: each is serialised once per process, not once per viewer.
+_serialised: dict[int, str] = {}
+SERIALISED_CACHE_LINES = 20_000
+
+
+def _line_event(line: ProvisionerJobLog) -> str:
+    event = _serialised.get(line.id)
+    if event is None:
+        if len(_serialised) >= SERIALISED_CACHE_LINES:
+            _serialised.clear()
+        event = _serialised[line.id] = sse_event("log", json.dumps(line.to_json()), line.id)
+    return event
+
+
 class JsonRenderer:
     """API.md's stream: one `log` event per line, then `end` with the job's final status."""
 
     def update(self, job: ProvisionerJob, lines: list[ProvisionerJobLog]) -> Iterator[str]:
-        for line in lines:
-            yield sse_event("log", json.dumps(line.to_json()), line.id)
+        if lines:  # one write for the whole batch, not one per line
+            yield "".join(_line_event(line) for line in lines)
 
     def end(self, job: ProvisionerJob) -> Iterator[str]:
         body: dict[str, Any] = {"status": job.status}
