@@ -28,10 +28,13 @@ install: $(VENV)/.installed ## create .venv and install Slipway into it
 
 install-dev: $(VENV)/.installed-dev ## install Slipway with the test and lint tools
 
-system-deps: ## install what the tests need from Debian: PostgreSQL server binaries
-	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
-		echo "Installing PostgreSQL server binaries with apt-get"; \
-		$(APT) update -qq && $(APT) install -y -qq --no-install-recommends postgresql >/dev/null; \
+system-deps: ## install what the tests need from Debian: PostgreSQL server binaries, chromium
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+		echo "Installing with apt-get:$$missing"; \
+		$(APT) update -qq && $(APT) install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
 run: install ## run Slipway on http://127.0.0.1:3000 (SQLite and an embedded Redis in the data dir)

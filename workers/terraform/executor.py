@@ -96,7 +96,7 @@ class _StepOutput:
         elif self.mode == "json" and (event := parse_event(line)) is not None:
             if event.get("type") == "diagnostic":
                 self.diagnostics.append(event)
-            elif event.get("type") == "apply_start" and self.apply_stage is not None:
+            elif event.get("type") == "apply_start" and self.apply_stage is not None and _changes_something(event):
                 self.stage, self.apply_stage = self.apply_stage, None
                 self.log(LogLine("info", self.stage, "", source="provisioner_daemon"))
             for level, text in event_lines(event):
@@ -301,6 +301,12 @@ class TerraformExecutor:
                 raise TerraformCanceledError(step, f"the job was canceled ({message})")
             raise TerraformError(step, message)
         return output
+
+
+def _changes_something(event: Mapping[str, Any]) -> bool:
+    """Terraform reports data-source reads while planning as apply_start events too (action "read")."""
+    hook = event.get("hook")
+    return not (isinstance(hook, Mapping) and hook.get("action") == "read")
 
 
 def _is_empty(state: bytes) -> bool:

@@ -1,0 +1,98 @@
+"""A person watching a build in a real browser (Debian's chromium driven by Playwright)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Page, sync_playwright
+
+from tests.conftest import PASSWORD, run_cli
+from tests.support.server import ServerProcess
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+LAUNCH_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run", "--disable-quic",
+]  # fmt: skip
+SLOW_TEMPLATE = """
+terraform {
+  required_providers {
+    coder = { source = "coder/coder" }
+  }
+}
+data "coder_workspace" "me" {}
+resource "terraform_data" "slow" {
+  count = data.coder_workspace.me.start_count
+  provisioner "local-exec" {
+    # printf, so the markers appear only in the output, not in Terraform's echo of the command
+    command = "printf 'first%s\\n' -line-out; sleep 4; printf 'last%s\\n' -line-out"
+  }
+}
+"""
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> Iterator[Page]:
+    assert Path(CHROMIUM).exists(), "make test installs Debian's chromium"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        yield browser.new_page(viewport={"width": 1280, "height": 900})
+        browser.close()
+
+
+def test_build_log_streams_into_the_page(page: Page, tmp_path: Path) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    template = tmp_path / "slow"
+    template.mkdir()
+    (template / "main.tf").write_text(SLOW_TEMPLATE)
+    with ServerProcess(tmp_path / "data", "--provisioner-daemons", "1") as server:
+        httpx.post(
+            f"{server.url}/api/v2/users/first",
+            json={"username": "alice", "email": "alice@example.com", "password": PASSWORD},
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLIPWAY_")}
+        env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+        assert (
+            run_cli("login", server.url, "--email", "alice@example.com", env=env, input_text=f"{PASSWORD}\n").returncode
+            == 0
+        )
+        pushed = run_cli("templates", "push", "slow", "-d", str(template), env=env)
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+
+        page.goto(f"{server.url}/login")
+        page.fill("input[name=email]", "alice@example.com")
+        page.fill("input[name=password]", PASSWORD)
+        page.click("form.stack button[type=submit]")
+        page.goto(f"{server.url}/workspaces/new?template=slow")
+        page.fill("input[name=name]", "watched")
+        page.click("form.card button[type=submit]")
+
+        # The first line arrives while Terraform still sleeps: the badge says starting, not yet running.
+        page.wait_for_selector("text=first-line-out", timeout=30_000)
+        assert page.locator("#job-status").inner_text().strip() == "starting"
+        assert page.locator("text=last-line-out").count() == 0
+        page.screenshot(path=str(ARTIFACTS / "build-log-while-running.png"), full_page=True)
+
+        page.wait_for_selector("#job-actions a", timeout=30_000)  # the end event replaced the actions
+        assert page.locator("#job-status").inner_text().strip() == "running"
+        assert page.locator("text=last-line-out").count() == 1
+        headers = page.locator(".log-stage").all_inner_texts()
+        assert [h.split("\n")[0] for h in headers] == [
+            "Setting up",
+            "Planning infrastructure",
+            "Starting workspace",
+            "Cleaning up",
+        ]
+        planning = page.locator(".log-stage", has_text="Planning infrastructure").locator(
+            "xpath=following-sibling::*[1]"
+        )
+        assert "Terraform" in planning.inner_text()
+        refreshing = page.locator(".log-line", has_text="data.coder_workspace.me: Refresh")
+        stage_of_refresh = refreshing.first.locator("xpath=preceding-sibling::div[contains(@class,'log-stage')][1]")
+        assert stage_of_refresh.inner_text().startswith("Planning infrastructure")  # reads belong to planning
+        page.screenshot(path=str(ARTIFACTS / "build-log-finished.png"), full_page=True)
