@@ -41,7 +41,8 @@ def page(tmp_path: Path) -> Iterator[Page]:
     assert Path(CHROMIUM).exists(), "make test installs Debian's chromium"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        yield browser.new_page(viewport={"width": 1280, "height": 900})
+        # A context of our own: a second tab shares the signed-in session.
+        yield browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
         browser.close()
 
 
@@ -96,3 +97,17 @@ def test_build_log_streams_into_the_page(page: Page, tmp_path: Path) -> None:
         stage_of_refresh = refreshing.first.locator("xpath=preceding-sibling::div[contains(@class,'log-stage')][1]")
         assert stage_of_refresh.inner_text().startswith("Planning infrastructure")  # reads belong to planning
         page.screenshot(path=str(ARTIFACTS / "build-log-finished.png"), full_page=True)
+
+        # The workspace page and the list follow status changes without a reload.
+        page.click("#job-actions a")  # "Open workspace"
+        page.wait_for_selector(".page-head .status-running")
+        listing = page.context.new_page()
+        listing.goto(f"{server.url}/workspaces")
+        for opened in (page, listing):
+            opened.evaluate("window.notReloaded = true")
+        stopped = run_cli("stop", "watched", env=env)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        page.wait_for_selector(".page-head .status-stopped", timeout=15_000)
+        listing.wait_for_selector("#workspace-table .status-stopped", timeout=15_000)
+        assert page.evaluate("window.notReloaded") and listing.evaluate("window.notReloaded")
+        page.screenshot(path=str(ARTIFACTS / "workspace-stopped-live.png"), full_page=True)

@@ -104,6 +104,7 @@ def acquire_job(daemon: ProvisionerDaemon, job_id: str, settings: Settings) -> d
         db.session.rollback()
         raise Conflict("The job is no longer pending.")
     db.session.commit()
+    publish_log_notice(job.id)  # viewers see "pending" turn into "running" at once
     db.session.refresh(job)
     try:
         payload = JOB_HANDLERS[job.type].payload(job)

@@ -26,6 +26,9 @@ from app.provisioning.models import ACTIVE_STATUSES, ProvisionerJob, Provisioner
 log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 15.0
+ANY_JOB = "*"
+# A status page checks for changes at most this often, however many log batches wake it.
+STATUS_CHECK_SECONDS = 0.5
 RECONNECT_BACKOFF = (0.2, 5.0)
 # Sent first: it opens the stream through proxies at once and tells EventSource how soon to come back.
 STREAM_PREAMBLE = ": connected\nretry: 1000\n\n"
@@ -107,6 +110,7 @@ class LogRelay:
             for watched in jobs:  # only watched jobs: notices for others must not pile up here
                 self._generations[watched] += 1
             targets = [waiter for watched in jobs for waiter in self._waiters[watched]]
+            targets += self._waiters.get(ANY_JOB, ())  # pages that follow every job they can see
         for waiter in targets:
             waiter.set()
 
@@ -234,6 +238,29 @@ class JsonRenderer:
         if job.error:
             body["error"] = job.error
         yield sse_event("end", json.dumps(body))
+
+
+def follow_statuses(relay: LogRelay, read_statuses: Callable[[], object]) -> Iterator[str]:
+    """For list and overview pages: a `refresh` event whenever what ``read_statuses`` returns changes."""
+    yield STREAM_PREAMBLE
+    waiter = relay.watch(ANY_JOB)
+    try:
+        shown = read_statuses()
+        db.session.remove()
+        while True:
+            if waiter.wait(HEARTBEAT_SECONDS):
+                time.sleep(STATUS_CHECK_SECONDS)  # let a burst of notices settle into one check
+                waiter.clear()
+                current = read_statuses()
+                db.session.remove()
+                if current != shown:
+                    shown = current
+                    yield sse_event("refresh", "changed")
+            else:
+                yield ": heartbeat\n\n"
+    finally:
+        relay.unwatch(ANY_JOB, waiter)
+        db.session.remove()
 
 
 def stream_cursor(after_arg: str | None, last_event_id: str | None) -> int:

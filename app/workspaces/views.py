@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import flash, redirect, render_template, request, url_for
+from flask import current_app, flash, redirect, render_template, request, url_for
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response
 
@@ -10,9 +10,10 @@ from app.auth.access import page_user
 from app.blueprints import page_blueprint
 from app.catalog import services as catalog
 from app.errors import DomainError
-from app.provisioning.jobs import cancel_job, job_json, job_logs
+from app.provisioning.jobs import cancel_job, event_stream, job_json, job_logs
 from app.provisioning.log_html import LogHtml, page_stream
 from app.provisioning.resources import job_resources
+from app.provisioning.streams import follow_statuses, relay_for
 from app.workspaces import services
 
 bp = page_blueprint("workspaces", __name__)
@@ -28,6 +29,25 @@ def index() -> str:
     user = page_user()
     rows = [(workspace, services.latest_build(workspace)) for workspace in services.visible_workspaces(user)]
     return render_template("workspaces/index.html", rows=rows, status_of=services.build_status)
+
+
+@bp.get("/workspaces/events")
+def status_events() -> Response:
+    """`refresh` when any workspace this user sees (or the one named by ?workspace=) changes status."""
+    user = page_user()
+    only = request.args.get("workspace")
+    if only:
+        services.get_workspace_for(user, only)
+
+    def statuses() -> list[tuple[str, int, str]]:
+        found = [w for w in services.visible_workspaces(user) if only is None or w.id == only]
+        return [
+            (w.id, build.build_number, services.build_status(build))
+            for w in found
+            for build in [services.latest_build(w)]
+        ]
+
+    return event_stream(follow_statuses(relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url), statuses))
 
 
 @bp.route("/workspaces/new", methods=["GET", "POST"])
