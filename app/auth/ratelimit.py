@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from app.config import Settings
-from app.errors import RateLimited
+from app.errors import RateLimited, Unauthorized
 from app.redis_client import get_redis
+from app.users.models import User
+from app.users.services import authenticate
 
 # One address may front many people (an office NAT), so it gets more room than a single email address.
 ADDRESS_ALLOWANCE = 5
@@ -39,3 +41,15 @@ def record_login_failure(settings: Settings, address: str, email: str) -> None:
 
 def clear_login_failures(address: str, email: str) -> None:
     get_redis().delete(_keys(address, email)[0][0])
+
+
+def sign_in_with_password(settings: Settings, address: str, email: str, password: str) -> User:
+    """The user for a password sign-in, counting failures per email and address; 429 once past the limit."""
+    check_login_allowed(settings, address, email)
+    try:
+        user = authenticate(email, password)
+    except Unauthorized:
+        record_login_failure(settings, address, email)
+        raise
+    clear_login_failures(address, email)
+    return user

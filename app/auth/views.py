@@ -10,7 +10,7 @@ from werkzeug.wrappers import Response
 
 from app.auth import ratelimit
 from app.blueprints import page_blueprint
-from app.errors import DomainError, Unauthorized
+from app.errors import DomainError
 from app.users import services
 
 bp = page_blueprint("auth", __name__, public=("login", "setup", "logout"))
@@ -34,15 +34,9 @@ def login() -> Response | str | tuple[str, int]:
     email, password = request.form.get("email", ""), request.form.get("password", "")
     settings, address = current_app.config["SLIPWAY_SETTINGS"], request.remote_addr or "unknown"
     try:
-        ratelimit.check_login_allowed(settings, address, email)
-        try:
-            user = services.authenticate(email, password)
-        except Unauthorized:
-            ratelimit.record_login_failure(settings, address, email)
-            raise
+        user = ratelimit.sign_in_with_password(settings, address, email, password)
     except DomainError as error:
         return render_template("auth/login.html", email=email, error=error.message), error.status
-    ratelimit.clear_login_failures(address, email)
     login_user(user, remember=False)
     return redirect(_safe_next(request.args.get("next")))
 

@@ -13,8 +13,7 @@ from app.catalog import services
 from app.errors import DomainError, InvalidInput
 from app.files.services import MAX_ARCHIVE_BYTES, store_file
 from app.markdown_render import render_markdown
-from app.provisioning.jobs import job_json, job_logs
-from app.provisioning.log_html import LogHtml, page_stream
+from app.provisioning.log_html import log_page_context, page_stream
 from app.provisioning.resources import job_resources
 from app.provisioning.tags import TagError, parse_tag_arguments
 from app.templating import tar_of_uploads
@@ -90,14 +89,10 @@ def show(name: str) -> str:
 @require_role(*ADMINS)
 def version(version_id: str) -> str:
     found = services.get_version(version_id)
-    job = job_json(found.job)  # the status before the lines, as the stream reads them
-    lines = job_logs(found.job_id)
     return render_template(
         "catalog/version.html",
         version=found,
-        job=job,
-        log_html=LogHtml().render(lines, end=found.job.completed_at),
-        last_id=lines[-1].id if lines else 0,
+        **log_page_context(found.job),
         template_name=request.args.get("template_name", ""),
         template=services.get_template(found.template_id) if found.template_id else None,
     )

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from typing import Any
 
 from flask import Response, current_app, render_template, request
 from markupsafe import Markup, escape
 from sqlalchemy import func, select
 
 from app.extensions import db
-from app.provisioning.jobs import event_stream
+from app.provisioning.jobs import event_stream, job_json, job_logs
 from app.provisioning.models import ProvisionerJob, ProvisionerJobLog
 from app.provisioning.streams import follow_job, relay_for, sse_event, stream_cursor
 
@@ -113,6 +114,18 @@ class HtmlRenderer:
         return render_template(
             "provisioning/_partials/status.html", status=status, oob="job-status", job_status=self.job_status
         )
+
+
+def log_page_context(job: ProvisionerJob) -> dict[str, Any]:
+    """What a job's page shows of it: the job (read before its lines, as the stream reads them), the log so far,
+    and the cursor the page's stream resumes after."""
+    shown = job_json(job)
+    lines = job_logs(job.id)
+    return {
+        "job": shown,
+        "log_html": LogHtml().render(lines, end=job.completed_at),
+        "last_id": lines[-1].id if lines else 0,
+    }
 
 
 def stage_opening(job_id: str, cursor: int) -> ProvisionerJobLog | None:

@@ -16,7 +16,7 @@ from app.auth.tokens import (
 from app.blueprints import api_blueprint, json_body
 from app.columns import rfc3339
 from app.config import Settings
-from app.errors import InvalidInput, NotFound, Unauthorized
+from app.errors import InvalidInput, NotFound
 from app.users import services
 from app.users.models import ROLE_OWNER
 from app.validation import FieldErrors, string_field
@@ -53,14 +53,8 @@ def login() -> tuple[Response, int]:
     email = string_field(body, "email", errors)
     password = string_field(body, "password", errors)
     errors.raise_if_any()
-    settings, address = _settings(), request.remote_addr or "unknown"
-    ratelimit.check_login_allowed(settings, address, email)
-    try:
-        user = services.authenticate(email, password)
-    except Unauthorized:
-        ratelimit.record_login_failure(settings, address, email)
-        raise
-    ratelimit.clear_login_failures(address, email)
+    settings = _settings()
+    user = ratelimit.sign_in_with_password(settings, request.remote_addr or "unknown", email, password)
     return jsonify({"session_token": issue_session_token(user, settings.session_duration)}), 201
 
 

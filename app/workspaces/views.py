@@ -10,8 +10,8 @@ from app.auth.access import page_user
 from app.blueprints import page_blueprint
 from app.catalog import services as catalog
 from app.errors import DomainError
-from app.provisioning.jobs import cancel_job, event_stream, job_json, job_logs
-from app.provisioning.log_html import LogHtml, page_stream
+from app.provisioning.jobs import cancel_job, event_stream
+from app.provisioning.log_html import log_page_context, page_stream
 from app.provisioning.resources import job_resources
 from app.provisioning.streams import follow_statuses, relay_for
 from app.workspaces import services
@@ -112,16 +112,8 @@ def transition(workspace_id: str) -> Response:
 @bp.get("/builds/<build_id>")
 def build(build_id: str) -> str:
     found = services.get_build_for(page_user(), build_id)
-    job = job_json(found.job)  # the status before the lines, as the stream reads them
-    lines = job_logs(found.job_id)
-    return render_template(
-        "workspaces/build.html",
-        build=found,
-        job=job,
-        status=services.build_status(found),
-        log_html=LogHtml().render(lines, end=found.job.completed_at),
-        last_id=lines[-1].id if lines else 0,
-    )
+    context = log_page_context(found.job)  # first: the status shown must not be newer than the lines
+    return render_template("workspaces/build.html", build=found, status=services.build_status(found), **context)
 
 
 @bp.get("/builds/<build_id>/log/stream")
