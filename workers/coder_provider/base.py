@@ -54,12 +54,8 @@ def schema(*attributes: Attribute, blocks: tuple[Any, ...] = (), description: st
 STRING, NUMBER, BOOL = String(), Number(), Bool()
 
 
-class CoderResource(Resource):  # type: ignore[misc]  # tf ships no type information
-    """A provider-local resource: it creates nothing outside Terraform, its state is all there is.
-
-    Subclasses declare `name` and `schema_` and may override `check` (config validation), `shape_plan`
-    (computed values known at plan time) and `fill` (computed values set on create).
-    """
+class _Declared:
+    """What every coder resource and data source declares for `tf`: its type name and its schema."""
 
     name: ClassVar[str]
     schema_: ClassVar[Schema]
@@ -74,6 +70,14 @@ class CoderResource(Resource):  # type: ignore[misc]  # tf ships no type informa
     @classmethod
     def get_schema(cls) -> Schema:
         return cls.schema_
+
+
+class CoderResource(_Declared, Resource):  # type: ignore[misc]  # tf ships no type information
+    """A provider-local resource: it creates nothing outside Terraform, its state is all there is.
+
+    Subclasses declare `name` and `schema_` and may override `check` (config validation), `shape_plan`
+    (computed values known at plan time) and `fill` (computed values set on create).
+    """
 
     def validate(self, diags: Diagnostics, type_name: str, config: State) -> None:
         super().validate(diags, type_name, config)
@@ -112,22 +116,8 @@ class CoderResource(Resource):  # type: ignore[misc]  # tf ships no type informa
         return None
 
 
-class CoderDataSource(DataSource):  # type: ignore[misc]
+class CoderDataSource(_Declared, DataSource):  # type: ignore[misc]
     """A data source computed from the provider's configuration and the CODER_* environment."""
-
-    name: ClassVar[str]
-    schema_: ClassVar[Schema]
-
-    def __init__(self, provider: CoderProvider) -> None:
-        self.provider = provider
-
-    @classmethod
-    def get_name(cls) -> str:
-        return cls.name
-
-    @classmethod
-    def get_schema(cls) -> Schema:
-        return cls.schema_
 
     def read(self, ctx: ReadDataContext, config: State) -> State | None:
         # Terraform wants every attribute back; unset optional ones stay null as in the configuration.
