@@ -59,7 +59,6 @@ class LogRelay:
         self._waiters: dict[str, set[threading.Event]] = defaultdict(set)
         self._lock = threading.Lock()
         self._started = False
-        self.connected = threading.Event()
         # Counts the notices for each job; a read taken at generation g contains every line notified up to g.
         self._generations: dict[str, int] = defaultdict(int)
         self._snapshots: dict[str, Snapshot] = {}
@@ -100,10 +99,6 @@ class LogRelay:
                     self._snapshots.pop(job_id, None)
                     self._read_locks.pop(job_id, None)
 
-    def watching(self) -> int:
-        with self._lock:
-            return sum(len(watchers) for watchers in self._waiters.values())
-
     def _wake(self, job_id: str | None) -> None:
         with self._lock:
             jobs = list(self._waiters) if job_id is None else [job_id] if job_id in self._waiters else []
@@ -128,7 +123,6 @@ class LogRelay:
             pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             try:
                 pubsub.psubscribe(LOG_CHANNEL_PREFIX + "*")
-                self.connected.set()
                 if outage_logged:
                     log.warning("log relay: Redis is back; streams catch up from the database")
                 delay, outage_logged = RECONNECT_BACKOFF[0], False
@@ -138,7 +132,6 @@ class LogRelay:
                     if message is not None and message.get("type") == "pmessage":
                         self._wake(message["channel"].decode()[len(LOG_CHANNEL_PREFIX) :])
             except (redis.RedisError, OSError) as exc:
-                self.connected.clear()
                 if not outage_logged:  # one line per outage, not one per retry
                     log.warning("log relay: lost Redis (%s); retrying with back-off", exc)
                     outage_logged = True
