@@ -19,13 +19,15 @@ def create_app(settings: Settings | None = None) -> Flask:
     app = Flask(__name__, template_folder=str(ROOT / "templates"), static_folder=str(ROOT / "static"))
     configure(app, settings)
 
-    from app import errors, health, redis_client, templating
+    from app import errors, health, metrics, redis_client, templating
     from app.auth import access
     from app.auth import views as auth_views
     from app.catalog import api as catalog_api
     from app.catalog import views as catalog_views
     from app.extensions import csrf, db, htmx, migrate
+    from app.provisioning import api as provisioning_api
     from app.provisioning import daemon_api
+    from app.provisioning import views as provisioning_views
     from app.users import api as users_api
     from app.users import views as users_views
     from app.workspaces import api as workspaces_api
@@ -49,6 +51,9 @@ def create_app(settings: Settings | None = None) -> Flask:
         catalog_api.bp,
         workspaces_api.bp,
         daemon_api.bp,
+        provisioning_api.bp,
+        provisioning_views.bp,
+        metrics.bp,
     ):
         app.register_blueprint(blueprint)
     return app

@@ -46,10 +46,14 @@ class Settings:
     # Handed by `slipway server` to the daemons it starts itself; never configured by hand.
     builtin_daemon_psk: str = ""
     provisioner_daemon_psk: str = ""
+    # The Redis address handed to external daemons when they register; empty means redis_url.
+    provisioner_redis_url: str = ""
     provisioner_untagged_jobs: str = "any"
     provisioner_hang_timeout: int = 300
     provisioner_pending_timeout: int = 1800
     provisioner_force_cancel_interval: int = 600
+    # How often an idle daemon calls in; it is offline after 90 s of silence (hidden, for tests).
+    provisioner_heartbeat_interval: int = 10
     terraform_path: str = ""
 
     @property
@@ -59,6 +63,10 @@ class Settings:
     @property
     def port(self) -> int:
         return split_address(self.address)[1]
+
+    @property
+    def advertised_redis_url(self) -> str:
+        return self.provisioner_redis_url or self.redis_url
 
     @property
     def embedded_redis_socket(self) -> Path:
@@ -78,9 +86,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     data_dir = Path(_get(env, "DATA_DIR") or default_data_dir(env)).expanduser()
     access_url = _parse_access_url(_get(env, "ACCESS_URL") or f"http://{address}")
     database_url = _parse_database_url(_get(env, "DATABASE_URL") or f"sqlite:///{data_dir / 'slipway.db'}")
-    redis_url = _get(env, "REDIS_URL")
-    if redis_url and urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
-        raise SettingsError(f"{PREFIX}REDIS_URL must start with redis://, rediss:// or unix://, got {redis_url!r}")
+    redis_url = _redis_url(env, "REDIS_URL")
     return Settings(
         address=address,
         access_url=access_url,
@@ -98,10 +104,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         login_failure_window=_duration(env, "LOGIN_FAILURE_WINDOW", "5m"),
         builtin_daemon_psk=_get(env, "BUILTIN_DAEMON_PSK"),
         provisioner_daemon_psk=_secret(env, "PROVISIONER_DAEMON_PSK"),
+        provisioner_redis_url=_redis_url(env, "PROVISIONER_REDIS_URL"),
         provisioner_untagged_jobs=_choice(env, "PROVISIONER_UNTAGGED_JOBS", ("any", "untagged-only")),
         provisioner_hang_timeout=_duration(env, "PROVISIONER_HANG_TIMEOUT", "5m"),
         provisioner_pending_timeout=_duration(env, "PROVISIONER_PENDING_TIMEOUT", "30m"),
         provisioner_force_cancel_interval=_duration(env, "PROVISIONER_FORCE_CANCEL_INTERVAL", "10m"),
+        provisioner_heartbeat_interval=_duration(env, "PROVISIONER_HEARTBEAT_INTERVAL", "10s"),
         terraform_path=_get(env, "TERRAFORM_PATH"),
     )
 
@@ -185,6 +193,13 @@ def _duration(env: Mapping[str, str], name: str, default: str) -> int:
     if seconds <= 0:
         raise SettingsError(f"{PREFIX}{name} must be longer than zero")
     return seconds
+
+
+def _redis_url(env: Mapping[str, str], name: str) -> str:
+    url = _get(env, name)
+    if url and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        raise SettingsError(f"{PREFIX}{name} must start with redis://, rediss:// or unix://, got {url!r}")
+    return url
 
 
 def _parse_access_url(raw: str) -> str:

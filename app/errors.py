@@ -63,7 +63,8 @@ class RateLimited(DomainError):
 
 
 def wants_json() -> bool:
-    return request.path.startswith("/api/")
+    # Programs call /api/ and scrape /metrics; everything else is a page a person reads.
+    return request.path.startswith("/api/") or request.path == "/metrics"
 
 
 def error_response(error: DomainError) -> tuple[Response | str, int]:

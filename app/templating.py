@@ -4,16 +4,30 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 
 from flask import Flask
+
+from app.provisioning.tags import format_tags
 
 
 def init_app(app: Flask) -> None:
     app.jinja_env.filters["ago"] = time_ago
     app.jinja_env.globals["product_name"] = "Slipway"
     app.jinja_env.filters["duration"] = duration
+    app.jinja_env.filters["tags"] = format_tags
+    app.jinja_env.filters["tag_flags"] = tag_flags
+
+
+def tag_flags(tags: Mapping[str, str]) -> str:
+    """The `slipway provisionerd start` flags for a daemon that can take jobs with these tags."""
+    return " ".join(
+        f"--tag {key}={value}"
+        for key, value in sorted(tags.items())
+        if key != "owner" and (key != "scope" or value == "user")
+    )
 
 
 def duration(start: datetime | None, end: datetime | None = None) -> str:

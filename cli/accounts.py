@@ -7,17 +7,8 @@ import os
 
 import click
 
-from cli.client import SlipwayClient, authenticated_client, print_table
+from cli.client import SlipwayClient, authenticated_client, output_option, print_table
 from cli.config import ClientConfig, forget_config, load_config, save_config
-
-output_option = click.option(
-    "--output",
-    "-o",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Output format.",
-)
 
 
 @click.command()

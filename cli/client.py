@@ -92,3 +92,24 @@ def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
     click.echo("  ".join(column.upper().ljust(widths[i]) for i, column in enumerate(columns)).rstrip())
     for line in cells:
         click.echo("  ".join(value.ljust(widths[i]) for i, value in enumerate(line)).rstrip())
+
+
+def key_value_pairs(values: tuple[str, ...] | list[str], what: str) -> dict[str, str]:
+    """``("k=v", ...)`` from repeated options, split on the first ``=``."""
+    result = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{what} look like key=value, got {item!r}")
+        result[key.strip()] = value.strip()
+    return result
+
+
+output_option = click.option(
+    "--output",
+    "-o",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)

@@ -6,7 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
-from cli import accounts, templates, workspaces
+from cli import accounts, provisioners, templates, workspaces
 from cli.server import server
 
 
@@ -33,6 +33,7 @@ cli.add_command(accounts.whoami)
 cli.add_command(accounts.users)
 cli.add_command(accounts.tokens)
 cli.add_command(templates.templates)
+cli.add_command(provisioners.provisioner)
 for command in (
     workspaces.create,
     workspaces.start,

@@ -37,6 +37,36 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "SLIPWAY_PROVISIONER_DAEMONS",
         "Built-in provisioner daemons; 0 disables. [default: 3]",
     ),
+    (
+        "--provisioner-daemon-psk",
+        "SLIPWAY_PROVISIONER_DAEMON_PSK",
+        "Pre-shared key external daemons may use (organization scope); also SLIPWAY_PROVISIONER_DAEMON_PSK_FILE.",
+    ),
+    (
+        "--provisioner-redis-url",
+        "SLIPWAY_PROVISIONER_REDIS_URL",
+        "The Redis address handed to external daemons when they register. [default: --redis-url]",
+    ),
+    (
+        "--provisioner-untagged-jobs",
+        "SLIPWAY_PROVISIONER_UNTAGGED_JOBS",
+        "any: tagged daemons also take untagged jobs; untagged-only: only untagged daemons do. [default: any]",
+    ),
+    (
+        "--provisioner-force-cancel-interval",
+        "SLIPWAY_PROVISIONER_FORCE_CANCEL_INTERVAL",
+        "How long a canceled build may take to stop before Terraform is killed. [default: 10m]",
+    ),
+    (
+        "--provisioner-hang-timeout",
+        "SLIPWAY_PROVISIONER_HANG_TIMEOUT",
+        "A running job silent this long is failed by the reaper. [default: 5m]",
+    ),
+    (
+        "--provisioner-pending-timeout",
+        "SLIPWAY_PROVISIONER_PENDING_TIMEOUT",
+        "A job no daemon took within this is failed by the reaper. [default: 30m]",
+    ),
     ("--web-workers", "SLIPWAY_WEB_WORKERS", "Web worker processes (gevent). [default: 2]"),
     ("--terraform-path", "SLIPWAY_TERRAFORM_PATH", "Terraform for built-in daemons. [default: PATH, else bundled]"),
     (

@@ -8,18 +8,8 @@ from typing import Any
 
 import click
 
-from cli.client import authenticated_client, print_table
+from cli.client import authenticated_client, key_value_pairs, print_table
 from cli.follow import follow_job, report
-
-
-def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
-    result = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{what} look like key=value, got {item!r}")
-        result[key] = value
-    return result
 
 
 @click.group()
@@ -61,8 +51,10 @@ def push(
     body: dict[str, Any] = {
         "file_id": uploaded["id"],
         "name": version_name,
-        "provisioner_tags": _pairs(tags, "--provisioner-tag values"),
-        "user_variable_values": [{"name": k, "value": v} for k, v in _pairs(variables, "--variable values").items()],
+        "provisioner_tags": key_value_pairs(tags, "--provisioner-tag values"),
+        "user_variable_values": [
+            {"name": k, "value": v} for k, v in key_value_pairs(variables, "--variable values").items()
+        ],
     }
     if existing:
         body["template_id"] = existing[0]["id"]

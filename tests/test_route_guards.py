@@ -31,6 +31,22 @@ OWNER_ONLY_ENDPOINTS = {
     "users_api.get_user",
     "users_api.update_user",
 }
+# Owners and template admins only; members get 403.
+ADMIN_ONLY_ENDPOINTS = {
+    "provisioners.index",
+    "provisioners.live_overview",
+    "provisioners.events",
+    "provisioners.create_key",
+    "provisioners.delete_key",
+    "provisioners_api.list_daemons",
+    "provisioners_api.list_jobs",
+    "provisioners_api.create_key",
+    "provisioners_api.list_keys",
+    "provisioners_api.delete_key",
+    "metrics.metrics",
+}
+# Called by programs: a bad credential is a JSON 401, never a redirect to the login page.
+PROGRAM_PATHS = ("/api/", "/metrics")
 
 
 def _routes() -> list[tuple[str, str, str]]:
@@ -55,13 +71,14 @@ def test_public_list_is_exact() -> None:
     endpoints = {endpoint for endpoint, _, _ in ROUTES}
     assert PUBLIC_ENDPOINTS - {"static"} <= endpoints
     assert OWNER_ONLY_ENDPOINTS <= endpoints
+    assert ADMIN_ONLY_ENDPOINTS <= endpoints
 
 
 @pytest.mark.parametrize(("endpoint", "method", "path"), [r for r in ROUTES if r[0] not in PUBLIC_ENDPOINTS])
 def test_anonymous_callers_are_refused(app: Flask, endpoint: str, method: str, path: str) -> None:
     app.config["WTF_CSRF_ENABLED"] = False  # prove the login check itself, not the CSRF check, refuses
     response = app.test_client().open(path, method=method, json={})
-    if path.startswith("/api/"):
+    if path.startswith(PROGRAM_PATHS):
         assert response.status_code == 401, f"{method} {path}"
         assert response.is_json
     else:
@@ -69,16 +86,27 @@ def test_anonymous_callers_are_refused(app: Flask, endpoint: str, method: str, p
         assert "/login" in response.headers["Location"]
 
 
-@pytest.mark.parametrize(("endpoint", "method", "path"), [r for r in ROUTES if r[0] in OWNER_ONLY_ENDPOINTS])
-@pytest.mark.parametrize("persona", ["bob", "carol"])
-def test_non_owners_are_refused_owner_routes(
-    app: Flask, personas: dict[str, Persona], persona: str, endpoint: str, method: str, path: str
-) -> None:
+def _refused(app: Flask, personas: dict[str, Persona], persona: str, method: str, path: str) -> None:
     app.config["WTF_CSRF_ENABLED"] = False
     client: FlaskClient = app.test_client()
-    if path.startswith("/api/"):
+    if path.startswith(PROGRAM_PATHS):
         response = client.open(path, method=method, json={}, headers=personas[persona].auth)
     else:
         client.post("/login", data={"email": f"{persona}@example.com", "password": personas[persona].password})
         response = client.open(path, method=method, data={})
     assert response.status_code == 403, f"{persona} {method} {path}"
+
+
+@pytest.mark.parametrize(("endpoint", "method", "path"), [r for r in ROUTES if r[0] in OWNER_ONLY_ENDPOINTS])
+@pytest.mark.parametrize("persona", ["bob", "carol"])
+def test_non_owners_are_refused_owner_routes(
+    app: Flask, personas: dict[str, Persona], persona: str, endpoint: str, method: str, path: str
+) -> None:
+    _refused(app, personas, persona, method, path)
+
+
+@pytest.mark.parametrize(("endpoint", "method", "path"), [r for r in ROUTES if r[0] in ADMIN_ONLY_ENDPOINTS])
+def test_members_are_refused_admin_routes(
+    app: Flask, personas: dict[str, Persona], endpoint: str, method: str, path: str
+) -> None:
+    _refused(app, personas, "carol", method, path)

@@ -123,7 +123,7 @@ def test_page_stream_continues_stages_and_ends_with_every_line(
     job_id = build["job"]["id"]
     sign_in(client, "carol@example.com", PASSWORD)
     page = client.get(f"/builds/{build['id']}").get_data(as_text=True)
-    assert 'id="log-empty"' in page and "Waiting for a provisioner daemon (queue position 1)" in page
+    assert 'id="log-empty"' in page and "Queued, position 1 of 1" in page
 
     daemon.call(f"/jobs/{job_id}/acquire")
     daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Planning infrastructure", "output": "one"}]})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from flask import url_for
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
@@ -12,7 +13,7 @@ from app.catalog.models import Template, TemplateVersion
 from app.errors import Conflict, InvalidInput, NotFound
 from app.extensions import db
 from app.files.services import get_file
-from app.provisioning.jobs import JobHandlers, dispatch, new_job, register_job_type
+from app.provisioning.jobs import JobHandlers, JobSubject, dispatch, new_job, register_job_type
 from app.provisioning.models import JOB_TEMPLATE_IMPORT, SUCCEEDED, ProvisionerJob
 from app.provisioning.resources import store_resources
 from app.provisioning.tags import TagError, normalise_tags
@@ -195,6 +196,18 @@ def sensitive_variable_values(version: TemplateVersion) -> list[str]:
     return [item["value"] for item in version.user_variable_values if item["name"] in sensitive]
 
 
+def _import_subject(job: ProvisionerJob) -> JobSubject:
+    version = _version_for_job(job)
+    template = db.session.get(Template, version.template_id) if version.template_id else None
+    template_name = template.name if template else ""
+    return JobSubject(
+        title=f"Import {template_name or 'new template'} {version.name}",
+        url=url_for("catalog.version", version_id=version.id, template_name=template_name),
+        template_name=template_name,
+    )
+
+
 register_job_type(
-    JOB_TEMPLATE_IMPORT, JobHandlers(payload=_import_payload, complete=_import_complete, secrets=_import_secrets)
+    JOB_TEMPLATE_IMPORT,
+    JobHandlers(payload=_import_payload, complete=_import_complete, secrets=_import_secrets, describe=_import_subject),
 )

@@ -6,12 +6,15 @@ import hmac
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
+from app.auth.access import bearer_token
+from app.auth.tokens import resolve_token
 from app.blueprints import API_PREFIX, json_body
 from app.config import Settings
 from app.errors import InvalidInput, Unauthorized
 from app.extensions import csrf
 from app.provisioning import daemons
 from app.provisioning.daemons import DaemonCredential
+from app.provisioning.keys import resolve_key
 from app.provisioning.models import ProvisionerDaemon
 
 bp = Blueprint("provisionerd_api", __name__, url_prefix=f"{API_PREFIX}/provisionerd")
@@ -19,7 +22,12 @@ bp = Blueprint("provisionerd_api", __name__, url_prefix=f"{API_PREFIX}/provision
 csrf.exempt(bp)
 
 PSK_HEADER = "Slipway-Provisioner-PSK"
+KEY_HEADER = "Slipway-Provisioner-Key"
 DAEMON_HEADER = "Slipway-Provisioner-Daemon"
+NO_CREDENTIAL = (
+    "A provisioner daemon must authenticate with a pre-shared key (--psk), a provisioner key (--key) "
+    "or a user session token (slipway login)."
+)
 
 
 def _settings() -> Settings:
@@ -28,13 +36,23 @@ def _settings() -> Settings:
 
 
 def daemon_credential() -> DaemonCredential:
+    """Exactly one of: the built-in or operator PSK, a provisioner key, a user's token (reference §3.2)."""
     settings = _settings()
-    psk = request.headers.get(PSK_HEADER, "")
-    if psk and settings.builtin_daemon_psk and hmac.compare_digest(psk, settings.builtin_daemon_psk):
-        return DaemonCredential("builtin")
-    if psk and settings.provisioner_daemon_psk and hmac.compare_digest(psk, settings.provisioner_daemon_psk):
-        return DaemonCredential("psk")
-    raise Unauthorized("A provisioner daemon must authenticate with a valid pre-shared key.")
+    psk, key, token = request.headers.get(PSK_HEADER, ""), request.headers.get(KEY_HEADER, ""), bearer_token()
+    sent = [name for name, value in (("a PSK", psk), ("a provisioner key", key), ("a user token", token)) if value]
+    if len(sent) > 1:
+        raise InvalidInput(f"Send one credential, not {' and '.join(sent)}.")
+    if psk:
+        if settings.builtin_daemon_psk and hmac.compare_digest(psk, settings.builtin_daemon_psk):
+            return DaemonCredential("builtin")
+        if settings.provisioner_daemon_psk and hmac.compare_digest(psk, settings.provisioner_daemon_psk):
+            return DaemonCredential("psk")
+        raise Unauthorized("The provisioner daemon PSK is wrong (or the server has none configured).")
+    if key:
+        return DaemonCredential("key", key=resolve_key(key))
+    if token:
+        return DaemonCredential("user", user=resolve_token(token))
+    raise Unauthorized(NO_CREDENTIAL)
 
 
 # Completion carries the Terraform state, which outgrows the 1 MiB limit of ordinary JSON calls.
@@ -68,7 +86,24 @@ def register() -> tuple[Response, int]:
         str(body.get("version", "")),
         _settings(),
     )
-    return jsonify({"daemon_id": daemon.id, "name": daemon.name, "tags": daemon.tags, "queues": queues}), 201
+    settings = _settings()
+    reply = {
+        "daemon_id": daemon.id,
+        "name": daemon.name,
+        "tags": daemon.tags,
+        "queues": queues,
+        "redis_url": settings.advertised_redis_url,
+        "heartbeat_seconds": settings.provisioner_heartbeat_interval,
+        "force_cancel_seconds": settings.provisioner_force_cancel_interval,
+    }
+    return jsonify(reply), 201
+
+
+@bp.post("/heartbeat")
+def heartbeat() -> Response:
+    """An idle daemon's proof of life; refused (and the daemon stops) once its credential is gone."""
+    daemons.heartbeat(_daemon())
+    return jsonify({})
 
 
 @bp.post("/jobs/<job_id>/acquire")

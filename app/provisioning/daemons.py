@@ -7,6 +7,7 @@ checks that the daemon owns the job it talks about, so a confused or stale daemo
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +25,10 @@ from app.provisioning.models import (
     ProvisionerDaemon,
     ProvisionerJob,
     ProvisionerJobLog,
+    ProvisionerKey,
 )
-from app.provisioning.tags import TagError, daemon_can_run, daemon_queue_names, normalise_tags
+from app.provisioning.tags import SCOPE_ORGANIZATION, TagError, daemon_can_run, daemon_queue_names, normalise_tags
+from app.users.models import User
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +39,46 @@ MAX_BATCH_LINES = 1000
 REDACTED = "********"
 # Shorter values ("1", "eu") would mask ordinary words all over the log while protecting nothing.
 MIN_SECRET_CHARS = 4
+DAEMON_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$")
 
 
 @dataclass(frozen=True)
 class DaemonCredential:
-    """Who a daemon authenticated as: builtin or psk (organization scope), later a key or a user."""
+    """Who a daemon authenticated as (reference §3.2): builtin and psk serve the organization; a key fixes the
+    tags; a user may always serve their own user-scoped jobs, and the organization when a template admin."""
 
     kind: str
-    user_id: str | None = None
+    user: User | None = None
+    key: ProvisionerKey | None = None
+
+    @property
+    def user_id(self) -> str | None:
+        return self.user.id if self.user else None
+
+    @property
+    def key_id(self) -> str | None:
+        return self.key.id if self.key else None
+
+
+ORG_DAEMON_FORBIDDEN = (
+    "Only owners and template admins may run organization provisioners; "
+    "start a user-scoped daemon instead (--tag scope=user)."
+)
+
+
+def daemon_tags(credential: DaemonCredential, requested: dict[str, str]) -> dict[str, str]:
+    """The tags this credential may serve, from the tags the daemon asked for."""
+    if credential.key is not None:
+        if requested:
+            raise InvalidInput("A daemon started with a provisioner key serves the key's tags; do not send tags.")
+        return dict(credential.key.tags)
+    try:
+        tags = normalise_tags(requested, credential.user_id)  # without a user, scope=user falls back to org
+    except TagError as exc:
+        raise InvalidInput(str(exc)) from exc
+    if credential.user is not None and tags["scope"] == SCOPE_ORGANIZATION and not credential.user.is_template_admin:
+        raise Forbidden(ORG_DAEMON_FORBIDDEN)
+    return tags
 
 
 def register_daemon(
@@ -51,18 +86,25 @@ def register_daemon(
 ) -> tuple[ProvisionerDaemon, list[str]]:
     """Create or refresh the daemon row; a daemon re-registering under its name fails the jobs it held."""
     name = name.strip()
-    if not 1 <= len(name) <= 128:
-        raise InvalidInput("A provisioner daemon needs a name of 1-128 characters.")
+    if not DAEMON_NAME_PATTERN.match(name):
+        raise InvalidInput("A provisioner daemon name is 1-64 letters, digits, '.', '_' or '-'.")
+    normalised = daemon_tags(credential, tags)
     try:
-        normalised = normalise_tags(tags, credential.user_id)
         queues = daemon_queue_names(normalised, settings.provisioner_untagged_jobs)
     except TagError as exc:
         raise InvalidInput(str(exc)) from exc
     daemon = db.session.scalar(
-        select(ProvisionerDaemon).where(ProvisionerDaemon.name == name, ProvisionerDaemon.auth == credential.kind)
+        select(ProvisionerDaemon).where(
+            ProvisionerDaemon.name == name,
+            ProvisionerDaemon.auth == credential.kind,
+            _same(ProvisionerDaemon.user_id, credential.user_id),
+            _same(ProvisionerDaemon.key_id, credential.key_id),
+        )
     )
     if daemon is None:
-        daemon = ProvisionerDaemon(name=name, auth=credential.kind, user_id=credential.user_id)
+        daemon = ProvisionerDaemon(
+            name=name, auth=credential.kind, user_id=credential.user_id, key_id=credential.key_id
+        )
         db.session.add(daemon)
     else:
         # The same daemon came back (restart, crash): whatever it was running is lost with the old process.
@@ -72,14 +114,31 @@ def register_daemon(
     return daemon, queues
 
 
+def _same(column: Any, value: str | None) -> Any:
+    return column.is_(None) if value is None else column == value
+
+
 def get_daemon(credential: DaemonCredential, daemon_id: str) -> ProvisionerDaemon:
+    """The calling daemon, refreshed as seen; its credential must still allow what it registered for."""
     daemon = db.session.get(ProvisionerDaemon, daemon_id)
-    if daemon is None or daemon.auth != credential.kind or daemon.user_id != credential.user_id:
+    if (
+        daemon is None
+        or daemon.auth != credential.kind
+        or daemon.user_id != credential.user_id
+        or daemon.key_id != credential.key_id
+    ):
         raise NotFound("Unknown provisioner daemon: register first.")
+    user = credential.user
+    if user is not None and daemon.tags.get("scope") == SCOPE_ORGANIZATION and not user.is_template_admin:
+        raise Forbidden(ORG_DAEMON_FORBIDDEN)  # demoted since it registered
     now = utcnow()
     if (now - daemon.last_seen_at).total_seconds() > 1:
         daemon.last_seen_at = now
     return daemon
+
+
+def heartbeat(daemon: ProvisionerDaemon) -> None:
+    db.session.commit()  # get_daemon moved last_seen_at forward
 
 
 def acquire_job(daemon: ProvisionerDaemon, job_id: str, settings: Settings) -> dict[str, Any]:

@@ -14,12 +14,12 @@ from typing import Any
 from flask import Response, current_app, jsonify, request, stream_with_context
 from rq import Queue
 from rq.serializers import JSONSerializer
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 
 from app.columns import utcnow
 from app.errors import InvalidInput
 from app.extensions import db
-from app.provisioning.models import PENDING, ProvisionerDaemon, ProvisionerJob, ProvisionerJobLog
+from app.provisioning.models import ProvisionerDaemon, ProvisionerJob, ProvisionerJobLog
 from app.provisioning.tags import queue_name
 from app.redis_client import get_redis
 
@@ -31,6 +31,17 @@ LOG_CHANNEL_PREFIX = "slipway:job-logs:"
 
 
 @dataclass(frozen=True)
+class JobSubject:
+    """What a job is about, for lists of jobs: a title, the page that shows it, whose workspace it builds."""
+
+    title: str
+    url: str = ""
+    template_name: str = ""
+    workspace_name: str = ""
+    workspace_owner_id: str = ""
+
+
+@dataclass(frozen=True)
 class JobHandlers:
     """What a job type adds to the generic protocol: the daemon's payload, and what completion stores."""
 
@@ -39,6 +50,7 @@ class JobHandlers:
     fail: Callable[[ProvisionerJob, dict[str, Any]], None] = lambda job, body: None
     # Values that must never be stored in the job's log (masked before storage).
     secrets: Callable[[ProvisionerJob], list[str]] = lambda job: []
+    describe: Callable[[ProvisionerJob], JobSubject] = lambda job: JobSubject(title=job.type)
 
 
 JOB_HANDLERS: dict[str, JobHandlers] = {}
@@ -69,17 +81,24 @@ def dispatch(job: ProvisionerJob) -> None:
 
 def job_json(job: ProvisionerJob) -> dict[str, Any]:
     """API.md's job object: the row plus its place in the queue and the name of the daemon running it."""
-    position = 0
-    if job.status == PENDING:
-        ahead = select(func.count()).where(
-            ProvisionerJob.started_at.is_(None),
-            ProvisionerJob.completed_at.is_(None),
-            ProvisionerJob.created_at <= job.created_at,
-            ProvisionerJob.id != job.id,
-        )
-        position = (db.session.scalar(ahead) or 0) + 1
+    from app.provisioning.queue import queue_info
+
+    info = queue_info(job)
     worker = db.session.get(ProvisionerDaemon, job.worker_id) if job.worker_id else None
-    return job.to_json(queue_position=position, worker_name=worker.name if worker else "")
+    return job.to_json(
+        queue_position=info.position,
+        queue_size=info.size,
+        available_workers=info.available,
+        worker_name=worker.name if worker else "",
+    )
+
+
+def describe_job(job: ProvisionerJob) -> JobSubject:
+    try:
+        return JOB_HANDLERS[job.type].describe(job)
+    except Exception:  # a list of jobs must render even when one job's subject is gone
+        log.warning("could not describe job %s", job.id, exc_info=True)
+        return JobSubject(title=job.type)
 
 
 def cancel_job(job: ProvisionerJob) -> ProvisionerJob:

@@ -23,36 +23,55 @@ from app.redis_client import get_redis
 log = logging.getLogger(__name__)
 # A job just created may not be in Redis yet (its request commits, then enqueues): leave it alone a while.
 RECONCILE_GRACE = timedelta(seconds=5)
+CANCEL_MARGIN = timedelta(seconds=60)
 
 
 def reap_jobs(settings: Settings) -> int:
-    """Fail running jobs silent for the hang timeout, and pending jobs older than the pending timeout."""
+    """Fail running jobs silent for the hang timeout, canceled jobs that never stopped, and pending jobs older
+    than the pending timeout; each gets a notice in its log. A build keeps the state it started from."""
     now = utcnow()
-    hung = select(ProvisionerJob).where(
+    unfinished = select(ProvisionerJob).where(ProvisionerJob.completed_at.is_(None))
+    hung = unfinished.where(
         ProvisionerJob.started_at.is_not(None),
-        ProvisionerJob.completed_at.is_(None),
         ProvisionerJob.updated_at < now - timedelta(seconds=settings.provisioner_hang_timeout),
     )
-    stale = select(ProvisionerJob).where(
+    # The daemon kills Terraform at the force-cancel interval; past it (and a margin), the daemon is not coping.
+    stuck = unfinished.where(
+        ProvisionerJob.started_at.is_not(None),
+        ProvisionerJob.canceled_at
+        < now - timedelta(seconds=settings.provisioner_force_cancel_interval) - CANCEL_MARGIN,
+    )
+    stale = unfinished.where(
         ProvisionerJob.started_at.is_(None),
-        ProvisionerJob.completed_at.is_(None),
         ProvisionerJob.created_at < now - timedelta(seconds=settings.provisioner_pending_timeout),
     )
+    hang, force, pending = (
+        _minutes(seconds)
+        for seconds in (
+            settings.provisioner_hang_timeout,
+            settings.provisioner_force_cancel_interval,
+            settings.provisioner_pending_timeout,
+        )
+    )
+    reasons = [
+        (hung, f"The build was hung: its provisioner daemon sent nothing for {hang}. It was ended."),
+        (stuck, f"Cancel timed out: the job did not stop within {force} of being canceled."),
+        (stale, f"No provisioner daemon took this job within {pending}. It was ended."),
+    ]
     reaped = 0
-    for job in db.session.scalars(hung).all():
-        minutes = max(settings.provisioner_hang_timeout // 60, 1)
-        reason = f"The build was hung: its provisioner daemon sent nothing for {minutes} minute(s). It was ended."
-        _reaper_notice(job, reason)
-        finish_job(job, error=reason)
-        reaped += 1
-    for job in db.session.scalars(stale).all():
-        minutes = max(settings.provisioner_pending_timeout // 60, 1)
-        reason = f"No provisioner daemon took this job within {minutes} minute(s). It was ended."
-        _reaper_notice(job, reason)
-        job.started_at = utcnow()
-        finish_job(job, error=reason)
-        reaped += 1
+    for query, reason in reasons:
+        for job in db.session.scalars(query).all():
+            if job.completed_at is not None:  # reaped by the query before (hung and stuck overlap)
+                continue
+            _reaper_notice(job, reason)
+            job.started_at = job.started_at or utcnow()
+            finish_job(job, error=reason)
+            reaped += 1
     return reaped
+
+
+def _minutes(seconds: int) -> str:
+    return f"{seconds // 60} minute(s)" if seconds >= 60 else f"{seconds} second(s)"
 
 
 def reconcile_queues() -> int:

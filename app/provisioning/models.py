@@ -130,9 +130,27 @@ class ProvisionerDaemon(db.Model):  # type: ignore[name-defined,misc]
     # How it authenticated: builtin, psk, key or user (the user is kept for user-scoped daemons).
     auth: Mapped[str] = mapped_column(String(16))
     user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    # A deleted key leaves its daemons listed (offline) until they are forgotten; they can no longer call in.
+    key_id: Mapped[str | None] = mapped_column(ForeignKey("provisioner_keys.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     @property
     def is_online(self) -> bool:
         return utcnow() - self.last_seen_at < DAEMON_STALE_AFTER
+
+
+class ProvisionerKey(db.Model):  # type: ignore[name-defined,misc]
+    """A credential for external daemons that fixes their tags; only the SHA-256 of the secret is kept."""
+
+    __tablename__ = "provisioner_keys"
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    hashed_secret: Mapped[str] = mapped_column(String(64), unique=True)
+    tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    created_by: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "tags": self.tags, "created_at": rfc3339(self.created_at)}

@@ -233,23 +233,31 @@ class JsonRenderer:
         yield sse_event("end", json.dumps(body))
 
 
-def follow_statuses(relay: LogRelay, read_statuses: Callable[[], object]) -> Iterator[str]:
-    """For list and overview pages: a `refresh` event whenever what ``read_statuses`` returns changes."""
+def follow_statuses(
+    relay: LogRelay, read_statuses: Callable[[], object], *, poll_seconds: float | None = None
+) -> Iterator[str]:
+    """For list and overview pages: a `refresh` event whenever what ``read_statuses`` returns changes.
+
+    Job notices trigger a check; ``poll_seconds`` adds checks for what sends no notice (daemons going silent).
+    """
     yield STREAM_PREAMBLE
     waiter = relay.watch(ANY_JOB)
     try:
         shown = read_statuses()
         db.session.remove()
         while True:
-            if waiter.wait(HEARTBEAT_SECONDS):
+            notified = waiter.wait(poll_seconds or HEARTBEAT_SECONDS)
+            if notified:
                 time.sleep(STATUS_CHECK_SECONDS)  # let a burst of notices settle into one check
                 waiter.clear()
+            if notified or poll_seconds:
                 current = read_statuses()
                 db.session.remove()
                 if current != shown:
                     shown = current
                     yield sse_event("refresh", "changed")
-            else:
+                    continue
+            if not notified:
                 yield ": heartbeat\n\n"
     finally:
         relay.unwatch(ANY_JOB, waiter)

@@ -17,6 +17,8 @@ MAX_DAEMON_TAGS = 8
 UNTAGGED_ANY = "any"
 UNTAGGED_ONLY = "untagged-only"
 QUEUE_PREFIX = "slipway:jobs:"
+MAX_KEY_CHARS = 64
+MAX_VALUE_CHARS = 255
 
 Tags = dict[str, str]
 
@@ -29,8 +31,10 @@ def normalise_tags(tags: Mapping[str, str] | None, user_id: str | None = None) -
     """Coder's MutateTags: ``scope`` is organization unless it is user (then ``owner`` is the user's id)."""
     result = {str(key): str(value) for key, value in (tags or {}).items()}
     for key, value in result.items():
-        if not key or "\x00" in key + value:
-            raise TagError(f"invalid tag {key!r}={value!r}")
+        if not key or "\x00" in key + value or len(key) > MAX_KEY_CHARS or len(value) > MAX_VALUE_CHARS:
+            raise TagError(
+                f"invalid tag {key[:80]!r}: keys are 1-{MAX_KEY_CHARS} and values up to {MAX_VALUE_CHARS} characters"
+            )
     if result.get("scope") == SCOPE_USER and user_id:
         result["owner"] = user_id
     else:
@@ -72,6 +76,14 @@ def daemon_queue_names(daemon_tags: Mapping[str, str], untagged_rule: str) -> li
             if daemon_can_run(daemon_tags, job_tags, untagged_rule):
                 names.append(queue_name(job_tags))
     return names
+
+
+def format_tags(tags: Mapping[str, str]) -> str:
+    """``k=v`` pairs for people, reserved keys left out unless they say something (a user scope)."""
+    shown = {key: value for key, value in tags.items() if key not in RESERVED}
+    if tags.get("scope") == SCOPE_USER:
+        shown = {"scope": SCOPE_USER, **shown}
+    return " ".join(f"{key}={value}" for key, value in sorted(shown.items())) or "untagged"
 
 
 def parse_tag_arguments(pairs: list[str]) -> Tags:

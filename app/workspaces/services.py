@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from flask import url_for
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
@@ -14,7 +15,7 @@ from app.columns import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.extensions import db
 from app.files.services import get_file
-from app.provisioning.jobs import JobHandlers, dispatch, new_job, register_job_type
+from app.provisioning.jobs import JobHandlers, JobSubject, dispatch, new_job, register_job_type
 from app.provisioning.models import JOB_WORKSPACE_BUILD, SUCCEEDED, ProvisionerJob
 from app.provisioning.resources import store_resources
 from app.provisioning.tags import normalise_tags
@@ -262,7 +263,25 @@ def _build_secrets(job: ProvisionerJob) -> list[str]:
     return sensitive_variable_values(_build_for_job(job).template_version)
 
 
+def _build_subject(job: ProvisionerJob) -> JobSubject:
+    build = _build_for_job(job)
+    workspace = build.workspace
+    return JobSubject(
+        title=f"{build.transition.capitalize()} {workspace.owner.username}/{workspace.name} #{build.build_number}",
+        url=url_for("workspaces.build", build_id=build.id),
+        template_name=workspace.template.name,
+        workspace_name=workspace.name,
+        workspace_owner_id=workspace.owner_id,
+    )
+
+
 register_job_type(
     JOB_WORKSPACE_BUILD,
-    JobHandlers(payload=_build_payload, complete=_build_complete, fail=_build_fail, secrets=_build_secrets),
+    JobHandlers(
+        payload=_build_payload,
+        complete=_build_complete,
+        fail=_build_fail,
+        secrets=_build_secrets,
+        describe=_build_subject,
+    ),
 )

@@ -30,19 +30,30 @@ RESOURCES = {
 }
 
 
+PSK_HEADERS = {"Slipway-Provisioner-PSK": PSK}
+
+
 class FakeDaemon:
-    def __init__(self, client: FlaskClient, name: str = "d1", tags: dict[str, str] | None = None):
+    """Registers with ``credential`` headers (the test PSK by default) and calls with them."""
+
+    def __init__(
+        self,
+        client: FlaskClient,
+        name: str = "d1",
+        tags: dict[str, str] | None = None,
+        credential: dict[str, str] | None = None,
+    ):
         self.client = client
+        self.credential = credential or PSK_HEADERS
         reply = client.post(
-            "/api/v2/provisionerd/register",
-            json={"name": name, "tags": tags or {}},
-            headers={"Slipway-Provisioner-PSK": PSK},
+            "/api/v2/provisionerd/register", json={"name": name, "tags": tags or {}}, headers=self.credential
         )
         assert reply.status_code == 201, reply.json
-        self.id, self.queues = reply.json["daemon_id"], reply.json["queues"]
+        self.id, self.queues, self.tags = reply.json["daemon_id"], reply.json["queues"], reply.json["tags"]
+        self.registration = reply.json
 
     def call(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        headers = {"Slipway-Provisioner-PSK": PSK, "Slipway-Provisioner-Daemon": self.id}
+        headers = {**self.credential, "Slipway-Provisioner-Daemon": self.id}
         return self.client.post(f"/api/v2/provisionerd{path}", json=body or {}, headers=headers)
 
 

@@ -1,0 +1,74 @@
+"""API.md "Provisioners": daemons, jobs with their queue places, and provisioner keys (owners, template admins)."""
+
+from __future__ import annotations
+
+from flask import Response, jsonify, request
+
+from app.auth.access import api_user, require_role
+from app.blueprints import api_blueprint, json_body
+from app.errors import InvalidInput
+from app.provisioning import keys, overview
+from app.provisioning.jobs import cancel_job, job_json
+from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
+from app.validation import FieldErrors, string_field
+
+bp = api_blueprint("provisioners_api", __name__)
+ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
+
+
+def _limit(default: int = 50) -> int:
+    raw = request.args.get("limit", str(default))
+    if not raw.isdigit() or int(raw) < 1:
+        raise InvalidInput("limit must be a positive whole number.")
+    return int(raw)
+
+
+@bp.get("/provisionerdaemons")
+@require_role(*ADMINS)
+def list_daemons() -> Response:
+    return jsonify([view.to_json() for view in overview.daemon_views(request.args.get("status") or None)])
+
+
+@bp.get("/provisionerjobs")
+@require_role(*ADMINS)
+def list_jobs() -> Response:
+    statuses = overview.parse_statuses(request.args.getlist("status"))
+    return jsonify([view.to_json() for view in overview.job_views(statuses, _limit())])
+
+
+@bp.get("/provisionerjobs/<job_id>")
+def get_job(job_id: str) -> Response:
+    return jsonify(overview.views_of([overview.get_job_for(api_user(), job_id)])[0].to_json())
+
+
+@bp.patch("/provisionerjobs/<job_id>/cancel")
+def cancel(job_id: str) -> Response:
+    """Cancel by job id, whatever the job is about (the CLI's `provisioner jobs cancel`)."""
+    return jsonify(job_json(cancel_job(overview.get_job_for(api_user(), job_id))))
+
+
+@bp.post("/provisionerkeys")
+@require_role(*ADMINS)
+def create_key() -> tuple[Response, int]:
+    body, errors = json_body(), FieldErrors()
+    name = string_field(body, "name", errors)
+    tags = body.get("tags") or {}
+    if not isinstance(tags, dict) or not all(isinstance(value, str) for value in tags.values()):
+        errors.add("tags", "Must be an object of strings.")
+        tags = {}
+    errors.raise_if_any()
+    key, secret = keys.create_key(api_user(), name, tags)
+    return jsonify({**key.to_json(), "key": secret}), 201
+
+
+@bp.get("/provisionerkeys")
+@require_role(*ADMINS)
+def list_keys() -> Response:
+    return jsonify([key.to_json() for key in keys.list_keys()])
+
+
+@bp.delete("/provisionerkeys/<name>")
+@require_role(*ADMINS)
+def delete_key(name: str) -> tuple[str, int]:
+    keys.delete_key(name)
+    return "", 204

@@ -1,0 +1,78 @@
+"""Where pending jobs stand: which online daemons can take each, and its place in their queues (reference §1.10).
+
+A job's position is the best it has among the daemons that could run it (each daemon takes its jobs oldest
+first); the queue size is the longest of those daemons' queues. Both are 0 when no online daemon matches, which
+is the case pages call out ("no provisioner matches tags …") instead of leaving people to wait.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from flask import current_app
+from sqlalchemy import select
+
+from app.columns import utcnow
+from app.extensions import db
+from app.provisioning.models import DAEMON_STALE_AFTER, PENDING, ProvisionerDaemon, ProvisionerJob
+from app.provisioning.tags import daemon_can_run
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    position: int = 0
+    size: int = 0
+    # Online daemons whose tags can take the job, busy or not.
+    available: int = 0
+
+
+def online_daemons() -> list[ProvisionerDaemon]:
+    query = select(ProvisionerDaemon).where(ProvisionerDaemon.last_seen_at >= utcnow() - DAEMON_STALE_AFTER)
+    return list(db.session.scalars(query.order_by(ProvisionerDaemon.created_at)))
+
+
+def pending_jobs() -> list[ProvisionerJob]:
+    query = select(ProvisionerJob).where(
+        ProvisionerJob.started_at.is_(None),
+        ProvisionerJob.completed_at.is_(None),
+        ProvisionerJob.canceled_at.is_(None),
+    )
+    return list(db.session.scalars(query.order_by(ProvisionerJob.created_at, ProvisionerJob.id)))
+
+
+def _untagged_rule() -> str:
+    rule: str = current_app.config["SLIPWAY_SETTINGS"].provisioner_untagged_jobs
+    return rule
+
+
+def matching_daemons(job: ProvisionerJob, daemons: Sequence[ProvisionerDaemon]) -> list[ProvisionerDaemon]:
+    rule = _untagged_rule()
+    return [daemon for daemon in daemons if daemon_can_run(daemon.tags, job.tags, rule)]
+
+
+def queue_infos(jobs: Sequence[ProvisionerJob]) -> dict[str, QueueInfo]:
+    """QueueInfo for each of ``jobs``, from one read of the pending jobs and the online daemons."""
+    daemons = online_daemons()
+    queued: Counter[str] = Counter()
+    best: dict[str, int] = {}
+    matches: dict[str, list[str]] = {}
+    for job in pending_jobs():  # oldest first: each daemon's queue grows in the order it will serve it
+        matches[job.id] = [daemon.id for daemon in matching_daemons(job, daemons)]
+        for daemon_id in matches[job.id]:
+            queued[daemon_id] += 1
+            best[job.id] = min(best.get(job.id, queued[daemon_id]), queued[daemon_id])
+    infos = {}
+    for job in jobs:
+        if job.status == PENDING and job.id in matches:
+            daemon_ids = matches[job.id]
+            size = max((queued[daemon_id] for daemon_id in daemon_ids), default=0)
+            infos[job.id] = QueueInfo(best.get(job.id, 0), size, len(daemon_ids))
+        else:
+            infos[job.id] = QueueInfo(available=len(matching_daemons(job, daemons)))
+    return infos
+
+
+def queue_info(job: ProvisionerJob) -> QueueInfo:
+    return queue_infos([job])[job.id]

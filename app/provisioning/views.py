@@ -1,0 +1,118 @@
+"""The Provisioners page (owners, template admins): daemons, jobs with their queue places, provisioner keys.
+
+Also the queue notice a pending job's page polls, which members see for their own builds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import current_app, flash, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from app.auth.access import page_user, require_role
+from app.blueprints import page_blueprint
+from app.errors import DomainError, InvalidInput
+from app.provisioning import keys, overview
+from app.provisioning.jobs import cancel_job, describe_job, event_stream
+from app.provisioning.models import PENDING
+from app.provisioning.queue import queue_info
+from app.provisioning.streams import follow_statuses, relay_for
+from app.provisioning.tags import TagError, parse_tag_arguments
+from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
+
+bp = page_blueprint("provisioners", __name__)
+ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
+# Daemons send no notice when they go quiet: the page re-checks this often besides reacting to job notices.
+PAGE_POLL_SECONDS = 5.0
+
+
+def _page_context(**extra: Any) -> dict[str, Any]:
+    return {
+        "daemons": overview.daemon_views(),
+        "jobs": overview.admin_jobs(),
+        "keys": keys.list_keys(),
+        "describe": describe_job,
+        **extra,
+    }
+
+
+@bp.get("/provisioners")
+@require_role(*ADMINS)
+def index() -> str:
+    return render_template("provisioning/index.html", **_page_context())
+
+
+@bp.get("/provisioners/overview")
+@require_role(*ADMINS)
+def live_overview() -> str:
+    """The live part of the page (daemons and jobs), re-read when the page's stream says it changed."""
+    return render_template("provisioning/_partials/overview.html", **_page_context())
+
+
+@bp.get("/provisioners/events")
+@require_role(*ADMINS)
+def events() -> Response:
+    def snapshot() -> object:
+        jobs = overview.admin_jobs()
+        return (
+            [
+                (view.daemon.id, view.status, view.current_job and view.current_job.id)
+                for view in overview.daemon_views()
+            ],
+            [(view.job.id, view.job.status, view.queue) for section in jobs.values() for view in section],
+        )
+
+    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
+    return event_stream(follow_statuses(relay, snapshot, poll_seconds=PAGE_POLL_SECONDS))
+
+
+@bp.post("/provisioners/keys")
+@require_role(*ADMINS)
+def create_key() -> str | tuple[str, int]:
+    name = request.form.get("name", "")
+    try:
+        try:
+            tags = parse_tag_arguments(request.form.get("tags", "").split())
+        except TagError as exc:
+            raise InvalidInput(str(exc)) from exc
+        key, secret = keys.create_key(page_user(), name, tags)
+    except DomainError as error:
+        details = "; ".join(item["detail"] for item in error.validations)
+        message = f"{error.message} {details}".strip()
+        form = {"name": name, "tags": request.form.get("tags", "")}
+        return render_template("provisioning/index.html", **_page_context(key_error=message, key_form=form)), 400
+    return render_template("provisioning/index.html", **_page_context(new_key=key, new_secret=secret))
+
+
+@bp.post("/provisioners/keys/<name>/delete")
+@require_role(*ADMINS)
+def delete_key(name: str) -> Response:
+    keys.delete_key(name)
+    flash(f"Deleted provisioner key {name}. Daemons using it stop at their next call.", "success")
+    return redirect(url_for("provisioners.index"))
+
+
+@bp.post("/provisioners/jobs/<job_id>/cancel")
+def cancel(job_id: str) -> Response:
+    """Members may cancel their own builds here too; the page they came from is where they go back to."""
+    job = cancel_job(overview.get_job_for(page_user(), job_id))
+    flash(f"Job {job.id[:8]} is {job.status}.", "success")
+    back = request.form.get("next", "")
+    return redirect(back if back.startswith("/") and not back.startswith("//") else url_for("provisioners.index"))
+
+
+@bp.get("/jobs/<job_id>/queue")
+def queue_notice(job_id: str) -> str:
+    """Where a pending job stands, polled by its page until a daemon takes it."""
+    job = overview.get_job_for(page_user(), job_id)
+    info = queue_info(job)
+    return render_template(
+        "provisioning/_partials/queue_notice.html",
+        job_id=job.id,
+        pending=job.status == PENDING,
+        tags=job.tags,
+        position=info.position,
+        size=info.size,
+        available=info.available,
+    )
