@@ -33,8 +33,8 @@ def save_config(config: ClientConfig) -> Path:
     return path
 
 
-def load_config() -> ClientConfig | None:
-    """The saved login, overridden field by field by SLIPWAY_URL and SLIPWAY_SESSION_TOKEN."""
+def load_partial_config() -> ClientConfig:
+    """The saved login, overridden field by field by SLIPWAY_URL and SLIPWAY_SESSION_TOKEN; either may be ""."""
     saved: dict[str, str] = {}
     path = config_path()
     if path.exists():
@@ -44,9 +44,13 @@ def load_config() -> ClientConfig | None:
             saved = {}
     url = os.environ.get("SLIPWAY_URL") or saved.get("url", "")
     token = os.environ.get("SLIPWAY_SESSION_TOKEN") or saved.get("token", "")
-    if not url or not token:
-        return None
     return ClientConfig(url=url.rstrip("/"), token=token)
+
+
+def load_config() -> ClientConfig | None:
+    """The login to use, when both a URL and a token are known."""
+    config = load_partial_config()
+    return config if config.url and config.token else None
 
 
 def forget_config() -> None:

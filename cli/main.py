@@ -6,7 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
-from cli import accounts, provisioners, templates, workspaces
+from cli import accounts, provisionerd, provisioners, templates, workspaces
 from cli.server import server
 
 
@@ -34,6 +34,7 @@ cli.add_command(accounts.users)
 cli.add_command(accounts.tokens)
 cli.add_command(templates.templates)
 cli.add_command(provisioners.provisioner)
+cli.add_command(provisionerd.provisionerd)
 for command in (
     workspaces.create,
     workspaces.start,

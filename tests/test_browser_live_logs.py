@@ -8,17 +8,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page
 
 from tests.conftest import PASSWORD, run_cli
+from tests.support.browser import ARTIFACTS, browser_page, sign_in_page
 from tests.support.server import ServerProcess
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-LAUNCH_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run", "--disable-quic",
-]  # fmt: skip
 SLOW_TEMPLATE = """
 terraform {
   required_providers {
@@ -37,17 +32,12 @@ resource "terraform_data" "slow" {
 
 
 @pytest.fixture
-def page(tmp_path: Path) -> Iterator[Page]:
-    assert Path(CHROMIUM).exists(), "make test installs Debian's chromium"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        # A context of our own: a second tab shares the signed-in session.
-        yield browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-        browser.close()
+def page() -> Iterator[Page]:
+    with browser_page() as opened:
+        yield opened
 
 
 def test_build_log_streams_into_the_page(page: Page, tmp_path: Path) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
     template = tmp_path / "slow"
     template.mkdir()
     (template / "main.tf").write_text(SLOW_TEMPLATE)
@@ -65,10 +55,7 @@ def test_build_log_streams_into_the_page(page: Page, tmp_path: Path) -> None:
         pushed = run_cli("templates", "push", "slow", "-d", str(template), env=env)
         assert pushed.returncode == 0, pushed.stdout + pushed.stderr
 
-        page.goto(f"{server.url}/login")
-        page.fill("input[name=email]", "alice@example.com")
-        page.fill("input[name=password]", PASSWORD)
-        page.click("form.stack button[type=submit]")
+        sign_in_page(page, server.url)
         page.goto(f"{server.url}/workspaces/new?template=slow")
         page.fill("input[name=name]", "watched")
         page.click("form.card button[type=submit]")

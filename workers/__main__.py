@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from workers.client import psk_credential
 from workers.daemon import DaemonConfig, run_daemon
 
 
@@ -15,7 +16,7 @@ def main() -> None:
     try:
         config = DaemonConfig(
             url=os.environ["SLIPWAY_URL"],
-            psk=os.environ["SLIPWAY_PROVISIONER_DAEMON_PSK"],
+            credential=psk_credential(os.environ["SLIPWAY_PROVISIONER_DAEMON_PSK"]),
             redis_url=os.environ["SLIPWAY_PROVISIONER_REDIS_URL"],
             name=os.environ.get("SLIPWAY_PROVISIONER_DAEMON_NAME") or "builtin",
             cache_dir=Path(os.environ["SLIPWAY_PROVISIONER_CACHE_DIR"]),
@@ -23,7 +24,7 @@ def main() -> None:
         )
     except KeyError as exc:
         sys.exit(f"slipway provisioner daemon: {exc.args[0]} is not set")
-    run_daemon(config)
+    sys.exit(run_daemon(config))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,20 @@ import httpx
 log = logging.getLogger(__name__)
 
 PSK_HEADER = "Slipway-Provisioner-PSK"
+KEY_HEADER = "Slipway-Provisioner-Key"
 DAEMON_HEADER = "Slipway-Provisioner-Daemon"
+
+
+def psk_credential(psk: str) -> dict[str, str]:
+    return {PSK_HEADER: psk}
+
+
+def key_credential(key: str) -> dict[str, str]:
+    return {KEY_HEADER: key}
+
+
+def token_credential(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 class ServerRefused(Exception):
@@ -22,15 +35,18 @@ class ServerRefused(Exception):
         self.status = status
         self.message = message
 
+    @property
+    def fatal(self) -> bool:
+        """The credential is bad or gone: the daemon must stop, not retry. (A 403 about one job is not fatal.)"""
+        return self.status == 401
+
 
 class ProvisionerClient:
-    def __init__(self, url: str, *, psk: str, timeout: float = 30.0, retry_for: float = 60.0):
+    def __init__(self, url: str, *, credential: dict[str, str], timeout: float = 30.0, retry_for: float = 60.0):
         self.url = url.rstrip("/")
         self.daemon_id = ""
         self.retry_for = retry_for
-        self._http = httpx.Client(
-            base_url=f"{self.url}/api/v2/provisionerd", headers={PSK_HEADER: psk}, timeout=timeout
-        )
+        self._http = httpx.Client(base_url=f"{self.url}/api/v2/provisionerd", headers=credential, timeout=timeout)
 
     def close(self) -> None:
         self._http.close()
@@ -65,6 +81,9 @@ class ProvisionerClient:
         reply: dict[str, Any] = self.call("/register", {"name": name, "tags": tags, "version": version})
         self.daemon_id = reply["daemon_id"]
         return reply
+
+    def heartbeat(self) -> None:
+        self.call("/heartbeat", {})
 
     def acquire(self, job_id: str) -> dict[str, Any]:
         reply: dict[str, Any] = self.call(f"/jobs/{job_id}/acquire", {})

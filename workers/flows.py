@@ -92,8 +92,14 @@ def _executor(
     env = terraform_environment(
         os.environ, coder_env, cache_dir=context.cache_dir, cli_config_file=install_coder_provider(context.cache_dir)
     )
-    executor = TerraformExecutor(workdir, env=env, log=log, binary=find_terraform(context.terraform_path))
-    control.on_cancel(executor.cancel)
+    executor = TerraformExecutor(
+        workdir,
+        env=env,
+        log=log,
+        binary=find_terraform(context.terraform_path),
+        cancel_grace=context.force_cancel_seconds,
+    )
+    control.on_cancel(executor.cancel, force=executor.kill)
     return executor
 
 

@@ -246,9 +246,14 @@ def complete_job(daemon: ProvisionerDaemon, job_id: str, body: dict[str, Any]) -
 
 
 def fail_job(daemon: ProvisionerDaemon, job_id: str, body: dict[str, Any]) -> None:
+    """The job ended without success; the state Terraform left is kept. A job someone canceled ends canceled
+    (its interrupted Terraform is the expected outcome, not a failure to report)."""
     job = owned_running_job(daemon, job_id)
     error = str(body.get("error") or "The provisioner daemon reported a failure without a message.")
     JOB_HANDLERS[job.type].fail(job, body)
+    if job.canceled_at is not None:
+        finish_job(job)
+        return
     finish_job(job, error=error, error_code=str(body.get("error_code") or "") or None)
 
 

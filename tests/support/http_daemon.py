@@ -10,9 +10,9 @@ from tests.support.archives import tar_of
 
 
 class HttpDaemon:
-    def __init__(self, url: str, psk: str, name: str = "stand-in") -> None:
+    def __init__(self, url: str, psk: str, name: str = "stand-in", tags: dict[str, str] | None = None) -> None:
         self.http = httpx.Client(base_url=f"{url}/api/v2/provisionerd", headers={"Slipway-Provisioner-PSK": psk})
-        reply = self.http.post("/register", json={"name": name, "tags": {}})
+        reply = self.http.post("/register", json={"name": name, "tags": tags or {}})
         reply.raise_for_status()
         self.http.headers["Slipway-Provisioner-Daemon"] = reply.json()["daemon_id"]
 

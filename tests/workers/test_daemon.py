@@ -14,6 +14,7 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from tests.support.server import ServerProcess
+from workers.client import psk_credential
 from workers.daemon import DaemonConfig, run_daemon
 
 WORKERS = Path(__file__).resolve().parent.parent.parent / "workers"
@@ -50,7 +51,11 @@ def test_worker_refuses_jobs_naming_other_callables(server: ServerProcess, tmp_p
         queue = Queue(UNTAGGED_QUEUE, connection=connection, serializer=JSONSerializer)
         evil = queue.enqueue("os.remove", str(canary))
         config = DaemonConfig(
-            url=server.url, psk=PSK, redis_url=redis_url, name="refuser", cache_dir=tmp_path / "cache"
+            url=server.url,
+            credential=psk_credential(PSK),
+            redis_url=redis_url,
+            name="refuser",
+            cache_dir=tmp_path / "cache",
         )
         run_daemon(config, burst=True)
         assert canary.read_text() == "still here"
@@ -61,13 +66,10 @@ def test_worker_refuses_jobs_naming_other_callables(server: ServerProcess, tmp_p
         connection.close()
 
 
-def test_daemon_with_a_wrong_key_stops_with_a_clear_error(server: ServerProcess, tmp_path: Path) -> None:
-    from workers.client import ServerRefused
-
-    config = DaemonConfig(
-        url=server.url, psk="wrong", redis_url=f"unix://{server.data_dir / 'redis.sock'}", cache_dir=tmp_path / "c"
-    )
-    with pytest.raises(ServerRefused) as refused:
-        run_daemon(config, burst=True)
-    assert refused.value.status == 401 and "pre-shared key" in refused.value.message
+def test_daemon_with_a_wrong_key_stops_with_a_clear_error(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = DaemonConfig(url=server.url, credential=psk_credential("wrong"), cache_dir=tmp_path / "c")
+    assert run_daemon(config, burst=True) == 1
+    assert "PSK is wrong" in caplog.text
     assert os.environ.get("SLIPWAY_PROVISIONER_DAEMON_PSK") is None  # the test did not leak its key

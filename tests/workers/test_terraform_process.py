@@ -67,6 +67,28 @@ def test_a_command_that_ignores_the_interrupt_is_killed_after_the_grace_interval
     assert gone_within("30.4242")
 
 
+def test_a_forced_stop_kills_at_once_whatever_the_grace(tmp_path: Path) -> None:
+    """The daemon's second Ctrl-C: an interrupt is under way with a long grace; force kills now."""
+    runner = CommandRunner(grace=600.0)
+    notices: list[str] = []
+    script = "trap '' INT; echo ready; sleep 30.4343; echo not-reached"
+    started = time.monotonic()
+
+    def interrupt_then_force(stream: str, line: str) -> None:
+        if line == "ready":
+            threading.Timer(0.2, runner.cancel).start()
+            threading.Timer(0.6, runner.kill).start()
+
+    exit_code = runner.run(
+        ["/bin/sh", "-c", script], cwd=tmp_path, env=dict(os.environ), on_line=interrupt_then_force,
+        on_notice=notices.append,
+    )  # fmt: skip
+
+    assert exit_code == -9 and time.monotonic() - started < 8
+    assert notices == ["Job canceled: interrupting terraform", "Forced stop: killing terraform"]
+    assert gone_within("30.4343")
+
+
 def test_an_interrupted_command_leaves_no_children_behind(tmp_path: Path) -> None:
     runner = CommandRunner(grace=30.0)
     script = "sleep 30.4343 & echo ready; wait"

@@ -181,6 +181,10 @@ class TerraformExecutor:
         """Thread-safe: SIGINT to the running terraform, SIGKILL after the grace interval; no further steps run."""
         self._runner.cancel()
 
+    def kill(self) -> None:
+        """Thread-safe: SIGKILL the running terraform now; no further steps run."""
+        self._runner.kill()
+
     @property
     def canceled(self) -> bool:
         return self._runner.canceled

@@ -59,12 +59,20 @@ class CommandRunner:
         timer.daemon = True
         timer.start()
 
-    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+    def kill(self) -> None:
+        """Cancel without grace: kill the running command now (a daemon forced to stop)."""
+        with self._lock:
+            self._canceled.set()
+            process = self._process
+        if process is not None:
+            self._kill(process, "Forced stop: killing terraform")
+
+    def _kill(self, process: subprocess.Popen[bytes], notice: str = "") -> None:
         with self._lock:
             # Only while it is still ours and running: after wait() the pid may belong to someone else.
             if self._process is not process or process.poll() is not None:
                 return
-            self._notices.put(f"Terraform did not stop within {self.grace:g}s of the interrupt: killing it")
+            self._notices.put(notice or f"Terraform did not stop within {self.grace:g}s of the interrupt: killing it")
             # The whole process group: plugins and local-exec children must not outlive a killed terraform.
             os.killpg(process.pid, signal.SIGKILL)
 

@@ -1,0 +1,155 @@
+"""Dispatch: N external daemons and N builds submitted at once; how fast do they all start, and the speed-up.
+
+"30 provisioners let 30 users start workspaces at the same time": a template whose apply sleeps 3 s, N
+`slipway provisionerd start` processes, N workspaces created together. Prints the time from the first
+submission until every build is running (target ≤ 2 s), the total wall time, and the same builds on one daemon.
+Times come from the server's job timestamps (created_at, started_at, completed_at).
+
+    .venv/bin/python bench/dispatch.py [--daemons 30] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import SLIPWAY, Server  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support.archives import tar_of  # noqa: E402
+
+PSK = "bench-dispatch-psk"
+PASSWORD = "correct-horse-battery"
+SLEEPY = {
+    "main.tf": 'resource "terraform_data" "work" {\n  provisioner "local-exec" {\n    command = "sleep 3"\n  }\n}\n'
+}
+TERMINAL = ("succeeded", "failed", "canceled")
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def owner_client(url: str) -> httpx.Client:
+    httpx.post(f"{url}/api/v2/users/first", json={"username": "alice", "email": "a@example.com", "password": PASSWORD})
+    token = httpx.post(f"{url}/api/v2/users/login", json={"email": "a@example.com", "password": PASSWORD}).json()
+    return httpx.Client(
+        base_url=f"{url}/api/v2", headers={"Authorization": f"Bearer {token['session_token']}"}, timeout=60
+    )
+
+
+def start_daemons(url: str, count: int, scratch: Path) -> list[subprocess.Popen[bytes]]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
+    env.update(SLIPWAY_PROVISIONER_DAEMON_PSK=PSK, SLIPWAY_PROVISIONER_CACHE_DIR=str(scratch / "cache"))
+    return [
+        subprocess.Popen(
+            [SLIPWAY, "provisionerd", "start", "--url", url, "--name", f"bench-{index}"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=(scratch / f"daemon-{index}.log").open("wb"),
+        )
+        for index in range(count)
+    ]
+
+
+def wait_idle(api: httpx.Client, count: int) -> None:
+    deadline = time.monotonic() + 120
+    while sum(daemon["status"] == "idle" for daemon in api.get("/provisionerdaemons").json()) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError("daemons did not come up")
+        time.sleep(0.2)
+    time.sleep(0.5)  # registered, then listening on their queues
+
+
+def create_template(api: httpx.Client) -> str:
+    upload = api.post("/files", content=tar_of(SLEEPY), headers={"Content-Type": "application/x-tar"}).json()
+    version = api.post("/templateversions", json={"file_id": upload["id"]}).json()
+    while (job := api.get(f"/templateversions/{version['id']}").json()["job"])["status"] not in TERMINAL:
+        time.sleep(0.1)
+    if job["status"] != "succeeded":
+        raise RuntimeError(f"import failed: {job['error']}")
+    return str(api.post("/templates", json={"name": "sleepy", "version_id": version["id"]}).json()["id"])
+
+
+def burst(api: httpx.Client, template_id: str, count: int, label: str) -> tuple[float, float]:
+    """Create ``count`` workspaces at once; (seconds until all running, seconds until all finished)."""
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        workspaces = list(
+            pool.map(
+                lambda index: api.post("/workspaces", json={"template_id": template_id, "name": f"{label}-{index}"}),
+                range(count),
+            )
+        )
+    job_ids = [reply.json()["latest_build"]["job"]["id"] for reply in workspaces]
+    while True:
+        jobs = [api.get(f"/provisionerjobs/{job_id}").json() for job_id in job_ids]
+        if all(job["status"] in TERMINAL for job in jobs):
+            break
+        time.sleep(0.5)
+    failed = [job for job in jobs if job["status"] != "succeeded"]
+    if failed:
+        raise RuntimeError(f"{len(failed)} build(s) failed, e.g. {failed[0]['error']}")
+    first = min(parse_time(job["created_at"]) for job in jobs)
+    all_running = max(parse_time(job["started_at"]) for job in jobs) - first
+    all_done = max(parse_time(job["completed_at"]) for job in jobs) - first
+    return all_running.total_seconds(), all_done.total_seconds()
+
+
+def scenario(daemons: int, builds: int, rounds: int) -> list[tuple[float, float]]:
+    scratch = Path(tempfile.mkdtemp(prefix="slipway-bench-dispatch-"))
+    server = Server(env={"SLIPWAY_PROVISIONER_DAEMON_PSK": PSK}).start()
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        api = owner_client(server.url)
+        processes = start_daemons(server.url, daemons, scratch)
+        wait_idle(api, daemons)
+        template_id = create_template(api)
+        results = []
+        for round_number in range(rounds):
+            results.append(burst(api, template_id, builds, f"r{round_number}"))
+            print(
+                f"  {daemons:>2} daemon(s), round {round_number + 1}: all {builds} running after "
+                f"{results[-1][0]:.2f} s, all finished after {results[-1][1]:.1f} s",
+                flush=True,
+            )
+        return results
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--daemons", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    print(f"{args.daemons} builds of a template whose apply sleeps 3 s (SQLite, embedded Redis)")
+    many = scenario(args.daemons, args.daemons, args.rounds)
+    one = scenario(1, args.daemons, 1)
+    running = statistics.median(result[0] for result in many)
+    wall = statistics.median(result[1] for result in many)
+    print(f"{args.daemons} daemons: all running after {running:.2f} s (median of {len(many)}; target <= 2 s)")
+    print(f"{args.daemons} daemons: total wall {wall:.1f} s (median)")
+    print(f"1 daemon:   total wall {one[0][1]:.1f} s -> speed-up {one[0][1] / wall:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

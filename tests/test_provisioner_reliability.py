@@ -1,0 +1,210 @@
+"""External provisioners under failure, with real processes: a daemon killed mid-apply, Redis losing its queues,
+cancel racing acquisition, credentials refused or revoked while a daemon runs."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from tests.conftest import PASSWORD
+from tests.support.http_daemon import HttpDaemon, api_client, sign_up_owner
+from tests.support.provisionerd import DAEMON_PSK, DaemonProcess, job, push_import, user_token, wait_job
+from tests.support.server import ServerProcess
+
+TERMINAL = ("succeeded", "failed", "canceled")
+
+
+def _server(data: Path, *args: str) -> ServerProcess:
+    return ServerProcess(
+        data,
+        "--provisioner-daemons",
+        "0",
+        *args,
+        env={"SLIPWAY_PROVISIONER_DAEMON_PSK": DAEMON_PSK, "SLIPWAY_PROVISIONER_HEARTBEAT_INTERVAL": "1s"},
+    )
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    with _server(tmp_path / "data") as running:
+        yield running
+
+
+@pytest.fixture
+def owner(server: ServerProcess) -> Iterator[httpx.Client]:
+    client = api_client(server.url, sign_up_owner(server.url, PASSWORD))
+    yield client
+    client.close()
+
+
+def _psk_daemon(server: ServerProcess, name: str, work: Path, *args: str) -> DaemonProcess:
+    return DaemonProcess(server.url, name, work, *args, env={"SLIPWAY_PROVISIONER_DAEMON_PSK": DAEMON_PSK})
+
+
+def _local_exec(command: str) -> dict[str, str]:
+    provisioner = f'  provisioner "local-exec" {{\n    command = "{command}"\n  }}\n'
+    return {"main.tf": f'resource "terraform_data" "slow" {{\n{provisioner}}}\n'}
+
+
+def _slow_template(marker: Path) -> dict[str, str]:
+    """A build whose apply sleeps while ``marker`` exists, so a test decides which builds are slow."""
+    return _local_exec(f"if [ -e {marker} ]; then sleep 120; fi")
+
+
+def _template(api: httpx.Client, files: dict[str, str]) -> dict[str, Any]:
+    version = push_import(api, files=files)
+    imported = wait_job(api, version["job"]["id"], TERMINAL, timeout=120)
+    assert imported["status"] == "succeeded", imported
+    created = api.post("/templates", json={"name": "slow", "version_id": version["id"]})
+    assert created.status_code == 201, created.text
+    return dict(created.json())
+
+
+def test_a_daemon_killed_mid_apply_is_reaped_and_the_next_build_succeeds(tmp_path: Path) -> None:
+    marker = tmp_path / "slow"
+    with (
+        _server(tmp_path / "data", "--provisioner-hang-timeout", "3s") as server,
+        api_client(server.url, sign_up_owner(server.url, PASSWORD)) as api,
+    ):
+        first = _psk_daemon(server, "doomed", tmp_path).start()
+        first.wait_registered(api)
+        template = _template(api, _slow_template(marker))
+        marker.touch()
+        workspace = api.post("/workspaces", json={"template_id": template["id"], "name": "ws"}).json()
+        build_job = workspace["latest_build"]["job"]["id"]
+        assert wait_job(api, build_job, ("running",))["status"] == "running"
+        time.sleep(2)  # into the apply: the local-exec is sleeping
+        first.kill_all()
+
+        reaped = wait_job(api, build_job, TERMINAL, timeout=40)
+        assert reaped["status"] == "failed" and "hung" in reaped["error"], reaped
+        logs = api.get(f"/workspacebuilds/{workspace['latest_build']['id']}/logs").json()
+        assert any("hung" in line["output"] and line["level"] == "error" for line in logs)
+
+        marker.unlink()
+        with _psk_daemon(server, "survivor", tmp_path) as second:
+            second.wait_registered(api)
+            build = api.post(f"/workspaces/{workspace['id']}/builds", json={"transition": "start"})
+            assert build.status_code == 201, build.text
+            done = wait_job(api, build.json()["job"]["id"], TERMINAL, timeout=120)
+            assert done["status"] == "succeeded", second.log()
+
+
+def test_redis_flushed_with_twenty_pending_jobs_all_finish(
+    server: ServerProcess, owner: httpx.Client, tmp_path: Path
+) -> None:
+    jobs = [push_import(owner)["job"]["id"] for _ in range(20)]
+    connection = redis.Redis(unix_socket_path=str(server.data_dir / "redis.sock"))
+    connection.flushall()
+    assert connection.dbsize() == 0
+    connection.close()
+    with _psk_daemon(server, "a", tmp_path), _psk_daemon(server, "b", tmp_path):
+        deadline = time.monotonic() + 240
+        while (statuses := {job(owner, job_id)["status"] for job_id in jobs}) != {"succeeded"}:
+            assert time.monotonic() < deadline and statuses <= {"pending", "running", "succeeded"}, statuses
+            time.sleep(0.5)
+
+
+def test_cancel_never_loses_to_a_concurrent_acquire(server: ServerProcess, owner: httpx.Client) -> None:
+    """200 races: either the cancel wins (canceled, never run) or the acquire does (running, then canceling)."""
+    daemon = HttpDaemon(server.url, DAEMON_PSK, name="racer")
+    outcomes = {"cancel won": 0, "acquire won": 0}
+    try:
+        for _ in range(200):
+            job_id = push_import(owner)["job"]["id"]
+            start = threading.Barrier(2)
+            replies: dict[str, httpx.Response] = {}
+
+            def acquire(
+                job_id: str = job_id, start: threading.Barrier = start, replies: dict[str, httpx.Response] = replies
+            ) -> None:
+                start.wait()
+                replies["acquire"] = daemon.call(f"/jobs/{job_id}/acquire")
+
+            racer = threading.Thread(target=acquire)
+            racer.start()
+            start.wait()
+            replies["cancel"] = owner.patch(f"/provisionerjobs/{job_id}/cancel")
+            racer.join()
+            final = job(owner, job_id)
+            assert replies["cancel"].status_code == 200
+            if replies["acquire"].status_code == 200:
+                assert final["status"] == "canceling" and final["worker_name"] == "racer", final
+                assert daemon.call(f"/jobs/{job_id}/logs", {"logs": []}).json() == {"canceled": True}
+                assert daemon.call(f"/jobs/{job_id}/fail", {"error": "canceled"}).status_code == 204
+                outcomes["acquire won"] += 1
+            else:
+                assert replies["acquire"].status_code == 409, replies["acquire"].text
+                assert final["status"] == "canceled" and final["started_at"] is None and final["worker_name"] == ""
+                outcomes["cancel won"] += 1
+    finally:
+        daemon.close()
+    assert sum(outcomes.values()) == 200, outcomes
+    print(f"cancel-versus-acquire outcomes: {outcomes}")
+
+
+def test_refused_daemons_exit_with_the_reason(server: ServerProcess, owner: httpx.Client, tmp_path: Path) -> None:
+    wrong = DaemonProcess(server.url, "wrong", tmp_path, env={"SLIPWAY_PROVISIONER_DAEMON_PSK": "not-it"}).start()
+    assert wrong.wait_exit() == 1
+    assert "PSK is wrong" in wrong.log()
+
+    member = user_token(server.url, owner, "carol", [], PASSWORD)
+    org = DaemonProcess(server.url, "carols-org", tmp_path, env={"SLIPWAY_SESSION_TOKEN": member}).start()
+    assert org.wait_exit() == 1
+    assert "Only owners and template admins" in org.log()
+
+    # A member's user-scoped daemon runs until the member is suspended.
+    with DaemonProcess(
+        server.url, "carols", tmp_path, "--tag", "scope=user", env={"SLIPWAY_SESSION_TOKEN": member}
+    ) as mine:
+        mine.wait_registered(owner)
+        carol = next(user for user in owner.get("/users").json() if user["username"] == "carol")
+        assert owner.patch(f"/users/{carol['id']}", json={"status": "suspended"}).status_code == 200
+        assert mine.wait_exit(timeout=30) == 1
+        assert "the server refused this daemon" in mine.log()  # suspension also ended the session
+
+    key = owner.post("/provisionerkeys", json={"name": "pool", "tags": {"pool": "a"}}).json()["key"]
+    with DaemonProcess(server.url, "keyed", tmp_path, env={"SLIPWAY_PROVISIONER_DAEMON_KEY": key}) as keyed:
+        registered = keyed.wait_registered(owner)
+        assert registered["tags"] == {"pool": "a", "scope": "organization", "owner": ""}
+        assert registered["key_name"] == "pool"
+        assert owner.delete("/provisionerkeys/pool").status_code == 204
+        assert keyed.wait_exit(timeout=30) == 1
+        assert "deleted" in keyed.log()
+        assert key not in keyed.log()
+
+
+def test_sigterm_finishes_the_job_and_sigint_cancels_it(
+    server: ServerProcess, owner: httpx.Client, tmp_path: Path
+) -> None:
+    marker = tmp_path / "slow"
+    files = _local_exec(f"sleep 3; if [ -e {marker} ]; then sleep 120; fi")
+    with _psk_daemon(server, "builder", tmp_path) as daemon:
+        daemon.wait_registered(owner)
+        template = _template(owner, files)
+        workspace = owner.post("/workspaces", json={"template_id": template["id"], "name": "ws"}).json()
+        first = workspace["latest_build"]["job"]["id"]
+        assert wait_job(owner, first, ("running",))["status"] == "running"
+        daemon.signal(signal.SIGTERM)
+        assert wait_job(owner, first, TERMINAL, timeout=120)["status"] == "succeeded", daemon.log()
+        assert daemon.wait_exit() == 0
+
+    marker.touch()
+    with _psk_daemon(server, "builder", tmp_path) as daemon:
+        daemon.wait_registered(owner)
+        second = owner.post("/workspaces", json={"template_id": template["id"], "name": "ws2"}).json()
+        job_id = second["latest_build"]["job"]["id"]
+        assert wait_job(owner, job_id, ("running",))["status"] == "running"
+        time.sleep(4)  # past the first sleep, into the one the marker makes long
+        daemon.signal(signal.SIGINT)
+        ended = wait_job(owner, job_id, TERMINAL, timeout=60)
+        assert ended["status"] == "failed" and "SIGINT" in ended["error"], ended
+        assert daemon.wait_exit() == 0
