@@ -6,7 +6,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT    := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev system-deps run lint test bench clean
+.PHONY: help install install-dev system-deps oidc-deps run lint test bench clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -28,14 +28,21 @@ install: $(VENV)/.installed ## create .venv and install Slipway into it
 
 install-dev: $(VENV)/.installed-dev ## install Slipway with the test and lint tools
 
-system-deps: ## install what the tests need from Debian: PostgreSQL server binaries, chromium
+system-deps: ## install what the tests need from Debian: PostgreSQL server binaries, chromium, npm
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 		echo "Installing with apt-get:$$missing"; \
 		$(APT) update -qq && $(APT) install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+
+tests/oidc/node_modules/.installed: tests/oidc/package-lock.json
+	npm ci --prefix tests/oidc --no-audit --no-fund --loglevel=error
+	@touch $@
+
+oidc-deps: system-deps tests/oidc/node_modules/.installed ## the OpenID provider the tests sign in with (npm oidc-provider, Node 22)
 
 run: install ## run Slipway on http://127.0.0.1:3000 (SQLite and an embedded Redis in the data dir)
 	$(BIN)/slipway server
@@ -45,7 +52,7 @@ lint: install-dev ## ruff, formatting and mypy --strict
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy app workers cli
 
-test: install-dev system-deps lint ## install everything the tests need, then lint and run the whole suite
+test: install-dev system-deps oidc-deps lint ## install everything the tests need, then lint and run the whole suite
 	$(BIN)/pytest
 
 bench: install-dev ## run the benchmarks (they print figures; see bench/README.md)

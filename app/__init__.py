@@ -20,7 +20,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     configure(app, settings)
 
     from app import errors, health, metrics, redis_client, templating
-    from app.auth import access
+    from app.auth import access, oidc, oidc_views
     from app.auth import views as auth_views
     from app.catalog import api as catalog_api
     from app.catalog import views as catalog_views
@@ -41,9 +41,12 @@ def create_app(settings: Settings | None = None) -> Flask:
     access.init_app(app)
     errors.init_app(app)
     templating.init_app(app)
+    oidc.init_app(app, settings)
     for blueprint in (
         health.bp,
         auth_views.bp,
+        oidc_views.bp,
+        oidc_views.api,
         workspace_views.bp,
         catalog_views.bp,
         users_views.bp,

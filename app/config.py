@@ -55,6 +55,27 @@ class Settings:
     # How often an idle daemon calls in; it is offline after 90 s of silence (hidden, for tests).
     provisioner_heartbeat_interval: int = 10
     terraform_path: str = ""
+    # Single sign-on (OpenID Connect); enabled when an issuer and a client id are set.
+    oidc_issuer_url: str = ""
+    oidc_client_id: str = ""
+    oidc_client_secret: str = ""
+    oidc_scopes: tuple[str, ...] = ("openid", "profile", "email")
+    # Empty: any email domain may sign in.
+    oidc_email_domains: tuple[str, ...] = ()
+    oidc_allow_signups: bool = True
+    oidc_username_field: str = "preferred_username"
+    oidc_email_field: str = "email"
+    oidc_ignore_email_verified: bool = False
+    oidc_sign_in_text: str = "OpenID Connect"
+    oidc_icon_url: str = ""
+    oidc_role_field: str = ""
+    # (identity provider value, Slipway role) pairs; roles follow the claim at every sign-in when set.
+    oidc_role_mapping: tuple[tuple[str, str], ...] = ()
+    disable_password_auth: bool = False
+
+    @property
+    def oidc_enabled(self) -> bool:
+        return bool(self.oidc_issuer_url and self.oidc_client_id)
 
     @property
     def host(self) -> str:
@@ -87,7 +108,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     access_url = _parse_access_url(_get(env, "ACCESS_URL") or f"http://{address}")
     database_url = _parse_database_url(_get(env, "DATABASE_URL") or f"sqlite:///{data_dir / 'slipway.db'}")
     redis_url = _redis_url(env, "REDIS_URL")
-    return Settings(
+    settings = Settings(
         address=address,
         access_url=access_url,
         data_dir=data_dir,
@@ -112,6 +133,63 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         provisioner_heartbeat_interval=_duration(env, "PROVISIONER_HEARTBEAT_INTERVAL", "10s"),
         terraform_path=_get(env, "TERRAFORM_PATH"),
     )
+    return _with_oidc(settings, env)
+
+
+def _with_oidc(settings: Settings, env: Mapping[str, str]) -> Settings:
+    issuer = _get(env, "OIDC_ISSUER_URL").rstrip("/")
+    if issuer and urlsplit(issuer).scheme not in ("http", "https"):
+        raise SettingsError(f"{PREFIX}OIDC_ISSUER_URL must be an http(s) URL, got {issuer!r}")
+    client_id = _get(env, "OIDC_CLIENT_ID")
+    if bool(issuer) != bool(client_id):
+        raise SettingsError(f"{PREFIX}OIDC_ISSUER_URL and {PREFIX}OIDC_CLIENT_ID are needed together")
+    scopes = tuple(_list(env, "OIDC_SCOPES") or ("openid", "profile", "email"))
+    if issuer and "openid" not in scopes:
+        raise SettingsError(f"{PREFIX}OIDC_SCOPES must include openid")
+    mapping = []
+    for pair in _list(env, "OIDC_ROLE_MAPPING"):
+        idp_value, sep, role = pair.partition("=")
+        if not sep or not idp_value or role not in ("owner", "template-admin", "member"):
+            raise SettingsError(
+                f"{PREFIX}OIDC_ROLE_MAPPING entries look like idp_value=owner|template-admin|member, got {pair!r}"
+            )
+        mapping.append((idp_value, role))
+    disable_password = _bool(env, "DISABLE_PASSWORD_AUTH", False)
+    if disable_password and not issuer:
+        raise SettingsError(f"{PREFIX}DISABLE_PASSWORD_AUTH needs OpenID Connect, or nobody could sign in")
+    return replace(
+        settings,
+        oidc_issuer_url=issuer,
+        oidc_client_id=client_id,
+        oidc_client_secret=_secret(env, "OIDC_CLIENT_SECRET"),
+        oidc_scopes=scopes,
+        oidc_email_domains=tuple(domain.lower().lstrip("@") for domain in _list(env, "OIDC_EMAIL_DOMAIN")),
+        oidc_allow_signups=_bool(env, "OIDC_ALLOW_SIGNUPS", True),
+        oidc_username_field=_get(env, "OIDC_USERNAME_FIELD") or "preferred_username",
+        oidc_email_field=_get(env, "OIDC_EMAIL_FIELD") or "email",
+        oidc_ignore_email_verified=_bool(env, "OIDC_IGNORE_EMAIL_VERIFIED", False),
+        oidc_sign_in_text=_get(env, "OIDC_SIGN_IN_TEXT") or "OpenID Connect",
+        oidc_icon_url=_get(env, "OIDC_ICON_URL"),
+        oidc_role_field=_get(env, "OIDC_ROLE_FIELD"),
+        oidc_role_mapping=tuple(mapping),
+        disable_password_auth=disable_password,
+    )
+
+
+def _list(env: Mapping[str, str], name: str) -> list[str]:
+    """Comma-separated values (repeated flags arrive joined with commas)."""
+    return [item.strip() for item in _get(env, name).split(",") if item.strip()]
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _get(env, name).lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{PREFIX}{name} must be true or false, got {raw!r}")
 
 
 def split_address(address: str) -> tuple[str, int]:

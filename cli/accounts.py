@@ -21,10 +21,22 @@ def login(url: str, token: str | None, email: str | None) -> None:
     if "://" not in url:
         url = f"http://{url}"
     if not token:
-        token = _password_login(url, email)
+        token = _browser_login(url) if _password_disabled(url) else _password_login(url, email)
     user = SlipwayClient(url, token).get("/api/v2/users/me")
     path = save_config(ClientConfig(url=url, token=token))
     click.echo(f"Signed in to {url} as {user['username']} ({', '.join(user['roles'])}). Session saved in {path}.")
+
+
+def _password_disabled(url: str) -> bool:
+    methods = SlipwayClient(url).request("GET", "/api/v2/users/authmethods", expect=(200, 404))
+    return bool(methods) and not methods["password"]["enabled"]
+
+
+def _browser_login(url: str) -> str:
+    """Single sign-on only: the person signs in with their browser and pastes the token it shows."""
+    click.echo("This server signs people in through their identity provider. Open this page, sign in,")
+    click.echo(f"and paste the token it shows here:\n\n    {url}/cli-auth\n")
+    return str(click.prompt("Token", hide_input=True)).strip()
 
 
 def _password_login(url: str, email: str | None) -> str:

@@ -79,7 +79,29 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "SLIPWAY_SESSION_DURATION",
         "Lifetime of sign-in sessions, e.g. 24h. [default: 24h]",
     ),
+    ("--oidc-issuer-url", "SLIPWAY_OIDC_ISSUER_URL", "OpenID Connect issuer; enables single sign-on."),
+    ("--oidc-client-id", "SLIPWAY_OIDC_CLIENT_ID", "Client id registered with the identity provider."),
+    ("--oidc-client-secret", "SLIPWAY_OIDC_CLIENT_SECRET", "Its client secret; also SLIPWAY_OIDC_CLIENT_SECRET_FILE."),
+    ("--oidc-scopes", "SLIPWAY_OIDC_SCOPES", "Comma-separated scopes. [default: openid,profile,email]"),
+    ("--oidc-email-domain", "SLIPWAY_OIDC_EMAIL_DOMAIN", "Only emails of this domain may sign in (repeatable)."),
+    (
+        "--oidc-allow-signups",
+        "SLIPWAY_OIDC_ALLOW_SIGNUPS",
+        "true/false: create accounts at first sign-in. [default: true]",
+    ),
+    ("--oidc-username-field", "SLIPWAY_OIDC_USERNAME_FIELD", "Claim for usernames. [default: preferred_username]"),
+    ("--oidc-email-field", "SLIPWAY_OIDC_EMAIL_FIELD", "Claim for email addresses. [default: email]"),
+    ("--oidc-ignore-email-verified", "SLIPWAY_OIDC_IGNORE_EMAIL_VERIFIED", "Accept emails not marked verified."),
+    ("--oidc-sign-in-text", "SLIPWAY_OIDC_SIGN_IN_TEXT", "Sign-in button text. [default: OpenID Connect]"),
+    ("--oidc-icon-url", "SLIPWAY_OIDC_ICON_URL", "Sign-in button icon."),
+    ("--oidc-role-field", "SLIPWAY_OIDC_ROLE_FIELD", "Claim whose values map to roles at every sign-in."),
+    ("--oidc-role-mapping", "SLIPWAY_OIDC_ROLE_MAPPING", "idp_value=owner|template-admin|member (repeatable)."),
+    ("--disable-password-auth", "SLIPWAY_DISABLE_PASSWORD_AUTH", "Only single sign-on; no password sign-in."),
 ]
+# Given several times; they reach the settings joined with commas.
+REPEATABLE = {"--oidc-email-domain", "--oidc-role-mapping"}
+# Switches without a value.
+SWITCHES = {"--oidc-ignore-email-verified", "--disable-password-auth"}
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -87,19 +109,30 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _flag_options(function: F) -> F:
     for flag, envvar, help_text in reversed(SERVER_FLAGS):
-        function = click.option(flag, envvar=envvar, show_envvar=True, help=help_text)(function)
+        if flag in SWITCHES:
+            option = click.option(flag, is_flag=True, default=None, envvar=envvar, show_envvar=True, help=help_text)
+        elif flag in REPEATABLE:
+            # No envvar here: the variable is read by the settings as one comma-separated value.
+            option = click.option(flag, multiple=True, help=f"{help_text}  [env var: {envvar}, comma-separated]")
+        else:
+            option = click.option(flag, envvar=envvar, show_envvar=True, help=help_text)
+        function = option(function)
     return function
 
 
 @click.command()
 @_flag_options
-def server(**flags: str | None) -> None:
+def server(**flags: str | bool | tuple[str, ...] | None) -> None:
     """Run the Slipway server: web dashboard and API, embedded Redis, and built-in provisioner daemons."""
     from app.config import SettingsError, load_settings
     from app.server.supervisor import StartupError, Supervisor
 
     for flag, envvar, _ in SERVER_FLAGS:
         value = flags[flag.lstrip("-").replace("-", "_")]
+        if isinstance(value, tuple):
+            value = ",".join(value) or None
+        elif isinstance(value, bool):
+            value = "true" if value else None
         if value is not None:
             os.environ[envvar] = value  # children (web workers, daemons) read the same settings
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

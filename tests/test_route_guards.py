@@ -22,6 +22,9 @@ PUBLIC_ENDPOINTS = {
     "users_api.first_user_exists",
     "users_api.create_first_user",
     "users_api.login",
+    "oidc.start",
+    "oidc.callback",
+    "auth_api.auth_methods",
 }
 OWNER_ONLY_ENDPOINTS = {
     "users.index",

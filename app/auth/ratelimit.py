@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.config import Settings
-from app.errors import RateLimited, Unauthorized
+from app.errors import Forbidden, RateLimited, Unauthorized
 from app.redis_client import get_redis
 from app.users.models import User
 from app.users.services import authenticate
@@ -45,6 +45,8 @@ def clear_login_failures(address: str, email: str) -> None:
 
 def sign_in_with_password(settings: Settings, address: str, email: str, password: str) -> User:
     """The user for a password sign-in, counting failures per email and address; 429 once past the limit."""
+    if settings.disable_password_auth:
+        raise Forbidden(f"Password sign-in is disabled on this server: sign in with {settings.oidc_sign_in_text}.")
     check_login_allowed(settings, address, email)
     try:
         user = authenticate(email, password)

@@ -16,7 +16,7 @@ from app.users import services
 bp = page_blueprint("auth", __name__, public=("login", "setup", "logout"))
 
 
-def _safe_next(target: str | None) -> str:
+def safe_next(target: str | None) -> str:
     """Only same-site relative paths, so the login page cannot be used as an open redirect."""
     if target and target.startswith("/") and not target.startswith("//") and not urlsplit(target).netloc:
         return target
@@ -25,27 +25,30 @@ def _safe_next(target: str | None) -> str:
 
 @bp.route("/login", methods=["GET", "POST"])
 def login() -> Response | str | tuple[str, int]:
-    if services.user_count() == 0:
+    settings = current_app.config["SLIPWAY_SETTINGS"]
+    if services.user_count() == 0 and not settings.disable_password_auth:
         return redirect(url_for("auth.setup"))
     if current_user.is_authenticated:
-        return redirect(_safe_next(request.args.get("next")))
+        return redirect(safe_next(request.args.get("next")))
     if request.method == "GET":
         return render_template("auth/login.html", email="")
     email, password = request.form.get("email", ""), request.form.get("password", "")
-    settings, address = current_app.config["SLIPWAY_SETTINGS"], request.remote_addr or "unknown"
     try:
-        user = ratelimit.sign_in_with_password(settings, address, email, password)
+        user = ratelimit.sign_in_with_password(settings, request.remote_addr or "unknown", email, password)
     except DomainError as error:
         return render_template("auth/login.html", email=email, error=error.message), error.status
     login_user(user, remember=False)
-    return redirect(_safe_next(request.args.get("next")))
+    return redirect(safe_next(request.args.get("next")))
 
 
 @bp.post("/logout")
 def logout() -> Response:
+    from app.auth.oidc_views import provider_logout_url
+
     logout_user()
+    provider_logout = provider_logout_url()  # signed in through the provider: end its session too
     flash("You have signed out.", "info")
-    return redirect(url_for("auth.login"))
+    return redirect(provider_logout or url_for("auth.login"))
 
 
 @bp.route("/setup", methods=["GET", "POST"])

@@ -35,6 +35,8 @@ class User(db.Model):  # type: ignore[name-defined,misc]
     roles: Mapped[list[str]] = mapped_column(JSON, default=list)
     status: Mapped[str] = mapped_column(String(16), default=STATUS_ACTIVE)
     login_type: Mapped[str] = mapped_column(String(16), default="password")
+    # The identity provider's `sub` once the person signed in with OpenID Connect (links the two accounts).
+    oidc_subject: Mapped[str | None] = mapped_column(String(255), unique=True)
     # Part of the browser session id: rotating it signs the user out everywhere (password change, suspension).
     session_nonce: Mapped[str] = mapped_column(String(32), default=new_session_nonce)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -18,6 +18,8 @@ LineHandler = Callable[[Stream, str], None]
 # After Terraform exits, how long its output pipes may stay open (held by a stray grandchild) before we stop
 # reading them: the exit code is what matters then.
 _DRAIN_AFTER_EXIT = 5.0
+# Terraform and what it starts run at this nice level (children inherit it).
+BUILD_NICENESS = 10
 
 
 class CommandCanceledError(Exception):
@@ -109,6 +111,11 @@ class CommandRunner:
                 start_new_session=True,
             )
             self._process = process
+            try:
+                # Below the control plane: a host full of builds must still answer the API and stream logs.
+                os.setpriority(os.PRIO_PROCESS, process.pid, BUILD_NICENESS)
+            except OSError:
+                pass  # it already exited, or the platform does not allow it: priority is a nicety
         readers = [
             threading.Thread(target=_read_lines, args=(pipe, name, lines), daemon=True)
             for pipe, name in ((process.stdout, "stdout"), (process.stderr, "stderr"))

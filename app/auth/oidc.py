@@ -1,0 +1,160 @@
+"""Single sign-on with OpenID Connect (authlib): discovery, the authorization code flow with PKCE S256, and
+turning the provider's claims into a Slipway user (linked, created, refused) with roles kept in sync.
+
+authlib checks the state, exchanges the code with the PKCE verifier, and verifies the ID token's signature,
+issuer, audience and nonce. What a sign-in may do with the claims is decided here, in plain functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from authlib.integrations.flask_client import OAuth
+from flask import Flask, current_app
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from app.config import Settings
+from app.errors import DomainError
+from app.extensions import db
+from app.users.models import ROLE_MEMBER, ROLE_OWNER, STATUS_ACTIVE, User
+from app.users.services import user_count
+
+log = logging.getLogger(__name__)
+CALLBACK_PATH = "/api/v2/users/oidc/callback"
+PROVIDER_NAME = "oidc"
+HTTP_TIMEOUT = 10
+MAX_USERNAME = 32
+
+
+class OidcError(DomainError):
+    """A sign-in that cannot go on; the message is shown to the person on an error page."""
+
+    status = 403
+
+
+class ProviderUnavailable(OidcError):
+    status = 502
+
+
+def init_app(app: Flask, settings: Settings) -> None:
+    if not settings.oidc_enabled:
+        return
+    oauth = OAuth(app)
+    oauth.register(
+        PROVIDER_NAME,
+        client_id=settings.oidc_client_id,
+        client_secret=settings.oidc_client_secret or None,
+        server_metadata_url=f"{settings.oidc_issuer_url}/.well-known/openid-configuration",
+        client_kwargs={
+            "scope": " ".join(settings.oidc_scopes),
+            "code_challenge_method": "S256",
+            "timeout": HTTP_TIMEOUT,
+        },
+    )
+    app.extensions["slipway_oidc"] = oauth
+
+
+def provider() -> Any:
+    """The registered authlib client, with the provider's metadata loaded and its issuer checked."""
+    oauth: OAuth | None = current_app.extensions.get("slipway_oidc")
+    if oauth is None:
+        raise OidcError("Single sign-on is not configured on this server.")
+    client = oauth.create_client(PROVIDER_NAME)
+    settings: Settings = current_app.config["SLIPWAY_SETTINGS"]
+    try:
+        metadata = client.load_server_metadata()
+    except Exception as exc:  # connection refused, timeout, bad JSON: all mean "not reachable as a provider"
+        log.warning("OIDC discovery at %s failed: %s", settings.oidc_issuer_url, exc)
+        raise ProviderUnavailable(
+            "The identity provider could not be reached. Try again later, or ask an administrator."
+        ) from exc
+    issuer = str(metadata.get("issuer", "")).rstrip("/")
+    if issuer != settings.oidc_issuer_url:
+        client.server_metadata.clear()  # read it again next time: the operator may be fixing this
+        log.error("OIDC issuer mismatch: configured %s, provider says %s", settings.oidc_issuer_url, issuer)
+        raise OidcError("The identity provider's issuer does not match this server's configuration.")
+    return client
+
+
+def end_session_url(client: Any) -> str:
+    return str(client.server_metadata.get("end_session_endpoint") or "")
+
+
+def sign_in(settings: Settings, claims: dict[str, Any]) -> User:
+    """The user these claims belong to: found by subject, linked by verified email, or created."""
+    subject = str(claims.get("sub") or "")
+    if not subject:
+        raise OidcError("The identity provider sent no subject (sub) claim.")
+    email = str(claims.get(settings.oidc_email_field) or "").strip().lower()
+    verified = claims.get("email_verified", True)
+    if not settings.oidc_ignore_email_verified and verified in (False, "false"):
+        raise OidcError("Your email address is not verified by the identity provider.")
+    if settings.oidc_email_domains:
+        domain = email.rpartition("@")[2]
+        if not email or domain not in settings.oidc_email_domains:
+            raise OidcError(f"Accounts from {domain or 'your email domain'} may not sign in here.")
+    user = db.session.scalar(select(User).where(User.oidc_subject == subject))
+    if user is None and email:
+        user = db.session.scalar(select(User).where(func.lower(User.email) == email))
+        if user is not None:
+            user.oidc_subject = subject  # the same person, proven by their verified email
+    if user is None:
+        user = _sign_up(settings, subject, email, claims)
+    if user.status != STATUS_ACTIVE:
+        db.session.rollback()
+        raise OidcError("Your account is suspended. Ask an owner to reactivate it.")
+    roles = mapped_roles(settings, claims)
+    if roles is not None:
+        user.roles = roles
+    db.session.commit()
+    return user
+
+
+def _sign_up(settings: Settings, subject: str, email: str, claims: dict[str, Any]) -> User:
+    if not settings.oidc_allow_signups:
+        raise OidcError("Sign-ups are disabled on this server: ask an owner to create your account first.")
+    if not email:
+        raise OidcError(f"The identity provider sent no email address (claim {settings.oidc_email_field!r}).")
+    # Nobody to hand out roles yet: the first person in becomes the owner, as on the setup page.
+    roles = [ROLE_OWNER] if user_count() == 0 else []
+    preferred = str(claims.get(settings.oidc_username_field) or email.partition("@")[0])
+    user = User(
+        username=unique_username(preferred),
+        email=email,
+        password_hash=None,
+        roles=roles,
+        login_type="oidc",
+        oidc_subject=subject,
+    )
+    db.session.add(user)
+    try:
+        db.session.flush()
+    except IntegrityError as exc:  # a concurrent sign-in of the same person
+        db.session.rollback()
+        raise OidcError("Your account was being created by another sign-in. Try again.") from exc
+    log.info("OIDC sign-up: %s <%s>", user.username, email)
+    return user
+
+
+def unique_username(wanted: str) -> str:
+    """A valid username (letters, digits, single hyphens) close to ``wanted`` that nobody has yet."""
+    base = re.sub(r"[^a-zA-Z0-9]+", "-", wanted).strip("-")[:MAX_USERNAME].strip("-") or "user"
+    candidate, number = base, 1
+    while db.session.scalar(select(User.id).where(func.lower(User.username) == candidate.lower())):
+        number += 1
+        suffix = f"-{number}"
+        candidate = base[: MAX_USERNAME - len(suffix)].strip("-") + suffix
+    return candidate
+
+
+def mapped_roles(settings: Settings, claims: dict[str, Any]) -> list[str] | None:
+    """Roles from the role claim through the mapping; None when no mapping is configured (roles kept)."""
+    if not settings.oidc_role_field or not settings.oidc_role_mapping:
+        return None
+    raw = claims.get(settings.oidc_role_field) or []
+    values = {raw} if isinstance(raw, str) else {str(value) for value in raw} if isinstance(raw, list) else set()
+    roles = {role for idp_value, role in settings.oidc_role_mapping if idp_value in values}
+    return sorted(roles - {ROLE_MEMBER})

@@ -1,0 +1,70 @@
+"""The whole product in a real browser, signed in through a real OpenID provider: sign in at the provider's
+pages, land on the dashboard, upload the `local` example, publish it, create a workspace, watch it build."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Page
+
+from tests.conftest import PASSWORD
+from tests.support.browser import ARTIFACTS, browser_page
+from tests.support.oidc import OidcProvider
+from tests.support.server import ServerProcess
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "local"
+ACCOUNTS = {
+    "erin": {"email": "erin@example.com", "email_verified": True, "preferred_username": "erin", "groups": ["platform"]}
+}
+
+
+@pytest.fixture
+def page() -> Iterator[Page]:
+    with browser_page() as opened:
+        yield opened
+
+
+def test_sign_in_with_the_provider_then_build_a_workspace(page: Page, tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", "--provisioner-daemons", "1")
+    with OidcProvider(server.url, ACCOUNTS, log_path=tmp_path / "idp.log") as idp:
+        server.env.update(
+            idp.server_env(
+                SLIPWAY_OIDC_SIGN_IN_TEXT="Example SSO",
+                SLIPWAY_OIDC_ROLE_FIELD="groups",
+                SLIPWAY_OIDC_ROLE_MAPPING="platform=template-admin",
+            )
+        )
+        with server:
+            httpx.post(  # an owner exists already: erin arrives as a template admin through the mapping
+                f"{server.url}/api/v2/users/first",
+                json={"username": "alice", "email": "alice@example.com", "password": PASSWORD},
+            )
+            page.goto(f"{server.url}/workspaces")
+            page.click("#oidc-sign-in")  # "Sign in with Example SSO"
+            page.wait_for_selector("input[name=login]")  # the provider's own page
+            page.screenshot(path=str(ARTIFACTS / "oidc-provider-login.png"))
+            page.fill("input[name=login]", "erin")
+            page.fill("input[name=password]", "any-password")
+            page.click("button[type=submit]")
+            page.wait_for_url(f"{server.url}/workspaces")
+            assert "erin" in page.locator(".whoami").inner_text()
+            page.screenshot(path=str(ARTIFACTS / "oidc-dashboard.png"), full_page=True)
+
+            page.goto(f"{server.url}/templates")
+            page.fill("input[name=name]", "local")
+            page.set_input_files("input[name=files]", [str(EXAMPLE / "main.tf"), str(EXAMPLE / "README.md")])
+            page.fill("textarea[name=variables]", f"workspaces_root={tmp_path / 'workspaces'}")
+            page.click("form[enctype] button[type=submit]")
+            page.wait_for_selector("#job-actions a", timeout=120_000)  # the import's log streamed to its end
+            page.click("#job-actions a")
+            page.click("text=Publish as a new template")
+            page.click("text=Create workspace")
+            page.fill("input[name=name]", "sso-ws")
+            page.click("form.card button[type=submit]")
+            page.wait_for_selector(".log-line", timeout=60_000)
+            page.wait_for_selector("#job-actions a", timeout=120_000)
+            assert page.locator("#job-status").inner_text().strip() == "running"
+            page.screenshot(path=str(ARTIFACTS / "oidc-workspace-built.png"), full_page=True)

@@ -1,0 +1,131 @@
+"""What a sign-in through the identity provider does with its claims: link, sign up, refuse, sync roles.
+
+The flow itself (discovery, PKCE, state, nonce, ID token) runs against a real provider in test_oidc_flow.py;
+these rules are plain functions, checked here on both databases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from flask import Flask
+from sqlalchemy import select
+
+from app.auth.oidc import OidcError, sign_in, unique_username
+from app.config import Settings, SettingsError, load_settings
+from app.extensions import db
+from app.users.models import User
+from tests.conftest import Persona
+
+OIDC = {"oidc_issuer_url": "http://idp.example", "oidc_client_id": "slipway"}
+
+
+def _claims(sub: str = "sub-1", **extra: Any) -> dict[str, Any]:
+    return {"sub": sub, "email": "erin@example.com", "email_verified": True, "preferred_username": "erin", **extra}
+
+
+def _oidc(settings: Settings, **changes: Any) -> Settings:
+    return replace(settings, **OIDC, **changes)
+
+
+def _users(app: Flask) -> dict[str, User]:
+    with app.app_context():
+        return {user.username: user for user in db.session.scalars(select(User))}
+
+
+def test_a_new_person_becomes_a_member_with_a_valid_unique_username(
+    app: Flask, settings: Settings, personas: dict[str, Persona]
+) -> None:
+    with app.app_context():
+        first = sign_in(_oidc(settings), _claims(preferred_username="carol"))  # carol is taken
+        assert (first.username, first.roles, first.login_type) == ("carol-2", [], "oidc")
+        odd = sign_in(_oidc(settings), _claims("sub-2", email="x@example.com", preferred_username="Dr. Émile O'Neil"))
+        assert odd.username == "Dr-mile-O-Neil"
+        again = sign_in(_oidc(settings), _claims(preferred_username="renamed-at-the-idp"))
+        assert again.id == first.id  # found by subject, whatever the claims say now
+        assert unique_username("-" * 40) == "user"
+        assert len(unique_username("a" * 40)) == 32
+
+
+def test_the_first_person_in_becomes_the_owner(app: Flask, settings: Settings) -> None:
+    with app.app_context():
+        assert sign_in(_oidc(settings), _claims()).roles == ["owner"]
+        assert sign_in(_oidc(settings), _claims("sub-2", email="f@example.com", preferred_username="f")).roles == []
+
+
+def test_a_verified_email_links_an_existing_password_account(
+    app: Flask, settings: Settings, personas: dict[str, Persona]
+) -> None:
+    with app.app_context():
+        user = sign_in(_oidc(settings), _claims(email="Carol@Example.com"))
+        assert user.id == personas["carol"].id and user.oidc_subject == "sub-1"
+        assert user.login_type == "password"  # the password still works too
+
+
+@pytest.mark.parametrize(
+    ("changes", "claims", "words"),
+    [
+        ({}, _claims(email_verified=False), "not verified"),
+        ({"oidc_email_domains": ("corp.example",)}, _claims(), "example.com may not sign in"),
+        ({"oidc_allow_signups": False}, _claims(), "Sign-ups are disabled"),
+        ({}, _claims(sub=""), "no subject"),
+        ({}, {"sub": "x", "preferred_username": "nomail"}, "no email address"),
+    ],
+)
+def test_refusals_create_no_account(
+    app: Flask, settings: Settings, changes: dict[str, Any], claims: dict[str, Any], words: str
+) -> None:
+    with app.app_context():
+        with pytest.raises(OidcError, match=words):
+            sign_in(_oidc(settings, **changes), claims)
+    assert _users(app) == {}
+
+
+def test_unverified_email_is_accepted_when_told_to(app: Flask, settings: Settings) -> None:
+    with app.app_context():
+        user = sign_in(_oidc(settings, oidc_ignore_email_verified=True), _claims(email_verified=False))
+        assert user.email == "erin@example.com"
+
+
+def test_suspended_users_are_refused(app: Flask, settings: Settings, personas: dict[str, Persona]) -> None:
+    with app.app_context():
+        carol = db.session.get(User, personas["carol"].id)
+        assert carol is not None
+        carol.status = "suspended"
+        db.session.commit()
+        with pytest.raises(OidcError, match="suspended"):
+            sign_in(_oidc(settings), _claims(email="carol@example.com"))
+        assert db.session.get(User, personas["carol"].id).oidc_subject is None  # type: ignore[union-attr]
+
+
+def test_roles_follow_the_claim_at_every_sign_in(app: Flask, settings: Settings) -> None:
+    mapped = _oidc(
+        settings,
+        oidc_role_field="groups",
+        oidc_role_mapping=(("platform", "template-admin"), ("admins", "owner"), ("staff", "member")),
+    )
+    with app.app_context():
+        assert sign_in(mapped, _claims(groups=["staff", "platform"])).roles == ["template-admin"]
+        assert sign_in(mapped, _claims(groups="admins")).roles == ["owner"]
+        assert sign_in(mapped, _claims(groups=[])).roles == []
+        unmapped = sign_in(_oidc(settings), _claims())
+        assert unmapped.roles == []  # without a mapping roles are left as they are
+
+
+def test_oidc_settings_are_checked() -> None:
+    env = {"SLIPWAY_OIDC_ISSUER_URL": "https://idp.example/", "SLIPWAY_OIDC_CLIENT_ID": "c"}
+    settings = load_settings({**env, "SLIPWAY_OIDC_EMAIL_DOMAIN": "@Corp.example, other.example"})
+    assert settings.oidc_issuer_url == "https://idp.example" and settings.oidc_enabled
+    assert settings.oidc_email_domains == ("corp.example", "other.example")
+    for bad, words in (
+        ({"SLIPWAY_OIDC_CLIENT_ID": "c"}, "needed together"),
+        ({**env, "SLIPWAY_OIDC_SCOPES": "email"}, "must include openid"),
+        ({**env, "SLIPWAY_OIDC_ROLE_MAPPING": "admins=root"}, "idp_value=owner"),
+        ({**env, "SLIPWAY_OIDC_ALLOW_SIGNUPS": "maybe"}, "true or false"),
+        ({"SLIPWAY_DISABLE_PASSWORD_AUTH": "true"}, "needs OpenID Connect"),
+        ({"SLIPWAY_OIDC_ISSUER_URL": "idp", "SLIPWAY_OIDC_CLIENT_ID": "c"}, "http(s) URL"),
+    ):
+        with pytest.raises(SettingsError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            load_settings(bad)

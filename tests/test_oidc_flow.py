@@ -1,0 +1,193 @@
+"""Single sign-on end to end over plain HTTP: a real `slipway server` and a real OpenID provider (oidc-provider).
+
+Each failure must give a page that says what happened, a line in the server's log, and no account.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+
+from tests.conftest import PASSWORD, run_cli
+from tests.support.oidc import OidcProvider, sign_in_through
+from tests.support.server import ServerProcess
+
+ACCOUNTS = {
+    "bob": {"email": "Bob@Example.com", "email_verified": True, "preferred_username": "bobby"},
+    "erin": {"email": "erin@example.com", "email_verified": True, "preferred_username": "Erin Smith",
+             "groups": ["platform"]},
+    "unverified": {"email": "u@example.com", "email_verified": False, "preferred_username": "u"},
+    "outsider": {"email": "o@elsewhere.example", "email_verified": True, "preferred_username": "o"},
+}  # fmt: skip
+
+
+@dataclass
+class Deployment:
+    server: ServerProcess
+    provider: OidcProvider
+    owner_token: str
+
+    def users(self) -> dict[str, dict[str, object]]:
+        reply = httpx.get(
+            f"{self.server.url}/api/v2/users", headers={"Authorization": f"Bearer {self.owner_token}"}
+        ).json()
+        return {user["username"]: user for user in reply}
+
+
+def _deploy(tmp: Path, *, claims_in_id_token: bool = True, **server_env: str) -> Iterator[Deployment]:
+    server = ServerProcess(tmp / "data", "--provisioner-daemons", "0")
+    with OidcProvider(server.url, ACCOUNTS, claims_in_id_token=claims_in_id_token, log_path=tmp / "idp.log") as idp:
+        server.env.update(idp.server_env(**server_env))
+        with server:
+            owner_token = ""
+            if server_env.get("SLIPWAY_DISABLE_PASSWORD_AUTH") != "true":
+                httpx.post(
+                    f"{server.url}/api/v2/users/first",
+                    json={"username": "alice", "email": "alice@example.com", "password": PASSWORD},
+                )
+                login = {"email": "alice@example.com", "password": PASSWORD}
+                owner_token = httpx.post(f"{server.url}/api/v2/users/login", json=login).json()["session_token"]
+            yield Deployment(server, idp, owner_token)
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    yield from _deploy(
+        tmp_path_factory.mktemp("oidc"),
+        SLIPWAY_OIDC_ROLE_FIELD="groups",
+        SLIPWAY_OIDC_ROLE_MAPPING="platform=template-admin",
+        SLIPWAY_OIDC_EMAIL_DOMAIN="example.com",
+    )
+
+
+@pytest.fixture
+def browser() -> Iterator[httpx.Client]:
+    with httpx.Client(follow_redirects=False, timeout=30) as client:
+        yield client
+
+
+def _sign_in(client: httpx.Client, server: ServerProcess, login: str, next_path: str = "") -> httpx.Response:
+    start = client.get(f"{server.url}/login/oidc" + (f"?next={next_path}" if next_path else ""))
+    assert start.status_code == 302, start.text
+    location = start.headers["location"]
+    query = parse_qs(urlsplit(location).query)
+    assert query["code_challenge_method"] == ["S256"] and query["nonce"] and query["state"]
+    return sign_in_through(client, start, login, server.url)
+
+
+def test_a_new_person_signs_in_and_gets_a_member_account_with_mapped_roles(
+    deployment: Deployment, browser: httpx.Client
+) -> None:
+    landed = _sign_in(browser, deployment.server, "erin", "/templates")
+    assert landed.status_code == 302 and landed.headers["location"] == "/templates"
+    page = browser.get(f"{deployment.server.url}/workspaces")
+    assert page.status_code == 200 and "Erin-Smith" in page.text
+    erin = deployment.users()["Erin-Smith"]
+    assert erin["login_type"] == "oidc" and erin["roles"] == ["template-admin", "member"]
+
+
+def test_a_verified_email_signs_in_to_the_existing_account(deployment: Deployment, browser: httpx.Client) -> None:
+    owner = {"Authorization": f"Bearer {deployment.owner_token}"}
+    account = {"username": "bob", "email": "bob@example.com", "password": PASSWORD, "roles": ["template-admin"]}
+    bob = httpx.post(f"{deployment.server.url}/api/v2/users", json=account, headers=owner).json()
+    assert _sign_in(browser, deployment.server, "bob").status_code == 302
+    after = deployment.users()
+    assert after["bob"]["id"] == bob["id"] and "bobby" not in after
+    assert after["bob"]["roles"] == ["member"]  # the mapping rules: bob is in no mapped group
+
+
+@pytest.mark.parametrize(
+    ("login", "words"),
+    [("unverified", "not verified"), ("outsider", "elsewhere.example may not sign in")],
+)
+def test_refused_people_get_a_page_and_no_account(
+    deployment: Deployment, browser: httpx.Client, login: str, words: str
+) -> None:
+    page = _sign_in(browser, deployment.server, login)
+    assert page.status_code == 403 and words in page.text
+    assert "slipway_session" not in browser.cookies or browser.get(f"{deployment.server.url}/workspaces").is_redirect
+    assert {"u", "o"}.isdisjoint(deployment.users())
+    assert words in deployment.server.log()
+
+
+def test_a_callback_this_browser_did_not_start_is_refused(deployment: Deployment, browser: httpx.Client) -> None:
+    start = browser.get(f"{deployment.server.url}/login/oidc")
+    with httpx.Client(follow_redirects=False, timeout=30) as other:  # another browser finishes the sign-in
+        page = sign_in_through(other, other.get(start.headers["location"]), "erin", deployment.server.url)
+    assert page.status_code == 400 and "did not start here" in page.text
+    tampered = browser.get(f"{deployment.server.url}/api/v2/users/oidc/callback?code=x&state=forged")
+    assert tampered.status_code == 400
+
+
+def test_sign_out_ends_the_providers_session_too(deployment: Deployment, browser: httpx.Client) -> None:
+    _sign_in(browser, deployment.server, "erin")
+    page = browser.get(f"{deployment.server.url}/account")
+    token = page.text.split('name="csrf_token" value="')[1].split('"')[0]
+    out = browser.post(f"{deployment.server.url}/logout", data={"csrf_token": token})
+    assert out.status_code == 302
+    assert out.headers["location"].startswith(f"{deployment.provider.issuer}/session/end")
+    assert "id_token_hint=" in out.headers["location"]
+    assert browser.get(f"{deployment.server.url}/workspaces").status_code == 302  # signed out here
+
+
+def test_claims_only_in_userinfo_are_read_from_there(tmp_path: Path, browser: httpx.Client) -> None:
+    for deployment in _deploy(tmp_path, claims_in_id_token=False):
+        assert _sign_in(browser, deployment.server, "erin").status_code == 302
+        assert deployment.users()["Erin-Smith"]["email"] == "erin@example.com"
+
+
+def test_a_wrong_client_secret_is_a_clear_page(tmp_path: Path, browser: httpx.Client) -> None:
+    for deployment in _deploy(tmp_path, SLIPWAY_OIDC_CLIENT_SECRET="not-the-secret"):
+        page = _sign_in(browser, deployment.server, "erin")
+        assert page.status_code == 502 and "refused the sign-in (invalid_client)" in page.text
+        assert "invalid_client" in deployment.server.log()
+        assert "Erin-Smith" not in deployment.users()
+
+
+def test_a_provider_that_is_down(tmp_path: Path, browser: httpx.Client) -> None:
+    for deployment in _deploy(tmp_path):
+        deployment.provider.stop()
+        page = browser.get(f"{deployment.server.url}/login/oidc")
+        assert page.status_code == 502 and "could not be reached" in page.text
+        assert "OIDC discovery" in deployment.server.log()
+
+
+def test_a_provider_that_is_not_the_configured_issuer(tmp_path: Path, browser: httpx.Client) -> None:
+    """The same provider reached under another name: its discovery document names a different issuer."""
+    for deployment in _deploy(tmp_path):
+        deployment.server.stop()
+        deployment.server.env["SLIPWAY_OIDC_ISSUER_URL"] = f"http://localhost:{deployment.provider.port}"
+        deployment.server.start()
+        page = browser.get(f"{deployment.server.url}/login/oidc")
+        assert page.status_code == 403 and "issuer does not match" in page.text
+        assert "issuer mismatch" in deployment.server.log()
+
+
+def test_an_oidc_only_server_signs_in_the_cli_with_a_pasted_token(tmp_path: Path, browser: httpx.Client) -> None:
+    for deployment in _deploy(tmp_path, SLIPWAY_DISABLE_PASSWORD_AUTH="true"):
+        url = deployment.server.url
+        login_page = browser.get(f"{url}/login").text
+        assert 'id="oidc-sign-in"' in login_page and 'name="password"' not in login_page
+        refused = httpx.post(f"{url}/api/v2/users/login", json={"email": "a@example.com", "password": PASSWORD})
+        assert refused.status_code == 403 and "Password sign-in is disabled" in refused.json()["message"]
+        assert httpx.get(f"{url}/api/v2/users/authmethods").json()["password"] == {"enabled": False}
+
+        assert _sign_in(browser, deployment.server, "erin").status_code == 302  # the first person: the owner
+        form = browser.get(f"{url}/cli-auth").text
+        csrf = form.split('name="csrf_token" value="')[1].split('"')[0]
+        shown = browser.post(f"{url}/cli-auth", data={"csrf_token": csrf}).text
+        token = shown.split('id="cli-token">')[1].split("<")[0].strip()
+
+        env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
+        env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+        cli = run_cli("login", url, env=env, input_text=f"{token}\n")
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        assert f"{url}/cli-auth" in cli.stdout and "Erin-Smith (owner" in cli.stdout
+        assert token not in cli.stdout
+        assert run_cli("whoami", env=env).stdout.startswith("Erin-Smith")
