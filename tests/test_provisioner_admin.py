@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 from app.columns import utcnow
 from app.config import Settings
 from app.extensions import db
-from app.provisioning.maintenance import reap_jobs
+from app.provisioning.maintenance import forget_daemons, reap_jobs
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template, push_version
@@ -98,6 +98,47 @@ def test_daemon_status_idle_busy_offline(app: Flask, client: FlaskClient, person
     offline = client.get("/api/v2/provisionerdaemons?status=offline", headers=bob.auth).json
     assert [d["name"] for d in offline] == ["gone"]
     assert idle.call("/heartbeat").status_code == 200
+
+
+def test_a_week_silent_daemon_is_forgotten_and_its_jobs_kept(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    bob = personas["bob"]
+    gone, recent = FakeDaemon(client, "gone"), FakeDaemon(client, "recent")
+    job = push_version(client, bob)["job"]
+    assert gone.call(f"/jobs/{job['id']}/acquire").status_code == 200
+    assert gone.call(f"/jobs/{job['id']}/complete", {"resources": {}}).status_code == 204
+    _age(app, gone.id, 7 * 86400 + 1)
+    _age(app, recent.id, 6 * 86400)
+    with app.app_context():
+        assert forget_daemons() == 1
+    names = [d["name"] for d in client.get("/api/v2/provisionerdaemons", headers=bob.auth).json]
+    assert names == ["recent"]
+    kept = client.get(f"/api/v2/provisionerjobs/{job['id']}", headers=bob.auth).json
+    assert kept["status"] == "succeeded" and kept["worker_name"] == ""
+
+
+def test_builds_of_a_user_scoped_template_go_to_the_workspace_owner(
+    client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    bob, carol = personas["bob"], personas["carol"]
+    version = client.post(
+        "/api/v2/templateversions",
+        json={"file_id": _file(client, bob), "provisioner_tags": {"scope": "user", "gpu": "yes"}},
+        headers=bob.auth,
+    ).json
+    bobs = FakeDaemon(client, "bobs", {"scope": "user", "gpu": "yes"}, credential=bob.auth)
+    assert bobs.call(f"/jobs/{version['job']['id']}/acquire").status_code == 200
+    assert bobs.call(f"/jobs/{version['job']['id']}/complete", {"resources": {}}).status_code == 204
+    template = client.post("/api/v2/templates", json={"name": "mine", "version_id": version["id"]}, headers=bob.auth)
+    created = client.post(
+        "/api/v2/workspaces", json={"template_id": template.json["id"], "name": "ws"}, headers=carol.auth
+    ).json
+    build_job = created["latest_build"]["job"]
+    assert build_job["tags"] == {"scope": "user", "owner": carol.id, "gpu": "yes"}
+    assert bobs.call(f"/jobs/{build_job['id']}/acquire").status_code == 403  # bob's daemon: not his build
+    carols = FakeDaemon(client, "carols", {"scope": "user", "gpu": "yes"}, credential=carol.auth)
+    assert carols.call(f"/jobs/{build_job['id']}/acquire").status_code == 200
 
 
 def test_members_cancel_their_own_builds_only(client: FlaskClient, personas: dict[str, Persona]) -> None:

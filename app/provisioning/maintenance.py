@@ -17,13 +17,14 @@ from app.config import Settings
 from app.extensions import db
 from app.provisioning.daemons import _reaper_notice, finish_job
 from app.provisioning.jobs import dispatch
-from app.provisioning.models import ProvisionerJob
+from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
 from app.redis_client import get_redis
 
 log = logging.getLogger(__name__)
 # A job just created may not be in Redis yet (its request commits, then enqueues): leave it alone a while.
 RECONCILE_GRACE = timedelta(seconds=5)
 CANCEL_MARGIN = timedelta(seconds=60)
+FORGET_DAEMONS_AFTER = timedelta(days=7)
 
 
 def reap_jobs(settings: Settings) -> int:
@@ -104,9 +105,22 @@ def _waiting_in_redis(job_id: str, connection: Redis) -> bool:
     return status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED)
 
 
+def forget_daemons() -> int:
+    """Drop daemons silent for a week (Coder does the same): hosts come and go, the list should not grow forever.
+    Their jobs stay; they only lose the link to the daemon that ran them."""
+    stale = db.session.scalars(
+        select(ProvisionerDaemon).where(ProvisionerDaemon.last_seen_at < utcnow() - FORGET_DAEMONS_AFTER)
+    ).all()
+    for daemon in stale:
+        db.session.delete(daemon)
+    db.session.commit()
+    return len(stale)
+
+
 def run_maintenance(settings: Settings) -> None:
     try:
         reap_jobs(settings)
         reconcile_queues()
+        forget_daemons()
     finally:
         db.session.remove()
