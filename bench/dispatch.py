@@ -106,6 +106,8 @@ def burst(api: httpx.Client, template_id: str, count: int, label: str) -> tuple[
     all_running = max(parse_time(job["started_at"]) for job in jobs) - first
     all_done = max(parse_time(job["completed_at"]) for job in jobs) - first
     longest_wait = max(parse_time(job["started_at"]) - parse_time(job["created_at"]) for job in jobs)
+    spread = max(parse_time(job["created_at"]) for job in jobs) - first
+    print(f"    (the {count} creations themselves spread over {spread.total_seconds():.2f} s)", flush=True)
     return all_running.total_seconds(), all_done.total_seconds(), longest_wait.total_seconds()
 
 
