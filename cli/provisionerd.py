@@ -180,4 +180,8 @@ def start(
         terraform_path=terraform_path or None,
         prometheus_address=prometheus_address or None,
     )
-    sys.exit(run_daemon(config))
+    try:
+        sys.exit(run_daemon(config))
+    except KeyboardInterrupt:  # Ctrl-C before the worker took over the signals (e.g. waiting for the server)
+        click.echo("slipway provisionerd: stopped", err=True)
+        sys.exit(0)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,3 +111,16 @@ def test_metrics_from_a_daemon(server: ServerProcess, tmp_path: Path) -> None:
             assert 'slipway_provisionerd_jobs_total{result="succeeded",type="template_version_import"} 1.0' in text
             assert "slipway_provisionerd_jobs_current 0.0" in text
             assert "slipway_provisionerd_job_duration_seconds_bucket" in text
+
+
+def test_a_daemon_waits_for_a_server_that_is_not_up_and_ctrl_c_ends_the_wait(tmp_path: Path) -> None:
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    daemon = DaemonProcess(nowhere, "early", tmp_path, env={"SLIPWAY_PROVISIONER_DAEMON_PSK": "x"}).start()
+    try:
+        time.sleep(3)
+        assert daemon.process is not None and daemon.process.poll() is None, daemon.log()
+        daemon.signal(signal.SIGINT)
+        assert daemon.wait_exit(timeout=15) == 0
+    finally:
+        daemon.stop()
+    assert "retrying" in daemon.log() and "Traceback" not in daemon.log()

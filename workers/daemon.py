@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -34,6 +35,7 @@ from workers.metrics import JobMetrics
 log = logging.getLogger(__name__)
 RUN_JOB_FUNCTION = "workers.jobs.run_provisioner_job"
 EXIT_OK, EXIT_REFUSED = 0, 1
+REGISTER_RETRY_SECONDS = 5
 SHUTDOWN_REASON = "The provisioner daemon was stopped ({signal}) while running this job."
 
 
@@ -144,6 +146,17 @@ def daemon_version() -> str:
         return "0.0.0+unknown"
 
 
+def _register(client: ProvisionerClient, config: DaemonConfig) -> dict[str, Any]:
+    """Register, waiting for a server that is not up yet (a daemon may well start first); Ctrl-C ends the wait."""
+    while True:
+        try:
+            reply: dict[str, Any] = client.register(config.name, config.tags, daemon_version())
+            return reply
+        except ConnectionError as exc:
+            log.warning("%s; retrying in %d s", exc, REGISTER_RETRY_SECONDS)
+            time.sleep(REGISTER_RETRY_SECONDS)
+
+
 def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
     """Serve jobs until stopped; the exit status is 1 when the server refused this daemon, else 0."""
     client = ProvisionerClient(config.url, credential=config.credential)
@@ -151,7 +164,7 @@ def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
     connection: redis.Redis | None = None
     try:
         try:
-            registration = client.register(config.name, config.tags, daemon_version())
+            registration = _register(client, config)
         except ServerRefused as exc:
             log.error("the server refused to register this daemon: %s", exc.message)
             return EXIT_REFUSED
