@@ -20,6 +20,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     configure(app, settings)
 
     from app import errors, health, metrics, redis_client, templating
+    from app.agents import agent_api, app_views
+    from app.agents import api as agents_api
+    from app.agents import views as agent_views
     from app.auth import access, oidc, oidc_views
     from app.auth import views as auth_views
     from app.catalog import api as catalog_api
@@ -54,6 +57,10 @@ def create_app(settings: Settings | None = None) -> Flask:
         catalog_api.bp,
         workspaces_api.bp,
         daemon_api.bp,
+        agent_api.bp,
+        agents_api.bp,
+        app_views.bp,
+        agent_views.bp,
         provisioning_api.bp,
         provisioning_views.bp,
         metrics.bp,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -55,6 +56,12 @@ class Settings:
     # How often an idle daemon calls in; it is offline after 90 s of silence (hidden, for tests).
     provisioner_heartbeat_interval: int = 10
     terraform_path: str = ""
+    # The wheels of the agent's dependencies that workspaces install offline (`slipway agent-bundle` fills it).
+    agent_wheelhouse: Path = field(default_factory=lambda: default_agent_wheelhouse())
+    # How often the server pings each agent's control connection and records it as connected (hidden, for tests).
+    agent_heartbeat_interval: int = 15
+    # Path-based apps (/@owner/workspace.agent/apps/slug/) share the dashboard's origin; some operators refuse that.
+    disable_path_apps: bool = False
     # Single sign-on (OpenID Connect); enabled when an issuer and a client id are set.
     oidc_issuer_url: str = ""
     oidc_client_id: str = ""
@@ -99,6 +106,11 @@ def default_data_dir(environ: Mapping[str, str]) -> Path:
     return Path(xdg) / "slipway"
 
 
+def default_agent_wheelhouse() -> Path:
+    # Beside the installation itself: a virtualenv and its wheelhouse are built, upgraded and removed together.
+    return Path(sys.prefix) / "share" / "slipway" / "agent-wheels"
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Build :class:`Settings` from the environment, raising :class:`SettingsError` on the first bad value."""
     env = os.environ if environ is None else environ
@@ -132,6 +144,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         provisioner_force_cancel_interval=_duration(env, "PROVISIONER_FORCE_CANCEL_INTERVAL", "10m"),
         provisioner_heartbeat_interval=_duration(env, "PROVISIONER_HEARTBEAT_INTERVAL", "10s"),
         terraform_path=_get(env, "TERRAFORM_PATH"),
+        agent_wheelhouse=Path(_get(env, "AGENT_WHEELHOUSE") or default_agent_wheelhouse()).expanduser(),
+        agent_heartbeat_interval=_duration(env, "AGENT_HEARTBEAT_INTERVAL", "15s"),
+        disable_path_apps=_bool(env, "DISABLE_PATH_APPS", False),
     )
     return _with_oidc(settings, env)
 

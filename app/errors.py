@@ -62,6 +62,12 @@ class RateLimited(DomainError):
     status = 429
 
 
+class BadGateway(DomainError):
+    """Something behind the server (a workspace's app, its agent) did not answer."""
+
+    status = 502
+
+
 def wants_json() -> bool:
     # Programs call /api/ and scrape /metrics; everything else is a page a person reads.
     return request.path.startswith("/api/") or request.path == "/metrics"

@@ -70,6 +70,16 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
     ("--web-workers", "SLIPWAY_WEB_WORKERS", "Web worker processes (gevent). [default: 2]"),
     ("--terraform-path", "SLIPWAY_TERRAFORM_PATH", "Terraform for built-in daemons. [default: PATH, else bundled]"),
     (
+        "--agent-wheelhouse",
+        "SLIPWAY_AGENT_WHEELHOUSE",
+        "Wheels workspaces install the agent from (slipway agent-bundle). [default: PREFIX/share/slipway/agent-wheels]",
+    ),
+    (
+        "--disable-path-apps",
+        "SLIPWAY_DISABLE_PATH_APPS",
+        "Refuse /@owner/workspace/apps/… (apps served on the dashboard's own origin).",
+    ),
+    (
         "--secret-key",
         "SLIPWAY_SECRET_KEY",
         "Signs browser sessions; also SLIPWAY_SECRET_KEY_FILE. [default: generated]",
@@ -101,7 +111,7 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
 # Given several times; they reach the settings joined with commas.
 REPEATABLE = {"--oidc-email-domain", "--oidc-role-mapping"}
 # Switches without a value.
-SWITCHES = {"--oidc-ignore-email-verified", "--disable-password-auth"}
+SWITCHES = {"--oidc-ignore-email-verified", "--disable-password-auth", "--disable-path-apps"}
 
 
 F = TypeVar("F", bound=Callable[..., Any])

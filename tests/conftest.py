@@ -163,7 +163,7 @@ def personas(app: Flask) -> dict[str, Persona]:
 
 
 def run_cli(
-    *args: str, env: dict[str, str] | None = None, input_text: str | None = None
+    *args: str, env: dict[str, str] | None = None, input_text: str | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """Run the installed `slipway` command as a user would."""
     executable = shutil.which("slipway") or str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "slipway")
@@ -173,6 +173,6 @@ def run_cli(
         input=input_text,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )

@@ -25,6 +25,11 @@ PUBLIC_ENDPOINTS = {
     "oidc.start",
     "oidc.callback",
     "auth_api.auth_methods",
+    # Apps decide by their share level (public apps need no sign-in): tests/test_agent_api.py covers each level.
+    "apps.app_root",
+    "apps.serve_app",
+    "apps.serve_app_websocket",
+    "apps.serve_app_websocket_path",
 }
 OWNER_ONLY_ENDPOINTS = {
     "users.index",
@@ -50,6 +55,14 @@ ADMIN_ONLY_ENDPOINTS = {
 }
 # Called by programs: a bad credential is a JSON 401, never a redirect to the login page.
 PROGRAM_PATHS = ("/api/", "/metrics")
+# WebSocket routes match upgrade requests only; their guards must refuse before the handshake.
+UPGRADE_HEADERS = {
+    "Upgrade": "websocket",
+    "Connection": "Upgrade",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+    "Sec-WebSocket-Version": "13",
+}
+WEBSOCKET_ENDPOINTS: set[str] = set()
 
 
 def _routes() -> list[tuple[str, str, str]]:
@@ -59,6 +72,8 @@ def _routes() -> list[tuple[str, str, str]]:
     for rule in create_app(settings).url_map.iter_rules():
         if rule.endpoint == "static":
             continue
+        if rule.websocket:
+            WEBSOCKET_ENDPOINTS.add(rule.endpoint)
         path = rule.rule
         for argument in rule.arguments:
             path = path.replace(f"<{argument}>", "00000000-0000-0000-0000-000000000000")
@@ -80,7 +95,8 @@ def test_public_list_is_exact() -> None:
 @pytest.mark.parametrize(("endpoint", "method", "path"), [r for r in ROUTES if r[0] not in PUBLIC_ENDPOINTS])
 def test_anonymous_callers_are_refused(app: Flask, endpoint: str, method: str, path: str) -> None:
     app.config["WTF_CSRF_ENABLED"] = False  # prove the login check itself, not the CSRF check, refuses
-    response = app.test_client().open(path, method=method, json={})
+    headers = UPGRADE_HEADERS if endpoint in WEBSOCKET_ENDPOINTS else {}
+    response = app.test_client().open(path, method=method, json={}, headers=headers)
     if path.startswith(PROGRAM_PATHS):
         assert response.status_code == 401, f"{method} {path}"
         assert response.is_json

@@ -56,7 +56,7 @@ def test_member_creates_and_watches_a_workspace(app: Flask, client: FlaskClient,
     assert "ws" in listing and "status-running" in listing
     workspace_id = api.get("/api/v2/workspaces", headers=personas["carol"].auth).json[0]["id"]
     page = client.get(f"/workspaces/{workspace_id}").get_data(as_text=True)
-    assert "agent <strong>main</strong>" in page and 'value="stop"' in page
+    assert 'class="agent-name">main<' in page and 'value="stop"' in page
     stop = client.post(
         f"/workspaces/{workspace_id}/builds",
         data={"transition": "stop", "csrf_token": csrf_token(client, f"/workspaces/{workspace_id}")},

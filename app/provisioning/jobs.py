@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 # The one function a daemon's RQ worker will execute (workers/jobs.py); anything else is refused there.
 RUN_JOB_FUNCTION = "workers.jobs.run_provisioner_job"
 LOG_CHANNEL_PREFIX = "slipway:job-logs:"
+# Notices that an agent changed (connection, lifecycle, logs, metadata, app health): streams re-read it.
+AGENT_EVENTS_PREFIX = "slipway:agent-events:"
+# Messages for an agent's control connection (dials), delivered by whichever process holds that connection.
+AGENT_CONTROL_PREFIX = "slipway:agent-control:"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ already on the page it is sent out of band.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,7 +31,7 @@ class LogHtml:
         # The first line of the stage still running when this batch starts (its header is already shown).
         self.open_stage = open_stage
 
-    def render(self, lines: list[ProvisionerJobLog], end: datetime | None = None) -> Markup:
+    def render(self, lines: Sequence[ProvisionerJobLog], end: datetime | None = None) -> Markup:
         parts: list[str] = []
         pending_header: int | None = None  # index in parts of a header written in this batch, duration unknown
         for line in lines:
@@ -88,7 +88,7 @@ class HtmlRenderer:
         self.shown_status: str | None = None
         self.placeholder_removed = False
 
-    def update(self, job: ProvisionerJob, lines: list[ProvisionerJobLog]) -> Iterator[str]:
+    def update(self, job: ProvisionerJob, lines: Sequence[ProvisionerJobLog]) -> Iterator[str]:
         parts: list[str] = []
         if lines:
             if not self.placeholder_removed:  # "waiting for a daemon…" goes with the first line

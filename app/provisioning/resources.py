@@ -6,10 +6,12 @@ import hashlib
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, Text, select
+from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, select
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from app.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
+from app.agents.models import AgentLogSource, WorkspaceAgent
+from app.agents.presenter import agent_json
+from app.columns import IdColumn, UTCDateTime, new_id, utcnow
 from app.errors import InvalidInput
 from app.extensions import db
 
@@ -44,7 +46,7 @@ class WorkspaceResource(db.Model):  # type: ignore[name-defined,misc]
             "hide": self.hide,
             "icon": self.icon,
             "daily_cost": self.daily_cost,
-            "agents": [agent.to_json() for agent in self.agents],
+            "agents": [agent_json(agent) for agent in self.agents],
             "metadata": [
                 {
                     "key": item.get("key", ""),
@@ -53,55 +55,6 @@ class WorkspaceResource(db.Model):  # type: ignore[name-defined,misc]
                 }
                 for item in self.metadata_items
             ],
-        }
-
-
-class WorkspaceAgent(db.Model):  # type: ignore[name-defined,misc]
-    __tablename__ = "workspace_agents"
-
-    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
-    resource_id: Mapped[str] = mapped_column(ForeignKey("workspace_resources.id", ondelete="CASCADE"), index=True)
-    name: Mapped[str] = mapped_column(String(64))
-    os: Mapped[str] = mapped_column(String(16))
-    arch: Mapped[str] = mapped_column(String(16))
-    directory: Mapped[str] = mapped_column(Text, default="")
-    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
-    startup_script: Mapped[str] = mapped_column(Text, default="")
-    shutdown_script: Mapped[str] = mapped_column(Text, default="")
-    connection_timeout: Mapped[int] = mapped_column(Integer, default=120)
-    # The rest of the agent's definition (metadata blocks, apps, scripts, display apps) as the daemon parsed it.
-    definition: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    # SHA-256 of the agent token from the build's state: the agent authenticates with the token itself.
-    token_hash: Mapped[str | None] = mapped_column(String(64), index=True)
-    lifecycle_state: Mapped[str] = mapped_column(String(32), default="created")
-    first_connected_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    last_connected_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    disconnected_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-
-    @property
-    def status(self) -> str:
-        if self.first_connected_at is None:
-            return "connecting"
-        if (
-            self.disconnected_at is not None
-            and (self.last_connected_at or self.disconnected_at) <= self.disconnected_at
-        ):
-            return "disconnected"
-        return "connected"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "os": self.os,
-            "arch": self.arch,
-            "directory": self.directory,
-            "status": self.status,
-            "lifecycle_state": self.lifecycle_state,
-            "connection_timeout_seconds": self.connection_timeout,
-            "apps": self.definition.get("apps", []),
-            "created_at": rfc3339(self.created_at),
         }
 
 
@@ -150,8 +103,10 @@ def _agent_row(agent: Any) -> WorkspaceAgent:
         "connection_timeout",
         "token",
         "id",
+        "scripts",
     }
-    return WorkspaceAgent(
+    row = WorkspaceAgent(
+        id=new_id(),
         name=str(agent.get("name", ""))[:64],
         os=str(agent.get("os", ""))[:16],
         arch=str(agent.get("arch", ""))[:16],
@@ -159,10 +114,32 @@ def _agent_row(agent: Any) -> WorkspaceAgent:
         env={str(k): str(v) for k, v in (agent.get("env") or {}).items()},
         startup_script=str(agent.get("startup_script") or ""),
         shutdown_script=str(agent.get("shutdown_script") or ""),
-        connection_timeout=int(agent.get("connection_timeout") or 120),
-        definition={key: value for key, value in agent.items() if key not in known},
+        # 0 is meaningful (never time out); only an absent value takes Coder's default.
+        connection_timeout=120 if agent.get("connection_timeout") is None else int(agent["connection_timeout"]),
         token_hash=hashlib.sha256(token.encode()).hexdigest() if token else None,
     )
+    definition = {key: value for key, value in agent.items() if key not in known}
+    definition["scripts"] = _scripts_with_log_sources(row, agent)
+    row.definition = definition
+    return row
+
+
+def _scripts_with_log_sources(row: WorkspaceAgent, agent: dict[str, Any]) -> list[dict[str, Any]]:
+    """The agent's scripts, the legacy startup/shutdown scripts among them, each with a log source of its own."""
+    scripts = [dict(script) for script in agent.get("scripts") or [] if isinstance(script, dict)]
+    if agent.get("startup_script"):
+        scripts.insert(0, {"display_name": "Startup Script", "script": agent["startup_script"], "run_on_start": True})
+    if agent.get("shutdown_script"):
+        scripts.append({"display_name": "Shutdown Script", "script": agent["shutdown_script"], "run_on_stop": True})
+    for script in scripts:
+        source = AgentLogSource(
+            id=new_id(),
+            display_name=str(script.get("display_name") or "Script")[:128],
+            icon=str(script.get("icon") or "")[:255],
+        )
+        row.log_sources.append(source)
+        script["log_source_id"] = source.id
+    return scripts
 
 
 def job_resources(job_id: str, transition: str | None = None) -> list[WorkspaceResource]:

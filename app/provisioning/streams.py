@@ -13,14 +13,14 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import redis
 
 from app.extensions import db
-from app.provisioning.jobs import LOG_CHANNEL_PREFIX, job_logs
+from app.provisioning.jobs import AGENT_CONTROL_PREFIX, AGENT_EVENTS_PREFIX, LOG_CHANNEL_PREFIX, job_logs
 from app.provisioning.models import ACTIVE_STATUSES, ProvisionerJob, ProvisionerJobLog
 
 log = logging.getLogger(__name__)
@@ -34,21 +34,39 @@ RECONNECT_BACKOFF = (0.2, 5.0)
 STREAM_PREAMBLE = ": connected\nretry: 1000\n\n"
 
 
+class Line(Protocol):
+    """A stored log line: ids rise within its job or agent."""
+
+    @property
+    def id(self) -> int: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+S = TypeVar("S")
+L = TypeVar("L", bound=Line)
+S_contra = TypeVar("S_contra", contravariant=True)
+L_contra = TypeVar("L_contra", bound=Line, contravariant=True)
+
+
 @dataclass
-class Snapshot:
-    """What one read of the database saw for a job: its row, and its lines after ``base``."""
+class Snapshot(Generic[S, L]):
+    """What one read of the database saw for a job (or agent): its row, and its lines after ``base``."""
 
     generation: int
     base: int
-    job: ProvisionerJob | None
-    lines: list[ProvisionerJobLog]
+    subject: S | None
+    lines: list[L]
 
 
-Fetch = Callable[[int], tuple[ProvisionerJob | None, list[ProvisionerJobLog]]]
+Fetch = Callable[[int], tuple[S | None, list[L]]]
 
 
 class LogRelay:
-    """One pattern subscription for all job log channels, fanned out in memory to the streams of this process.
+    """One pattern subscription for all job log and agent channels, fanned out in memory within this process.
+
+    Job notices wake the streams watching the job (and pages following every job); agent notices wake those
+    watching ``agent:<id>``; control messages for an agent go to the control connection this process holds for it.
 
     It also shares reads: a notice wakes every viewer of the job at once, and nearly all of them want the
     lines after the same cursor, so the first one reads the database and the others reuse what it saw.
@@ -61,29 +79,31 @@ class LogRelay:
         self._started = False
         # Counts the notices for each job; a read taken at generation g contains every line notified up to g.
         self._generations: dict[str, int] = defaultdict(int)
-        self._snapshots: dict[str, Snapshot] = {}
+        self._snapshots: dict[str, Snapshot[Any, Any]] = {}
         self._read_locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._control_handlers: dict[str, set[Callable[[bytes], None]]] = defaultdict(set)
 
     def generation(self, job_id: str) -> int:
         with self._lock:
             return self._generations[job_id]
 
     def read(
-        self, job_id: str, cursor: int, generation: int, fetch: Fetch, *, fresh: bool = False
-    ) -> tuple[ProvisionerJob | None, list[ProvisionerJobLog]]:
-        """The job and its lines after ``cursor`` as of ``generation`` or later; one database read per notice.
+        self, key: str, cursor: int, generation: int, fetch: Fetch[S, L], *, fresh: bool = False
+    ) -> tuple[S | None, list[L]]:
+        """The subject and its lines after ``cursor`` as of ``generation`` or later; one database read per notice.
         ``fresh`` reads the database whatever is cached (after a quiet heartbeat: a notice may have been lost)."""
-        with self._read_locks[job_id]:
-            snapshot = self._snapshots.get(job_id)
+        with self._read_locks[key]:
+            snapshot: Snapshot[S, L] | None = self._snapshots.get(key)
             if fresh or snapshot is None or snapshot.generation < generation or snapshot.base > cursor:
-                job, lines = fetch(cursor)
-                snapshot = Snapshot(generation, cursor, job, lines)
-                self._snapshots[job_id] = snapshot
-        return snapshot.job, [line for line in snapshot.lines if line.id > cursor]
+                subject, lines = fetch(cursor)
+                snapshot = Snapshot(generation, cursor, subject, lines)
+                self._snapshots[key] = snapshot
+        return snapshot.subject, [line for line in snapshot.lines if line.id > cursor]
 
-    def watch(self, job_id: str) -> threading.Event:
+    def watch(self, job_id: str, waiter: threading.Event | None = None) -> threading.Event:
+        """Wake ``waiter`` (a new one unless given: one event may watch several keys) on notices for the key."""
         self._ensure_started()
-        waiter = threading.Event()
+        waiter = waiter or threading.Event()
         with self._lock:
             self._waiters[job_id].add(waiter)
         return waiter
@@ -99,15 +119,41 @@ class LogRelay:
                     self._snapshots.pop(job_id, None)
                     self._read_locks.pop(job_id, None)
 
-    def _wake(self, job_id: str | None) -> None:
+    def on_control(self, agent_id: str, handler: Callable[[bytes], None]) -> None:
+        """Deliver control messages published for ``agent_id`` to ``handler`` (this process holds its connection)."""
+        self._ensure_started()
         with self._lock:
-            jobs = list(self._waiters) if job_id is None else [job_id] if job_id in self._waiters else []
-            for watched in jobs:  # only watched jobs: notices for others must not pile up here
+            self._control_handlers[agent_id].add(handler)
+
+    def off_control(self, agent_id: str, handler: Callable[[bytes], None]) -> None:
+        with self._lock:
+            handlers = self._control_handlers.get(agent_id)
+            if handlers is not None:
+                handlers.discard(handler)
+                if not handlers:
+                    del self._control_handlers[agent_id]
+
+    def _wake(self, key: str | None, *, job: bool = True) -> None:
+        with self._lock:
+            keys = list(self._waiters) if key is None else [key] if key in self._waiters else []
+            for watched in keys:  # only watched keys: notices for others must not pile up here
                 self._generations[watched] += 1
-            targets = [waiter for watched in jobs for waiter in self._waiters[watched]]
-            targets += self._waiters.get(ANY_JOB, ())  # pages that follow every job they can see
+            targets = [waiter for watched in keys for waiter in self._waiters[watched]]
+            if job:
+                targets += self._waiters.get(ANY_JOB, ())  # pages that follow every job they can see
         for waiter in targets:
             waiter.set()
+
+    def _deliver(self, channel: str, data: bytes) -> None:
+        if channel.startswith(LOG_CHANNEL_PREFIX):
+            self._wake(channel[len(LOG_CHANNEL_PREFIX) :])
+        elif channel.startswith(AGENT_EVENTS_PREFIX):
+            self._wake(agent_key(channel[len(AGENT_EVENTS_PREFIX) :]), job=False)
+        elif channel.startswith(AGENT_CONTROL_PREFIX):
+            with self._lock:
+                handlers = list(self._control_handlers.get(channel[len(AGENT_CONTROL_PREFIX) :], ()))
+            for handler in handlers:
+                handler(data)
 
     def _ensure_started(self) -> None:
         with self._lock:
@@ -122,7 +168,7 @@ class LogRelay:
             client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=5, health_check_interval=30)
             pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             try:
-                pubsub.psubscribe(LOG_CHANNEL_PREFIX + "*")
+                pubsub.psubscribe(LOG_CHANNEL_PREFIX + "*", AGENT_EVENTS_PREFIX + "*", AGENT_CONTROL_PREFIX + "*")
                 if outage_logged:
                     log.warning("log relay: Redis is back; streams catch up from the database")
                 delay, outage_logged = RECONNECT_BACKOFF[0], False
@@ -130,7 +176,7 @@ class LogRelay:
                 while True:
                     message = pubsub.get_message(timeout=HEARTBEAT_SECONDS)
                     if message is not None and message.get("type") == "pmessage":
-                        self._wake(message["channel"].decode()[len(LOG_CHANNEL_PREFIX) :])
+                        self._deliver(message["channel"].decode(), message["data"])
             except (redis.RedisError, OSError) as exc:
                 if not outage_logged:  # one line per outage, not one per retry
                     log.warning("log relay: lost Redis (%s); retrying with back-off", exc)
@@ -144,6 +190,11 @@ class LogRelay:
                     client.close()
                 except (redis.RedisError, OSError):
                     pass
+
+
+def agent_key(agent_id: str) -> str:
+    """The key streams watch for an agent's notices (status, lifecycle, logs, metadata, app health)."""
+    return f"agent:{agent_id}"
 
 
 _relays: dict[str, LogRelay] = {}
@@ -164,67 +215,85 @@ def sse_event(event: str, data: str, event_id: int | None = None) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-class StreamRenderer(Protocol):
-    def update(self, job: ProvisionerJob, lines: list[ProvisionerJobLog]) -> Iterator[str]: ...
+class StreamRenderer(Protocol[S_contra, L_contra]):
+    def update(self, subject: S_contra, lines: Sequence[L_contra]) -> Iterator[str]: ...
 
-    def end(self, job: ProvisionerJob) -> Iterator[str]: ...
+    def end(self, subject: S_contra) -> Iterator[str]: ...
 
 
-def follow_job(relay: LogRelay, job_id: str, after: int, renderer: StreamRenderer) -> Iterator[str]:
-    """The stream loop: lines after the cursor as they are stored, then the end once the job has finished."""
+def follow_lines(
+    relay: LogRelay,
+    key: str,
+    after: int,
+    fetch: Fetch[S, L],
+    finished: Callable[[S], bool],
+    renderer: StreamRenderer[S, L],
+) -> Iterator[str]:
+    """The stream loop: lines after the cursor as they are stored, then the end once ``finished`` says so.
+    ``fetch`` reads the subject before its lines, so a final state always comes with every line."""
     yield STREAM_PREAMBLE
-    waiter = relay.watch(job_id)
+    waiter = relay.watch(key)
     cursor = after
 
-    def fetch(since: int) -> tuple[ProvisionerJob | None, list[ProvisionerJobLog]]:
-        # The job before its lines: lines are stored before a job ends, so a final status brings every line.
-        job = db.session.get(ProvisionerJob, job_id, populate_existing=True)
-        lines = job_logs(job_id, since) if job is not None else []
+    def read(since: int) -> tuple[S | None, list[L]]:
+        found = fetch(since)
         db.session.remove()  # hold no database connection while waiting
-        return job, lines
+        return found
 
     quiet = False
     try:
         while True:
             waiter.clear()  # before reading, so a notice that arrives meanwhile wakes the next wait at once
-            job, lines = relay.read(job_id, cursor, relay.generation(job_id), fetch, fresh=quiet)
-            if job is None:
+            subject, lines = relay.read(key, cursor, relay.generation(key), read, fresh=quiet)
+            if subject is None:
                 return
-            finished = job.status not in ACTIVE_STATUSES
-            yield from renderer.update(job, lines)
+            done = finished(subject)
+            yield from renderer.update(subject, lines)
             if lines:
                 cursor = lines[-1].id
-            if finished:
-                yield from renderer.end(job)
+            if done:
+                yield from renderer.end(subject)
                 return
             quiet = not waiter.wait(HEARTBEAT_SECONDS)
             if quiet:
                 yield ": heartbeat\n\n"
     finally:
-        relay.unwatch(job_id, waiter)
+        relay.unwatch(key, waiter)
         db.session.remove()
 
 
+def follow_job(
+    relay: LogRelay, job_id: str, after: int, renderer: StreamRenderer[ProvisionerJob, ProvisionerJobLog]
+) -> Iterator[str]:
+    def fetch(since: int) -> tuple[ProvisionerJob | None, list[ProvisionerJobLog]]:
+        job = db.session.get(ProvisionerJob, job_id, populate_existing=True)
+        return job, job_logs(job_id, since) if job is not None else []
+
+    return follow_lines(relay, job_id, after, fetch, lambda job: job.status not in ACTIVE_STATUSES, renderer)
+
+
 # Lines never change once stored: each is serialised once per process, not once per viewer.
-_serialised: dict[int, str] = {}
+# Keyed by the line's table too: job and agent log ids are counted separately.
+_serialised: dict[tuple[str, int], str] = {}
 SERIALISED_CACHE_LINES = 20_000
 
 
-def _line_event(line: ProvisionerJobLog) -> str:
-    event = _serialised.get(line.id)
+def line_event(line: Line) -> str:
+    key = (type(line).__name__, line.id)
+    event = _serialised.get(key)
     if event is None:
         if len(_serialised) >= SERIALISED_CACHE_LINES:
             _serialised.clear()
-        event = _serialised[line.id] = sse_event("log", json.dumps(line.to_json()), line.id)
+        event = _serialised[key] = sse_event("log", json.dumps(line.to_json()), line.id)
     return event
 
 
 class JsonRenderer:
     """API.md's stream: one `log` event per line, then `end` with the job's final status."""
 
-    def update(self, job: ProvisionerJob, lines: list[ProvisionerJobLog]) -> Iterator[str]:
+    def update(self, job: ProvisionerJob, lines: Sequence[ProvisionerJobLog]) -> Iterator[str]:
         if lines:  # one write for the whole batch, not one per line
-            yield "".join(_line_event(line) for line in lines)
+            yield "".join(line_event(line) for line in lines)
 
     def end(self, job: ProvisionerJob) -> Iterator[str]:
         body: dict[str, Any] = {"status": job.status}
@@ -240,28 +309,66 @@ def follow_statuses(
 
     Job notices trigger a check; ``poll_seconds`` adds checks for what sends no notice (daemons going silent).
     """
+    return follow_changes(relay, {"refresh": read_statuses}, poll_seconds=poll_seconds)
+
+
+def follow_changes(
+    relay: LogRelay,
+    readers: dict[str, Callable[[], object]],
+    *,
+    keys: Callable[[], list[str]] = list,
+    poll_seconds: float | None = None,
+) -> Iterator[str]:
+    """An event named after each reader whenever what it returns changes.
+
+    Job notices and notices for ``keys()`` (e.g. a workspace's agents, re-read as builds change them) trigger a
+    check; ``poll_seconds`` adds checks for what sends no notice (an agent timing out, a daemon going silent).
+    """
     yield STREAM_PREAMBLE
     waiter = relay.watch(ANY_JOB)
+    watched: set[str] = set()
+
+    def rewatch() -> None:
+        current = set(keys())
+        for key in watched - current:
+            relay.unwatch(key, waiter)
+        for key in current - watched:
+            relay.watch(key, waiter)
+        watched.clear()
+        watched.update(current)
+
     try:
-        shown = read_statuses()
+        shown = {name: read() for name, read in readers.items()}
+        rewatch()
         db.session.remove()
+        quiet_since = time.monotonic()
         while True:
             notified = waiter.wait(poll_seconds or HEARTBEAT_SECONDS)
             if notified:
                 time.sleep(STATUS_CHECK_SECONDS)  # let a burst of notices settle into one check
                 waiter.clear()
             if notified or poll_seconds:
-                current = read_statuses()
+                changed = [name for name, read in readers.items() if _changed(shown, name, read())]
+                rewatch()
                 db.session.remove()
-                if current != shown:
-                    shown = current
-                    yield sse_event("refresh", "changed")
-                    continue
-            if not notified:
+                for name in changed:
+                    yield sse_event(name, "changed")
+                    quiet_since = time.monotonic()
+            if time.monotonic() - quiet_since >= HEARTBEAT_SECONDS:
                 yield ": heartbeat\n\n"
+                quiet_since = time.monotonic()
     finally:
+        for key in watched:
+            relay.unwatch(key, waiter)
         relay.unwatch(ANY_JOB, waiter)
         db.session.remove()
+
+
+def _changed(shown: dict[str, object], name: str, current: object) -> bool:
+    if shown[name] == current:
+        return False
+    shown[name] = current
+    return True
 
 
 def stream_cursor(after_arg: str | None, last_event_id: str | None) -> int:

@@ -21,6 +21,7 @@ bp = api_blueprint("workspaces_api", __name__)
 
 
 def build_json(build: WorkspaceBuild) -> dict[str, Any]:
+    resources = [resource.to_json() for resource in job_resources(build.job_id)]
     return {
         "id": build.id,
         "workspace_id": build.workspace_id,
@@ -33,11 +34,16 @@ def build_json(build: WorkspaceBuild) -> dict[str, Any]:
         "initiator_id": build.initiator_id,
         "created_at": rfc3339(build.created_at),
         "job": job_json(build.job),
+        "resources": resources,
     }
 
 
 def workspace_json(workspace: Workspace) -> dict[str, Any]:
     latest = services.latest_build(workspace)
+    built = build_json(latest)
+    failing = [
+        agent["id"] for resource in built["resources"] for agent in resource["agents"] if not agent["health"]["healthy"]
+    ]
     return {
         "id": workspace.id,
         "name": workspace.name,
@@ -46,7 +52,9 @@ def workspace_json(workspace: Workspace) -> dict[str, Any]:
         "template_id": workspace.template_id,
         "template_name": workspace.template.name,
         "status": services.build_status(latest),
-        "latest_build": build_json(latest),
+        "latest_build": built,
+        # Reference §1.3: unhealthy when any agent of the current build is (a stopped workspace has none).
+        "health": {"healthy": not failing, "failing_agents": failing},
         "created_at": rfc3339(workspace.created_at),
         "updated_at": rfc3339(workspace.updated_at),
     }

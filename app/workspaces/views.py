@@ -6,15 +6,21 @@ from flask import current_app, flash, redirect, render_template, request, url_fo
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response
 
+from app.agents.access import AgentContext
+from app.agents.models import WorkspaceAgent
+from app.agents.presenter import status_of
+from app.agents.views import agent_panel
 from app.auth.access import page_user
 from app.blueprints import page_blueprint
 from app.catalog import services as catalog
 from app.errors import DomainError
+from app.extensions import db
 from app.provisioning.jobs import cancel_job, event_stream
 from app.provisioning.log_html import log_page_context, page_stream
 from app.provisioning.resources import job_resources
-from app.provisioning.streams import follow_statuses, relay_for
+from app.provisioning.streams import agent_key, follow_changes, follow_statuses, relay_for
 from app.workspaces import services
+from app.workspaces.models import Workspace
 
 bp = page_blueprint("workspaces", __name__)
 
@@ -31,23 +37,62 @@ def index() -> str:
     return render_template("workspaces/index.html", rows=rows, status_of=services.build_status)
 
 
+# A workspace's page also re-checks its agents this often: going from connected to disconnected or timeout
+# follows from time passing, and sends no notice.
+AGENT_POLL_SECONDS = 2.0
+
+
 @bp.get("/workspaces/events")
 def status_events() -> Response:
-    """`refresh` when any workspace this user sees (or the one named by ?workspace=) changes status."""
+    """`refresh` when any workspace this user sees (or the one named by ?workspace=) changes status; for one
+    workspace also `agents` when its agents change (connection, lifecycle, metadata, app health)."""
     user = page_user()
     only = request.args.get("workspace")
+    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
     if only:
-        services.get_workspace_for(user, only)
+        return _workspace_events(services.get_workspace_for(user, only).id)
 
     def statuses() -> list[tuple[str, int, str]]:
-        found = [w for w in services.visible_workspaces(user) if only is None or w.id == only]
         return [
             (w.id, build.build_number, services.build_status(build))
-            for w in found
+            for w in services.visible_workspaces(user)
             for build in [services.latest_build(w)]
         ]
 
-    return event_stream(follow_statuses(relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url), statuses))
+    return event_stream(follow_statuses(relay, statuses))
+
+
+def _current_agents(workspace_id: str) -> list[WorkspaceAgent]:
+    workspace = db.session.get(Workspace, workspace_id)
+    if workspace is None:
+        return []
+    return [agent for resource in job_resources(services.latest_build(workspace).job_id) for agent in resource.agents]
+
+
+def _workspace_events(workspace_id: str) -> Response:
+    def build_state() -> tuple[int, str] | None:
+        workspace = db.session.get(Workspace, workspace_id)
+        if workspace is None:
+            return None
+        build = services.latest_build(workspace)
+        return build.build_number, services.build_status(build)
+
+    def agent_states() -> list[tuple[object, ...]]:
+        return [
+            (agent.id, status_of(agent), agent.lifecycle_state, agent.version, agent.expanded_directory,
+             repr(agent.metadata_results), repr(agent.app_health))
+            for agent in _current_agents(workspace_id)
+        ]  # fmt: skip
+
+    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
+    return event_stream(
+        follow_changes(
+            relay,
+            {"refresh": build_state, "agents": agent_states},
+            keys=lambda: [agent_key(agent.id) for agent in _current_agents(workspace_id)],
+            poll_seconds=AGENT_POLL_SECONDS,
+        )
+    )
 
 
 @bp.route("/workspaces/new", methods=["GET", "POST"])
@@ -85,13 +130,18 @@ def show(workspace_id: str) -> str:
     workspace = services.get_workspace_for(user, workspace_id)
     builds = services.list_builds(workspace)
     latest = builds[0]
+    resources = job_resources(latest.job_id)
+    panels = [
+        agent_panel(AgentContext(agent, latest, workspace), user) for resource in resources for agent in resource.agents
+    ]
     return render_template(
         "workspaces/show.html",
         workspace=workspace,
         builds=builds,
         latest=latest,
         status=services.build_status(latest),
-        resources=job_resources(latest.job_id),
+        resources=resources,
+        agent_panels=panels,
         can_act=services.can_act(user, workspace),
         status_of=services.build_status,
     )

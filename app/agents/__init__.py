@@ -1,0 +1,1 @@
+"""Workspace agents: what runs inside a workspace, how it reports, and how users reach it."""

@@ -1,0 +1,78 @@
+"""Who may see an agent and who may get into its workspace, checked when the agent is loaded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from flask import current_app, request
+from flask_login import current_user
+
+from app.agents.models import WorkspaceAgent
+from app.agents.presenter import status_of
+from app.agents.services import build_of
+from app.auth.access import api_user, bearer_token
+from app.errors import Conflict, Forbidden, NotFound, Unauthorized
+from app.extensions import db
+from app.provisioning.models import SUCCEEDED
+from app.users.models import User
+from app.workspaces.models import Workspace, WorkspaceBuild
+from app.workspaces.services import build_status, can_act, can_read, latest_build
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    agent: WorkspaceAgent
+    build: WorkspaceBuild
+    workspace: Workspace
+
+
+def get_agent_for(user: User, agent_id: str, need: str = "read") -> AgentContext:
+    """The agent, if ``user`` may ``read`` it (owner, admins) or ``connect`` to it (the workspace's owner and
+    deployment owners only: a way in is a shell as the workspace's owner). Others get 404, as if it did not exist."""
+    agent = db.session.get(WorkspaceAgent, agent_id)
+    build = build_of(agent) if agent is not None else None
+    if agent is None or build is None or build.workspace.deleted or not can_read(user, build.workspace):
+        raise NotFound("No such workspace agent.")
+    if need == "connect" and not can_act(user, build.workspace):
+        raise Forbidden("Only the workspace's owner (or a deployment owner) may connect to its agent.")
+    return AgentContext(agent, build, build.workspace)
+
+
+def ensure_reachable(context: AgentContext) -> None:
+    """A clear 409 for every reason a tunnel cannot be opened now, saying what to do about it."""
+    workspace, name = context.workspace, context.workspace.name
+    latest = latest_build(workspace)
+    if latest.id != context.build.id:
+        if latest.transition == "start" and latest.job.status == SUCCEEDED:
+            raise Conflict(f"That agent belongs to an earlier build of {name}; look the workspace up again.")
+        status = build_status(latest)
+        raise Conflict(f"Workspace {name} is {status}: start it with `slipway start {name}`.")
+    status = status_of(context.agent)
+    if status != "connected":
+        hint = {
+            "connecting": "it has not connected yet; wait for the workspace to finish starting",
+            "disconnected": "it lost its connection; the workspace may be stopping or its process died",
+            "timeout": "it has not connected for too long; try `slipway stop` and `slipway start`",
+        }.get(status, status)
+        raise Conflict(f"The agent {context.agent.name} of {name} is {status}: {hint}.")
+
+
+def tunnel_user() -> User:
+    """A bearer token (CLI, scripts), else the dashboard's session cookie from a page of this site only: a
+    WebSocket is not subject to the same-origin policy, so a foreign page must not ride the cookie."""
+    if bearer_token() is not None:
+        return api_user()
+    if not current_user.is_authenticated:
+        raise Unauthorized("You must be signed in: send Authorization: Bearer <token>.")
+    origin = request.headers.get("Origin", "")
+    allowed = {_origin(request.host_url), _origin(current_app.config["SLIPWAY_SETTINGS"].access_url)}
+    if _origin(origin) not in allowed:
+        raise Forbidden("This WebSocket may only be opened from Slipway's own pages.")
+    user: User = current_user._get_current_object()  # noqa: SLF001 - unwrap the proxy for typing
+    return user
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower() if parts.scheme and parts.netloc else ""

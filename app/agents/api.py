@@ -1,0 +1,127 @@
+"""Agents for users (API.md additions): an agent, its script logs, and tunnels into its workspace."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Response, current_app, jsonify, request
+from werkzeug.datastructures import MultiDict
+
+from app.agents import services, tunnels
+from app.agents.access import ensure_reachable, get_agent_for, tunnel_user
+from app.agents.models import AgentLog, WorkspaceAgent
+from app.agents.presenter import agent_json
+from app.auth.access import api_user
+from app.blueprints import api_blueprint
+from app.errors import InvalidInput
+from app.extensions import db
+from app.provisioning.jobs import event_stream
+from app.provisioning.streams import agent_key, follow_lines, line_event, relay_for, sse_event, stream_cursor
+from app.redis_client import get_redis
+from app.websocket import WebSocket, serve_websocket
+
+# The tunnel authenticates itself: a bearer token, or the dashboard's cookie (the web terminal).
+bp = api_blueprint("agents_api", __name__, public=["tunnel"])
+
+SERVICES = ("tcp", "ssh", "pty")
+MAX_COMMAND_CHARS = 4096
+
+
+@bp.get("/workspaceagents/<agent_id>")
+def get_agent(agent_id: str) -> Response:
+    return jsonify(agent_json(get_agent_for(api_user(), agent_id).agent))
+
+
+@dataclass(frozen=True)
+class AgentLogView:
+    agent: WorkspaceAgent
+    current: bool
+
+
+class AgentJsonRenderer:
+    """The agent's script output as API.md's log stream: `log` events, then `end` once the agent is outdated."""
+
+    def update(self, view: AgentLogView, lines: Sequence[AgentLog]) -> Iterator[str]:
+        if lines:
+            yield "".join(line_event(line) for line in lines)
+
+    def end(self, view: AgentLogView) -> Iterator[str]:
+        yield sse_event("end", json.dumps({"status": "outdated", "lifecycle_state": view.agent.lifecycle_state}))
+
+
+def read_agent_logs(agent_id: str, since: int) -> tuple[AgentLogView | None, list[AgentLog]]:
+    agent = db.session.get(WorkspaceAgent, agent_id, populate_existing=True)
+    if agent is None:
+        return None, []
+    return AgentLogView(agent, services.agent_is_current(agent_id)), services.agent_logs(agent_id, since)
+
+
+@bp.get("/workspaceagents/<agent_id>/logs")
+def agent_logs(agent_id: str) -> Response:
+    """The lines after ``?after=`` as JSON, or with ``follow=true`` a live SSE stream (as for build logs)."""
+    agent = get_agent_for(api_user(), agent_id).agent
+    after = request.args.get("after", "0")
+    if not after.isdigit():
+        raise InvalidInput("after must be a log id (a whole number).")
+    if request.args.get("follow", "").lower() not in ("true", "1"):
+        return jsonify([line.to_json() for line in services.agent_logs(agent.id, int(after))])
+    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
+    cursor = stream_cursor(after, request.headers.get("Last-Event-ID"))
+    stream = follow_lines(
+        relay,
+        agent_key(agent.id),
+        cursor,
+        lambda since: read_agent_logs(agent.id, since),
+        lambda view: not view.current,
+        AgentJsonRenderer(),
+    )
+    return event_stream(stream)
+
+
+def dial_request(args: MultiDict[str, str]) -> dict[str, Any]:
+    """What to ask the agent to dial, from the query string (agent/README.md "Tunnels")."""
+    service = args.get("service", "")
+    if service not in SERVICES:
+        raise InvalidInput(f"service must be one of {', '.join(SERVICES)}.")
+    if service == "ssh":
+        return {"service": "ssh"}
+    if service == "tcp":
+        port = args.get("port", "")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidInput("port must be a TCP port number (1-65535).")
+        return {"service": "tcp", "host": "127.0.0.1", "port": int(port)}
+    rows, cols = args.get("rows", "24"), args.get("cols", "80")
+    if not (rows.isdigit() and cols.isdigit() and 0 < int(rows) <= 1000 and 0 < int(cols) <= 1000):
+        raise InvalidInput("rows and cols must be whole numbers from 1 to 1000.")
+    command = args.get("command", "")
+    if len(command) > MAX_COMMAND_CHARS:
+        raise InvalidInput(f"command is longer than {MAX_COMMAND_CHARS} characters.")
+    return {"service": "pty", "rows": int(rows), "cols": int(cols), "command": command}
+
+
+@bp.get("/workspaceagents/<agent_id>/tunnel", websocket=True)
+def tunnel(agent_id: str) -> Response:
+    """A byte stream to the agent: SSH, a TCP port inside the workspace, or a terminal."""
+    context = get_agent_for(tunnel_user(), agent_id, need="connect")
+    wanted = dial_request(request.args)
+    ensure_reachable(context)
+    return open_tunnel(context.agent.id, wanted)
+
+
+def open_tunnel(agent_id: str, wanted: dict[str, Any]) -> Response:
+    """Dial, then serve the request's WebSocket as the user's half (used by the web terminal page too)."""
+    client = get_redis()
+    db.session.remove()  # a tunnel may stay open for hours: hold no database connection
+    half = tunnels.dial(client, agent_id, wanted)
+
+    def run(websocket: WebSocket) -> None:
+        failure = tunnels.wait_open(half)
+        if failure is not None:
+            websocket.close(*failure)
+            return
+        tunnels.relay(websocket, half)
+
+    return serve_websocket(run)

@@ -1,0 +1,74 @@
+"""Path-based apps: ``/@<owner>/<workspace>[.<agent>]/apps/<slug>/…`` proxied to the app inside the workspace."""
+
+from __future__ import annotations
+
+from flask import Blueprint, current_app, redirect, request, url_for
+from flask_login import current_user
+from werkzeug.wrappers import Response
+
+from app.agents import proxy
+from app.agents.access import AgentContext, ensure_reachable
+from app.agents.apps import app_path, check_app_access, find_app, sandboxed_for
+from app.auth.access import bearer_token
+from app.auth.tokens import resolve_token
+from app.errors import BadGateway, Conflict, Forbidden, NotFound
+from app.extensions import csrf, db
+from app.redis_client import get_redis
+from app.users.models import User
+from app.websocket import is_websocket_request
+
+bp = Blueprint("apps", __name__)
+# The app checks its own forms; Slipway's CSRF token means nothing to it (and its cookie is not forwarded).
+csrf.exempt(bp)
+
+METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+APP_ROOT = "/@<owner>/<workspace_and_agent>/apps/<slug>"
+
+
+def viewer() -> User | None:
+    """Who is asking, if anyone: the dashboard's session, or a bearer token (scripts, the CLI)."""
+    if bearer_token() is not None:
+        return resolve_token(bearer_token() or "")
+    if current_user.is_authenticated:
+        user: User = current_user._get_current_object()  # noqa: SLF001 - unwrap the proxy for typing
+        return user
+    return None
+
+
+@bp.route(APP_ROOT, methods=METHODS, provide_automatic_options=False)
+def app_root(owner: str, workspace_and_agent: str, slug: str) -> Response:
+    """Apps resolve relative links against a trailing slash."""
+    query = f"?{request.query_string.decode('latin-1')}" if request.query_string else ""
+    return redirect(request.path + "/" + query, code=308)
+
+
+@bp.route(APP_ROOT + "/", methods=METHODS, provide_automatic_options=False)
+@bp.route(APP_ROOT + "/<path:rest>", methods=METHODS, provide_automatic_options=False)
+def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -> Response:
+    if current_app.config["SLIPWAY_SETTINGS"].disable_path_apps:
+        raise NotFound("Path-based apps are turned off on this server (--disable-path-apps).")
+    target = find_app(owner, workspace_and_agent, slug)
+    person = viewer()
+    try:
+        check_app_access(target, person)
+    except Forbidden:
+        return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
+    try:
+        ensure_reachable(AgentContext(target.agent, target.build, target.workspace))
+    except Conflict as exc:
+        raise BadGateway(f"App {target.name} is not reachable.", detail=exc.message) from exc
+    prefix = app_path(target.workspace.owner.username, target.workspace.name, target.agent.name, target.slug)
+    sandbox = sandboxed_for(target, person)
+    client = get_redis()
+    db.session.remove()  # the response may stream for long: hold no database connection
+    try:
+        if is_websocket_request(request.environ):
+            return proxy.proxy_websocket(client, target, request, rest)
+        return proxy.proxy_http(client, target, request, rest, prefix=prefix, sandbox=sandbox)
+    except proxy.AppUnavailable as exc:
+        raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc
+
+
+# The same paths take WebSocket upgrades (Werkzeug matches those only against rules marked websocket).
+bp.add_url_rule(APP_ROOT + "/", endpoint="serve_app_websocket", view_func=serve_app, websocket=True)
+bp.add_url_rule(APP_ROOT + "/<path:rest>", endpoint="serve_app_websocket_path", view_func=serve_app, websocket=True)

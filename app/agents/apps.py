@@ -1,0 +1,104 @@
+"""Which app a path names, and who may open it (``coder_app.share``: owner, authenticated, public)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from sqlalchemy import func, select
+
+from app.agents.models import WorkspaceAgent
+from app.errors import Forbidden, NotFound
+from app.extensions import db
+from app.provisioning.resources import job_resources
+from app.users.models import User
+from app.workspaces.models import Workspace, WorkspaceBuild
+from app.workspaces.services import latest_build
+
+SHARE_LEVELS = ("owner", "authenticated", "public")
+
+
+@dataclass(frozen=True)
+class AppTarget:
+    workspace: Workspace
+    build: WorkspaceBuild
+    agent: WorkspaceAgent
+    app: dict[str, Any]
+    scheme: str
+    host: str
+    port: int
+    base_path: str
+
+    @property
+    def slug(self) -> str:
+        return str(self.app.get("slug", ""))
+
+    @property
+    def name(self) -> str:
+        return str(self.app.get("display_name") or self.slug)
+
+    @property
+    def share(self) -> str:
+        share = str(self.app.get("share") or "owner")
+        return share if share in SHARE_LEVELS else "owner"
+
+
+def app_path(owner: str, workspace: str, agent: str, slug: str) -> str:
+    return f"/@{owner}/{workspace}.{agent}/apps/{slug}/"
+
+
+def find_app(owner_name: str, workspace_and_agent: str, slug: str) -> AppTarget:
+    """The app at /@owner/workspace[.agent]/apps/slug/ of the workspace's current build, or NotFound."""
+    workspace_name, _, agent_name = workspace_and_agent.partition(".")
+    workspace = db.session.scalar(
+        select(Workspace)
+        .join(User, User.id == Workspace.owner_id)
+        .where(
+            func.lower(User.username) == owner_name.lower(),
+            func.lower(Workspace.name) == workspace_name.lower(),
+            Workspace.deleted.is_(False),
+        )
+    )
+    if workspace is None:
+        raise NotFound(f"No workspace {owner_name}/{workspace_name}.")
+    build = latest_build(workspace)
+    agents = [agent for resource in job_resources(build.job_id) for agent in resource.agents]
+    if agent_name:
+        agents = [agent for agent in agents if agent.name.lower() == agent_name.lower()]
+    if not agents:
+        named = f" named {agent_name}" if agent_name else ""
+        raise NotFound(f"Workspace {workspace.name} has no running agent{named}.")
+    if len(agents) > 1:
+        names = ", ".join(sorted(agent.name for agent in agents))
+        raise NotFound(
+            f"Workspace {workspace.name} has several agents ({names}): name one, as {workspace.name}.<agent>."
+        )
+    agent = agents[0]
+    app = next((item for item in agent.apps if str(item.get("slug", "")).lower() == slug.lower()), None)
+    if app is None or not app.get("url") or app.get("external"):
+        raise NotFound(f"Agent {agent.name} of {workspace.name} has no app {slug!r} to open here.")
+    url = urlsplit(str(app["url"]))
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise NotFound(f"App {slug!r} has a URL Slipway cannot proxy ({app['url']}).")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    return AppTarget(workspace, build, agent, app, url.scheme, url.hostname, port, url.path.rstrip("/"))
+
+
+def check_app_access(target: AppTarget, viewer: User | None) -> None:
+    """``owner``: the workspace's owner and deployment owners; ``authenticated``: anyone signed in;
+    ``public``: anyone. A viewer who may not see the workspace at all learns nothing of it (404)."""
+    if target.share == "public":
+        return
+    if viewer is None:
+        raise Forbidden("Sign in to open this app.")
+    if target.share == "authenticated":
+        return
+    if viewer.id != target.workspace.owner_id and not viewer.is_owner:
+        raise NotFound(f"No app {target.slug!r} you may open here.")
+
+
+def sandboxed_for(target: AppTarget, viewer: User | None) -> bool:
+    """Apps are served on the dashboard's own origin: when someone other than the workspace's owner opens one,
+    its pages run in a sandbox (an opaque origin) so its scripts cannot act as the viewer on the dashboard."""
+    return viewer is None or viewer.id != target.workspace.owner_id

@@ -1,0 +1,112 @@
+"""An agent's control connection: liveness by heartbeat, and the dials users' tunnels need (agent/README.md).
+
+While the connection is open the server pings the agent every heartbeat interval and stamps
+``last_connected_at``; an agent that stops answering for two intervals is closed and marked disconnected.
+Dials are published on Redis by whichever process a user reached; the process holding this connection
+receives them through its one subscription and writes them here.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+from app.agents import services
+from app.columns import new_id
+from app.extensions import db
+from app.provisioning.streams import LogRelay
+from app.websocket import WebSocket, WebSocketClosed
+
+log = logging.getLogger(__name__)
+
+CLOSE_OUTDATED = 4001
+CLOSE_SUPERSEDED = 4002
+OUTDATED_REASON = "This agent no longer belongs to the workspace's current build."
+# Dials waiting to be written; beyond this the agent is not keeping up and further dials fail (they time out).
+MAX_PENDING_DIALS = 256
+
+
+class ControlConnection:
+    def __init__(self, websocket: WebSocket, agent_id: str, relay: LogRelay, heartbeat_seconds: int) -> None:
+        self.websocket = websocket
+        self.agent_id = agent_id
+        self.relay = relay
+        self.heartbeat_seconds = heartbeat_seconds
+        self.connection_id = new_id()
+        self.dials: queue.Queue[bytes] = queue.Queue(maxsize=MAX_PENDING_DIALS)
+        self.closed = threading.Event()
+
+    def serve(self) -> None:
+        services.mark_connected(self.agent_id, self.connection_id)
+        db.session.remove()  # hold no database connection while the agent is connected
+        self.relay.on_control(self.agent_id, self._queue_dial)
+        reader = threading.Thread(target=self._read, name=f"agent-{self.agent_id[:8]}", daemon=True)
+        reader.start()
+        try:
+            self._loop()
+        finally:
+            self.relay.off_control(self.agent_id, self._queue_dial)
+            self.closed.set()
+            services.mark_disconnected(self.agent_id, self.connection_id)
+            db.session.remove()
+
+    def _queue_dial(self, message: bytes) -> None:
+        try:
+            self.dials.put_nowait(message)
+        except queue.Full:
+            log.warning("agent %s is not taking dials; dropping one", self.agent_id)
+
+    def _read(self) -> None:
+        """Drain what the agent sends (pongs, close); the control protocol has no other agent messages."""
+        try:
+            while not self.closed.is_set():
+                self.websocket.receive(timeout=1.0)
+        except WebSocketClosed:
+            pass
+        finally:
+            self.closed.set()
+
+    def _loop(self) -> None:
+        interval = float(self.heartbeat_seconds)
+        next_beat = time.monotonic() + interval
+        ping_sent = time.monotonic()
+        self.websocket.last_pong = ping_sent
+        self.websocket.ping()
+        while not self.closed.is_set():
+            try:
+                message = self.dials.get(timeout=max(min(next_beat - time.monotonic(), 1.0), 0.0))
+                self.websocket.send(message.decode())
+            except queue.Empty:
+                pass
+            except WebSocketClosed:
+                return
+            if time.monotonic() < next_beat:
+                continue
+            next_beat = time.monotonic() + interval
+            if not self._still_wanted():
+                return
+            if self.websocket.last_pong < ping_sent:  # the last ping is unanswered: no new one until it is
+                if time.monotonic() - ping_sent > 2 * interval:
+                    self.websocket.close(1011, "ping timeout")
+                    return
+                continue
+            ping_sent = time.monotonic()
+            try:
+                self.websocket.ping()
+            except WebSocketClosed:
+                return
+
+    def _still_wanted(self) -> bool:
+        """Stamp the heartbeat; close when the agent is outdated or another connection of it took over."""
+        try:
+            current = services.agent_is_current(self.agent_id)
+            alive = current and services.record_heartbeat(self.agent_id, self.connection_id)
+        finally:
+            db.session.remove()
+        if not current:
+            self.websocket.close(CLOSE_OUTDATED, OUTDATED_REASON)
+        elif not alive:
+            self.websocket.close(CLOSE_SUPERSEDED, "A newer connection of this agent took over.")
+        return alive

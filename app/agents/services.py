@@ -1,0 +1,268 @@
+"""What agents report, and which agent a token belongs to. Agents reach these over HTTP (``agent_api.py``)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from app.agents.models import AGENT_LOG_LEVELS, LIFECYCLE_STATES, AgentLog, WorkspaceAgent
+from app.columns import rfc3339, utcnow
+from app.errors import InvalidInput, Unauthorized
+from app.extensions import db
+from app.provisioning.jobs import AGENT_EVENTS_PREFIX
+from app.provisioning.resources import WorkspaceResource
+from app.redis_client import get_redis
+from app.workspaces.models import Workspace, WorkspaceBuild
+
+log = logging.getLogger(__name__)
+
+MAX_AGENT_LOG_BYTES = 1024 * 1024
+MAX_LOG_LINE_CHARS = 64 * 1024
+MAX_LOG_BATCH_LINES = 1000
+MAX_METADATA_VALUE_BYTES = 2048
+MAX_METADATA_BATCH_BYTES = 6144
+NO_AGENT = (
+    "No agent of a current workspace build has this token: the build that created the agent may still be "
+    "running, or the workspace was stopped or rebuilt."
+)
+
+
+def publish_agent_notice(agent_id: str) -> None:
+    """Tell open pages and streams that the agent changed; they read what changed from the database."""
+    try:
+        get_redis().publish(AGENT_EVENTS_PREFIX + agent_id, b"changed")
+    except Exception:  # a viewer misses a nudge and catches up on its next poll
+        log.warning("could not publish a notice for agent %s", agent_id, exc_info=True)
+
+
+def _latest_build(workspace_id: str) -> WorkspaceBuild | None:
+    build: WorkspaceBuild | None = db.session.scalar(
+        select(WorkspaceBuild)
+        .where(WorkspaceBuild.workspace_id == workspace_id)
+        .order_by(WorkspaceBuild.build_number.desc())
+        .limit(1)
+    )
+    return build
+
+
+def build_of(agent: WorkspaceAgent) -> WorkspaceBuild | None:
+    build: WorkspaceBuild | None = db.session.scalar(
+        select(WorkspaceBuild)
+        .join(WorkspaceResource, WorkspaceResource.job_id == WorkspaceBuild.job_id)
+        .where(WorkspaceResource.id == agent.resource_id)
+    )
+    return build
+
+
+def is_current(build: WorkspaceBuild) -> bool:
+    """An agent may talk to the server while its build is the workspace's latest, and also while a stop or
+    delete of it runs (so it can report its shutdown); any other build's agents are outdated."""
+    if build.transition != "start" or build.workspace.deleted:
+        return False
+    latest = _latest_build(build.workspace_id)
+    if latest is None:
+        return False
+    if latest.id == build.id:
+        return True
+    return (
+        latest.build_number == build.build_number + 1
+        and latest.transition in ("stop", "delete")
+        and latest.job.is_active
+    )
+
+
+def agent_for_token(token: str) -> WorkspaceAgent:
+    """The agent a token authenticates: the newest agent row with that token whose build is current.
+
+    A token outlives builds (the `coder_agent` resource keeps it across stop and start), so older rows with the
+    same token exist; only the current build's row counts."""
+    token = token.strip()
+    if not token:
+        raise Unauthorized("Send the agent token in the Slipway-Agent-Token header.")
+    token_hash = hashlib.sha256(token.encode()).hexdigest()
+    agent: WorkspaceAgent | None = db.session.scalar(
+        select(WorkspaceAgent)
+        .join(WorkspaceResource, WorkspaceResource.id == WorkspaceAgent.resource_id)
+        .join(WorkspaceBuild, WorkspaceBuild.job_id == WorkspaceResource.job_id)
+        .join(Workspace, Workspace.id == WorkspaceBuild.workspace_id)
+        .where(WorkspaceAgent.token_hash == token_hash, Workspace.deleted.is_(False))
+        .order_by(WorkspaceAgent.created_at.desc())
+        .limit(1)
+    )
+    build = build_of(agent) if agent is not None else None
+    if agent is None or build is None or not is_current(build):
+        raise Unauthorized(NO_AGENT)
+    return agent
+
+
+def agent_is_current(agent_id: str) -> bool:
+    agent = db.session.get(WorkspaceAgent, agent_id)
+    build = build_of(agent) if agent is not None else None
+    return build is not None and is_current(build)
+
+
+# --- Reports -------------------------------------------------------------------------------------------------
+
+
+def record_startup(agent: WorkspaceAgent, body: dict[str, Any]) -> None:
+    agent.version = str(body.get("version") or "")[:64]
+    agent.expanded_directory = str(body.get("expanded_directory") or "")[:4096]
+    db.session.commit()
+    publish_agent_notice(agent.id)
+
+
+def record_lifecycle(agent: WorkspaceAgent, body: dict[str, Any]) -> None:
+    state = body.get("state")
+    if state not in LIFECYCLE_STATES:
+        raise InvalidInput(f"state must be one of {', '.join(LIFECYCLE_STATES)}.")
+    changed_at = _parse_time(body.get("changed_at")) or utcnow()
+    agent.lifecycle_state = state
+    agent.lifecycle_changed_at = changed_at
+    if state == "starting":
+        agent.started_at = changed_at
+    elif state in ("ready", "start_timeout", "start_error"):
+        agent.ready_at = changed_at
+    db.session.commit()
+    publish_agent_notice(agent.id)
+
+
+def append_logs(agent: WorkspaceAgent, lines: Any) -> dict[str, bool]:
+    """Store a batch of script output, capped at 1 MiB per agent; past the cap one notice says lines were lost."""
+    if not isinstance(lines, list) or not all(isinstance(line, dict) for line in lines):
+        raise InvalidInput("logs must be a list of objects.")
+    if len(lines) > MAX_LOG_BATCH_LINES:
+        raise InvalidInput(f"Send at most {MAX_LOG_BATCH_LINES} lines per batch.")
+    if agent.logs_overflowed:
+        return {"log_limit_exceeded": True}
+    sources = {source.id for source in agent.log_sources}
+    rows = []
+    for line in lines:
+        output = str(line.get("output", ""))[:MAX_LOG_LINE_CHARS]
+        size = len(output.encode())
+        source_id = line.get("log_source_id") if line.get("log_source_id") in sources else None
+        if agent.logs_length + size > MAX_AGENT_LOG_BYTES:
+            agent.logs_overflowed = True
+            notice = (
+                f"Log limit of {MAX_AGENT_LOG_BYTES // 1024} KiB reached for this agent: "
+                "further script output is not stored (it is still in the script's log file in the workspace)."
+            )
+            rows.append(AgentLog(agent_id=agent.id, source_id=source_id, level="warn", output=notice))
+            break
+        agent.logs_length += size
+        level = line.get("level") if line.get("level") in AGENT_LOG_LEVELS else "info"
+        created_at = _parse_time(line.get("created_at")) or utcnow()
+        rows.append(AgentLog(agent_id=agent.id, source_id=source_id, level=level, output=output, created_at=created_at))
+    db.session.add_all(rows)
+    db.session.commit()
+    if rows:
+        publish_agent_notice(agent.id)
+    return {"log_limit_exceeded": agent.logs_overflowed}
+
+
+def agent_logs(agent_id: str, after: int = 0, limit: int = 10_000) -> list[AgentLog]:
+    query = select(AgentLog).where(AgentLog.agent_id == agent_id, AgentLog.id > after).order_by(AgentLog.id)
+    return list(db.session.scalars(query.limit(limit)))
+
+
+def record_metadata(agent: WorkspaceAgent, items: Any) -> None:
+    """Reference §1.6: the server's clock stamps results; values and errors are capped; keys the template does
+    not declare are ignored; a batch stops taking keys once their summed length passes 6 KiB."""
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise InvalidInput("metadata must be a list of objects.")
+    declared = {str(block.get("key")) for block in agent.definition.get("metadata") or []}
+    results = dict(agent.metadata_results)
+    now, keys_length = rfc3339(utcnow()), 0
+    for item in items:
+        key = str(item.get("key", ""))
+        if key not in declared:
+            continue
+        keys_length += len(key)
+        if keys_length > MAX_METADATA_BATCH_BYTES:
+            break
+        results[key] = {
+            "value": _capped(str(item.get("value") or ""), "value"),
+            "error": _capped(str(item.get("error") or ""), "error"),
+            "collected_at": now,
+        }
+    agent.metadata_results = results
+    db.session.commit()
+    publish_agent_notice(agent.id)
+
+
+def _capped(text: str, what: str) -> str:
+    size = len(text.encode())
+    if size <= MAX_METADATA_VALUE_BYTES:
+        return text
+    return f"{what} of {size} bytes exceeded {MAX_METADATA_VALUE_BYTES} bytes"
+
+
+def record_app_health(agent: WorkspaceAgent, healths: Any) -> None:
+    if not isinstance(healths, dict):
+        raise InvalidInput("healths must be an object of app slug to health.")
+    checked = {app.get("slug") for app in agent.apps if (app.get("healthcheck") or {}).get("url")}
+    updated = dict(agent.app_health)
+    for slug, health in healths.items():
+        if health not in ("initializing", "healthy", "unhealthy"):
+            raise InvalidInput(f"App health for {slug!r} must be initializing, healthy or unhealthy.")
+        if slug not in checked:
+            raise InvalidInput(f"{slug!r} is not an app of this agent with a healthcheck.")
+        updated[slug] = health
+    if updated != agent.app_health:
+        agent.app_health = updated
+        db.session.commit()
+        publish_agent_notice(agent.id)
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+# --- The control connection ---------------------------------------------------------------------------------
+
+
+def mark_connected(agent_id: str, connection_id: str) -> None:
+    now = utcnow()
+    db.session.execute(
+        update(WorkspaceAgent)
+        .where(WorkspaceAgent.id == agent_id)
+        .values(
+            connection_id=connection_id,
+            last_connected_at=now,
+            first_connected_at=func.coalesce(WorkspaceAgent.first_connected_at, now),
+        )
+    )
+    db.session.commit()
+    publish_agent_notice(agent_id)
+
+
+def record_heartbeat(agent_id: str, connection_id: str) -> bool:
+    """Stamp the connection as alive; False when another connection of the agent has taken over since."""
+    result = db.session.execute(
+        update(WorkspaceAgent)
+        .where(WorkspaceAgent.id == agent_id, WorkspaceAgent.connection_id == connection_id)
+        .values(last_connected_at=utcnow())
+    )
+    db.session.commit()
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def mark_disconnected(agent_id: str, connection_id: str) -> None:
+    """Only the connection that counts may mark the agent gone (a newer one may be open on another replica)."""
+    result = db.session.execute(
+        update(WorkspaceAgent)
+        .where(WorkspaceAgent.id == agent_id, WorkspaceAgent.connection_id == connection_id)
+        .values(disconnected_at=utcnow())
+    )
+    db.session.commit()
+    if result.rowcount:  # type: ignore[attr-defined]
+        publish_agent_notice(agent_id)

@@ -1,0 +1,287 @@
+"""Tunnels between a user and an agent, relayed through Redis so the two may be on different web replicas.
+
+A user's WebSocket arrives at one web process. The server asks the agent, over its control connection (held by
+whichever process the agent reached), to dial back; the agent's tunnel WebSocket then arrives at any process.
+Each half pushes what its own end sends onto a Redis list that the other half pops. Lists, unlike pub/sub, keep
+what is sent before the other half arrives and never drop a slow reader; a sender waits while the list is long,
+so a fast sender and a slow receiver cost a bounded amount of memory (see ``HIGH_WATER_ITEMS``).
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import redis
+
+from app.columns import new_id
+from app.provisioning.jobs import AGENT_CONTROL_PREFIX
+from app.websocket import WebSocketClosed
+
+PREFIX = "slipway:tunnel:"
+DATA, TEXT, CLOSE, OPEN = b"d", b"t", b"c", b"o"
+# A sender waits once this many frames are queued for its peer, until fewer than LOW_WATER_ITEMS remain.
+HIGH_WATER_ITEMS = 64
+LOW_WATER_ITEMS = 16
+# Frames popped per round trip while a stream is busy.
+POP_BATCH = 32
+POP_TIMEOUT_SECONDS = 1.0
+KEY_TTL_SECONDS = 120
+ALIVE_TTL_SECONDS = 30
+ALIVE_EVERY_SECONDS = 10.0
+STALL_SECONDS = 60.0
+DIAL_TIMEOUT_SECONDS = 15.0
+# Close codes (agent/README.md): the agent's dial failed; the agent did not answer.
+CLOSE_DIAL_FAILED = 4502
+CLOSE_NO_ANSWER = 4504
+CLOSE_NORMAL = 1000
+
+
+class TunnelBroken(Exception):
+    """The other half is gone or stopped reading."""
+
+
+@dataclass(frozen=True)
+class Item:
+    kind: bytes
+    payload: bytes
+
+
+def close_item(code: int, reason: str) -> bytes:
+    return struct.pack("!H", code) + reason.encode()[:123]
+
+
+def parse_close(payload: bytes) -> tuple[int, str]:
+    if len(payload) < 2:
+        return CLOSE_NORMAL, ""
+    return struct.unpack("!H", payload[:2])[0], payload[2:].decode(errors="replace")
+
+
+class TunnelHalf:
+    """One side ("user" or "agent") of a tunnel: pushes to the peer's list, pops its own."""
+
+    def __init__(self, client: redis.Redis, tunnel_id: str, side: str) -> None:
+        other = "agent" if side == "user" else "user"
+        self.client = client
+        self.tunnel_id = tunnel_id
+        self.inbound = f"{PREFIX}{tunnel_id}:to-{side}"
+        self.outbound = f"{PREFIX}{tunnel_id}:to-{other}"
+        self.alive_key = f"{PREFIX}{tunnel_id}:alive-{side}"
+        self.peer_alive_key = f"{PREFIX}{tunnel_id}:alive-{other}"
+        self._buffer: list[bytes] = []
+
+    def push(self, kind: bytes, payload: bytes = b"") -> None:
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.rpush(self.outbound, kind + payload)
+            pipe.expire(self.outbound, KEY_TTL_SECONDS)
+            length, _ = pipe.execute()
+        if length > HIGH_WATER_ITEMS:
+            self._wait_for_drain()
+
+    def _wait_for_drain(self) -> None:
+        deadline, delay = time.monotonic() + STALL_SECONDS, 0.001
+        while int(self.client.llen(self.outbound)) > LOW_WATER_ITEMS:
+            if time.monotonic() > deadline or not self.peer_alive():
+                raise TunnelBroken("the other side of the tunnel stopped reading")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def pop(self, timeout: float) -> Item | None:
+        """The next frame from the peer, or None after ``timeout``. Takes several per round trip when busy."""
+        if not self._buffer:
+            batch = self.client.lpop(self.inbound, POP_BATCH)
+            if batch:
+                self._buffer = list(batch)  # type: ignore[arg-type]  # lpop with a count returns a list
+            else:
+                found = self.client.blpop([self.inbound], timeout=timeout)
+                if found is None:
+                    return None
+                self._buffer = [bytes(found[1])]  # type: ignore[arg-type]  # bytes: decode_responses is off
+        raw = self._buffer.pop(0)
+        return Item(raw[:1], raw[1:])
+
+    def beat(self) -> None:
+        self.client.set(self.alive_key, b"1", ex=ALIVE_TTL_SECONDS)
+
+    def peer_alive(self) -> bool:
+        return bool(self.client.exists(self.peer_alive_key))
+
+    def cleanup(self) -> None:
+        self.client.delete(self.inbound, self.alive_key)
+
+
+class Endpoint(Protocol):
+    """What a tunnel half relays to: a WebSocket, or a local socket (:class:`SocketEndpoint`)."""
+
+    def receive(self, timeout: float | None = None) -> bytes | str | None: ...
+
+    def send(self, data: bytes | str) -> None: ...
+
+    def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None: ...
+
+
+def relay(endpoint: Endpoint, half: TunnelHalf) -> None:
+    """Pump until either side closes: the endpoint's frames to the peer, the peer's frames to the endpoint."""
+    finished = threading.Event()
+    reader = threading.Thread(
+        target=_forward, args=(endpoint, half, finished), name=f"tunnel-{half.tunnel_id[:8]}", daemon=True
+    )
+    reader.start()
+    last_beat = time.monotonic()
+    try:
+        while not finished.is_set():
+            if time.monotonic() - last_beat > ALIVE_EVERY_SECONDS:
+                last_beat = time.monotonic()
+                if not _beat(endpoint, half):
+                    break
+            item = half.pop(POP_TIMEOUT_SECONDS)
+            if item is not None and not _deliver(endpoint, item):
+                break
+    except (WebSocketClosed, redis.RedisError, OSError):
+        pass
+    finally:
+        finished.set()
+        endpoint.close(CLOSE_NORMAL)
+        reader.join(timeout=POP_TIMEOUT_SECONDS * 2)
+        half.cleanup()
+
+
+def _forward(endpoint: Endpoint, half: TunnelHalf, finished: threading.Event) -> None:
+    """The endpoint's frames to the peer; when the endpoint closes, the peer is told how."""
+    try:
+        while not finished.is_set():
+            message = endpoint.receive(timeout=POP_TIMEOUT_SECONDS)
+            if isinstance(message, bytes):
+                half.push(DATA, message)
+            elif message is not None:
+                half.push(TEXT, message.encode())
+    except WebSocketClosed as closed:
+        half.push(CLOSE, close_item(closed.code or CLOSE_NORMAL, closed.reason))
+    except (TunnelBroken, redis.RedisError) as exc:
+        endpoint.close(CLOSE_NO_ANSWER, str(exc))
+    finally:
+        finished.set()
+
+
+def _beat(endpoint: Endpoint, half: TunnelHalf) -> bool:
+    """Keep this half's liveness key; False (after closing the endpoint) when the peer's has expired."""
+    half.beat()
+    if half.peer_alive():
+        return True
+    endpoint.close(CLOSE_NO_ANSWER, "the other side of the tunnel went away")
+    return False
+
+
+def _deliver(endpoint: Endpoint, item: Item) -> bool:
+    """Hand one of the peer's frames to the endpoint; False once the peer closed the tunnel."""
+    if item.kind == DATA:
+        endpoint.send(item.payload)
+    elif item.kind == TEXT:
+        endpoint.send(item.payload.decode())
+    elif item.kind == CLOSE:
+        endpoint.close(*parse_close(item.payload))
+        return False
+    return True
+
+
+def dial(client: redis.Redis, agent_id: str, request: dict[str, Any]) -> TunnelHalf:
+    """Ask the agent to dial back (whichever process holds its connection forwards the message)."""
+    half = TunnelHalf(client, new_id(), "user")
+    half.beat()
+    # Only the agent asked may take the tunnel's other half: the id alone must not be enough.
+    client.set(f"{PREFIX}{half.tunnel_id}:agent", agent_id, ex=int(DIAL_TIMEOUT_SECONDS) + 5)
+    message = json.dumps({"type": "dial", "tunnel_id": half.tunnel_id, **request})
+    client.publish(AGENT_CONTROL_PREFIX + agent_id, message)
+    return half
+
+
+def wait_open(half: TunnelHalf, timeout: float = DIAL_TIMEOUT_SECONDS) -> tuple[int, str] | None:
+    """None once the agent's half is open; else the close code and reason (its dial failed, or no answer)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        item = half.pop(min(POP_TIMEOUT_SECONDS, max(deadline - time.monotonic(), 0.01)))
+        if item is None:
+            continue
+        if item.kind == OPEN:
+            return None
+        if item.kind == CLOSE:
+            return parse_close(item.payload)
+    half.cleanup()
+    return CLOSE_NO_ANSWER, "The workspace agent did not answer within 15 s."
+
+
+def dialed_to(client: redis.Redis, tunnel_id: str, agent_id: str) -> bool:
+    asked = client.get(f"{PREFIX}{tunnel_id}:agent")
+    return isinstance(asked, bytes) and asked.decode() == agent_id
+
+
+def agent_half(client: redis.Redis, tunnel_id: str, error: str | None) -> TunnelHalf:
+    """The agent's half, announced to the user's half: open, or closed with the agent's dial error."""
+    half = TunnelHalf(client, tunnel_id, "agent")
+    half.beat()
+    if error:
+        half.push(CLOSE, close_item(CLOSE_DIAL_FAILED, error))
+    else:
+        half.push(OPEN)
+    return half
+
+
+class SocketEndpoint:
+    """A local stream socket as a tunnel endpoint: its EOF becomes an ``eof`` message, and the peer's ``eof``
+    shuts down writing (TCP half-close), as WebSocket tunnel ends do (agent/README.md)."""
+
+    EOF = json.dumps({"type": "eof"})
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._read_closed = False
+        self._write_closed = False
+        self._closed = threading.Event()
+
+    def receive(self, timeout: float | None = None) -> bytes | str | None:
+        if self._read_closed:
+            if self._closed.wait(timeout):
+                raise WebSocketClosed(CLOSE_NORMAL)
+            return None
+        readable, _, _ = select.select([self.sock], [], [], timeout)
+        if not readable:
+            return None
+        try:
+            data = self.sock.recv(256 * 1024)
+        except OSError:
+            data = b""
+        if data:
+            return data
+        self._read_closed = True
+        if self._write_closed:
+            raise WebSocketClosed(CLOSE_NORMAL)
+        return self.EOF
+
+    def send(self, data: bytes | str) -> None:
+        if isinstance(data, bytes):
+            try:
+                self.sock.sendall(data)
+            except OSError as exc:
+                raise WebSocketClosed(CLOSE_NORMAL, "local connection closed") from exc
+            return
+        if json.loads(data).get("type") == "eof":
+            self._write_closed = True
+            try:
+                self.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            if self._read_closed:
+                self._closed.set()
+
+    def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
+        self._closed.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

@@ -1,0 +1,167 @@
+"""Agents on the dashboard: the live panel of a workspace's agent, its script logs, and the web terminal."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from flask import current_app, render_template, request, url_for
+from markupsafe import Markup, escape
+from werkzeug.wrappers import Response
+
+from app.agents import services
+from app.agents.access import AgentContext, get_agent_for
+from app.agents.api import AgentLogView, read_agent_logs
+from app.agents.apps import app_path
+from app.agents.models import AgentLog, WorkspaceAgent
+from app.agents.presenter import metadata_items, status_of
+from app.agents.status import agent_health
+from app.auth.access import page_user
+from app.blueprints import page_blueprint
+from app.errors import NotFound
+from app.provisioning.jobs import event_stream
+from app.provisioning.streams import agent_key, follow_lines, relay_for, sse_event, stream_cursor
+from app.users.models import User
+from app.workspaces.services import can_act
+
+bp = page_blueprint("agents", __name__)
+
+# The page shows the newest lines; the API (and the log files in the workspace) have them all.
+PAGE_LOG_LINES = 2000
+
+
+@dataclass
+class AgentPanel:
+    """What the workspace page shows of one agent."""
+
+    agent: WorkspaceAgent
+    workspace_id: str
+    status: str
+    healthy: bool
+    health_reason: str
+    can_connect: bool
+    ssh_command: str
+    apps: list[dict[str, Any]] = field(default_factory=list)
+    metadata: list[dict[str, Any]] = field(default_factory=list)
+    log_html: Markup = field(default_factory=Markup)
+    last_log_id: int = 0
+    log_sources: dict[str, str] = field(default_factory=dict)
+
+
+def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) -> AgentPanel:
+    agent, workspace = context.agent, context.workspace
+    status = status_of(agent)
+    health = agent_health(agent, status)
+    owner = workspace.owner.username
+    panel = AgentPanel(
+        agent=agent,
+        workspace_id=workspace.id,
+        status=status,
+        healthy=health.healthy,
+        health_reason=health.reason,
+        can_connect=can_act(user, workspace),
+        ssh_command=f"slipway ssh {workspace.name}" if user.id == workspace.owner_id else "",
+        metadata=metadata_items(agent),
+        log_sources={source.id: source.display_name for source in agent.log_sources},
+    )
+    panel.apps = [
+        {
+            "name": app.get("display_name") or app.get("slug"),
+            "path": app_path(owner, workspace.name, agent.name, str(app.get("slug"))),
+            "health": agent.app_health_of(str(app.get("slug"))),
+            "share": app.get("share") or "owner",
+        }
+        for app in agent.apps
+        if app.get("url") and not app.get("external") and not app.get("hidden")
+    ]
+    if with_logs:
+        lines = services.agent_logs(agent.id)[-PAGE_LOG_LINES:]
+        panel.log_html = AgentLogHtml(panel.log_sources).render(lines)
+        panel.last_log_id = lines[-1].id if lines else 0
+    return panel
+
+
+class AgentLogHtml:
+    """Script output as HTML lines, each labelled with the script it came from."""
+
+    def __init__(self, sources: dict[str, str]) -> None:
+        self.sources = sources
+
+    def _source(self, line: AgentLog) -> str:
+        return self.sources.get(line.source_id or "", "agent")
+
+    def render(self, lines: Sequence[AgentLog]) -> Markup:
+        return Markup(  # noqa: S704 - every value is escaped
+            "".join(
+                f'<div class="log-line level-{escape(line.level)}" data-id="{line.id}">'
+                f'<span class="log-time">{line.created_at.strftime("%H:%M:%S")}</span>'
+                f'<span class="log-text"><span class="log-source">{escape(self._source(line))}</span>'
+                f"{escape(line.output)}</span></div>"
+                for line in lines
+            )
+        )
+
+
+class AgentLogHtmlRenderer:
+    """The panel's stream: `log` events append lines; `end` when the agent is no longer current."""
+
+    def __init__(self, html: AgentLogHtml) -> None:
+        self.html = html
+        self.placeholder_removed = False
+
+    def update(self, view: AgentLogView, lines: Sequence[AgentLog]) -> Iterator[str]:
+        if not lines:
+            return
+        parts = []
+        if not self.placeholder_removed:
+            parts.append(f'<div id="agent-{view.agent.id}-log-empty" hx-swap-oob="delete"></div>')
+        self.placeholder_removed = True
+        parts.append(self.html.render(lines))
+        yield sse_event("log", "".join(parts), lines[-1].id)
+
+    def end(self, view: AgentLogView) -> Iterator[str]:
+        yield sse_event("end", '<span class="muted small">This agent has stopped.</span>')
+
+
+def _context(workspace_id: str, agent_id: str, need: str = "read") -> AgentContext:
+    context = get_agent_for(page_user(), agent_id, need)
+    if context.workspace.id != workspace_id:
+        raise NotFound("No such workspace agent.")
+    return context
+
+
+@bp.get("/workspaces/<workspace_id>/agents/<agent_id>/panel")
+def panel(workspace_id: str, agent_id: str) -> str:
+    """The live part of the panel (status, apps, metadata), re-read when the page's stream says it changed."""
+    context = _context(workspace_id, agent_id)
+    return render_template("agents/_partials/live.html", panel=agent_panel(context, page_user(), with_logs=False))
+
+
+@bp.get("/workspaces/<workspace_id>/agents/<agent_id>/logs/stream")
+def log_stream(workspace_id: str, agent_id: str) -> Response:
+    context = _context(workspace_id, agent_id)
+    sources = {source.id: source.display_name for source in context.agent.log_sources}
+    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
+    cursor = stream_cursor(request.args.get("after"), request.headers.get("Last-Event-ID"))
+    agent = context.agent.id
+    stream = follow_lines(
+        relay,
+        agent_key(agent),
+        cursor,
+        lambda since: read_agent_logs(agent, since),
+        lambda view: not view.current,
+        AgentLogHtmlRenderer(AgentLogHtml(sources)),
+    )
+    return event_stream(stream)
+
+
+@bp.get("/workspaces/<workspace_id>/agents/<agent_id>/terminal")
+def terminal(workspace_id: str, agent_id: str) -> str:
+    context = _context(workspace_id, agent_id, need="connect")
+    # Werkzeug builds WebSocket rules as absolute ws:// URLs; the page picks ws or wss from its own address.
+    socket_path = urlsplit(url_for("agents_api.tunnel", agent_id=agent_id)).path
+    return render_template(
+        "agents/terminal.html", context=context, socket_path=socket_path, status=status_of(context.agent)
+    )

@@ -1,0 +1,153 @@
+"""A real deployment for end-to-end tests: `slipway server` with built-in daemons, the personas, the `local`
+example pushed, and helpers that wait for workspaces and agents through the API as a user would."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import PASSWORD, run_cli
+from tests.support.server import ServerProcess
+
+EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "local"
+ROLES = {"alice": ["owner"], "bob": ["template-admin"], "carol": [], "dave": []}
+
+
+@dataclass
+class Person:
+    name: str
+    token: str
+    config_home: Path
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+@dataclass
+class Deployment:
+    server: ServerProcess
+    tmp: Path
+    people: dict[str, Person] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def workspaces_root(self) -> Path:
+        return self.tmp / "workspaces"
+
+    def sign_up(self) -> Deployment:
+        first = httpx.post(
+            f"{self.url}/api/v2/users/first",
+            json={"username": "alice", "email": "alice@example.com", "password": PASSWORD},
+        )
+        assert first.status_code == 201, first.text
+        self.people["alice"] = self._login("alice")
+        for name, roles in ROLES.items():
+            if name == "alice":
+                continue
+            made = self.api("alice").post(
+                "/users", json={"username": name, "email": f"{name}@example.com", "password": PASSWORD, "roles": roles}
+            )
+            assert made.status_code == 201, made.text
+            self.people[name] = self._login(name)
+        return self
+
+    def _login(self, name: str) -> Person:
+        credentials = {"email": f"{name}@example.com", "password": PASSWORD}
+        reply = httpx.post(f"{self.url}/api/v2/users/login", json=credentials)
+        assert reply.status_code == 201, reply.text
+        return Person(name, reply.json()["session_token"], self.tmp / f"config-{name}")
+
+    def api(self, name: str) -> httpx.Client:
+        return httpx.Client(base_url=f"{self.url}/api/v2", headers=self.people[name].auth, timeout=30)
+
+    def cli_env(self, name: str) -> dict[str, str]:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
+        env.update(
+            SLIPWAY_URL=self.url,
+            SLIPWAY_SESSION_TOKEN=self.people[name].token,
+            XDG_CONFIG_HOME=str(self.people[name].config_home),
+        )
+        return env
+
+    def cli(self, name: str, *args: str, timeout: float = 120, input_text: str | None = None) -> Any:
+        return run_cli(*args, env=self.cli_env(name), input_text=input_text, timeout=timeout)
+
+    def push_local(self, *variables: str) -> None:
+        args = ["templates", "push", "local", "-d", str(EXAMPLE)]
+        for variable in (f"workspaces_root={self.workspaces_root}", *variables):
+            args += ["--variable", variable]
+        pushed = self.cli("alice", *args)
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+
+    def create(self, owner: str, name: str, *parameters: str) -> dict[str, Any]:
+        args = ["create", name, "-t", "local"]
+        for parameter in parameters:
+            args += ["-p", parameter]
+        created = self.cli(owner, *args)
+        assert created.returncode == 0, created.stdout + created.stderr
+        return self.workspace(owner, name)
+
+    def workspace(self, owner: str, name: str) -> dict[str, Any]:
+        with self.api(owner) as api:
+            found = api.get("/workspaces", params={"owner": "me", "name": name}).json()
+        assert found, f"{owner} has no workspace {name}"
+        return dict(found[0])
+
+    def agent(self, owner: str, name: str) -> dict[str, Any]:
+        resources = self.workspace(owner, name)["latest_build"]["resources"]
+        agents = [agent for resource in resources for agent in resource["agents"]]
+        assert len(agents) == 1, agents
+        return dict(agents[0])
+
+    def wait_agent(
+        self, owner: str, name: str, check: Callable[[dict[str, Any]], bool], timeout: float = 60, what: str = ""
+    ) -> dict[str, Any]:
+        deadline, agent = time.monotonic() + timeout, None
+        while time.monotonic() < deadline:
+            agent = self.agent(owner, name)
+            if check(agent):
+                return agent
+            time.sleep(0.2)
+        raise AssertionError(f"agent of {name} never became {what}: {agent}\n{self.agent_log(owner, name)}")
+
+    def wait_ready(self, owner: str, name: str, timeout: float = 60) -> dict[str, Any]:
+        return self.wait_agent(
+            owner,
+            name,
+            lambda agent: agent["status"] == "connected" and agent["lifecycle_state"] == "ready",
+            timeout,
+            "connected and ready",
+        )
+
+    def directory(self, owner: str, name: str) -> Path:
+        return self.workspaces_root / owner / name
+
+    def agent_log(self, owner: str, name: str) -> str:
+        parts = []
+        for log_file in ("agent.log", ".slipway-agent/slipway-agent.log"):
+            path = self.directory(owner, name) / log_file
+            if path.exists():
+                parts.append(f"--- {path}\n{path.read_text()[-4000:]}")
+        return "\n".join(parts)
+
+
+def start_deployment(tmp: Path, *extra_args: str, env: dict[str, str] | None = None) -> Deployment:
+    server = ServerProcess(
+        tmp / "data",
+        "--provisioner-daemons",
+        "2",
+        *extra_args,
+        env={"SLIPWAY_AGENT_HEARTBEAT_INTERVAL": "1s", **(env or {})},
+    )
+    server.start()
+    return Deployment(server, tmp).sign_up()
