@@ -6,7 +6,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT    := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev system-deps oidc-deps run lint test bench clean
+.PHONY: help install install-dev agent-bundle system-deps oidc-deps run lint test bench clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -24,9 +24,20 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $@ $(VENV)/.installed
 
-install: $(VENV)/.installed ## create .venv and install Slipway into it
+install: $(VENV)/.installed $(VENV)/.agent-bundle ## create .venv and install Slipway into it
 
-install-dev: $(VENV)/.installed-dev ## install Slipway with the test and lint tools
+install-dev: $(VENV)/.installed-dev $(VENV)/.agent-bundle ## install Slipway with the test and lint tools
+
+# The wheels workspaces install the agent from, in the venv's default wheelhouse (PREFIX/share/slipway/agent-wheels).
+agent-bundle: $(VENV)/.installed ## fetch the agent's wheels for workspaces from PyPI (again after an upgrade)
+	$(BIN)/python -m cli.agent_bundle
+
+# Once per pyproject.toml change, as part of install. Offline, install still succeeds, with one warning line:
+# workspaces that download the agent wait until `make agent-bundle` has worked.
+$(VENV)/.agent-bundle: pyproject.toml | $(VENV)/.installed
+	@if $(BIN)/python -m cli.agent_bundle >$(VENV)/agent-bundle.log 2>&1; then tail -n 1 $(VENV)/agent-bundle.log; \
+	else echo "warning: the agent bundle could not be built (see $(VENV)/agent-bundle.log); run 'make agent-bundle' later"; fi
+	@touch $@
 
 system-deps: ## install what the tests need from Debian: PostgreSQL server binaries, chromium, npm
 	@missing=""; \

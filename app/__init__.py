@@ -22,6 +22,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     from app import errors, health, metrics, redis_client, templating
     from app.agents import agent_api, app_views
     from app.agents import api as agents_api
+    from app.agents import bootstrap as agent_bootstrap
     from app.agents import views as agent_views
     from app.auth import access, oidc, oidc_views
     from app.auth import views as auth_views
@@ -59,6 +60,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         daemon_api.bp,
         agent_api.bp,
         agents_api.bp,
+        agent_bootstrap.bp,
         app_views.bp,
         agent_views.bp,
         provisioning_api.bp,

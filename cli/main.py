@@ -7,6 +7,8 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from cli import accounts, provisionerd, provisioners, templates, workspaces
+from cli.agent import agent
+from cli.agent_bundle import agent_bundle
 from cli.server import server
 
 
@@ -35,6 +37,8 @@ cli.add_command(accounts.tokens)
 cli.add_command(templates.templates)
 cli.add_command(provisioners.provisioner)
 cli.add_command(provisionerd.provisionerd)
+cli.add_command(agent)
+cli.add_command(agent_bundle)
 for command in (
     workspaces.create,
     workspaces.start,

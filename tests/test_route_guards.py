@@ -30,6 +30,9 @@ PUBLIC_ENDPOINTS = {
     "apps.serve_app",
     "apps.serve_app_websocket",
     "apps.serve_app_websocket_path",
+    # What a workspace fetches before its agent has any credential; neither holds a secret.
+    "agent_bootstrap.init_script",
+    "agent_bootstrap.agent_bundle",
 }
 OWNER_ONLY_ENDPOINTS = {
     "users.index",

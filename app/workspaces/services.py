@@ -9,6 +9,7 @@ from flask import url_for
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
+from app.agents.bootstrap import agent_scripts
 from app.catalog.models import Template, TemplateVersion
 from app.catalog.services import get_template, get_version, sensitive_variable_values
 from app.columns import utcnow
@@ -230,6 +231,7 @@ def _build_payload(job: ProvisionerJob) -> dict[str, Any]:
             "template_name": template.name,
             "template_version": version.name,
         },
+        "agent_scripts": agent_scripts(),
     }
 
 

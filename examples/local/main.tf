@@ -100,9 +100,31 @@ resource "terraform_data" "process" {
     EOT
   }
 
+  # Stop gracefully: SIGTERM to the workspace's process group (the agent runs its shutdown scripts, then exits),
+  # up to 60 s for the group to end, then SIGKILL. A zombie does not count as running: where PID 1 does not
+  # reap orphans (some containers) they stay until it does. dash's kill takes no "--" before a negative id.
   provisioner "local-exec" {
     when    = destroy
-    command = "kill -TERM -- -$(cat '${self.input.dir}/workspace.pid') 2>/dev/null || true; rm -f '${self.input.dir}/workspace.pid'"
+    command = <<-EOT
+      pid_file='${self.input.dir}/workspace.pid'
+      [ -f "$pid_file" ] || exit 0
+      group=$(cat "$pid_file")
+      running() {
+        if command -v ps >/dev/null; then
+          ps -A -o pgid= -o stat= | awk -v group="$group" '$1 == group && $2 !~ /^Z/ { found = 1 } END { exit !found }'
+        else
+          kill -0 -"$group" 2>/dev/null
+        fi
+      }
+      kill -TERM -"$group" 2>/dev/null
+      waited=0
+      while running && [ "$waited" -lt 60 ]; do
+        sleep 1
+        waited=$((waited + 1))
+      done
+      kill -KILL -"$group" 2>/dev/null
+      rm -f "$pid_file"
+    EOT
   }
 }
 

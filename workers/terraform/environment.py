@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -69,6 +72,24 @@ def build_coder_env(
     return env
 
 
+def agent_python_env() -> dict[str, str]:
+    """``SLIPWAY_AGENT_PYTHON``: this daemon's interpreter, when it can run ``python -m agent``.
+
+    A workspace that is a process on the daemon's own machine (examples/local) then starts the agent with it at
+    once instead of downloading the agent bundle.
+    """
+    return {"SLIPWAY_AGENT_PYTHON": sys.executable} if _agent_importable() and sys.executable else {}
+
+
+@functools.cache
+def _agent_importable() -> bool:
+    # agent.__main__ rather than agent: a checkout's agent/ folder without code imports as an empty namespace package.
+    try:
+        return importlib.util.find_spec("agent.__main__") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def terraform_environment(
     host_env: Mapping[str, str],
     extra: Mapping[str, str],
@@ -78,10 +99,12 @@ def terraform_environment(
 ) -> dict[str, str]:
     """The environment for every Terraform command of a job.
 
-    The host environment without SLIPWAY_* and CODER_* variables, then `extra` (normally `build_coder_env(...)`),
-    then the Terraform settings. Creates the shared plugin cache directory under `cache_dir`.
+    The host environment without SLIPWAY_* and CODER_* variables, then SLIPWAY_AGENT_PYTHON when this interpreter
+    has the agent, then `extra` (normally `build_coder_env(...)`), then the Terraform settings. Creates the shared
+    plugin cache directory under `cache_dir`.
     """
     env = {key: value for key, value in host_env.items() if not key.upper().startswith(_STRIPPED_PREFIXES)}
+    env.update(agent_python_env())
     env.update(extra)
     plugin_cache = cache_dir / "plugins"
     plugin_cache.mkdir(mode=0o700, parents=True, exist_ok=True)
