@@ -39,11 +39,13 @@ $(VENV)/.agent-bundle: pyproject.toml | $(VENV)/.installed
 	else echo "warning: the agent bundle could not be built (see $(VENV)/agent-bundle.log); run 'make agent-bundle' later"; fi
 	@touch $@
 
-system-deps: ## install what the tests need from Debian: PostgreSQL server binaries, chromium, npm
+system-deps: ## install what the tests need from Debian: PostgreSQL, chromium, npm, OpenSSH's client, rsync
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
+	command -v scp >/dev/null || missing="$$missing openssh-client"; \
+	command -v rsync >/dev/null || missing="$$missing rsync"; \
 	if [ -n "$$missing" ]; then \
 		echo "Installing with apt-get:$$missing"; \
 		$(APT) update -qq && $(APT) install -y -qq --no-install-recommends $$missing >/dev/null; \
@@ -61,7 +63,7 @@ run: install ## run Slipway on http://127.0.0.1:3000 (SQLite and an embedded Red
 lint: install-dev ## ruff, formatting and mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy app workers cli
+	$(BIN)/mypy app workers cli agent
 
 test: install-dev system-deps oidc-deps lint ## install everything the tests need, then lint and run the whole suite
 	$(BIN)/pytest

@@ -46,10 +46,20 @@ def is_websocket_request(environ: dict[str, Any]) -> bool:
 
 
 class WebSocket:
+    """One side of a connection, safe for one reader and any number of writers at once.
+
+    Two locks: ``_state`` guards the protocol object (brief), ``_writing`` orders writes to the socket (held
+    during ``sendall``, which blocks while the peer is not reading). The reader never waits for ``_writing``:
+    what it queues (pongs, the close reply) is written by whoever holds it, before letting go. Otherwise a
+    tunnel busy in both directions could stall with each side blocked in ``sendall``, neither reading.
+    """
+
     def __init__(self, sock: socket.socket, *, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         self.sock = sock
         self.protocol = Protocol(Side.SERVER, state=OPEN, max_size=max_message_bytes)
-        self._send_lock = threading.Lock()
+        self._state = threading.Lock()
+        self._writing = threading.Lock()
+        self._pending: list[bytes] = []
         self._fragments: list[bytes] = []
         self._fragment_opcode: Opcode | None = None
         self._events: list[Frame] = []
@@ -73,34 +83,67 @@ class WebSocket:
                 return None
 
     def send(self, data: bytes | str) -> None:
-        with self._send_lock:
-            try:
-                if isinstance(data, bytes):
-                    self.protocol.send_binary(data)
-                else:
-                    self.protocol.send_text(data.encode())
-            except InvalidState as exc:
-                raise WebSocketClosed(self.protocol.close_code, "closed") from exc
-            self._flush()
+        if isinstance(data, bytes):
+            self._produce(lambda: self.protocol.send_binary(data))
+        else:
+            text = data.encode()
+            self._produce(lambda: self.protocol.send_text(text))
 
     def ping(self, payload: bytes = b"") -> None:
-        with self._send_lock:
-            try:
-                self.protocol.send_ping(payload)
-            except InvalidState as exc:
-                raise WebSocketClosed(self.protocol.close_code, "closed") from exc
-            self._flush()
+        self._produce(lambda: self.protocol.send_ping(payload))
 
     def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
         """Send a close frame (reasons are cut to the 123 bytes a frame allows); never raises."""
-        with self._send_lock:
-            if self.protocol.state is OPEN:
-                reason_bytes = reason.encode()[:123]
-                self.protocol.send_close(code, reason_bytes.decode(errors="ignore"))
+        reason = reason.encode()[:123].decode(errors="ignore")
+        try:
+            self._produce(lambda: self.protocol.send_close(code, reason) if self.protocol.state is OPEN else None)
+        except WebSocketClosed:
+            pass
+
+    def _produce(self, make_frame: Callable[[], None]) -> None:
+        with self._writing:
+            with self._state:
                 try:
-                    self._flush()
-                except WebSocketClosed:
-                    pass
+                    make_frame()
+                except InvalidState as exc:
+                    raise WebSocketClosed(self.protocol.close_code, "closed") from exc
+            self._write_pending()
+        self._drain()
+
+    def _take_pending(self) -> list[bytes]:
+        with self._state:
+            self._pending.extend(self.protocol.data_to_send())
+            chunks, self._pending = self._pending, []
+        return chunks
+
+    def _write_pending(self) -> None:
+        """Write everything queued, including what the reader queues meanwhile. The caller holds ``_writing``."""
+        while chunks := self._take_pending():
+            for chunk in chunks:
+                try:
+                    if chunk:
+                        self.sock.sendall(chunk)
+                    else:  # the protocol asks for the TCP connection to end
+                        self.sock.shutdown(socket.SHUT_WR)
+                except OSError as exc:
+                    self.protocol.state = CLOSED
+                    raise WebSocketClosed(self.protocol.close_code, "connection lost") from exc
+
+    def _drain(self) -> None:
+        """Write what is queued unless a writer is busy: it writes the queue itself before it lets go."""
+        while True:
+            with self._state:
+                self._pending.extend(self.protocol.data_to_send())
+                if not self._pending:
+                    return
+            if not self._writing.acquire(blocking=False):
+                return
+            try:
+                self._write_pending()
+            except WebSocketClosed:
+                return
+            finally:
+                self._writing.release()
 
     def _next_message(self) -> bytes | str | None:
         while self._events:
@@ -130,33 +173,19 @@ class WebSocket:
             data = self.sock.recv(RECEIVE_BYTES)
         except OSError:
             data = b""
-        try:
-            if data:
-                self.protocol.receive_data(data)
-            else:
-                self.protocol.receive_eof()
-        except ProtocolError:
-            pass  # the protocol has failed the connection; its close frame goes out below
-        self._events.extend(self.protocol.events_received())  # type: ignore[arg-type]  # frames, in this use
-        with self._send_lock:  # pongs and close replies the protocol queued
+        with self._state:
             try:
-                self._flush()
-            except WebSocketClosed:
-                pass
+                if data:
+                    self.protocol.receive_data(data)
+                else:
+                    self.protocol.receive_eof()
+            except ProtocolError:
+                pass  # the protocol has failed the connection; its close frame goes out below
+            self._events.extend(self.protocol.events_received())  # type: ignore[arg-type]  # frames, in this use
+        self._drain()  # pongs and close replies the protocol queued
         if not data:
             self.protocol.state = CLOSED
         return True
-
-    def _flush(self) -> None:
-        for chunk in self.protocol.data_to_send():
-            try:
-                if chunk:
-                    self.sock.sendall(chunk)
-                else:  # the protocol asks for the TCP connection to end
-                    self.sock.shutdown(socket.SHUT_WR)
-            except OSError as exc:
-                self.protocol.state = CLOSED
-                raise WebSocketClosed(self.protocol.close_code, "connection lost") from exc
 
 
 class TakenOverResponse(Response):

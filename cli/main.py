@@ -6,7 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
-from cli import accounts, provisionerd, provisioners, templates, workspaces
+from cli import accounts, port_forward, provisionerd, provisioners, ssh, templates, workspaces
 from cli.agent import agent
 from cli.agent_bundle import agent_bundle
 from cli.server import server
@@ -39,6 +39,9 @@ cli.add_command(provisioners.provisioner)
 cli.add_command(provisionerd.provisionerd)
 cli.add_command(agent)
 cli.add_command(agent_bundle)
+cli.add_command(ssh.ssh)
+cli.add_command(ssh.config_ssh)
+cli.add_command(port_forward.port_forward)
 for command in (
     workspaces.create,
     workspaces.start,

@@ -157,8 +157,9 @@ def test_bundle_holds_the_wheels_and_the_agent_with_checksums(bundle_client: Fla
     assert contents["python-versions.txt"].decode().split() == ["3.11", "3.12", "3.13"]
     agent_files = dict(agent_source_files())
     assert "agent/__main__.py" in contents and not any("__pycache__" in name for name in contents)
-    assert {name for name in contents if name.startswith("agent/")} == set(agent_files)
+    assert {name for name in contents if name.startswith("agent/")} == {*agent_files, "agent/VERSION"}
     assert contents["agent/__main__.py"] == agent_files["agent/__main__.py"].read_bytes()
+    assert contents["agent/VERSION"].decode() == version("slipway")  # the agent reports the server's version
 
 
 def test_bundle_is_cached_deterministic_and_revalidated(bundle_client: FlaskClient, tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, distribution
+from importlib.metadata import PackageNotFoundError, distribution, version
 from pathlib import Path
 
 AGENT_DEPENDENCIES = ("asyncssh", "websockets", "httpx")
@@ -301,7 +301,8 @@ def agent_bundle(wheelhouse: Path, platform: str, cache_dir: Path) -> Bundle:
     Raises :class:`BundleUnavailable` (404) when the wheelhouse has nothing for the platform, or (503) when this
     installation has no agent code to ship.
     """
-    members = _bundle_members(wheelhouse, platform)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    members = [*_bundle_members(wheelhouse, platform), ("agent/VERSION", _version_file(cache_dir))]
     key = hashlib.sha256(b"slipway-agent-bundle 1\0")
     for name, path in members:
         stat = path.stat()
@@ -310,12 +311,23 @@ def agent_bundle(wheelhouse: Path, platform: str, cache_dir: Path) -> Bundle:
     tarball, digest_file = cache_dir / f"{stem}.tar.gz", cache_dir / f"{stem}.sha256"
     if tarball.exists() and digest_file.exists():
         return Bundle(tarball, digest_file.read_text().strip())
-    cache_dir.mkdir(parents=True, exist_ok=True)
     digest = _write_tarball(tarball, digest_file, members)
     for stale in cache_dir.glob(f"slipway-agent-{platform}-*"):
         if not stale.name.startswith(stem):
             stale.unlink(missing_ok=True)
     return Bundle(tarball, digest)
+
+
+def _version_file(cache_dir: Path) -> Path:
+    """The server's version for the agent to report: the bundle carries the agent's code, not Slipway's metadata."""
+    try:
+        text = version("slipway")
+    except PackageNotFoundError:
+        text = "0.0.0+unknown"
+    path = cache_dir / "agent-version.txt"
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+    return path
 
 
 def _bundle_members(wheelhouse: Path, platform: str) -> list[tuple[str, Path]]:

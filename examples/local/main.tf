@@ -14,6 +14,12 @@ variable "workspaces_root" {
   default     = "/tmp/slipway-workspaces"
 }
 
+variable "agent_connection_timeout" {
+  type        = number
+  description = "Seconds an agent may stay unconnected (or gone) before the workspace shows it as timed out."
+  default     = 120
+}
+
 data "coder_provisioner" "me" {}
 data "coder_workspace" "me" {}
 data "coder_workspace_owner" "me" {}
@@ -48,15 +54,85 @@ data "coder_parameter" "shell" {
   }
 }
 
+data "coder_parameter" "dev_port" {
+  name         = "dev_port"
+  display_name = "Dev server port"
+  description  = "Run a web server on this port in the workspace and open it as the Dev server app."
+  type         = "number"
+  default      = 8000
+  mutable      = true
+  validation {
+    min = 1024
+    max = 65535
+  }
+}
+
+data "coder_parameter" "dev_share" {
+  name         = "dev_share"
+  display_name = "Who may open the Dev server"
+  type         = "string"
+  default      = "owner"
+  mutable      = true
+  option {
+    name  = "Only me"
+    value = "owner"
+  }
+  option {
+    name  = "Anyone signed in"
+    value = "authenticated"
+  }
+  option {
+    name  = "Anyone with the link"
+    value = "public"
+  }
+}
+
 locals {
   dir = "${var.workspaces_root}/${data.coder_workspace_owner.me.name}/${data.coder_workspace.me.name}"
 }
 
 resource "coder_agent" "main" {
-  os             = "linux"
-  arch           = data.coder_provisioner.me.arch
-  dir            = local.dir
-  startup_script = "echo '${data.coder_parameter.greeting.value}' > '${local.dir}/greeting'"
+  os                 = "linux"
+  arch               = data.coder_provisioner.me.arch
+  dir                = local.dir
+  connection_timeout = var.agent_connection_timeout
+  startup_script     = <<-EOT
+    echo '${data.coder_parameter.greeting.value}' > greeting
+    echo "Workspace ${data.coder_workspace.me.name} is up: wrote '${data.coder_parameter.greeting.value}' to $PWD/greeting"
+  EOT
+  shutdown_script    = <<-EOT
+    echo "stopped at $(date -u +%Y-%m-%dT%H:%M:%SZ)" >> shutdown.log
+    echo "Workspace ${data.coder_workspace.me.name} is stopping: noted in $PWD/shutdown.log"
+  EOT
+
+  metadata {
+    key          = "load"
+    display_name = "Load average"
+    script       = "cut -d' ' -f1-3 /proc/loadavg"
+    interval     = 5
+    timeout      = 1
+  }
+  metadata {
+    key          = "disk"
+    display_name = "Workspace size"
+    script       = "du -sh . | cut -f1"
+    interval     = 30
+    timeout      = 5
+  }
+}
+
+# Whatever listens on the dev port, reached through Slipway at /@<owner>/<workspace>.main/apps/dev/.
+resource "coder_app" "dev" {
+  agent_id     = coder_agent.main.id
+  slug         = "dev"
+  display_name = "Dev server"
+  url          = "http://localhost:${data.coder_parameter.dev_port.value}"
+  share        = data.coder_parameter.dev_share.value
+  healthcheck {
+    url       = "http://localhost:${data.coder_parameter.dev_port.value}"
+    interval  = 5
+    threshold = 3
+  }
 }
 
 # The home directory: kept while the workspace exists, removed when it is deleted.
@@ -88,10 +164,17 @@ resource "terraform_data" "process" {
       WORKSPACE_DIR     = local.dir
       INIT_SCRIPT       = coder_agent.main.init_script
       CODER_AGENT_TOKEN = coder_agent.main.token
+      # Each workspace's agent keeps its own log (the default, the temp dir, is shared by every workspace here).
+      SLIPWAY_AGENT_LOG_DIR = "${local.dir}/.slipway-agent"
     }
     # setsid + nohup + redirections: the process outlives this command, and Terraform does not wait for it.
     command = <<-EOT
       cd "$WORKSPACE_DIR"
+      # Terraform hands this command the provisioner's CODER_* variables (build details, the init scripts of
+      # every platform): a workspace keeps only its agent's token.
+      for name in $(env | sed -n 's/^\(CODER_[A-Za-z0-9_]*\)=.*/\1/p'); do
+        [ "$name" = CODER_AGENT_TOKEN ] || unset "$name"
+      done
       setsid nohup ${self.input.shell} -c '
         if [ -n "$INIT_SCRIPT" ]; then printf "%s\n" "$INIT_SCRIPT" > init.sh; ${self.input.shell} init.sh >> agent.log 2>&1 & fi
         exec sleep 2147483647

@@ -51,14 +51,14 @@ class Deployment:
         )
         assert first.status_code == 201, first.text
         self.people["alice"] = self._login("alice")
-        for name, roles in ROLES.items():
-            if name == "alice":
-                continue
-            made = self.api("alice").post(
-                "/users", json={"username": name, "email": f"{name}@example.com", "password": PASSWORD, "roles": roles}
-            )
-            assert made.status_code == 201, made.text
-            self.people[name] = self._login(name)
+        with self.api("alice") as api:
+            for name, roles in ROLES.items():
+                if name == "alice":
+                    continue
+                body = {"username": name, "email": f"{name}@example.com", "password": PASSWORD, "roles": roles}
+                made = api.post("/users", json=body)
+                assert made.status_code == 201, made.text
+                self.people[name] = self._login(name)
         return self
 
     def _login(self, name: str) -> Person:

@@ -1,0 +1,5 @@
+"""``python -m agent``: exit code 2 for bad configuration, 0 after a clean shutdown."""
+
+from agent.main import main
+
+main()

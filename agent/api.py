@@ -1,0 +1,208 @@
+"""The agent's side of the protocol: REST calls and WebSockets under ``/api/v2/workspaceagents/me``.
+
+Each call makes one attempt and raises :class:`ServerUnavailable` when it is worth retrying (401, the server
+unreachable or answering 5xx) or :class:`AgentAPIError` when it is not; :func:`retry` adds the back-off of the
+README and logs each distinct problem once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import InvalidHandshake, InvalidStatus
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+TOKEN_HEADER = "Slipway-Agent-Token"  # noqa: S105 - a header name, not a secret
+HTTP_TIMEOUT = 30.0  # Coder's agent client uses the same
+CONTROL_PING_INTERVAL = 15.0
+CONTROL_PING_TIMEOUT = 30.0
+TUNNEL_MAX_MESSAGE = 16 * 1024 * 1024
+
+
+class AgentAPIError(Exception):
+    """The server refused a call for a reason retrying will not fix."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status} {message}")
+        self.status = status
+        self.message = message
+
+
+class ServerUnavailable(Exception):
+    """The server cannot take the call now (401, unreachable, 5xx); ``problem`` says why in one line."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Backoff:
+    """Exponential back-off with jitter: 0.5 s doubling up to 10 s by default."""
+
+    def __init__(self, initial: float = 0.5, maximum: float = 10.0) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self._next = initial
+
+    def next_delay(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self.maximum)
+        # Jitter spreads the retries of many agents after a server restart; it is not a secret.
+        return delay * random.uniform(0.75, 1.25)  # noqa: S311
+
+    def reset(self) -> None:
+        self._next = self.initial
+
+
+class ProblemLog:
+    """Logs a problem when it first appears or changes, and once when it is over: not one line per retry."""
+
+    def __init__(self, logger: logging.Logger = log) -> None:
+        self._logger = logger
+        self._current: str | None = None
+
+    def report(self, problem: str) -> None:
+        if problem != self._current:
+            self._logger.warning("waiting for the server: %s", problem)
+            self._current = problem
+
+    def resolved(self) -> None:
+        if self._current is not None:
+            self._logger.info("the server answers again")
+            self._current = None
+
+
+async def retry(
+    operation: Callable[[], Awaitable[T]],
+    problems: ProblemLog,
+    *,
+    backoff: Backoff | None = None,
+    deadline: float | None = None,
+) -> T:
+    """Call ``operation`` until it does not raise :class:`ServerUnavailable`, or until ``deadline`` (monotonic)."""
+    backoff = backoff or Backoff()
+    while True:
+        try:
+            result = await operation()
+        except ServerUnavailable as exc:
+            problems.report(exc.problem)
+            delay = backoff.next_delay()
+            if deadline is not None and time.monotonic() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+        else:
+            problems.resolved()
+            return result
+
+
+def _error_message(status: int, body: bytes | str) -> str:
+    try:
+        data = json.loads(body)
+    except (ValueError, TypeError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("message"), str):
+        message: str = data["message"]
+        if isinstance(data.get("detail"), str) and data["detail"]:
+            message += f" ({data['detail']})"
+        return message
+    text = body.decode(errors="replace") if isinstance(body, bytes) else body
+    return text.strip()[:200] or httpx.codes.get_reason_phrase(status)
+
+
+def _raise_for(status: int, body: bytes | str) -> None:
+    if status < 400:
+        return
+    message = _error_message(status, body)
+    if status == 401 or status >= 500 or status in (408, 429):
+        raise ServerUnavailable(f"{status} {message}")
+    raise AgentAPIError(status, message)
+
+
+class AgentAPI:
+    def __init__(self, url: str, token: str, *, http: httpx.AsyncClient | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.base = f"{self.url}/api/v2/workspaceagents/me"
+        self._headers = {TOKEN_HEADER: token}
+        self._http = http or httpx.AsyncClient(timeout=HTTP_TIMEOUT)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _request(self, method: str, path: str, body: object = None) -> httpx.Response:
+        try:
+            response = await self._http.request(method, self.base + path, json=body, headers=self._headers)
+        except httpx.TransportError as exc:
+            raise ServerUnavailable(f"cannot reach {self.url}: {exc or type(exc).__name__}") from None
+        _raise_for(response.status_code, response.content)
+        return response
+
+    async def get_manifest(self) -> Any:
+        response = await self._request("GET", "/manifest")
+        try:
+            return response.json()
+        except ValueError:
+            raise ServerUnavailable("the manifest is not JSON") from None
+
+    async def post_startup(self, version: str, expanded_directory: str) -> None:
+        body = {"version": version, "expanded_directory": expanded_directory, "subsystems": []}
+        await self._request("POST", "/startup", body)
+
+    async def post_lifecycle(self, state: str, changed_at: str) -> None:
+        await self._request("POST", "/lifecycle", {"state": state, "changed_at": changed_at})
+
+    async def post_logs(self, logs: list[dict[str, str]]) -> bool:
+        """Send one batch; returns whether the server's log limit is exceeded."""
+        response = await self._request("POST", "/logs", {"logs": logs})
+        try:
+            return bool(response.json().get("log_limit_exceeded"))
+        except (ValueError, AttributeError):
+            return False
+
+    async def post_metadata(self, metadata: list[dict[str, str]]) -> None:
+        await self._request("POST", "/metadata", {"metadata": metadata})
+
+    async def post_app_health(self, healths: dict[str, str]) -> None:
+        await self._request("POST", "/app-health", {"healths": healths})
+
+    def _websocket_url(self, path: str) -> str:
+        return "ws" + self.base.removeprefix("http") + path
+
+    async def _open_websocket(self, path: str, **options: Any) -> ClientConnection:
+        try:
+            return await connect(self._websocket_url(path), additional_headers=self._headers, **options)
+        except InvalidStatus as exc:
+            response = exc.response
+            _raise_for(response.status_code, bytes(response.body or b""))
+            raise ServerUnavailable(f"{response.status_code}: the server refused the WebSocket") from None
+        except (OSError, TimeoutError, InvalidHandshake) as exc:
+            raise ServerUnavailable(f"cannot reach {self.url}: {exc or type(exc).__name__}") from None
+
+    async def connect_control(self) -> ClientConnection:
+        """The control connection; the library answers the server's pings, and pings the server itself."""
+        return await self._open_websocket(
+            "/rpc", ping_interval=CONTROL_PING_INTERVAL, ping_timeout=CONTROL_PING_TIMEOUT
+        )
+
+    async def open_tunnel(self, tunnel_id: str, error: str | None = None) -> ClientConnection:
+        """The agent's half of a tunnel; with ``error`` it tells the server why dialling failed."""
+        path = f"/tunnels/{quote(tunnel_id, safe='')}"
+        if error is not None:
+            path += f"?error={quote(error[:500], safe='')}"
+        # Tunnels carry SSH and other already-compressed streams: deflate would only cost CPU.
+        return await self._open_websocket(path, compression=None, max_size=TUNNEL_MAX_MESSAGE)

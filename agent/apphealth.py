@@ -1,0 +1,105 @@
+"""App health checks (README "App health", reference §1.7).
+
+Every ``interval`` seconds the app's healthcheck URL is fetched (5 s timeout); a status below 500 is a success.
+``threshold`` consecutive failures make the app ``unhealthy``, one success makes it ``healthy``, and it stays
+``initializing`` until one of those happens. The states of all apps go to ``POST /app-health`` when one changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+import httpx
+
+from agent.api import AgentAPIError, Backoff, ServerUnavailable
+from agent.manifest import App, Healthcheck
+
+log = logging.getLogger(__name__)
+
+CHECK_TIMEOUT = 5.0
+INITIALIZING, HEALTHY, UNHEALTHY = "initializing", "healthy", "unhealthy"
+
+PostHealths = Callable[[dict[str, str]], Awaitable[None]]
+
+
+async def probe(client: httpx.AsyncClient, url: str) -> bool:
+    try:
+        response = await client.get(url)
+    except httpx.HTTPError as exc:
+        log.debug("health check of %s failed: %s", url, exc)
+        return False
+    return response.status_code < 500
+
+
+class HealthTracker:
+    """The state machine of one app: consecutive failures against the threshold."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = max(threshold, 1)
+        self.state = INITIALIZING
+        self._failures = 0
+
+    def record(self, success: bool) -> bool:
+        """Record one check; True when the state changed."""
+        before = self.state
+        if success:
+            self._failures = 0
+            self.state = HEALTHY
+        else:
+            self._failures += 1
+            if self._failures >= self.threshold:
+                self.state = UNHEALTHY
+        return self.state != before
+
+
+class AppHealthReporter:
+    def __init__(self, apps: Sequence[App], post: PostHealths, *, timeout: float = CHECK_TIMEOUT) -> None:
+        self._checks: dict[str, Healthcheck] = {app.slug: app.healthcheck for app in apps if app.healthcheck}
+        self._trackers = {slug: HealthTracker(check.threshold) for slug, check in self._checks.items()}
+        self._post = post
+        self._timeout = timeout
+        self._changed = asyncio.Event()
+
+    @property
+    def healths(self) -> dict[str, str]:
+        return {slug: tracker.state for slug, tracker in self._trackers.items()}
+
+    async def _check_forever(self, client: httpx.AsyncClient, slug: str, check: Healthcheck) -> None:
+        interval = max(check.interval_seconds, 1)
+        while True:
+            if self._trackers[slug].record(await probe(client, check.url)):
+                log.info("app %r is %s", slug, self._trackers[slug].state)
+                self._changed.set()
+            await asyncio.sleep(interval)
+
+    async def _report_forever(self) -> None:
+        backoff = Backoff(initial=1.0, maximum=5.0)
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            try:
+                await self._post(self.healths)
+            except ServerUnavailable as exc:
+                log.debug("app health not sent (%s); retrying", exc.problem)
+                self._changed.set()
+                await asyncio.sleep(backoff.next_delay())
+            except AgentAPIError as exc:
+                log.warning("the server refused app health: %s", exc)
+            else:
+                backoff.reset()
+
+    async def run(self) -> None:
+        """Check and report until cancelled."""
+        if not self._checks:
+            return
+        self._changed.set()  # the server learns at once which apps are being checked
+        # The checked services are the workspace's own: a proxy from the environment must not stand between.
+        async with (
+            httpx.AsyncClient(timeout=self._timeout, trust_env=False, follow_redirects=False) as client,
+            asyncio.TaskGroup() as group,
+        ):
+            group.create_task(self._report_forever())
+            for slug, check in self._checks.items():
+                group.create_task(self._check_forever(client, slug, check))

@@ -1,0 +1,345 @@
+"""The agent process (README "What the agent does"): the control connection, the first-manifest start-up, and
+the graceful shutdown on SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import logging.handlers
+import os
+import signal
+import sys
+import time
+from collections.abc import Coroutine
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+from agent import __version__
+from agent.api import AgentAPI, AgentAPIError, Backoff, ProblemLog, retry
+from agent.apphealth import AppHealthReporter
+from agent.config import TOKEN_VARIABLES, AgentConfig, ConfigError, load_config
+from agent.cron import CronError, CronSchedule, run_on_schedule
+from agent.environment import (
+    SessionContext,
+    build_environment,
+    context_before_manifest,
+    expand_directory,
+    home_directory,
+)
+from agent.lifecycle import (
+    OFF,
+    READY,
+    SHUTDOWN_ERROR,
+    SHUTDOWN_TIMEOUT,
+    SHUTTING_DOWN,
+    START_ERROR,
+    START_TIMEOUT,
+    STARTING,
+    LifecycleReporter,
+)
+from agent.logs import LogLine, LogSender
+from agent.manifest import AgentScript, Manifest, ManifestError, parse_manifest
+from agent.metadata import MetadataCollector
+from agent.scripts import OUTPUT_CLOSE_WAIT, ScriptResult, ScriptRunner
+from agent.sshd import SSHService
+from agent.tunnels import TunnelDialer, control_message
+
+log = logging.getLogger("agent")
+
+CONFIG_ERROR_EXIT = 2
+LOG_FILE_NAME = "slipway-agent.log"
+LOG_FILE_MAX_BYTES = 5 * 1000 * 1000
+# A control connection that stayed up this long was healthy: the next reconnect starts the back-off afresh.
+STABLE_CONNECTION = 30.0
+STOP_LEFTOVERS_GRACE = 5.0
+FLUSH_TIMEOUT = 5.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def outcome(results: list[ScriptResult], timed_out: str, failed: str, succeeded: str) -> str:
+    if any(result.timed_out for result in results):
+        return timed_out
+    if any(not result.ok for result in results):
+        return failed
+    return succeeded
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+
+def start_task(coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    """A background task whose unexpected failure is logged when it happens, not when it is collected."""
+    task = asyncio.create_task(coroutine, name=name)
+    task.add_done_callback(_log_failure)
+    return task
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, api: AgentAPI | None = None) -> None:
+        self._config = config
+        self._api = api or AgentAPI(config.url, config.token)
+        self._problems = ProblemLog(log)
+        self._logs = LogSender(self._api.post_logs)
+        self._lifecycle = LifecycleReporter(self._api)
+        self._context = context_before_manifest()
+        self._ssh = SSHService(lambda: self._context)
+        self._tunnels = TunnelDialer(self._api, self._ssh, lambda: self._context)
+        self._manifest: Manifest | None = None
+        self._scripts: ScriptRunner | None = None
+        self._startup: asyncio.Task[None] | None = None
+        self._cron: asyncio.Task[None] | None = None
+        self._metadata: asyncio.Task[None] | None = None
+        self._app_health: asyncio.Task[None] | None = None
+        self._stop_requested = asyncio.Event()
+
+    # Running ---------------------------------------------------------------------------------------------------
+
+    def request_stop(self, reason: str = "asked to stop") -> None:
+        if self._stop_requested.is_set():
+            log.info("%s: already shutting down", reason)
+            return
+        log.info("%s: shutting down", reason)
+        self._stop_requested.set()
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:
+            with contextlib.suppress(NotImplementedError):  # Windows has no loop signal handlers
+                loop.add_signal_handler(signum, self.request_stop, signal.Signals(signum).name)
+
+    @staticmethod
+    def _remove_signal_handlers() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:
+            with contextlib.suppress(NotImplementedError):
+                loop.remove_signal_handler(signum)
+
+    async def run(self) -> int:
+        """Serve until SIGTERM or SIGINT, shut down gracefully, and return the exit code."""
+        self._install_signal_handlers()
+        log.info("slipway agent %s connecting to %s (log dir %s)", __version__, self._config.url, self._config.log_dir)
+        senders = [start_task(self._logs.run(), "the log sender"), start_task(self._lifecycle.run(), "lifecycle")]
+        control = asyncio.create_task(self._control_loop())
+        stop = asyncio.create_task(self._stop_requested.wait())
+        await asyncio.wait({control, stop}, return_when=asyncio.FIRST_COMPLETED)
+        exit_code = 0
+        if control.done() and not control.cancelled() and control.exception() is not None:
+            log.error("the control connection failed", exc_info=control.exception())
+            exit_code = 1
+        stop.cancel()
+        await self._shut_down(control)
+        for task in senders:
+            task.cancel()
+        await asyncio.gather(*senders, return_exceptions=True)
+        await self._api.aclose()
+        self._remove_signal_handlers()
+        log.info("stopped")
+        return exit_code
+
+    # The control connection ------------------------------------------------------------------------------------
+
+    async def _control_loop(self) -> None:
+        backoff = Backoff()
+        while True:
+            try:
+                websocket = await retry(self._api.connect_control, self._problems)
+            except AgentAPIError as exc:  # e.g. 404 from a server being upgraded: keep trying, never give up
+                self._problems.report(str(exc))
+                await asyncio.sleep(backoff.next_delay())
+                continue
+            connected_at = time.monotonic()
+            try:
+                await self._serve_control(websocket)
+            except ConnectionClosed:
+                pass
+            except (ManifestError, AgentAPIError) as exc:
+                self._problems.report(f"the manifest could not be had: {exc}")
+            finally:
+                await websocket.close()
+            self._note_closed(websocket)
+            if time.monotonic() - connected_at > STABLE_CONNECTION:
+                backoff.reset()
+            await asyncio.sleep(backoff.next_delay())
+
+    def _note_closed(self, websocket: ClientConnection) -> None:
+        code, reason = websocket.close_code, websocket.close_reason
+        if code == 4001:
+            self._problems.report(f"this agent no longer belongs to the workspace's current build (4001 {reason})")
+        elif code is not None and code >= 4000:
+            self._problems.report(f"the server closed the control connection ({code} {reason})")
+        else:
+            log.info("the control connection closed (%s); reconnecting", code)
+
+    async def _serve_control(self, websocket: ClientConnection) -> None:
+        manifest = parse_manifest(await retry(self._api.get_manifest, self._problems))
+        await self._apply_manifest(manifest)
+        async for message in websocket:
+            data = control_message(message) if isinstance(message, str) else {}
+            if data.get("type") == "dial":
+                self._tunnels.dial(data)
+            elif data:
+                log.debug("ignoring a control message of type %r", data.get("type"))
+
+    # The manifest ----------------------------------------------------------------------------------------------
+
+    def _script_environment(self, script: AgentScript) -> dict[str, str]:
+        manifest = self._manifest or Manifest()
+        return build_environment(manifest, self._config.log_dir, log_source_id=script.log_source_id)
+
+    async def _apply_manifest(self, manifest: Manifest) -> None:
+        previous, self._manifest = self._manifest, manifest
+        environment = build_environment(manifest, self._config.log_dir)
+        try:
+            directory = expand_directory(manifest.directory, environment)
+        except OSError as exc:
+            log.warning("the directory %r cannot be used (%s); using the home directory", manifest.directory, exc)
+            directory = Path(home_directory(environment))
+        self._context = SessionContext(directory, environment, manifest.motd_file)
+        try:
+            await retry(lambda: self._api.post_startup(__version__, str(directory)), self._problems)
+        except AgentAPIError as exc:
+            log.warning("the server refused the start-up report: %s", exc)
+        if previous is None:
+            self._scripts = ScriptRunner(
+                log_dir=self._config.log_dir,
+                directory=directory,
+                environment_for=self._script_environment,
+                send_log=self._logs.add,
+            )
+            self._lifecycle.report(STARTING)
+            self._startup = start_task(self._run_start_scripts(manifest, self._scripts), "the start scripts")
+        else:
+            if self._scripts is not None:
+                self._scripts.directory = directory
+            if previous.agent_id != manifest.agent_id:
+                self._lifecycle.report(self._lifecycle.state)  # the rebuilt agent learns how far this one got
+        self._restart_watchers(previous, manifest)
+
+    def _restart_watchers(self, previous: Manifest | None, manifest: Manifest) -> None:
+        """Metadata and app health start at once, and again when a later manifest changes their definitions."""
+        if previous is None or previous.metadata != manifest.metadata:
+            if self._metadata is not None:
+                self._metadata.cancel()
+            collector = MetadataCollector(
+                manifest.metadata,
+                self._api.post_metadata,
+                directory=self._context.directory,
+                environment=lambda: self._context.environment,
+            )
+            self._metadata = start_task(collector.run(), "metadata collection")
+        if previous is None or previous.apps != manifest.apps:
+            if self._app_health is not None:
+                self._app_health.cancel()
+            reporter = AppHealthReporter(manifest.apps, self._api.post_app_health)
+            self._app_health = start_task(reporter.run(), "app health checks")
+
+    # Scripts ---------------------------------------------------------------------------------------------------
+
+    async def _run_start_scripts(self, manifest: Manifest, runner: ScriptRunner) -> None:
+        scripts = manifest.start_scripts
+        if scripts:
+            log.info("running %d start script(s)", len(scripts))
+        results = list(await asyncio.gather(*(runner.run(script, remember_group=True) for script in scripts)))
+        if self._stop_requested.is_set():
+            return  # shutdown reports the lifecycle from here on
+        # Send the scripts' output first: a workspace shown as ready then has its startup log on the page.
+        await self._logs.flush(FLUSH_TIMEOUT)
+        self._lifecycle.report(outcome(results, START_TIMEOUT, START_ERROR, READY))
+        if manifest.cron_scripts:
+            self._cron = start_task(self._run_cron_scripts(manifest.cron_scripts, runner), "the cron scheduler")
+
+    async def _run_cron_scripts(self, scripts: tuple[AgentScript, ...], runner: ScriptRunner) -> None:
+        async with asyncio.TaskGroup() as group:
+            for script in scripts:
+                try:
+                    schedule = CronSchedule.parse(script.cron)
+                except CronError as exc:
+                    message = f"the cron schedule {script.cron!r} is invalid, so this script never runs: {exc}"
+                    log.warning("script %r: %s", script.name, message)
+                    self._logs.add(LogLine(message, "error", script.log_source_id))
+                    continue
+                group.create_task(run_on_schedule(schedule, partial(runner.run, script, remember_group=True)))
+
+    # Shutdown --------------------------------------------------------------------------------------------------
+
+    async def _shut_down(self, control: asyncio.Task[None]) -> None:
+        started = self._manifest is not None
+        if started:
+            self._lifecycle.report(SHUTTING_DOWN)
+        control.cancel()
+        await asyncio.gather(control, return_exceptions=True)
+        await self._tunnels.close_all()
+        watchers = [task for task in (self._cron, self._metadata, self._app_health) if task is not None]
+        for task in watchers:
+            task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
+        results: list[ScriptResult] = []
+        if self._scripts is not None and self._manifest is not None:
+            stop_scripts = self._manifest.stop_scripts
+            if stop_scripts:
+                log.info("running %d stop script(s)", len(stop_scripts))
+            results = list(await asyncio.gather(*(self._scripts.run(script) for script in stop_scripts)))
+            await self._scripts.stop_leftovers(STOP_LEFTOVERS_GRACE)
+        if self._startup is not None:
+            await asyncio.wait({self._startup}, timeout=OUTPUT_CLOSE_WAIT + 2)
+            self._startup.cancel()
+            await asyncio.gather(self._startup, return_exceptions=True)
+        # The stop scripts' output before "off", as their output comes before "ready" at start.
+        if not await self._logs.flush(FLUSH_TIMEOUT):
+            log.warning("%d log lines could not be sent before exiting", self._logs.queued_lines)
+        if started:
+            self._lifecycle.report(outcome(results, SHUTDOWN_TIMEOUT, SHUTDOWN_ERROR, OFF))
+            if not await self._lifecycle.flush(FLUSH_TIMEOUT):
+                log.warning("the server did not take the last lifecycle report in time")
+
+
+def configure_logging(log_dir: Path) -> None:
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    problem = None
+    try:
+        handlers.append(
+            logging.handlers.RotatingFileHandler(
+                log_dir / LOG_FILE_NAME, maxBytes=LOG_FILE_MAX_BYTES, backupCount=1, encoding="utf-8"
+            )
+        )
+    except OSError as exc:
+        problem = exc
+    root = logging.getLogger()
+    for handler in handlers:
+        handler.setFormatter(formatter)
+    root.handlers[:] = handlers
+    root.setLevel(logging.INFO)
+    # Every request would otherwise be a line: these libraries speak up only when something is wrong.
+    for library in ("httpx", "httpcore", "asyncssh", "websockets"):
+        logging.getLogger(library).setLevel(logging.WARNING)
+    if problem is not None:
+        log.warning("cannot write %s: %s; logging to stderr only", log_dir / LOG_FILE_NAME, problem)
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write(f"slipway agent: {message}\n")
+    sys.exit(CONFIG_ERROR_EXIT)
+
+
+def main() -> None:
+    try:
+        config = load_config(os.environ)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    try:
+        config.log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _fail(f"the log directory {config.log_dir} cannot be created: {exc.strerror or exc}")
+    for name in TOKEN_VARIABLES:  # nothing the agent starts may inherit the token
+        os.environ.pop(name, None)
+    configure_logging(config.log_dir)
+    sys.exit(asyncio.run(Agent(config).run()))

@@ -1,0 +1,86 @@
+"""The agent as a process: graceful exit on SIGTERM, its own log file, and imports without POSIX modules."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agent.lifecycle import OFF, READY, SHUTDOWN_ERROR, START_ERROR, START_TIMEOUT
+from agent.main import outcome
+from agent.scripts import ScriptResult
+from tests.agent.test_config import REPOSITORY
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_lifecycle_outcome_of_scripts() -> None:
+    ok, failed, timed_out = ScriptResult(0), ScriptResult(1), ScriptResult(130, timed_out=True)
+    assert outcome([], START_TIMEOUT, START_ERROR, READY) == READY
+    assert outcome([ok, failed], START_TIMEOUT, START_ERROR, READY) == START_ERROR
+    assert outcome([failed, timed_out], START_TIMEOUT, START_ERROR, READY) == START_TIMEOUT
+    assert outcome([ok, ScriptResult(None)], "shutdown_timeout", SHUTDOWN_ERROR, OFF) == SHUTDOWN_ERROR
+
+
+def test_sigterm_while_waiting_for_the_server_exits_0(tmp_path: Path) -> None:
+    log_file = tmp_path / "logs" / "slipway-agent.log"
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "agent"],
+        cwd=REPOSITORY,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "SLIPWAY_AGENT_URL": f"http://127.0.0.1:{closed_port()}/",
+            "SLIPWAY_AGENT_TOKEN": "token-that-must-not-be-logged",
+            "SLIPWAY_AGENT_LOG_DIR": str(tmp_path / "logs"),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while "waiting for the server" not in (log_file.read_text() if log_file.exists() else ""):
+            assert time.monotonic() < deadline, "the agent never said it was waiting"
+            time.sleep(0.1)
+        time.sleep(1.5)  # several retries, still one line
+        agent.send_signal(signal.SIGTERM)
+        _, stderr = agent.communicate(timeout=15)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.communicate()
+    assert agent.returncode == 0
+    log = log_file.read_text()
+    assert log.count("waiting for the server") == 1
+    assert "SIGTERM: shutting down" in log
+    assert "token-that-must-not-be-logged" not in log + stderr
+
+
+def test_the_package_imports_without_posix_only_modules() -> None:
+    # What a Windows interpreter lacks; the agent must at least import there.
+    probe = """
+import sys
+import asyncio, subprocess, httpx, websockets.asyncio.client, asyncssh  # the libraries handle Windows themselves
+class NoPosix:
+    def find_spec(self, name, path=None, target=None):
+        if name in ("fcntl", "termios", "pwd", "pty", "resource"):
+            raise ImportError(name)
+sys.meta_path.insert(0, NoPosix())
+for name in ("fcntl", "termios", "pwd", "pty", "resource"):
+    sys.modules.pop(name, None)
+sys.platform = "win32"
+import agent.main, agent.terminal, agent.sshd, agent.environment
+print("imported")
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPOSITORY, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.stdout.strip() == "imported", result.stderr

@@ -1,0 +1,284 @@
+"""Workspace agents end to end with the `local` example: a real server with built-in daemons, real Terraform,
+the real agent in each workspace, the CLI's ways in, and OpenSSH's own ssh, scp and rsync.
+
+One deployment serves the module (starting workspaces is the slow part); tests that break a workspace on
+purpose (killing its agent, stopping it) use workspaces of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from websockets.sync.client import connect
+
+from tests.support.deployment import Deployment, start_deployment
+from tests.support.net import free_port
+from tests.support.server import SLIPWAY
+
+# A server with a plain HTTP page and a WebSocket echo, run inside workspaces with the agent's own interpreter.
+ECHO_SERVER = """
+import sys
+from websockets.http11 import Response
+from websockets.datastructures import Headers
+from websockets.sync.server import serve
+
+def page(connection, request):
+    if request.headers.get("Upgrade", "").lower() == "websocket":
+        return None
+    cookie = request.headers.get("Cookie", "")
+    body = f"dev server ok path={request.path} cookie={cookie}".encode()
+    return Response(200, "OK", Headers({"Content-Type": "text/plain", "Content-Length": str(len(body))}), body)
+
+def echo(websocket):
+    for message in websocket:
+        websocket.send(message)
+
+with serve(echo, "127.0.0.1", int(sys.argv[1]), process_request=page) as server:
+    server.serve_forever()
+"""
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    tmp = tmp_path_factory.mktemp("agents")
+    deployment = start_deployment(tmp)
+    try:
+        deployment.push_local("agent_connection_timeout=6")
+        yield deployment
+    finally:
+        deployment.server.stop()
+        stop_workspaces(deployment.workspaces_root)
+
+
+def stop_workspaces(root: Path) -> None:
+    """Whatever workspace processes are left (their agents would retry a stopped server forever)."""
+    for pid_file in root.glob("*/*/workspace.pid"):
+        try:
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError, PermissionError):
+            pass
+
+
+@pytest.fixture(scope="module")
+def ws1(deployment: Deployment) -> str:
+    deployment.create("alice", "ws1", "greeting=hi there")
+    deployment.wait_ready("alice", "ws1")
+    return "ws1"
+
+
+def agent_process(deployment: Deployment, owner: str, name: str) -> psutil.Process:
+    group = int((deployment.directory(owner, name) / "workspace.pid").read_text())
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "agent" in cmdline and "-m" in cmdline and os.getpgid(process.pid) == group:
+            return process
+    raise AssertionError(f"no agent process in the process group of {name}")
+
+
+def wait_for_lines(api: httpx.Client, agent_id: str, text: str, timeout: float = 10) -> list[dict[str, object]]:
+    """The agent's log once a line contains ``text`` (script output reaches the server in batches)."""
+    deadline, lines = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:
+        lines = api.get(f"/workspaceagents/{agent_id}/logs").json()
+        if any(text in str(line["output"]) for line in lines):
+            return list(lines)
+        time.sleep(0.2)
+    raise AssertionError(f"no log line with {text!r}: {lines}")
+
+
+def test_the_agent_connects_runs_the_startup_script_and_reports(deployment: Deployment, ws1: str) -> None:
+    agent = deployment.agent("alice", ws1)
+    assert agent["status"] == "connected" and agent["lifecycle_state"] == "ready"
+    assert agent["expanded_directory"] == str(deployment.directory("alice", ws1))
+    assert (deployment.directory("alice", ws1) / "greeting").read_text().strip() == "hi there"
+    with deployment.api("alice") as api:
+        lines = wait_for_lines(api, agent["id"], "wrote 'hi there'")
+        workspace = api.get(f"/workspaces/{deployment.workspace('alice', ws1)['id']}").json()
+    sources = {source["id"]: source["display_name"] for source in agent["log_sources"]}
+    assert {sources[line["source_id"]] for line in lines} == {"Startup Script"}
+    assert workspace["health"] == {"healthy": True, "failing_agents": []}
+    metadata = deployment.wait_agent(
+        "alice", ws1, lambda a: all(item["result"]["collected_at"] for item in a["metadata"]), what="measured"
+    )["metadata"]
+    values = {item["description"]["key"]: item["result"]["value"] for item in metadata}
+    assert len(values["load"].split()) == 3 and values["disk"]
+
+
+def test_ssh_runs_commands_with_their_output_input_and_exit_status(deployment: Deployment, ws1: str) -> None:
+    result = deployment.cli("alice", "ssh", ws1, "echo out; echo err >&2; pwd; exit 7")
+    assert result.returncode == 7, result.stderr
+    assert result.stdout.splitlines() == ["out", str(deployment.directory("alice", ws1))]
+    assert "err" in result.stderr
+    piped = deployment.cli("alice", "ssh", ws1, "wc -c", input_text="12345")
+    assert piped.returncode == 0 and piped.stdout.strip() == "5"
+    environment = deployment.cli(
+        "alice", "ssh", ws1, "echo $CODER $CODER_WORKSPACE_NAME; env | grep -c '^[A-Z_]*AGENT_TOKEN='"
+    )
+    assert environment.stdout.split() == ["true", ws1, "0"]  # the agent's token never reaches a session
+
+
+def test_scp_and_rsync_work_through_config_ssh(deployment: Deployment, ws1: str, tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    written = deployment.cli("alice", "config-ssh", "--ssh-config-file", str(config), "-y")
+    assert written.returncode == 0, written.stderr
+    assert f"Host slipway.{ws1}" in config.read_text()
+    payload = os.urandom(300_000)
+    source = tmp_path / "payload.bin"
+    source.write_bytes(payload)
+    env = deployment.cli_env("alice")
+    target = deployment.directory("alice", ws1)
+    scp = subprocess.run(
+        ["scp", "-F", str(config), str(source), f"slipway.{ws1}:{target}/copied.bin"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert scp.returncode == 0, scp.stderr
+    assert (target / "copied.bin").read_bytes() == payload
+    back = tmp_path / "back.bin"
+    scp_back = subprocess.run(
+        ["scp", "-F", str(config), f"slipway.{ws1}:{target}/copied.bin", str(back)],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert scp_back.returncode == 0 and back.read_bytes() == payload, scp_back.stderr
+    rsync = subprocess.run(
+        ["rsync", "-e", f"ssh -F {config}", str(source), f"slipway.{ws1}:{target}/synced.bin"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert rsync.returncode == 0, rsync.stderr
+    assert (target / "synced.bin").read_bytes() == payload
+    plain = subprocess.run(
+        ["ssh", "-F", str(config), f"slipway.{ws1}", "echo plain ssh; exit 3"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert plain.returncode == 3 and plain.stdout.strip() == "plain ssh"
+
+
+def start_in_workspace(deployment: Deployment, name: str, script: str, port: int) -> None:
+    """Start a server inside the workspace through `slipway ssh`, as a user would, and wait for it."""
+    directory = deployment.directory("alice", name)
+    (directory / "server.py").write_text(script)
+    started = deployment.cli(
+        "alice", "ssh", name, f"nohup {sys.executable} server.py {port} > server.log 2>&1 < /dev/null &"
+    )
+    assert started.returncode == 0, started.stderr
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        probe = f"{sys.executable} -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}))'"
+        if deployment.cli("alice", "ssh", name, probe).returncode == 0:
+            return
+        time.sleep(0.3)
+    raise AssertionError((directory / "server.log").read_text())
+
+
+def test_port_forward_reaches_a_server_inside_the_workspace(deployment: Deployment, ws1: str) -> None:
+    remote, local = free_port(), free_port()
+    start_in_workspace(deployment, ws1, ECHO_SERVER, remote)
+    command = [SLIPWAY, "port-forward", ws1, "--tcp", f"{local}:{remote}"]
+    env = deployment.cli_env("alice")
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as forward:
+        assert forward.stdout is not None and forward.stderr is not None
+        try:
+            assert f"127.0.0.1:{local}" in forward.stdout.readline()
+            page = httpx.get(f"http://127.0.0.1:{local}/hello", timeout=10)
+            assert page.status_code == 200 and "dev server ok path=/hello" in page.text
+            with connect(f"ws://127.0.0.1:{local}/echo") as websocket:
+                websocket.send("through the forward")
+                assert websocket.recv(timeout=10) == "through the forward"
+        finally:
+            forward.send_signal(signal.SIGINT)
+        assert forward.wait(timeout=10) == 0
+        assert "Traceback" not in forward.stderr.read()
+
+
+def test_apps_are_proxied_with_websockets_and_health(deployment: Deployment) -> None:
+    port = free_port()
+    deployment.create("alice", "apps", f"dev_port={port}")
+    deployment.wait_ready("alice", "apps")
+    path = f"{deployment.url}/@alice/apps.main/apps/dev/"
+    auth = deployment.people["alice"].auth
+    down = httpx.get(path, headers=auth, timeout=30)
+    assert down.status_code == 502 and "App Dev server is not reachable" in down.text
+    assert f"nothing listens on localhost:{port}" in down.text
+
+    start_in_workspace(deployment, "apps", ECHO_SERVER, port)
+    page = httpx.get(f"{path}sub/page?q=1", headers={**auth, "Cookie": "slipway_session=secret; theme=dark"})
+    assert page.status_code == 200
+    # The app sees its own path and cookies, never Slipway's session.
+    assert page.text == "dev server ok path=/sub/page?q=1 cookie=theme=dark"
+    ws_url = path.replace("http://", "ws://") + "echo"
+    with connect(ws_url, additional_headers=auth) as websocket:
+        for message in ("hello", b"\x00\x01binary"):
+            websocket.send(message)
+            assert websocket.recv(timeout=10) == message
+    deployment.wait_agent(
+        "alice", "apps", lambda agent: agent["apps"][0]["health"] == "healthy", timeout=30, what="app healthy"
+    )
+    carol = httpx.get(path, headers=deployment.people["carol"].auth)
+    assert carol.status_code == 404  # share level owner: nobody else's app to open
+
+
+def test_a_killed_agent_is_disconnected_then_timed_out(deployment: Deployment) -> None:
+    deployment.create("alice", "doomed")
+    deployment.wait_ready("alice", "doomed")
+    agent_process(deployment, "alice", "doomed").kill()
+    gone = deployment.wait_agent("alice", "doomed", lambda a: a["status"] == "disconnected", 15, "disconnected")
+    assert gone["health"]["healthy"] is False
+    workspace = deployment.workspace("alice", "doomed")
+    assert workspace["health"] == {"healthy": False, "failing_agents": [gone["id"]]}
+    deployment.wait_agent("alice", "doomed", lambda a: a["status"] == "timeout", 20, "timed out")
+    refused = deployment.cli("alice", "ssh", "doomed", "true")
+    assert refused.returncode != 0 and "agent main of doomed lost its connection long ago (timed out)" in refused.stderr
+
+
+def test_stop_runs_the_shutdown_script_and_turns_the_agent_off(deployment: Deployment) -> None:
+    deployment.create("alice", "stopper")
+    agent = deployment.wait_ready("alice", "stopper")
+    start_build = deployment.workspace("alice", "stopper")["latest_build"]["id"]
+    stopped = deployment.cli("alice", "stop", "stopper")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "stopped at" in (deployment.directory("alice", "stopper") / "shutdown.log").read_text()
+    with deployment.api("alice") as api:
+        [resource] = [r for r in api.get(f"/workspacebuilds/{start_build}/resources").json() if r["agents"]]
+        wait_for_lines(api, agent["id"], "is stopping: noted in")
+    assert resource["agents"][0]["lifecycle_state"] == "off"
+
+    refused = deployment.cli("alice", "ssh", "stopper", "true")
+    assert refused.returncode != 0
+    assert "workspace stopper is stopped: run `slipway start stopper`" in refused.stderr
+    forward = deployment.cli("alice", "port-forward", "stopper", "--tcp", f"{free_port()}:80", timeout=30)
+    assert forward.returncode != 0 and "slipway start stopper" in forward.stderr
+
+
+def test_agents_reconnect_when_the_server_restarts(deployment: Deployment, ws1: str) -> None:
+    before = deployment.agent("alice", ws1)
+    deployment.server.stop()
+    deployment.server.start()
+    after = deployment.wait_agent(
+        "alice", ws1, lambda a: a["status"] == "connected" and a["last_connected_at"] != before["last_connected_at"],
+        timeout=60, what="reconnected",
+    )  # fmt: skip
+    assert after["id"] == before["id"] and after["lifecycle_state"] == "ready"  # start scripts do not run twice
+    assert deployment.cli("alice", "ssh", ws1, "true").returncode == 0
+
+
+def test_a_wrong_token_is_refused_and_retried_quietly(deployment: Deployment, tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("SLIPWAY_", "CODER_"))}
+    env.update(SLIPWAY_AGENT_URL=deployment.url, SLIPWAY_AGENT_TOKEN="not-a-token", SLIPWAY_AGENT_LOG_DIR=str(tmp_path))
+    agent = subprocess.Popen([sys.executable, "-m", "agent"], env=env, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        time.sleep(8)
+        assert agent.poll() is None  # it keeps trying
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=15)
+    log = (tmp_path / "slipway-agent.log").read_text()
+    assert "401" in log and log.count("401") <= 2, log  # one line for the problem, not one per retry
+    assert "not-a-token" not in log
