@@ -20,31 +20,9 @@ import psutil
 import pytest
 from websockets.sync.client import connect
 
-from tests.support.deployment import Deployment, start_deployment
+from tests.support.deployment import ECHO_SERVER, Deployment, start_deployment, stop_workspaces
 from tests.support.net import free_port
 from tests.support.server import SLIPWAY
-
-# A server with a plain HTTP page and a WebSocket echo, run inside workspaces with the agent's own interpreter.
-ECHO_SERVER = """
-import sys
-from websockets.http11 import Response
-from websockets.datastructures import Headers
-from websockets.sync.server import serve
-
-def page(connection, request):
-    if request.headers.get("Upgrade", "").lower() == "websocket":
-        return None
-    cookie = request.headers.get("Cookie", "")
-    body = f"dev server ok path={request.path} cookie={cookie}".encode()
-    return Response(200, "OK", Headers({"Content-Type": "text/plain", "Content-Length": str(len(body))}), body)
-
-def echo(websocket):
-    for message in websocket:
-        websocket.send(message)
-
-with serve(echo, "127.0.0.1", int(sys.argv[1]), process_request=page) as server:
-    server.serve_forever()
-"""
 
 
 @pytest.fixture(scope="module")
@@ -57,15 +35,6 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     finally:
         deployment.server.stop()
         stop_workspaces(deployment.workspaces_root)
-
-
-def stop_workspaces(root: Path) -> None:
-    """Whatever workspace processes are left (their agents would retry a stopped server forever)."""
-    for pid_file in root.glob("*/*/workspace.pid"):
-        try:
-            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
-        except (ProcessLookupError, ValueError, PermissionError):
-            pass
 
 
 @pytest.fixture(scope="module")
@@ -161,26 +130,9 @@ def test_scp_and_rsync_work_through_config_ssh(deployment: Deployment, ws1: str,
     assert plain.returncode == 3 and plain.stdout.strip() == "plain ssh"
 
 
-def start_in_workspace(deployment: Deployment, name: str, script: str, port: int) -> None:
-    """Start a server inside the workspace through `slipway ssh`, as a user would, and wait for it."""
-    directory = deployment.directory("alice", name)
-    (directory / "server.py").write_text(script)
-    started = deployment.cli(
-        "alice", "ssh", name, f"nohup {sys.executable} server.py {port} > server.log 2>&1 < /dev/null &"
-    )
-    assert started.returncode == 0, started.stderr
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        probe = f"{sys.executable} -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}))'"
-        if deployment.cli("alice", "ssh", name, probe).returncode == 0:
-            return
-        time.sleep(0.3)
-    raise AssertionError((directory / "server.log").read_text())
-
-
 def test_port_forward_reaches_a_server_inside_the_workspace(deployment: Deployment, ws1: str) -> None:
     remote, local = free_port(), free_port()
-    start_in_workspace(deployment, ws1, ECHO_SERVER, remote)
+    deployment.start_server("alice", ws1, ECHO_SERVER, remote)
     command = [SLIPWAY, "port-forward", ws1, "--tcp", f"{local}:{remote}"]
     env = deployment.cli_env("alice")
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as forward:
@@ -208,7 +160,7 @@ def test_apps_are_proxied_with_websockets_and_health(deployment: Deployment) -> 
     assert down.status_code == 502 and "App Dev server is not reachable" in down.text
     assert f"nothing listens on localhost:{port}" in down.text
 
-    start_in_workspace(deployment, "apps", ECHO_SERVER, port)
+    deployment.start_server("alice", "apps", ECHO_SERVER, port)
     page = httpx.get(f"{path}sub/page?q=1", headers={**auth, "Cookie": "slipway_session=secret; theme=dark"})
     assert page.status_code == 200
     # The app sees its own path and cookies, never Slipway's session.

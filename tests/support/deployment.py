@@ -4,6 +4,8 @@ example pushed, and helpers that wait for workspaces and agents through the API 
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +18,28 @@ from tests.conftest import PASSWORD, run_cli
 from tests.support.server import ServerProcess
 
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "local"
+# A server with a plain HTTP page and a WebSocket echo, run inside workspaces with the agent's own interpreter.
+ECHO_SERVER = """
+import sys
+from websockets.http11 import Response
+from websockets.datastructures import Headers
+from websockets.sync.server import serve
+
+def page(connection, request):
+    if request.headers.get("Upgrade", "").lower() == "websocket":
+        return None
+    cookie = request.headers.get("Cookie", "")
+    body = f"dev server ok path={request.path} cookie={cookie}".encode()
+    return Response(200, "OK", Headers({"Content-Type": "text/plain", "Content-Length": str(len(body))}), body)
+
+def echo(websocket):
+    for message in websocket:
+        websocket.send(message)
+
+with serve(echo, "127.0.0.1", int(sys.argv[1]), process_request=page) as server:
+    server.serve_forever()
+"""
+
 ROLES = {"alice": ["owner"], "bob": ["template-admin"], "carol": [], "dave": []}
 
 
@@ -129,6 +153,22 @@ class Deployment:
             "connected and ready",
         )
 
+    def start_server(self, owner: str, name: str, script: str, port: int) -> None:
+        """Start a server inside the workspace through `slipway ssh`, as a user would, and wait for it."""
+        directory = self.directory(owner, name)
+        (directory / "server.py").write_text(script)
+        started = self.cli(
+            owner, "ssh", name, f"nohup {sys.executable} server.py {port} > server.log 2>&1 < /dev/null &"
+        )
+        assert started.returncode == 0, started.stderr
+        probe = f"{sys.executable} -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}))'"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.cli(owner, "ssh", name, probe).returncode == 0:
+                return
+            time.sleep(0.3)
+        raise AssertionError((directory / "server.log").read_text())
+
     def directory(self, owner: str, name: str) -> Path:
         return self.workspaces_root / owner / name
 
@@ -139,6 +179,15 @@ class Deployment:
             if path.exists():
                 parts.append(f"--- {path}\n{path.read_text()[-4000:]}")
         return "\n".join(parts)
+
+
+def stop_workspaces(root: Path) -> None:
+    """Whatever workspace processes are left (their agents would retry a stopped server forever)."""
+    for pid_file in root.glob("*/*/workspace.pid"):
+        try:
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError, PermissionError):
+            pass
 
 
 def start_deployment(tmp: Path, *extra_args: str, env: dict[str, str] | None = None) -> Deployment:
