@@ -133,6 +133,7 @@ def logs(name: str, follow: bool, build_number: int | None) -> None:
     path = f"/api/v2/workspacebuilds/{build['id']}/logs"
     if follow:
         report(follow_job(client, path, build["job"]), f"Build #{build['build_number']} ({build['transition']})")
+        _print_agent_logs(client, build["id"])
         return
     stage = None
     for line in client.get(path):
@@ -142,5 +143,20 @@ def logs(name: str, follow: bool, build_number: int | None) -> None:
         if line["output"]:
             click.echo(f"    {line['output']}")
     job = client.get(f"/api/v2/workspacebuilds/{build['id']}")["job"]
+    _print_agent_logs(client, build["id"])
     if job["status"] in ("failed", "canceled"):
         report(job, f"Build #{build['build_number']} ({build['transition']})")
+
+
+def _print_agent_logs(client: SlipwayClient, build_id: str) -> None:
+    """After a build's own log, what its agents' scripts printed (startup scripts first, as Coder's CLI does)."""
+    for resource in client.get(f"/api/v2/workspacebuilds/{build_id}/resources"):
+        for agent in resource["agents"]:
+            sources = {source["id"]: source["display_name"] for source in agent["log_sources"]}
+            shown = None
+            for line in client.get(f"/api/v2/workspaceagents/{agent['id']}/logs"):
+                heading = f"==> Agent {agent['name']}: {sources.get(line['source_id'], 'agent')}"
+                if heading != shown:
+                    shown = heading
+                    click.secho(heading, bold=True)
+                click.echo(f"    {line['output']}")

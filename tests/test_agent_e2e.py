@@ -80,6 +80,8 @@ def test_the_agent_connects_runs_the_startup_script_and_reports(deployment: Depl
     )["metadata"]
     values = {item["description"]["key"]: item["result"]["value"] for item in metadata}
     assert len(values["load"].split()) == 3 and values["disk"]
+    printed = deployment.cli("alice", "logs", ws1).stdout  # the build's log, then what the agent's scripts printed
+    assert "==> Agent main: Startup Script" in printed and "wrote 'hi there'" in printed
 
 
 def test_ssh_runs_commands_with_their_output_input_and_exit_status(deployment: Deployment, ws1: str) -> None:
