@@ -39,9 +39,10 @@ class ControlConnection:
         self.closed = threading.Event()
 
     def serve(self) -> None:
+        # Listen for dials before the agent shows as connected: users dial as soon as it does.
+        self.relay.on_control(self.agent_id, self._queue_dial)
         services.mark_connected(self.agent_id, self.connection_id)
         db.session.remove()  # hold no database connection while the agent is connected
-        self.relay.on_control(self.agent_id, self._queue_dial)
         reader = threading.Thread(target=self._read, name=f"agent-{self.agent_id[:8]}", daemon=True)
         reader.start()
         try:
