@@ -5,6 +5,8 @@
   const box = document.getElementById("terminal");
   if (!box || typeof Terminal === "undefined") return;
   const state = document.getElementById("terminal-state");
+  const restart = document.getElementById("terminal-restart");
+  restart.addEventListener("click", () => location.reload());
   const show = (text, colour) => {
     state.textContent = text;
     state.className = "badge " + colour;
@@ -36,6 +38,7 @@
     }
   };
   socket.onclose = (event) => {
+    restart.hidden = false;
     // Codes from 4000 carry the server's reason (agent not connected, dial failed, workspace stopped).
     const reason = event.code >= 4000 && event.reason ? event.reason : "disconnected";
     if (state.textContent !== "exited") show(reason, "badge-err");

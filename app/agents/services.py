@@ -99,6 +99,26 @@ def agent_for_token(token: str) -> WorkspaceAgent:
     return agent
 
 
+def shown_agents(workspace: Workspace) -> list[tuple[WorkspaceAgent, WorkspaceBuild]]:
+    """The agents a workspace's page shows: those of its latest build, or, while a stop or delete runs, those of
+    the build it is stopping (they are still current: their shutdown is worth watching)."""
+    builds = db.session.scalars(
+        select(WorkspaceBuild)
+        .where(WorkspaceBuild.workspace_id == workspace.id)
+        .order_by(WorkspaceBuild.build_number.desc())
+        .limit(2)
+    ).all()
+    if not builds:
+        return []
+    shown = builds[0]
+    if shown.transition in ("stop", "delete") and shown.job.is_active and len(builds) == 2:
+        shown = builds[1]
+    if not is_current(shown):
+        return []
+    resources = db.session.scalars(select(WorkspaceResource).where(WorkspaceResource.job_id == shown.job_id)).all()
+    return [(agent, shown) for resource in resources for agent in resource.agents]
+
+
 def agent_is_current(agent_id: str) -> bool:
     agent = db.session.get(WorkspaceAgent, agent_id)
     build = build_of(agent) if agent is not None else None

@@ -9,6 +9,7 @@ from werkzeug.wrappers import Response
 from app.agents.access import AgentContext
 from app.agents.models import WorkspaceAgent
 from app.agents.presenter import status_of
+from app.agents.services import shown_agents
 from app.agents.views import agent_panel
 from app.auth.access import page_user
 from app.blueprints import page_blueprint
@@ -64,9 +65,7 @@ def status_events() -> Response:
 
 def _current_agents(workspace_id: str) -> list[WorkspaceAgent]:
     workspace = db.session.get(Workspace, workspace_id)
-    if workspace is None:
-        return []
-    return [agent for resource in job_resources(services.latest_build(workspace).job_id) for agent in resource.agents]
+    return [agent for agent, _ in shown_agents(workspace)] if workspace is not None else []
 
 
 def _workspace_events(workspace_id: str) -> Response:
@@ -131,9 +130,7 @@ def show(workspace_id: str) -> str:
     builds = services.list_builds(workspace)
     latest = builds[0]
     resources = job_resources(latest.job_id)
-    panels = [
-        agent_panel(AgentContext(agent, latest, workspace), user) for resource in resources for agent in resource.agents
-    ]
+    panels = [agent_panel(AgentContext(agent, build, workspace), user) for agent, build in shown_agents(workspace)]
     return render_template(
         "workspaces/show.html",
         workspace=workspace,
