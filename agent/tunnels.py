@@ -25,7 +25,7 @@ from agent.terminal import PtyProcess
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 64 * 1024
+READ_CHUNK = 256 * 1024  # fewer, larger frames: each one costs the relay a Redis round trip
 DIAL_TIMEOUT = 10.0
 DEFAULT_HOST = "127.0.0.1"
 WEB_TERMINAL_TERM = "xterm-256color"  # the dashboard's terminal is xterm.js

@@ -17,6 +17,7 @@ import httpx
 import psutil
 
 SLIPWAY = str(Path(sys.executable).with_name("slipway"))
+OWNER_PASSWORD = "correct-horse-battery"
 
 
 def free_port() -> int:
@@ -154,3 +155,13 @@ def run_load(
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def sign_up_owner(url: str) -> tuple[httpx.Client, str]:
+    """The first user of a fresh server: an API client signed in as them, and their session token."""
+    account = {"username": "alice", "email": "a@example.com", "password": OWNER_PASSWORD}
+    httpx.post(f"{url}/api/v2/users/first", json=account)
+    login = httpx.post(f"{url}/api/v2/users/login", json={"email": account["email"], "password": OWNER_PASSWORD})
+    token = str(login.json()["session_token"])
+    api = httpx.Client(base_url=f"{url}/api/v2", headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    return api, token

@@ -25,13 +25,12 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import SLIPWAY, Server  # noqa: E402
+from _harness import SLIPWAY, Server, sign_up_owner  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.archives import tar_of  # noqa: E402
 
 PSK = "bench-dispatch-psk"
-PASSWORD = "correct-horse-battery"
 SLEEPY = {
     "main.tf": 'resource "terraform_data" "work" {\n  provisioner "local-exec" {\n    command = "sleep 3"\n  }\n}\n'
 }
@@ -40,14 +39,6 @@ TERMINAL = ("succeeded", "failed", "canceled")
 
 def parse_time(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def owner_client(url: str) -> httpx.Client:
-    httpx.post(f"{url}/api/v2/users/first", json={"username": "alice", "email": "a@example.com", "password": PASSWORD})
-    token = httpx.post(f"{url}/api/v2/users/login", json={"email": "a@example.com", "password": PASSWORD}).json()
-    return httpx.Client(
-        base_url=f"{url}/api/v2", headers={"Authorization": f"Bearer {token['session_token']}"}, timeout=60
-    )
 
 
 def start_daemons(url: str, count: int, scratch: Path) -> list[subprocess.Popen[bytes]]:
@@ -119,7 +110,7 @@ def scenario(daemons: int, builds: int, rounds: int, database_url: str = "") -> 
     server = Server(env=env).start()
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        api = owner_client(server.url)
+        api, _ = sign_up_owner(server.url)
         processes = start_daemons(server.url, daemons, scratch)
         wait_idle(api, daemons)
         template_id = create_template(api)

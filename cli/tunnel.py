@@ -23,7 +23,7 @@ from cli.client import SlipwayClient
 from cli.config import load_config
 from cli.workspaces import find_workspace
 
-CHUNK_SIZE = 64 * 1024
+CHUNK_SIZE = 256 * 1024  # fewer, larger frames: each one costs the relay a Redis round trip
 EOF_MESSAGE = json.dumps({"type": "eof"})
 OPEN_TIMEOUT_SECONDS = 30.0
 # The agent reads 64 KiB at a time; the margin only guards against a misbehaving peer.

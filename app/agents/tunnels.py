@@ -29,8 +29,9 @@ DATA, TEXT, CLOSE, OPEN = b"d", b"t", b"c", b"o"
 # A sender waits once this many frames are queued for its peer, until fewer than LOW_WATER_ITEMS remain.
 HIGH_WATER_ITEMS = 64
 LOW_WATER_ITEMS = 16
-# Frames popped per round trip while a stream is busy.
+# Frames moved per round trip while a stream is busy.
 POP_BATCH = 32
+PUSH_BATCH = 16
 POP_TIMEOUT_SECONDS = 1.0
 KEY_TTL_SECONDS = 120
 ALIVE_TTL_SECONDS = 30
@@ -76,9 +77,10 @@ class TunnelHalf:
         self.peer_alive_key = f"{PREFIX}{tunnel_id}:alive-{other}"
         self._buffer: list[bytes] = []
 
-    def push(self, kind: bytes, payload: bytes = b"") -> None:
+    def push(self, *frames: bytes) -> None:
+        """Frames (a kind byte, then the payload) for the peer, in one round trip however many."""
         with self.client.pipeline(transaction=False) as pipe:
-            pipe.rpush(self.outbound, kind + payload)
+            pipe.rpush(self.outbound, *frames)
             pipe.expire(self.outbound, KEY_TTL_SECONDS)
             length, _ = pipe.execute()
         if length > HIGH_WATER_ITEMS:
@@ -93,16 +95,18 @@ class TunnelHalf:
             delay = min(delay * 2, 0.05)
 
     def pop(self, timeout: float) -> Item | None:
-        """The next frame from the peer, or None after ``timeout``. Takes several per round trip when busy."""
+        """The next frame from the peer, or None after ``timeout``.
+
+        One round trip takes up to POP_BATCH frames: BLPOP waits for the first, and the LPOP pipelined behind it
+        (Redis runs it once BLPOP returns) takes what else is queued."""
         if not self._buffer:
-            batch = self.client.lpop(self.inbound, POP_BATCH)
-            if batch:
-                self._buffer = list(batch)  # type: ignore[arg-type]  # lpop with a count returns a list
-            else:
-                found = self.client.blpop([self.inbound], timeout=timeout)
-                if found is None:
-                    return None
-                self._buffer = [bytes(found[1])]  # type: ignore[arg-type]  # bytes: decode_responses is off
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.blpop([self.inbound], timeout=timeout)
+                pipe.lpop(self.inbound, POP_BATCH - 1)
+                first, rest = pipe.execute()
+            if first is None:
+                return None
+            self._buffer = [bytes(first[1]), *(rest or [])]
         raw = self._buffer.pop(0)
         return Item(raw[:1], raw[1:])
 
@@ -153,16 +157,21 @@ def relay(endpoint: Endpoint, half: TunnelHalf) -> None:
 
 
 def _forward(endpoint: Endpoint, half: TunnelHalf, finished: threading.Event) -> None:
-    """The endpoint's frames to the peer; when the endpoint closes, the peer is told how."""
+    """The endpoint's frames to the peer, those already arrived together; when it closes, the peer is told how."""
+    frames: list[bytes] = []
     try:
         while not finished.is_set():
             message = endpoint.receive(timeout=POP_TIMEOUT_SECONDS)
-            if isinstance(message, bytes):
-                half.push(DATA, message)
-            elif message is not None:
-                half.push(TEXT, message.encode())
+            while message is not None:
+                frames.append(DATA + message if isinstance(message, bytes) else TEXT + message.encode())
+                if len(frames) >= PUSH_BATCH:
+                    break
+                message = endpoint.receive(timeout=0)
+            if frames:
+                half.push(*frames)
+                frames = []
     except WebSocketClosed as closed:
-        half.push(CLOSE, close_item(closed.code or CLOSE_NORMAL, closed.reason))
+        half.push(*frames, CLOSE + close_item(closed.code or CLOSE_NORMAL, closed.reason))
     except (TunnelBroken, redis.RedisError) as exc:
         endpoint.close(CLOSE_NO_ANSWER, str(exc))
     finally:
@@ -225,10 +234,7 @@ def agent_half(client: redis.Redis, tunnel_id: str, error: str | None) -> Tunnel
     """The agent's half, announced to the user's half: open, or closed with the agent's dial error."""
     half = TunnelHalf(client, tunnel_id, "agent")
     half.beat()
-    if error:
-        half.push(CLOSE, close_item(CLOSE_DIAL_FAILED, error))
-    else:
-        half.push(OPEN)
+    half.push(CLOSE + close_item(CLOSE_DIAL_FAILED, error) if error else OPEN)
     return half
 
 
