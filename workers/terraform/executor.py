@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import re
 import shutil
@@ -35,6 +36,7 @@ STATE_FILE = "terraform.tfstate"
 PLAN_FILE = "terraform.tfplan"
 NOTHING_TO_DO = "The terraform state does not exist, there is nothing to do"
 DEFAULT_CANCEL_GRACE = 180.0  # Coder's exitTimeout: 3 minutes between the interrupt and the kill
+PLUGIN_CACHE_LOCK_POLL = 0.1
 
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -212,7 +214,30 @@ class TerraformExecutor:
 
     def init(self) -> None:
         self._stage_started(STAGE_SETUP)
-        self._run("init", STAGE_SETUP, ["init", "-no-color", "-input=false"], mode="text")
+        with self._plugin_cache_lock():
+            self._run("init", STAGE_SETUP, ["init", "-no-color", "-input=false"], mode="text")
+
+    @contextmanager
+    def _plugin_cache_lock(self) -> Iterator[None]:
+        """One `terraform init` at a time per plugin cache: daemons on a machine share it, and Terraform does not
+        support concurrent use (two inits installing the same provider fail with "file exists")."""
+        cache = self.env.get("TF_PLUGIN_CACHE_DIR")
+        if not cache:
+            yield
+            return
+        with open(Path(cache) / ".slipway-init.lock", "a") as lock_file:
+            while True:
+                try:
+                    fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if self.canceled:  # waiting must not outlive a cancel
+                        raise TerraformCanceledError("init", "the job was canceled") from None
+                    time.sleep(PLUGIN_CACHE_LOCK_POLL)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock_file, fcntl.LOCK_UN)
 
     def plan(
         self, transition: Transition, *, state: bytes = b"", variables: Mapping[str, str] | None = None
