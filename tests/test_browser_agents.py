@@ -135,9 +135,7 @@ RECORD_CHANGES = """() => {
 }"""
 
 
-def test_stop_from_the_page_shows_the_shutdown_then_the_workspace_stopped(
-    deployment: Deployment, page: Page
-) -> None:
+def test_stop_from_the_page_shows_the_shutdown_then_the_workspace_stopped(deployment: Deployment, page: Page) -> None:
     with started(deployment, "stopper"):
         sign_in(page, deployment, "alice")
         workspace_url = f"{deployment.url}/workspaces/{deployment.workspace('alice', 'stopper')['id']}"
