@@ -190,6 +190,7 @@ def test_the_web_terminal_runs_a_shell_in_the_workspace(deployment: Deployment, 
         terminal = opened.value
         expect(terminal).to_have_title(re.compile(r"^Terminal · term"))
         expect(terminal.locator("#terminal-state")).to_have_text("connected", timeout=30_000)
+        expect(terminal.get_by_role("button", name="New session")).to_be_hidden()
         expect(terminal.locator(".xterm-rows")).to_have_text(re.compile(r"\S"), timeout=15_000)  # a prompt
 
         terminal.keyboard.type("echo $((6*7))")
@@ -204,6 +205,7 @@ def test_the_web_terminal_runs_a_shell_in_the_workspace(deployment: Deployment, 
         terminal.keyboard.press("Enter")
         expect(terminal.locator("#terminal-state")).to_have_text("exited", timeout=15_000)
         expect(terminal_row(terminal, "[the shell exited with status 0]")).to_have_count(1)
+        expect(terminal.get_by_role("button", name="New session")).to_be_visible()
         terminal.screenshot(path=str(ARTIFACTS / "agent-terminal-exited.png"))
 
 
