@@ -45,6 +45,7 @@ from agent.lifecycle import (
 from agent.logs import LogLine, LogSender
 from agent.manifest import AgentScript, Manifest, ManifestError, parse_manifest
 from agent.metadata import MetadataCollector
+from agent.processes import ProcessGroups
 from agent.scripts import OUTPUT_CLOSE_WAIT, ScriptResult, ScriptRunner
 from agent.sshd import SSHService
 from agent.tunnels import TunnelDialer, control_message
@@ -89,7 +90,9 @@ class Agent:
         self._logs = LogSender(self._api.post_logs)
         self._lifecycle = LifecycleReporter(self._api)
         self._context = context_before_manifest()
-        self._ssh = SSHService(lambda: self._context)
+        # Process groups of scripts, SSH sessions and terminals: what is left of them stops with the agent.
+        self._leftovers = ProcessGroups()
+        self._ssh = SSHService(lambda: self._context, self._leftovers)
         self._tunnels = TunnelDialer(self._api, self._ssh, lambda: self._context)
         self._manifest: Manifest | None = None
         self._scripts: ScriptRunner | None = None
@@ -212,6 +215,7 @@ class Agent:
                 directory=directory,
                 environment_for=self._script_environment,
                 send_log=self._logs.add,
+                leftovers=self._leftovers,
             )
             self._lifecycle.report(STARTING)
             self._startup = start_task(self._run_start_scripts(manifest, self._scripts), "the start scripts")
@@ -286,7 +290,8 @@ class Agent:
             if stop_scripts:
                 log.info("running %d stop script(s)", len(stop_scripts))
             results = list(await asyncio.gather(*(self._scripts.run(script) for script in stop_scripts)))
-            await self._scripts.stop_leftovers(STOP_LEFTOVERS_GRACE)
+        # What scripts, SSH sessions and terminals left running: the workspace is stopping.
+        await self._leftovers.stop(STOP_LEFTOVERS_GRACE)
         if self._startup is not None:
             await asyncio.wait({self._startup}, timeout=OUTPUT_CLOSE_WAIT + 2)
             self._startup.cancel()

@@ -198,3 +198,20 @@ async def kill_and_reap(piped: PipedProcess) -> None:
         piped.process.kill()
     await piped.process.wait()
     piped.close_pipes()
+
+
+class ProcessGroups:
+    """Process groups the agent started for scripts and for users (SSH sessions, terminals). At shutdown it stops
+    what is left of them: a workspace that is only a process on a shared machine (examples/local) must not leave
+    a user's `nohup server &` running after it stopped; in a container they would have gone with it anyway."""
+
+    def __init__(self) -> None:
+        self._groups: set[int] = set()
+
+    def add(self, pgid: int) -> None:
+        self._groups.add(pgid)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """SIGTERM every remembered group, SIGKILL what is left ``grace`` seconds later."""
+        groups, self._groups = list(self._groups), set()
+        await asyncio.gather(*(terminate_group(pgid, grace=grace) for pgid in groups))

@@ -24,11 +24,11 @@ from agent.logs import LogLine
 from agent.manifest import AgentScript
 from agent.processes import (
     PipedProcess,
+    ProcessGroups,
     exit_code,
     posix_shell_command,
     signal_group,
     spawn_piped,
-    terminate_group,
 )
 
 log = logging.getLogger(__name__)
@@ -85,12 +85,13 @@ class ScriptRunner:
         directory: Path,
         environment_for: EnvironmentFor,
         send_log: SendLog,
+        leftovers: ProcessGroups | None = None,
     ) -> None:
         self._log_dir = log_dir
         self.directory = directory
         self._environment_for = environment_for
         self._send_log = send_log
-        self._groups: set[int] = set()
+        self.leftovers = leftovers or ProcessGroups()
 
     def log_path(self, script: AgentScript, environ: Mapping[str, str]) -> Path:
         if not script.log_path.strip():
@@ -147,7 +148,7 @@ class ScriptRunner:
             self._emit(script, log_file, "error", message)
             return ScriptResult(exit_code=None, error=message)
         if remember_group:
-            self._groups.add(piped.pgid)
+            self.leftovers.add(piped.pgid)
         log.info("script %r started (pid %d)", script.name, piped.process.pid)
         pumps = [
             asyncio.create_task(self._pump(script, log_file, piped.stdout, "info")),
@@ -197,5 +198,4 @@ class ScriptRunner:
 
     async def stop_leftovers(self, grace: float = 5.0) -> None:
         """SIGTERM the remembered process groups, SIGKILL what is left ``grace`` seconds later."""
-        groups, self._groups = list(self._groups), set()
-        await asyncio.gather(*(terminate_group(pgid, grace=grace) for pgid in groups))
+        await self.leftovers.stop(grace)

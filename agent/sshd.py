@@ -21,7 +21,7 @@ from typing import Any
 import asyncssh
 
 from agent.environment import SessionContext, expand_path, home_directory, shell_invocation
-from agent.processes import PipedProcess, PipeWriter, signal_group, spawn_piped
+from agent.processes import PipedProcess, PipeWriter, ProcessGroups, signal_group, spawn_piped
 from agent.terminal import PtyProcess
 
 log = logging.getLogger(__name__)
@@ -99,8 +99,10 @@ async def _finished_before_close(process: asyncssh.SSHServerProcess[bytes], task
 
 
 class SSHService:
-    def __init__(self, context: SessionContextSource) -> None:
+    def __init__(self, context: SessionContextSource, leftovers: ProcessGroups | None = None) -> None:
         self._context = context
+        # Sessions' process groups: what users leave running (nohup … &) is stopped when the agent shuts down.
+        self.leftovers = leftovers or ProcessGroups()
         self._host_key = asyncssh.generate_private_key("ssh-ed25519")
         self._connections: set[asyncssh.SSHServerConnection] = set()
         self._sessions: set[asyncio.Task[Any]] = set()
@@ -232,6 +234,7 @@ class SSHService:
             cols=cols or 80,
             tty_variable="SSH_TTY",
         )
+        self.leftovers.add(pty.pid)  # it leads its own session, hence its group
         output = asyncio.create_task(self._pty_output(process, pty))
         exited = asyncio.create_task(pty.process.wait())
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(self._pty_input(process, pty)), output, exited]
@@ -281,6 +284,7 @@ class SSHService:
         environ: Mapping[str, str],
     ) -> None:
         piped = await spawn_piped(argv, executable=executable, cwd=context.directory, env=environ, with_stdin=True)
+        self.leftovers.add(piped.pgid)
         stdin = piped.stdin or PipeWriter()
         input_pump = asyncio.create_task(self._pipe_input(process, stdin, piped.pgid))
         output_pumps = [

@@ -244,6 +244,7 @@ class TunnelDialer:
             )
         except OSError as exc:
             raise DialRefused(f"cannot start {executable}: {exc.strerror or exc}") from None
+        self._ssh.leftovers.add(pty.pid)  # a web terminal's leftovers go with the SSH sessions' at shutdown
         try:
             websocket = await self._api.open_tunnel(tunnel_id)
         except BaseException:

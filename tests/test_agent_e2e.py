@@ -196,9 +196,14 @@ def test_stop_runs_the_shutdown_script_and_turns_the_agent_off(deployment: Deplo
     deployment.create("alice", "stopper")
     agent = deployment.wait_ready("alice", "stopper")
     start_build = deployment.workspace("alice", "stopper")["latest_build"]["id"]
+    # What a user leaves running in a session (not a child of the workspace's process) stops with the workspace.
+    started = deployment.cli("alice", "ssh", "stopper", "nohup sleep 1000 > /dev/null 2>&1 < /dev/null & echo $!")
+    assert started.returncode == 0, started.stderr
+    left_running = psutil.Process(int(started.stdout.strip()))
     stopped = deployment.cli("alice", "stop", "stopper")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert "stopped at" in (deployment.directory("alice", "stopper") / "shutdown.log").read_text()
+    assert not left_running.is_running() or left_running.status() == psutil.STATUS_ZOMBIE
     with deployment.api("alice") as api:
         [resource] = [r for r in api.get(f"/workspacebuilds/{start_build}/resources").json() if r["agents"]]
         wait_for_lines(api, agent["id"], "is stopping: noted in")

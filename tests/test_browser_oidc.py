@@ -12,6 +12,7 @@ from playwright.sync_api import Page
 
 from tests.conftest import PASSWORD
 from tests.support.browser import ARTIFACTS, browser_page
+from tests.support.deployment import stop_workspaces
 from tests.support.oidc import OidcProvider
 from tests.support.server import ServerProcess
 
@@ -38,33 +39,37 @@ def test_sign_in_with_the_provider_then_build_a_workspace(page: Page, tmp_path: 
             )
         )
         with server:
-            httpx.post(  # an owner exists already: erin arrives as a template admin through the mapping
-                f"{server.url}/api/v2/users/first",
-                json={"username": "alice", "email": "alice@example.com", "password": PASSWORD},
-            )
-            page.goto(f"{server.url}/workspaces")
-            page.click("#oidc-sign-in")  # "Sign in with Example SSO"
-            page.wait_for_selector("input[name=login]")  # the provider's own page
-            page.screenshot(path=str(ARTIFACTS / "oidc-provider-login.png"))
-            page.fill("input[name=login]", "erin")
-            page.fill("input[name=password]", "any-password")
-            page.click("button[type=submit]")
-            page.wait_for_url(f"{server.url}/workspaces")
-            assert "erin" in page.locator(".whoami").inner_text()
-            page.screenshot(path=str(ARTIFACTS / "oidc-dashboard.png"), full_page=True)
+            try:
+                httpx.post(  # an owner exists already: erin arrives as a template admin through the mapping
+                    f"{server.url}/api/v2/users/first",
+                    json={"username": "alice", "email": "alice@example.com", "password": PASSWORD},
+                )
+                page.goto(f"{server.url}/workspaces")
+                page.click("#oidc-sign-in")  # "Sign in with Example SSO"
+                page.wait_for_selector("input[name=login]")  # the provider's own page
+                page.screenshot(path=str(ARTIFACTS / "oidc-provider-login.png"))
+                page.fill("input[name=login]", "erin")
+                page.fill("input[name=password]", "any-password")
+                page.click("button[type=submit]")
+                page.wait_for_url(f"{server.url}/workspaces")
+                assert "erin" in page.locator(".whoami").inner_text()
+                page.screenshot(path=str(ARTIFACTS / "oidc-dashboard.png"), full_page=True)
 
-            page.goto(f"{server.url}/templates")
-            page.fill("input[name=name]", "local")
-            page.set_input_files("input[name=files]", [str(EXAMPLE / "main.tf"), str(EXAMPLE / "README.md")])
-            page.fill("textarea[name=variables]", f"workspaces_root={tmp_path / 'workspaces'}")
-            page.click("form[enctype] button[type=submit]")
-            page.wait_for_selector("#job-actions a", timeout=120_000)  # the import's log streamed to its end
-            page.click("#job-actions a")
-            page.click("text=Publish as a new template")
-            page.click("text=Create workspace")
-            page.fill("input[name=name]", "sso-ws")
-            page.click("form.card button[type=submit]")
-            page.wait_for_selector(".log-line", timeout=60_000)
-            page.wait_for_selector("#job-actions a", timeout=120_000)
-            assert page.locator("#job-status").inner_text().strip() == "running"
-            page.screenshot(path=str(ARTIFACTS / "oidc-workspace-built.png"), full_page=True)
+                page.goto(f"{server.url}/templates")
+                page.fill("input[name=name]", "local")
+                page.set_input_files("input[name=files]", [str(EXAMPLE / "main.tf"), str(EXAMPLE / "README.md")])
+                page.fill("textarea[name=variables]", f"workspaces_root={tmp_path / 'workspaces'}")
+                page.click("form[enctype] button[type=submit]")
+                page.wait_for_selector("#job-actions a", timeout=120_000)  # the import's log streamed to its end
+                page.click("#job-actions a")
+                page.click("text=Publish as a new template")
+                page.click("text=Create workspace")
+                page.fill("input[name=name]", "sso-ws")
+                page.click("form.card button[type=submit]")
+                page.wait_for_selector(".log-line", timeout=60_000)
+                page.wait_for_selector("#job-actions a", timeout=120_000)
+                assert page.locator("#job-status").inner_text().strip() == "running"
+                page.screenshot(path=str(ARTIFACTS / "oidc-workspace-built.png"), full_page=True)
+            finally:
+                # The workspace's process runs a real agent, which would retry the stopped server for ever.
+                stop_workspaces(tmp_path / "workspaces")

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from tests.conftest import PASSWORD, run_cli
+from tests.support.deployment import stop_workspaces
 from tests.support.server import ServerProcess
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "local"
@@ -37,7 +38,10 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerPro
     else:
         assert shutil.which("terraform"), "the PATH variant needs a terraform binary on PATH"
     with ServerProcess(tmp_path / "data", "--provisioner-daemons", "1", env=env) as running:
-        yield running
+        try:
+            yield running
+        finally:
+            stop_workspaces(tmp_path / "workspaces")  # real agents, should a test end before deleting its workspace
 
 
 def _cli_env(server: ServerProcess, tmp_path: Path) -> dict[str, str]:

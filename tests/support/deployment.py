@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from tests.conftest import PASSWORD, run_cli
 from tests.support.server import ServerProcess
@@ -182,11 +183,18 @@ class Deployment:
 
 
 def stop_workspaces(root: Path) -> None:
-    """Whatever workspace processes are left (their agents would retry a stopped server forever)."""
+    """Whatever runs in workspaces under ``root`` (their agents would retry a stopped server forever): each
+    workspace's process group, and anything else working in a workspace directory (a session's `nohup … &`)."""
     for pid_file in root.glob("*/*/workspace.pid"):
         try:
             os.killpg(int(pid_file.read_text()), signal.SIGKILL)
         except (ProcessLookupError, ValueError, PermissionError):
+            pass
+    for process in psutil.process_iter():
+        try:
+            if Path(process.cwd()).is_relative_to(root):
+                process.kill()
+        except (psutil.Error, OSError):
             pass
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -53,8 +54,28 @@ class ServerProcess:
         try:
             return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            raise
+            report = self.hang_report()
+            for process in [*self.tree(), psutil.Process(self.process.pid)]:
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+            self.process.wait()
+            raise AssertionError(f"slipway server did not stop within {timeout:.0f} s\n{report}") from None
+
+    def tree(self) -> list[psutil.Process]:
+        try:
+            return list(psutil.Process(self.process.pid).children(recursive=True)) if self.process else []
+        except psutil.NoSuchProcess:
+            return []
+
+    def hang_report(self) -> str:
+        """What each process of the server is doing (state and kernel wait channel), and the log's last lines."""
+        assert self.process is not None
+        lines = []
+        for process in [psutil.Process(self.process.pid), *self.tree()]:
+            with contextlib.suppress(psutil.Error, OSError):
+                wchan = Path(f"/proc/{process.pid}/wchan").read_text() if Path("/proc").exists() else "?"
+                lines.append(f"  {process.pid} {process.status()} wchan={wchan} {' '.join(process.cmdline())[:160]}")
+        return "\n".join(["processes:", *lines, "log:", *self.log().splitlines()[-20:]])
 
     def survivors(self) -> list[psutil.Process]:
         return [child for child in self.descendants if child.is_running() and child.status() != psutil.STATUS_ZOMBIE]
