@@ -95,6 +95,8 @@ def test_ssh_runs_commands_with_their_output_input_and_exit_status(deployment: D
         "alice", "ssh", ws1, "echo $CODER $CODER_WORKSPACE_NAME; env | grep -c '^[A-Z_]*AGENT_TOKEN='"
     )
     assert environment.stdout.split() == ["true", ws1, "0"]  # the agent's token never reaches a session
+    home = deployment.cli("alice", "ssh", ws1, "cd ~ && pwd")
+    assert home.stdout.strip() == str(deployment.directory("alice", ws1))
 
 
 def test_scp_and_rsync_work_through_config_ssh(deployment: Deployment, ws1: str, tmp_path: Path) -> None:
@@ -130,6 +132,12 @@ def test_scp_and_rsync_work_through_config_ssh(deployment: Deployment, ws1: str,
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert plain.returncode == 3 and plain.stdout.strip() == "plain ssh"
+    relative = subprocess.run(  # `scp file host:` lands in the workspace's home, which is its directory
+        ["scp", "-F", str(config), str(source), f"slipway.{ws1}:"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert relative.returncode == 0, relative.stderr
+    assert (target / "payload.bin").read_bytes() == payload
 
 
 def test_port_forward_reaches_a_server_inside_the_workspace(deployment: Deployment, ws1: str) -> None:

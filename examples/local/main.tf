@@ -161,7 +161,10 @@ resource "terraform_data" "process" {
 
   provisioner "local-exec" {
     environment = {
-      WORKSPACE_DIR     = local.dir
+      WORKSPACE_DIR = local.dir
+      # The directory is the workspace's home: shells start there and `scp file slipway.<ws>:` lands there,
+      # not in the home of whoever runs the provisioner (shared by every workspace on this machine).
+      HOME              = local.dir
       INIT_SCRIPT       = coder_agent.main.init_script
       CODER_AGENT_TOKEN = coder_agent.main.token
       # Each workspace's agent keeps its own log (the default, the temp dir, is shared by every workspace here).
