@@ -54,7 +54,7 @@ def create(name: str, template: str, parameters: tuple[str, ...]) -> None:
     _follow_build(client, workspace["latest_build"], f"Workspace {name}")
 
 
-def _transition_command(transition: str, verb: str) -> click.Command:
+def _transition_command(transition: str, verb: str, progressive: str) -> click.Command:
     @click.command(transition, help=f"{verb} workspace NAME and follow the build.")
     @click.argument("name")
     @parameter_option
@@ -63,14 +63,14 @@ def _transition_command(transition: str, verb: str) -> click.Command:
         workspace = find_workspace(client, name)
         body = {"transition": transition, "rich_parameter_values": _parameters(parameters)}
         build = client.post(f"/api/v2/workspaces/{workspace['id']}/builds", body)
-        _follow_build(client, build, f"{verb[:-1] if verb.endswith('e') else verb}ing {name}".capitalize())
+        _follow_build(client, build, f"{progressive} {name}")
 
     return command
 
 
-start = _transition_command("start", "Start")
-stop = _transition_command("stop", "Stop")
-delete = _transition_command("delete", "Delete")
+start = _transition_command("start", "Start", "Starting")
+stop = _transition_command("stop", "Stop", "Stopping")
+delete = _transition_command("delete", "Delete", "Deleting")
 
 
 @click.command("list")

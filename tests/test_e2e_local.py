@@ -100,6 +100,7 @@ def test_local_example_lifecycle(server: ServerProcess, tmp_path: Path) -> None:
 
     stopped = run_cli("stop", "ws1", env=env)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "Stopping ws1 succeeded." in stopped.stdout
     assert _wait_gone(directory) and directory.exists()
     assert "stopped" in run_cli("list", env=env).stdout
 
@@ -112,6 +113,7 @@ def test_local_example_lifecycle(server: ServerProcess, tmp_path: Path) -> None:
 
     deleted = run_cli("delete", "ws1", env=env)
     assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    assert "Deleting ws1 succeeded." in deleted.stdout
     assert _wait_gone(directory) and not directory.exists()
     assert "ws1" not in run_cli("list", env=env).stdout
 
