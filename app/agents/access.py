@@ -11,7 +11,7 @@ from flask_login import current_user
 from app.agents.models import WorkspaceAgent
 from app.agents.presenter import status_of
 from app.agents.services import build_of
-from app.auth.access import api_user, bearer_token
+from app.auth.access import api_user, bearer_token, page_user
 from app.errors import Conflict, Forbidden, NotFound, Unauthorized
 from app.extensions import db
 from app.provisioning.models import SUCCEEDED
@@ -69,8 +69,7 @@ def tunnel_user() -> User:
     allowed = {_origin(request.host_url), _origin(current_app.config["SLIPWAY_SETTINGS"].access_url)}
     if _origin(origin) not in allowed:
         raise Forbidden("This WebSocket may only be opened from Slipway's own pages.")
-    user: User = current_user._get_current_object()  # noqa: SLF001 - unwrap the proxy for typing
-    return user
+    return page_user()
 
 
 def _origin(url: str) -> str:

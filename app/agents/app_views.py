@@ -9,8 +9,7 @@ from werkzeug.wrappers import Response
 from app.agents import proxy
 from app.agents.access import AgentContext, ensure_reachable
 from app.agents.apps import app_path, check_app_access, find_app, sandboxed_for
-from app.auth.access import bearer_token
-from app.auth.tokens import resolve_token
+from app.auth.access import api_user, bearer_token, page_user
 from app.errors import BadGateway, Conflict, Forbidden, NotFound
 from app.extensions import csrf, db
 from app.redis_client import get_redis
@@ -28,11 +27,8 @@ APP_ROOT = "/@<owner>/<workspace_and_agent>/apps/<slug>"
 def viewer() -> User | None:
     """Who is asking, if anyone: the dashboard's session, or a bearer token (scripts, the CLI)."""
     if bearer_token() is not None:
-        return resolve_token(bearer_token() or "")
-    if current_user.is_authenticated:
-        user: User = current_user._get_current_object()  # noqa: SLF001 - unwrap the proxy for typing
-        return user
-    return None
+        return api_user()
+    return page_user() if current_user.is_authenticated else None
 
 
 @bp.route(APP_ROOT, methods=METHODS, provide_automatic_options=False)

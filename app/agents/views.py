@@ -47,7 +47,6 @@ class AgentPanel:
     metadata: list[dict[str, Any]] = field(default_factory=list)
     log_html: Markup = field(default_factory=Markup)
     last_log_id: int = 0
-    log_sources: dict[str, str] = field(default_factory=dict)
 
 
 def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) -> AgentPanel:
@@ -64,7 +63,6 @@ def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) ->
         can_connect=can_act(user, workspace),
         ssh_command=f"slipway ssh {workspace.name}" if user.id == workspace.owner_id else "",
         metadata=metadata_items(agent),
-        log_sources={source.id: source.display_name for source in agent.log_sources},
     )
     panel.apps = [
         {
@@ -78,7 +76,7 @@ def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) ->
     ]
     if with_logs:
         lines = services.agent_logs(agent.id)[-PAGE_LOG_LINES:]
-        panel.log_html = AgentLogHtml(panel.log_sources).render(lines)
+        panel.log_html = AgentLogHtml(agent).render(lines)
         panel.last_log_id = lines[-1].id if lines else 0
     return panel
 
@@ -86,8 +84,8 @@ def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) ->
 class AgentLogHtml:
     """Script output as HTML lines, each labelled with the script it came from."""
 
-    def __init__(self, sources: dict[str, str]) -> None:
-        self.sources = sources
+    def __init__(self, agent: WorkspaceAgent) -> None:
+        self.sources = {source.id: source.display_name for source in agent.log_sources}
 
     def _source(self, line: AgentLog) -> str:
         return self.sources.get(line.source_id or "", "agent")
@@ -142,7 +140,6 @@ def panel(workspace_id: str, agent_id: str) -> str:
 @bp.get("/workspaces/<workspace_id>/agents/<agent_id>/logs/stream")
 def log_stream(workspace_id: str, agent_id: str) -> Response:
     context = _context(workspace_id, agent_id)
-    sources = {source.id: source.display_name for source in context.agent.log_sources}
     relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
     cursor = stream_cursor(request.args.get("after"), request.headers.get("Last-Event-ID"))
     agent = context.agent.id
@@ -152,7 +149,7 @@ def log_stream(workspace_id: str, agent_id: str) -> Response:
         cursor,
         lambda since: read_agent_logs(agent, since),
         lambda view: not view.current,
-        AgentLogHtmlRenderer(AgentLogHtml(sources)),
+        AgentLogHtmlRenderer(AgentLogHtml(context.agent)),
     )
     return event_stream(stream)
 
