@@ -4,6 +4,8 @@ stand-in daemon; the real agent, tunnels and apps run end to end in test_agent_e
 from __future__ import annotations
 
 import base64
+import itertools
+import threading
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -16,6 +18,7 @@ from app.agents import services
 from app.agents.models import WorkspaceAgent
 from app.columns import utcnow
 from app.extensions import db
+from app.workspaces import views as workspace_views
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template
 from tests.support.web import sign_in
@@ -343,3 +346,36 @@ def test_workspace_page_shows_the_agent_panel(app: Flask, world: World) -> None:
     dave = app.test_client()
     sign_in(dave, "dave@example.com", PASSWORD)
     assert dave.get(f"/workspaces/{world.workspace['id']}/agents/{agent_id}/panel").status_code == 404
+
+
+@pytest.mark.timeout(60)  # were the notice missed, only the far-off poll would end the wait
+def test_the_workspace_stream_follows_its_agents_notices(
+    app: Flask, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent's report wakes its workspace's page at once: the stream listens on the agent's own notices (polling,
+    pushed far out here, only catches what sends none)."""
+    monkeypatch.setattr(workspace_views, "AGENT_POLL_SECONDS", 600.0)
+    browser = app.test_client()
+    sign_in(browser, "carol@example.com", PASSWORD)
+    response = browser.get(f"/workspaces/events?workspace={world.workspace['id']}", buffered=False)
+    chunks = iter(response.response)
+    assert next(chunks).decode().startswith(": connected")
+    done = threading.Event()
+
+    def keep_reporting() -> None:  # repeated: the stream subscribes to the agent just after its preamble
+        for attempt in itertools.count():
+            metadata = [{"key": "load", "value": f"0.{attempt}", "error": ""}]
+            assert report(world.api, "metadata", {"metadata": metadata}) == 204
+            if done.wait(0.5):
+                return
+
+    reporter = threading.Thread(target=keep_reporting, daemon=True)
+    reporter.start()
+    try:
+        seen = ""
+        while "event: agents" not in seen:
+            seen += next(chunks).decode()
+    finally:
+        done.set()
+        response.close()
+        reporter.join(timeout=10)
