@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -316,20 +316,21 @@ def follow_changes(
     relay: LogRelay,
     readers: dict[str, Callable[[], object]],
     *,
-    keys: Callable[[], list[str]] = list,
+    keys: Callable[[Mapping[str, object]], list[str]] = lambda _shown: [],
     poll_seconds: float | None = None,
 ) -> Iterator[str]:
     """An event named after each reader whenever what it returns changes.
 
-    Job notices and notices for ``keys()`` (e.g. a workspace's agents, re-read as builds change them) trigger a
-    check; ``poll_seconds`` adds checks for what sends no notice (an agent timing out, a daemon going silent).
+    Job notices and notices for ``keys(shown)`` trigger a check, ``shown`` being what each reader returned last
+    (e.g. a workspace's agents, whose keys follow as builds change them: nothing is read twice);
+    ``poll_seconds`` adds checks for what sends no notice (an agent timing out, a daemon going silent).
     """
     yield STREAM_PREAMBLE
     waiter = relay.watch(ANY_JOB)
     watched: set[str] = set()
 
     def rewatch() -> None:
-        current = set(keys())
+        current = set(keys(shown))
         for key in watched - current:
             relay.unwatch(key, waiter)
         for key in current - watched:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from flask import current_app, flash, redirect, render_template, request, url_for
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response
 
 from app.agents.access import AgentContext
-from app.agents.models import WorkspaceAgent
 from app.agents.presenter import status_of
 from app.agents.services import shown_agents
 from app.agents.views import agent_panel
@@ -63,11 +64,6 @@ def status_events() -> Response:
     return event_stream(follow_statuses(relay, statuses))
 
 
-def _current_agents(workspace_id: str) -> list[WorkspaceAgent]:
-    workspace = db.session.get(Workspace, workspace_id)
-    return [agent for agent, _ in shown_agents(workspace)] if workspace is not None else []
-
-
 def _workspace_events(workspace_id: str) -> Response:
     def build_state() -> tuple[int, str] | None:
         workspace = db.session.get(Workspace, workspace_id)
@@ -76,19 +72,25 @@ def _workspace_events(workspace_id: str) -> Response:
         build = services.latest_build(workspace)
         return build.build_number, services.build_status(build)
 
-    def agent_states() -> list[tuple[object, ...]]:
-        return [
-            (agent.id, status_of(agent), agent.lifecycle_state, agent.version, agent.expanded_directory,
-             repr(agent.metadata_results), repr(agent.app_health))
-            for agent in _current_agents(workspace_id)
-        ]  # fmt: skip
+    def agent_states() -> dict[str, tuple[object, ...]]:
+        workspace = db.session.get(Workspace, workspace_id)
+        agents = [agent for agent, _ in shown_agents(workspace)] if workspace is not None else []
+        return {
+            agent.id: (status_of(agent), agent.lifecycle_state, agent.version, agent.expanded_directory,
+                       repr(agent.metadata_results), repr(agent.app_health))
+            for agent in agents
+        }  # fmt: skip
+
+    def agent_keys(shown: Mapping[str, object]) -> list[str]:
+        states = shown["agents"]
+        return [agent_key(agent_id) for agent_id in states] if isinstance(states, dict) else []
 
     relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
     return event_stream(
         follow_changes(
             relay,
             {"refresh": build_state, "agents": agent_states},
-            keys=lambda: [agent_key(agent.id) for agent in _current_agents(workspace_id)],
+            keys=agent_keys,
             poll_seconds=AGENT_POLL_SECONDS,
         )
     )
