@@ -136,6 +136,10 @@ def client(app: Flask) -> FlaskClient:
     return app.test_client()
 
 
+# The cast of per-persona tests, in-process and against a real server alike.
+PERSONA_ROLES = {"alice": ["owner"], "bob": ["template-admin"], "carol": [], "dave": []}
+
+
 @dataclass
 class Persona:
     id: str
@@ -152,10 +156,9 @@ class Persona:
 @pytest.fixture
 def personas(app: Flask) -> dict[str, Persona]:
     """alice (owner), bob (template admin), carol and dave (members), each with a session token."""
-    roles = {"alice": ["owner"], "bob": ["template-admin"], "carol": [], "dave": []}
     people = {}
     with app.app_context():
-        for name, role_list in roles.items():
+        for name, role_list in PERSONA_ROLES.items():
             user = services.create_user(name, f"{name}@example.com", PASSWORD, role_list)
             token = issue_session_token(user, 3600)
             people[name] = Persona(user.id, name, user.email, PASSWORD, token)

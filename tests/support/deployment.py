@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.conftest import PASSWORD, run_cli
+from tests.conftest import PASSWORD, PERSONA_ROLES, run_cli
 from tests.support.server import ServerProcess
 
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "local"
@@ -40,8 +40,6 @@ def echo(websocket):
 with serve(echo, "127.0.0.1", int(sys.argv[1]), process_request=page) as server:
     server.serve_forever()
 """
-
-ROLES = {"alice": ["owner"], "bob": ["template-admin"], "carol": [], "dave": []}
 
 
 @dataclass
@@ -77,7 +75,7 @@ class Deployment:
         assert first.status_code == 201, first.text
         self.people["alice"] = self._login("alice")
         with self.api("alice") as api:
-            for name, roles in ROLES.items():
+            for name, roles in PERSONA_ROLES.items():
                 if name == "alice":
                     continue
                 body = {"username": name, "email": f"{name}@example.com", "password": PASSWORD, "roles": roles}
