@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,6 +26,13 @@ from app.users import services
 from tests.support.postgres import PostgresCluster
 
 PASSWORD = "correct-horse-battery"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A suite started as a background job of a non-interactive shell (`make test &` in a script) inherits SIGINT
+    # ignored, and so would every process it starts: the tests that press Ctrl-C on the CLI, the daemon or the
+    # agent would wait for exits that never come. A handler, unlike "ignored", is reset to the default by exec.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
