@@ -121,6 +121,18 @@ async def forward_connection(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, forward: PortForward, endpoint: TunnelEndpoint
 ) -> None:
     """One accepted connection: its own tunnel, pumped both ways; a failure is one line on stderr."""
+    try:
+        await _forward_and_close(reader, writer, forward, endpoint)
+    except asyncio.CancelledError:
+        # Ctrl-C cancels every task, and this one may be anywhere: opening, pumping or waiting for the socket to
+        # close. End quietly wherever it was: on Python 3.11 asyncio's stream server prints a handler that ends
+        # cancelled as "Exception in callback" with a traceback.
+        pass
+
+
+async def _forward_and_close(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, forward: PortForward, endpoint: TunnelEndpoint
+) -> None:
     peer = host_and_port(*writer.get_extra_info("peername")[:2])
     where = f"{endpoint.target.workspace}:{forward.remote_port}"
     writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle delay
@@ -131,10 +143,6 @@ async def forward_connection(
         click.echo(f"Connection from {peer} to {where} failed: {exc.format_message()}", err=True)
     except (OSError, WebSocketException) as exc:
         click.echo(f"Connection from {peer} to {where} failed: {exc}", err=True)
-    except asyncio.CancelledError:
-        # Ctrl-C while connections are open: end quietly. asyncio's stream server would print the cancelled
-        # handler's exception as a traceback (Python 3.11).
-        pass
     finally:
         writer.close()
         with contextlib.suppress(OSError):
