@@ -45,7 +45,7 @@ from agent.lifecycle import (
 from agent.logs import LogLine, LogSender
 from agent.manifest import AgentScript, Manifest, ManifestError, parse_manifest
 from agent.metadata import MetadataCollector
-from agent.processes import ProcessGroups
+from agent.processes import ProcessGroups, stop_passing_on_ignored_signals
 from agent.scripts import OUTPUT_CLOSE_WAIT, ScriptResult, ScriptRunner
 from agent.sshd import SSHService
 from agent.tunnels import TunnelDialer, control_message
@@ -346,5 +346,6 @@ def main() -> None:
         _fail(f"the log directory {config.log_dir} cannot be created: {exc.strerror or exc}")
     for name in TOKEN_VARIABLES:  # nothing the agent starts may inherit the token
         os.environ.pop(name, None)
+    stop_passing_on_ignored_signals()
     configure_logging(config.log_dir)
     sys.exit(asyncio.run(Agent(config).run()))

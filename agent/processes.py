@@ -19,6 +19,26 @@ from typing import IO, Any
 READ_CHUNK = 64 * 1024
 
 
+# Signals that a shell leaves ignored in its background jobs (SIGINT, SIGQUIT) and that nohup ignores (SIGHUP).
+# exec resets a caught signal to its default but keeps an ignored one ignored. SIGINT needs nothing here, because the
+# agent catches it to stop.
+PASSED_ON_IF_IGNORED = tuple(getattr(signal, name) for name in ("SIGHUP", "SIGQUIT") if hasattr(signal, name))
+
+
+def _keep_ignoring(signum: int, frame: object) -> None:
+    pass
+
+
+def stop_passing_on_ignored_signals() -> None:
+    """Catch, and go on ignoring, the signals the agent was started with ignored, so that the shells, commands and
+    scripts it starts get them at their defaults. Started as a background job (as the local example starts it),
+    every session would otherwise ignore Ctrl-\\, and under nohup a shell whose SSH connection dropped would
+    ignore the hangup."""
+    for signum in PASSED_ON_IF_IGNORED:
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, _keep_ignoring)
+
+
 def posix_shell_command(script: str) -> list[str]:
     if sys.platform == "win32":
         return [os.environ.get("COMSPEC", "cmd.exe"), "/c", script]

@@ -97,6 +97,10 @@ def test_ssh_runs_commands_with_their_output_input_and_exit_status(deployment: D
     assert environment.stdout.split() == ["true", ws1, "0"]  # the agent's token never reaches a session
     home = deployment.cli("alice", "ssh", ws1, "cd ~ && pwd")
     assert home.stdout.strip() == str(deployment.directory("alice", ws1))
+    # The example starts the agent as a background job under nohup (SIGQUIT, SIGHUP ignored): its sessions must
+    # still get them, or Ctrl-\ would quit nothing.
+    quit_status = deployment.cli("alice", "ssh", ws1, "sh -c 'kill -QUIT $$; echo survived'; echo status=$?")
+    assert quit_status.stdout.split() == ["status=131"], quit_status.stdout
 
 
 def test_scp_and_rsync_work_through_config_ssh(deployment: Deployment, ws1: str, tmp_path: Path) -> None:

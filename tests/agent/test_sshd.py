@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncssh
 import pytest
 
+from agent.processes import PASSED_ON_IF_IGNORED, stop_passing_on_ignored_signals
 from agent.sshd import SSHService
 from tests.agent.support import (
     OPENSSH_OPTIONS,
@@ -61,6 +65,38 @@ def test_exec_killed_by_a_signal_reports_the_signal(service: SSHService) -> None
     result = run(scenario())
     assert result.exit_signal is not None
     assert result.exit_signal[0] == "TERM"
+
+
+@pytest.fixture
+def agent_started_in_the_background_under_nohup() -> Iterator[None]:
+    """This process's signals as the local example leaves the agent's: SIGQUIT and SIGHUP ignored."""
+    saved = {signum: signal.getsignal(signum) for signum in PASSED_ON_IF_IGNORED}
+    for signum in saved:
+        signal.signal(signum, signal.SIG_IGN)
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+@pytest.mark.usefixtures("agent_started_in_the_background_under_nohup")
+def test_sessions_do_not_inherit_the_signals_the_agent_ignores(service: SSHService) -> None:
+    async def status_after(signal_name: str, on_a_pty: bool) -> str:
+        """What a program that signals itself ends with, run in a session (its own sh: login shells such as bash
+        catch SIGQUIT for themselves, and would hide what their children get)."""
+        async with ssh_over_socketpair(service) as connection:
+            command = f"sh -c 'kill -{signal_name} $$; echo survived'; echo status=$?"
+            result = await connection.run(command, encoding="utf-8", term_type="xterm" if on_a_pty else None)
+            lines = [line.strip() for line in str(result.stdout).splitlines()]  # on a PTY also bash's "Quit" notice
+            return " ".join(line for line in lines if line == "survived" or line.startswith("status="))
+
+    assert run(status_after("QUIT", on_a_pty=False)) == "survived status=0"  # what users got before
+
+    stop_passing_on_ignored_signals()
+    for on_a_pty in (False, True):
+        assert run(status_after("QUIT", on_a_pty)) == "status=131"  # Ctrl-\ quits a program again
+        assert run(status_after("HUP", on_a_pty)) == "status=129"  # a dropped connection's hangup ends it
+    os.kill(os.getpid(), signal.SIGQUIT)  # the agent itself goes on ignoring them
+    os.kill(os.getpid(), signal.SIGHUP)
 
 
 def test_environment_requests_reach_the_session(service: SSHService) -> None:
