@@ -33,6 +33,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # ignored, and so would every process it starts: the tests that press Ctrl-C on the CLI, the daemon or the
     # agent would wait for exits that never come. A handler, unlike "ignored", is reset to the default by exec.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    # A SIGTERM (a CI time limit, `kill`) ends the run as Ctrl-C does, so that the session's fixtures still stop
+    # what they started: killed outright, the suite left its PostgreSQL cluster running.
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @pytest.fixture(scope="session")
