@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 READ_CHUNK = 64 * 1024
+# SIGKILL takes effect only when the kernel next runs each process (later still in uninterruptible sleep): wait
+# this long for it, so that "stopped" means gone, and lifecycle "off" is not reported with processes still there.
+KILL_SETTLE = 2.0
 
 
 # Signals that a shell leaves ignored in its background jobs (SIGINT, SIGQUIT) and that nohup ignores (SIGHUP).
@@ -99,11 +102,13 @@ async def wait_group_gone(pgid: int, timeout: float) -> bool:
 
 
 async def terminate_group(pgid: int, *, first: int = signal.SIGTERM, grace: float = 5.0) -> None:
-    """``first`` to the group, then SIGKILL to whatever is left after ``grace`` seconds."""
+    """``first`` to the group, then SIGKILL to whatever is left after ``grace`` seconds; returns once the group is
+    gone (or has resisted even SIGKILL for KILL_SETTLE seconds)."""
     if not signal_group(pgid, first):
         return
     if not await wait_group_gone(pgid, grace):
         signal_group(pgid, signal.SIGKILL)
+        await wait_group_gone(pgid, KILL_SETTLE)
 
 
 class PipeWriter(asyncio.Protocol):
