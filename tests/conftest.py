@@ -29,6 +29,16 @@ PASSWORD = "correct-horse-battery"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _take_the_stop_signals()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Again before every test: code that takes signals for itself (the agent, the daemon, `slipway ssh`) leaves
+    # its own handler, or SIG_DFL from asyncio's remove_signal_handler, behind when a test runs it in-process.
+    _take_the_stop_signals()
+
+
+def _take_the_stop_signals() -> None:
     # A suite started as a background job of a non-interactive shell (`make test &` in a script) inherits SIGINT
     # ignored, and so would every process it starts: the tests that press Ctrl-C on the CLI, the daemon or the
     # agent would wait for exits that never come. A handler, unlike "ignored", is reset to the default by exec.
