@@ -49,12 +49,18 @@ async def cancel_a_connection_after(turns: int, endpoint: TunnelEndpoint) -> tup
     return handler.cancelled(), reported
 
 
-def test_ctrl_c_at_any_moment_of_a_connection_ends_it_quietly(capsys: pytest.CaptureFixture[str]) -> None:
-    closed_port = free_port()  # nothing listens: the tunnel is refused at once, and the handler goes on to close
-    endpoint = TunnelEndpoint(f"http://127.0.0.1:{closed_port}", "token", AgentTarget("ws", "main", "agent-id"))
+@pytest.fixture
+def refused_endpoint() -> TunnelEndpoint:
+    """A server address where nothing listens: the tunnel is refused at once, and the handler goes on to close."""
+    return TunnelEndpoint(f"http://127.0.0.1:{free_port()}", "token", AgentTarget("ws", "main", "agent-id"))
+
+
+def test_ctrl_c_at_any_moment_of_a_connection_ends_it_quietly(
+    refused_endpoint: TunnelEndpoint, capsys: pytest.CaptureFixture[str]
+) -> None:
     ended_cancelled = []
     for turns in range(LOOP_TURNS_TO_TRY):
-        cancelled, reported = asyncio.run(cancel_a_connection_after(turns, endpoint))
+        cancelled, reported = asyncio.run(cancel_a_connection_after(turns, refused_endpoint))
         assert reported == [], f"after {turns} turns the loop reported {reported}"
         if cancelled:
             ended_cancelled.append(turns)
@@ -62,10 +68,10 @@ def test_ctrl_c_at_any_moment_of_a_connection_ends_it_quietly(capsys: pytest.Cap
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_the_probe_reaches_the_closing_of_the_connection(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_probe_reaches_the_closing_of_the_connection(
+    refused_endpoint: TunnelEndpoint, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The turns tried above must run past the refused tunnel into the socket's close, or the first test would
     prove nothing about the moment CI hit."""
-    closed_port = free_port()
-    endpoint = TunnelEndpoint(f"http://127.0.0.1:{closed_port}", "token", AgentTarget("ws", "main", "agent-id"))
-    asyncio.run(cancel_a_connection_after(LOOP_TURNS_TO_TRY, endpoint))
-    assert f"to ws:9 failed: cannot open a tunnel through http://127.0.0.1:{closed_port}" in capsys.readouterr().err
+    asyncio.run(cancel_a_connection_after(LOOP_TURNS_TO_TRY, refused_endpoint))
+    assert f"to ws:9 failed: cannot open a tunnel through {refused_endpoint.server_url}" in capsys.readouterr().err
