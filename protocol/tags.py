@@ -10,13 +10,14 @@ from collections.abc import Mapping
 from itertools import combinations
 from urllib.parse import quote
 
+from protocol.channels import QUEUE_PREFIX
+
 SCOPE_ORGANIZATION = "organization"
 SCOPE_USER = "user"
 RESERVED = ("scope", "owner")
 MAX_DAEMON_TAGS = 8
 UNTAGGED_ANY = "any"
 UNTAGGED_ONLY = "untagged-only"
-QUEUE_PREFIX = "slipway:jobs:"
 MAX_KEY_CHARS = 64
 MAX_VALUE_CHARS = 255
 

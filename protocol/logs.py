@@ -1,0 +1,44 @@
+"""A provisioner job's log lines, as the daemon sends them and as the API and streams show them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from protocol.codec import Message
+
+LogLevel = Literal["trace", "debug", "info", "warn", "error"]
+LogSource = Literal["provisioner", "provisioner_daemon"]
+LOG_LEVELS: tuple[LogLevel, ...] = ("trace", "debug", "info", "warn", "error")
+LOG_SOURCES: tuple[LogSource, ...] = ("provisioner", "provisioner_daemon")
+
+STAGE_SETUP = "Setting up"
+STAGE_PLAN = "Planning infrastructure"
+STAGE_CLEANUP = "Cleaning up"
+
+
+class LogLine(Message):
+    """One line of a job's log as the daemon produces it: Terraform's output (source ``provisioner``) or the
+    daemon's own words; an empty ``output`` from the daemon only marks where a stage begins."""
+
+    level: LogLevel = "info"
+    stage: str = ""
+    output: str = ""
+    source: LogSource = "provisioner"
+
+
+class JobLog(Message):
+    """A stored line (API.md "Logs"): ids rise within a job; the SSE stream's ``id:`` is this id."""
+
+    id: int
+    created_at: str
+    source: LogSource
+    level: LogLevel
+    stage: str
+    output: str
+
+
+class LogStreamEnd(Message):
+    """The last event of a job's log stream: how the job ended."""
+
+    status: str
+    error: str = ""

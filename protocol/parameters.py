@@ -1,0 +1,248 @@
+"""Rich parameters (``data "coder_parameter"``): their declaration, and the one set of rules for their values.
+
+The server checks a build's values with :func:`check_value` before it queues the build, and the ``coder/coder``
+provider checks them again inside Terraform with the same function, so the two can never disagree. The rules and
+the wording of the errors follow Coder's provider (``provider/parameter.go``) where Terraform users will search for
+them, with one deliberate difference: numbers are ASCII decimals, never ``NaN``, ``Inf``, ``8_000`` or other
+scripts' digits (Go's ``ParseFloat`` takes the first two, Python's ``float`` all four).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Literal
+
+from protocol.codec import Message
+from protocol.values import is_whole_number, parse_decimal
+
+ParameterType = Literal["string", "number", "bool", "list(string)"]
+TYPES: tuple[str, ...] = ("string", "number", "bool", "list(string)")
+MONOTONIC = ("increasing", "decreasing")
+
+
+class ParameterError(ValueError):
+    """Why a parameter's declaration or value is invalid: ``summary`` as Coder's diagnostic names it, and the
+    detail (``str()``) for the person who has to fix it."""
+
+    def __init__(self, detail: str, summary: str = "Invalid parameter value") -> None:
+        super().__init__(detail)
+        self.summary = summary
+
+
+class ParameterOption(Message):
+    name: str = ""
+    value: str = ""
+    description: str = ""
+    icon: str = ""
+
+
+class RichParameter(Message):
+    """A parameter as a template version declares it (recorded at import, read at every build)."""
+
+    name: str = ""
+    display_name: str = ""
+    description: str = ""
+    type: str = "string"
+    mutable: bool = False
+    ephemeral: bool = False
+    required: bool = True
+    default_value: str = ""
+    # What the import's plan computed (the default, or what the import was given).
+    value: str = ""
+    icon: str = ""
+    order: int = 0
+    form_type: str = ""
+    options: tuple[ParameterOption, ...] = ()
+    validation_regex: str = ""
+    validation_error: str = ""
+    # None: no bound (Coder's min_disabled / max_disabled).
+    validation_min: int | None = None
+    validation_max: int | None = None
+    validation_monotonic: str = ""
+
+    @property
+    def has_value_rules(self) -> bool:
+        return self.validation_min is not None or self.validation_max is not None or bool(self.validation_monotonic)
+
+    @property
+    def option_values(self) -> list[str]:
+        return [option.value for option in self.options]
+
+
+def _quoted(text: str) -> str:
+    """Go's ``%q`` for the texts Coder quotes (close enough: a JSON string)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def check_type(kind: str, value: str) -> None:
+    """The value has the parameter's type (Coder's ``valueIsType``)."""
+    if kind == "number":
+        try:
+            parse_decimal(value)
+        except ValueError:
+            raise ParameterError(
+                f"{_quoted(value)} is not a number", f'Parameter value is not of type "{kind}"'
+            ) from None
+    elif kind == "bool":
+        if value not in ("true", "false"):
+            raise ParameterError(f"{_quoted(value)} is not a bool", f'Parameter value is not of type "{kind}"')
+    elif kind == "list(string)":
+        list_items(value)
+    elif kind != "string":
+        raise ParameterError(f"invalid type {_quoted(kind)}: use one of {', '.join(TYPES)}", "Invalid parameter type")
+
+
+def list_items(value: str) -> list[str]:
+    """The items of a ``list(string)`` value, which is a JSON array of strings."""
+    try:
+        items = json.loads(value, parse_constant=lambda name: None)
+    except (ValueError, RecursionError):
+        items = None
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise ParameterError(
+            f"value {_quoted(value)} is not a valid list of strings",
+            "When using list(string) type, value must be a json encoded list of strings",
+        )
+    return items
+
+
+def check_declaration(parameter: RichParameter) -> None:
+    """The rules a template's declaration must follow, whatever value it gets (checked at import)."""
+    kind = parameter.type
+    if kind not in TYPES:
+        raise ParameterError(f"type {_quoted(kind)} must be one of {', '.join(TYPES)}", "Invalid parameter type")
+    if parameter.ephemeral and not parameter.mutable:
+        raise ParameterError("an ephemeral parameter must be mutable", "Ephemeral parameter must be mutable")
+    if parameter.ephemeral and parameter.required:
+        raise ParameterError(
+            "an ephemeral parameter requires a default value", "Ephemeral parameter requires a default"
+        )
+    _check_validation_block(parameter)
+    _check_options(parameter)
+    if not parameter.required:
+        check_value(parameter, parameter.default_value, None, what="Default value")
+
+
+def _check_validation_block(parameter: RichParameter) -> None:
+    kind, invalid = parameter.type, "Invalid validation block"
+    if kind != "number":
+        if parameter.validation_min is not None:
+            raise ParameterError(f"a min cannot be specified for a {kind} type", invalid)
+        if parameter.validation_max is not None:
+            raise ParameterError(f"a max cannot be specified for a {kind} type", invalid)
+        if parameter.validation_monotonic:
+            raise ParameterError(
+                f"monotonic validation can only be specified for number types, not {kind} types", invalid
+            )
+    elif parameter.validation_monotonic and parameter.validation_monotonic not in MONOTONIC:
+        raise ParameterError(
+            f"number monotonicity can be either {_quoted(MONOTONIC[0])} or {_quoted(MONOTONIC[1])}", invalid
+        )
+    if not parameter.validation_regex:
+        return
+    if kind != "string":
+        raise ParameterError(f"a regex cannot be specified for a {kind} type", invalid)
+    try:
+        re.compile(parameter.validation_regex)
+    except re.error as exc:
+        raise ParameterError(f"compile regex {_quoted(parameter.validation_regex)}: {exc}", invalid) from None
+    if not parameter.validation_error:
+        raise ParameterError("an error must be specified with a regex validation", invalid)
+
+
+def _check_options(parameter: RichParameter) -> None:
+    names: set[str] = set()
+    values: set[str] = set()
+    # A list(string) parameter's options are its elements.
+    option_type = "string" if parameter.type == "list(string)" else parameter.type
+    for option in parameter.options:
+        if option.name in names:
+            raise ParameterError(
+                f"multiple options found with the same name {_quoted(option.name)}", "Option names must be unique."
+            )
+        if option.value in values:
+            raise ParameterError(
+                f"multiple options found with the same value {_quoted(option.value)}", "Option values must be unique."
+            )
+        try:
+            check_type(option_type, option.value)
+        except ParameterError as exc:
+            raise ParameterError(
+                str(exc),
+                f"Option {_quoted(option.name)} with value={_quoted(option.value)} is not of type "
+                f"{_quoted(parameter.type)}",
+            ) from None
+        names.add(option.name)
+        values.add(option.value)
+
+
+def check_value(parameter: RichParameter, value: str, previous: str | None, *, what: str = "Value") -> None:
+    """Coder's ``ValidateInput`` for one value: the options first, then the validation block, then the type.
+    ``previous`` is the last build's value, for ``monotonic``."""
+    options = parameter.option_values
+    if options:
+        if parameter.type == "list(string)":
+            missing = [item for item in list_items(value) if item not in options]
+            if missing:
+                raise ParameterError(
+                    f"{what} {_quoted(value)} is not a valid option, values {_quoted(', '.join(missing))} are missing "
+                    "from the options",
+                    f"{what}s must be a valid option",
+                )
+        elif value not in options:
+            extra = (
+                ". The value is empty, did you forget to set it with a default or from user input?" if not value else ""
+            )
+            raise ParameterError(
+                f"the value {_quoted(value)} must be defined as one of options", f"{what} must be a valid option{extra}"
+            )
+    summary = f"Invalid parameter {what.lower()} according to 'validation' block"
+    if parameter.type == "string" and parameter.validation_regex:
+        # Go's regexp.MatchString finds a match anywhere in the value, as re.search does (not re.fullmatch).
+        if re.search(parameter.validation_regex, value) is None:
+            raise ParameterError(
+                f"{_rendered(parameter, value)} (value {_quoted(value)} does not match "
+                f"{_quoted(parameter.validation_regex)})",
+                summary,
+            )
+    if parameter.type == "number" and parameter.has_value_rules:
+        _check_number_rules(parameter, value, previous, summary)
+    check_type(parameter.type, value)
+
+
+def _check_number_rules(parameter: RichParameter, value: str, previous: str | None, summary: str) -> None:
+    # With a validation block Coder reads numbers with strconv.Atoi: whole numbers only.
+    if not is_whole_number(value):
+        raise ParameterError(_rendered(parameter, value) or f"value {_quoted(value)} is not a number", summary)
+    number, low, high = int(value), parameter.validation_min, parameter.validation_max
+    if low is not None and number < low:
+        raise ParameterError(_rendered(parameter, value) or f"value {number} is less than the minimum {low}", summary)
+    if high is not None and number > high:
+        raise ParameterError(_rendered(parameter, value) or f"value {number} is more than the maximum {high}", summary)
+    monotonic = parameter.validation_monotonic
+    # A previous value that is not a whole number is ignored, as Coder does: failing would leave no way out.
+    if monotonic and previous is not None and is_whole_number(previous):
+        before = int(previous)
+        if monotonic == "increasing" and number < before:
+            raise ParameterError(
+                f"parameter value '{number}' must be equal or greater than previous value: {before}", summary
+            )
+        if monotonic == "decreasing" and number > before:
+            raise ParameterError(
+                f"parameter value '{number}' must be equal or lower than previous value: {before}", summary
+            )
+
+
+def _rendered(parameter: RichParameter, value: str) -> str:
+    """The template's own ``error`` text with ``{min}``, ``{max}`` and ``{value}`` filled in ("" when it has none).
+    An unset bound renders as 0, as Coder's does."""
+    text = parameter.validation_error
+    if not text:
+        return ""
+    replacements = {
+        "{min}": str(parameter.validation_min or 0),
+        "{max}": str(parameter.validation_max or 0),
+        "{value}": value,
+    }
+    return re.sub(r"\{min\}|\{max\}|\{value\}", lambda match: replacements[match.group(0)], text)

@@ -1,0 +1,159 @@
+"""The provisioner daemon's protocol with the server (``/api/v2/provisionerd/``): every body both ways.
+
+A daemon registers, then takes jobs — from its Redis queues (an RQ worker) when the server trusts it with Redis,
+else by waiting on ``POST /jobs/wait`` — acquires each, streams its log (each batch doubles as the job's
+heartbeat), and ends it with ``complete`` or ``fail``. The server decides every acquisition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Annotated, Literal
+
+from protocol.codec import Bounds, MaxLength, Message
+from protocol.logs import LogLine
+from protocol.parameters import RichParameter
+from protocol.resources import ExternalAuth, Resource
+
+PSK_HEADER = "Slipway-Provisioner-PSK"
+KEY_HEADER = "Slipway-Provisioner-Key"
+DAEMON_HEADER = "Slipway-Provisioner-Daemon"
+API_PREFIX = "/api/v2/provisionerd"
+# The one function a daemon's RQ worker executes; it takes the job id and nothing else.
+RUN_JOB_FUNCTION = "workers.jobs.run_provisioner_job"
+MAX_BATCH_LINES = 1000
+# How long a waiting daemon's POST /jobs/wait is held open when no job comes (it then simply asks again).
+WAIT_SECONDS_MAX = 60
+
+JobType = Literal["template_version_import", "workspace_build"]
+JOB_TEMPLATE_IMPORT: JobType = "template_version_import"
+JOB_WORKSPACE_BUILD: JobType = "workspace_build"
+BuildTransition = Literal["start", "stop", "delete"]
+Tags = dict[str, str]
+
+
+class Registration(Message):
+    name: Annotated[str, MaxLength(64)]
+    tags: Tags = field(default_factory=dict)
+    version: Annotated[str, MaxLength(64)] = ""
+
+
+class Registered(Message):
+    daemon_id: str
+    name: str
+    tags: Tags
+    # The queues to listen on, and where: None means "no Redis for you: wait for jobs with POST /jobs/wait".
+    queues: tuple[str, ...] = ()
+    redis_url: str | None = None
+    heartbeat_seconds: int = 10
+    force_cancel_seconds: int = 600
+
+
+class WaitForJob(Message):
+    """``POST /jobs/wait``: hold the request until a job this daemon may run is acquired for it, or timeout."""
+
+    timeout_seconds: Annotated[int, Bounds(0, WAIT_SECONDS_MAX)] = 25
+
+
+class NameValue(Message):
+    """A Terraform variable's value, or a rich parameter's (API.md's ``{name, value}``)."""
+
+    name: str
+    value: str = ""
+
+
+class ImportJob(Message):
+    template_version_id: str
+    archive: bytes
+    user_variable_values: tuple[NameValue, ...] = ()
+
+
+class BuildMetadata(Message):
+    """Who and what a build is for: the provider's ``coder_workspace`` and ``coder_workspace_owner`` read these."""
+
+    workspace_name: str
+    workspace_id: str
+    workspace_build_id: str
+    owner_name: str
+    owner_id: str
+    owner_email: str
+    owner_full_name: str = ""
+    owner_login_type: str = "password"
+    template_id: str = ""
+    template_name: str = ""
+    template_version: str = ""
+
+
+class BuildJob(Message):
+    workspace_build_id: str
+    transition: BuildTransition
+    archive: bytes
+    # The raw terraform.tfstate the previous build left (empty for a workspace's first build).
+    state: bytes = b""
+    parameters: tuple[NameValue, ...] = ()
+    previous_parameters: tuple[NameValue, ...] = ()
+    variable_values: tuple[NameValue, ...] = ()
+    metadata: BuildMetadata
+    # "<os>_<arch>" -> the agent's init script, which the provider serves as coder_agent.init_script.
+    agent_scripts: dict[str, str] = field(default_factory=dict)
+
+
+class AcquiredJob(Message):
+    """The reply to ``acquire`` (and to ``jobs/wait`` when a job came): exactly one of the two job bodies."""
+
+    id: str
+    type: JobType
+    tags: Tags
+    access_url: str
+    template_import: ImportJob | None = None
+    workspace_build: BuildJob | None = None
+
+
+class LogBatch(Message):
+    logs: Annotated[tuple[LogLine, ...], MaxLength(MAX_BATCH_LINES)] = ()
+
+
+class LogBatchReply(Message):
+    canceled: bool = False
+
+
+class TemplateVariable(Message):
+    name: str
+    type: str = "string"
+    description: str = ""
+    default_value: str = ""
+    required: bool = False
+    sensitive: bool = False
+
+
+class ImportedResources(Message):
+    start: tuple[Resource, ...] = ()
+    stop: tuple[Resource, ...] = ()
+
+
+class ImportResult(Message):
+    readme: str = ""
+    variables: tuple[TemplateVariable, ...] = ()
+    parameters: tuple[RichParameter, ...] = ()
+    resources: ImportedResources = ImportedResources()
+    external_auth: tuple[ExternalAuth, ...] = ()
+
+
+class BuildResult(Message):
+    state: bytes = b""
+    resources: tuple[Resource, ...] = ()
+
+
+class JobCompletion(Message):
+    """``complete``: the result of the job's type (the other is absent)."""
+
+    template_import: ImportResult | None = None
+    workspace_build: BuildResult | None = None
+
+
+class JobFailure(Message):
+    """``fail``: why, and for a build the state Terraform left (an apply that failed part-way changed things)."""
+
+    error: Annotated[str, MaxLength(64 * 1024)] = ""
+    error_code: Annotated[str, MaxLength(64)] = ""
+    state: bytes | None = None

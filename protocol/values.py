@@ -1,0 +1,49 @@
+"""Plain values read from text (query strings, headers, flags, parameter values), strictly and the same everywhere.
+
+Python's own readers are too generous for input from outside: ``str.isdigit()`` is true for ``"²"``, ``int()``
+takes ``"١٢"`` and ``"8_000"``, and ``float()`` takes ``"nan"`` and ``"infinity"``. These accept ASCII only.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The largest id or count any store of ours holds: a signed 64-bit integer (PostgreSQL bigint, SQLite INTEGER).
+MAX_INT64 = 2**63 - 1
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_int(text: str, *, minimum: int = 0, maximum: int = MAX_INT64) -> int:
+    """A whole number in ASCII digits within the bounds; ``ValueError`` with a message otherwise."""
+    if not _WHOLE.fullmatch(text):
+        raise ValueError(f"{text[:40]!r} is not a whole number")
+    value = int(text)
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{value} is outside {minimum}..{maximum}")
+    return value
+
+
+def is_whole_number(text: str) -> bool:
+    """Go's ``strconv.Atoi`` syntax (what Coder checks number parameters with): optional sign, ASCII digits."""
+    return _WHOLE.fullmatch(text) is not None
+
+
+def parse_decimal(text: str) -> float:
+    """A finite decimal number (``12``, ``-1.5``, ``2e3``); no NaN, infinities, underscores or non-ASCII digits."""
+    if not _DECIMAL.fullmatch(text):
+        raise ValueError(f"{text[:40]!r} is not a number")
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:40]!r} is too large")
+    return value
+
+
+def parse_duration(text: str) -> int:
+    """``"90"``, ``"90s"``, ``"5m"``, ``"24h"`` or ``"7d"`` to seconds; ``ValueError`` on anything else."""
+    text = text.strip().lower()
+    number, unit = (text, "s") if text[-1:].isascii() and text[-1:].isdigit() else (text[:-1], text[-1:])
+    if unit not in DURATION_UNITS or not _WHOLE.fullmatch(number) or number.startswith(("+", "-")):
+        raise ValueError(f"{text!r} is not a duration like 90s, 5m, 24h or 7d")
+    return int(number) * DURATION_UNITS[unit]
