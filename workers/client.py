@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import httpx
 
-log = logging.getLogger(__name__)
+from protocol.codec import JSON, Message, ProtocolError, loads
+from protocol.provisionerd import (
+    API_PREFIX,
+    DAEMON_HEADER,
+    KEY_HEADER,
+    PSK_HEADER,
+    AcquiredJob,
+    JobCompletion,
+    JobFailure,
+    LogBatch,
+    LogBatchReply,
+    Registered,
+    Registration,
+    WaitForJob,
+)
 
-PSK_HEADER = "Slipway-Provisioner-PSK"
-KEY_HEADER = "Slipway-Provisioner-Key"
-DAEMON_HEADER = "Slipway-Provisioner-Daemon"
+log = logging.getLogger(__name__)
 
 
 def psk_credential(psk: str) -> dict[str, str]:
@@ -46,19 +57,23 @@ class ProvisionerClient:
         self.url = url.rstrip("/")
         self.daemon_id = ""
         self.retry_for = retry_for
-        self._http = httpx.Client(base_url=f"{self.url}/api/v2/provisionerd", headers=credential, timeout=timeout)
+        self._http = httpx.Client(base_url=f"{self.url}{API_PREFIX}", headers=credential, timeout=timeout)
 
     def close(self) -> None:
         self._http.close()
 
-    def call(self, path: str, body: dict[str, Any]) -> Any:
+    def call(self, path: str, body: Message | None = None, *, timeout: float | None = None) -> JSON:
         """POST with retries while the server is unreachable or restarting (5xx); other errors raise."""
         deadline = time.monotonic() + self.retry_for
         delay = 0.05
         headers = {DAEMON_HEADER: self.daemon_id} if self.daemon_id else {}
+        content = body.dumps() if body is not None else "{}"
+        headers["Content-Type"] = "application/json"
         while True:
             try:
-                response = self._http.post(path, json=body, headers=headers)
+                response = self._http.post(
+                    path, content=content, headers=headers, timeout=timeout or httpx.USE_CLIENT_DEFAULT
+                )
                 if response.status_code < 500:
                     break
                 problem = f"server error {response.status_code}"
@@ -70,31 +85,45 @@ class ProvisionerClient:
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
         if response.status_code >= 400:
-            try:
-                message = response.json().get("message", response.text)
-            except ValueError:
-                message = response.text
-            raise ServerRefused(response.status_code, message)
-        return response.json() if response.content else None
+            raise ServerRefused(response.status_code, _message_of(response))
+        if not response.content:
+            return None
+        try:
+            return loads(response.content)
+        except ProtocolError as exc:
+            raise ServerRefused(response.status_code, f"the server's reply is not JSON: {exc}") from None
 
-    def register(self, name: str, tags: dict[str, str], version: str) -> dict[str, Any]:
-        reply: dict[str, Any] = self.call("/register", {"name": name, "tags": tags, "version": version})
-        self.daemon_id = reply["daemon_id"]
+    def register(self, registration: Registration) -> Registered:
+        reply = Registered.from_json(self.call("/register", registration))
+        self.daemon_id = reply.daemon_id
         return reply
 
     def heartbeat(self) -> None:
-        self.call("/heartbeat", {})
+        self.call("/heartbeat")
 
-    def acquire(self, job_id: str) -> dict[str, Any]:
-        reply: dict[str, Any] = self.call(f"/jobs/{job_id}/acquire", {})
-        return reply
+    def acquire(self, job_id: str) -> AcquiredJob:
+        return AcquiredJob.from_json(self.call(f"/jobs/{job_id}/acquire"))
 
-    def post_logs(self, job_id: str, lines: list[dict[str, Any]]) -> bool:
+    def wait_for_job(self, timeout_seconds: int) -> AcquiredJob | None:
+        """A job acquired for this daemon, or None when none came within ``timeout_seconds`` (ask again)."""
+        reply = self.call("/jobs/wait", WaitForJob(timeout_seconds=timeout_seconds), timeout=timeout_seconds + 30)
+        return None if reply is None else AcquiredJob.from_json(reply)
+
+    def post_logs(self, job_id: str, batch: LogBatch) -> bool:
         """Send a batch (also the heartbeat); True when the job was canceled."""
-        return bool(self.call(f"/jobs/{job_id}/logs", {"logs": lines})["canceled"])
+        return LogBatchReply.from_json(self.call(f"/jobs/{job_id}/logs", batch)).canceled
 
-    def complete(self, job_id: str, body: dict[str, Any]) -> None:
-        self.call(f"/jobs/{job_id}/complete", body)
+    def complete(self, job_id: str, completion: JobCompletion) -> None:
+        self.call(f"/jobs/{job_id}/complete", completion)
 
-    def fail(self, job_id: str, body: dict[str, Any]) -> None:
-        self.call(f"/jobs/{job_id}/fail", body)
+    def fail(self, job_id: str, failure: JobFailure) -> None:
+        self.call(f"/jobs/{job_id}/fail", failure)
+
+
+def _message_of(response: httpx.Response) -> str:
+    try:
+        body = loads(response.content)
+    except ProtocolError:
+        return response.text
+    message = body.get("message") if isinstance(body, dict) else None
+    return message if isinstance(message, str) else response.text

@@ -1,8 +1,10 @@
-"""A provisioner daemon: registers with the server, then runs one RQ worker on the queues of its tag sets.
+"""A provisioner daemon: registers with the server, then takes jobs one at a time until it is stopped.
 
-One process = one RQ worker = one build at a time. It never touches the database (DESIGN.md, the one rule);
-the server gives it the queue names at registration and decides every acquisition. While idle it calls in every
-few seconds, so the server knows it is alive and it learns at once when its credential is revoked.
+One process = one build at a time. It never touches the database (DESIGN.md, the one rule). Where its jobs come
+from is the server's decision at registration: a daemon the server trusts with Redis (built-in daemons, and those
+whose credential the operator named with ``--provisioner-trust-redis``) runs an RQ worker on its queues; any other
+daemon waits for jobs over HTTP (``POST /jobs/wait``), which is as fast and gives it no way into Redis. While idle it
+calls in every few seconds, so the server knows it is alive and it learns at once when its credential is revoked.
 
 Signals (as `coder provisioner start`): SIGTERM finishes the current job, then exits; SIGINT cancels the job
 (Terraform is interrupted, its state kept) and exits; a second SIGINT kills Terraform at once.
@@ -17,25 +19,27 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import NoReturn, Protocol
 
 import redis
 from rq import Queue
-from rq.exceptions import StopRequested
-from rq.job import Job
 from rq.serializers import JSONSerializer
-from rq.worker import SimpleWorker, WorkerStatus
 
-from workers import jobs
+from protocol.provisionerd import Registered, Registration
 from workers.client import ProvisionerClient, ServerRefused
+from workers.job_control import RunnerSettings
 from workers.metrics import JobMetrics
+from workers.rq_adapter import ProvisionerWorker
+from workers.runner import JobRunner
 
 log = logging.getLogger(__name__)
-RUN_JOB_FUNCTION = "workers.jobs.run_provisioner_job"
 EXIT_OK, EXIT_REFUSED = 0, 1
 REGISTER_RETRY_SECONDS = 5
+# How long one POST /jobs/wait is held by the server when no job comes; the daemon then asks again.
+WAIT_SECONDS = 25
 SHUTDOWN_REASON = "The provisioner daemon was stopped ({signal}) while running this job."
 
 
@@ -49,7 +53,7 @@ class DaemonConfig:
     url: str
     # One credential header: a PSK, a provisioner key or a user token (workers/client.py builds them).
     credential: dict[str, str]
-    # None: use the Redis address the server advertises at registration.
+    # None: use the Redis address the server hands out at registration (if it trusts this daemon with Redis).
     redis_url: str | None = None
     name: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
     tags: dict[str, str] = field(default_factory=dict)
@@ -58,63 +62,121 @@ class DaemonConfig:
     prometheus_address: str | None = None
 
 
-class ProvisionerWorker(SimpleWorker):
-    """An RQ worker that runs our job function and nothing else, and stops the way an operator expects."""
+class DaemonStopped(Exception):
+    """Raised by a signal handler while the daemon waits for work: it ends the wait at once."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+
+class JobSource(Protocol):
+    """Where jobs come from; it runs them through the runner until stopped."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    def serve(self) -> None: ...
+
+    def stop_after_job(self) -> None: ...
+
+    def stop_now(self) -> NoReturn: ...
+
+
+class HttpJobSource:
+    """Waits for jobs with ``POST /jobs/wait``: the server acquires a job for this daemon and hands it over."""
+
+    def __init__(self, runner: JobRunner, signals: DaemonSignals, *, burst: bool = False) -> None:
+        self.runner = runner
+        self.signals = signals
+        self.burst = burst
+        self._stop = False
+
+    @property
+    def busy(self) -> bool:
+        return self.runner.busy
+
+    def stop_after_job(self) -> None:
+        self._stop = True
+
+    def stop_now(self) -> NoReturn:
+        raise DaemonStopped
+
+    def serve(self) -> None:
+        self.signals.install()
+        outage_logged = False
+        try:
+            while not self._stop and self.signals.refusal is None:
+                try:
+                    job = self.runner.client.wait_for_job(0 if self.burst else WAIT_SECONDS)
+                except ConnectionError as exc:  # the server is away: wait for it, never give up
+                    if not outage_logged:
+                        log.warning("waiting for the server: %s", exc)
+                        outage_logged = True
+                    time.sleep(REGISTER_RETRY_SECONDS)
+                    continue
+                except ServerRefused as exc:
+                    if exc.fatal or exc.status in (403, 404):
+                        self.signals.refuse(exc.message)
+                        return
+                    log.warning("the server refused to hand out a job: %s", exc.message)
+                    time.sleep(REGISTER_RETRY_SECONDS)
+                    continue
+                if outage_logged:
+                    log.info("the server answers again")
+                    outage_logged = False
+                if job is not None:
+                    self.runner.run_acquired(job)
+                elif self.burst:
+                    return
+        except DaemonStopped:
+            return
+
+
+class DaemonSignals:
+    """SIGTERM, SIGINT and the heartbeat's "refused" (SIGUSR1, to reach the main thread) for any job source."""
+
+    def __init__(self, runner: JobRunner) -> None:
+        self.runner = runner
+        self.source: JobSource | None = None
         self.refusal: str | None = None
         self._interrupted = False
 
-    def perform_job(self, job: Job, queue: Queue, execution: Any) -> bool:
-        if job.func_name != RUN_JOB_FUNCTION:
-            log.error("refused RQ job %s: it names %r, not the provisioner job function", job.id, job.func_name)
-            self.handle_job_failure(job, queue, exc_string=f"refused: {job.func_name!r} is not allowed")
-            return False
-        result: bool = super().perform_job(job, queue, execution)
-        return result
-
-    def _install_signal_handlers(self) -> None:
+    def install(self) -> None:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         signal.signal(signal.SIGINT, self._on_sigint)
-        # From our own heartbeat thread: the server refused the credential.
         signal.signal(signal.SIGUSR1, self._on_refused)
 
-    def _busy(self) -> bool:
-        # RQ marks the worker busy before it calls our job function, so this covers acquisition too.
-        return bool(self.get_state() == WorkerStatus.BUSY)
+    def _source(self) -> JobSource:
+        assert self.source is not None  # noqa: S101 - installed only once a source exists
+        return self.source
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         if self._interrupted:
             self._force("SIGTERM")
             return
-        if not self._busy():
-            raise StopRequested
-        self._stop_requested = True
+        if not self._source().busy:
+            self._source().stop_now()
+        self._source().stop_after_job()
         log.warning("SIGTERM: finishing the current job, then exiting (Ctrl-C cancels it)")
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
-        if not self._busy():
-            raise StopRequested
+        if not self._source().busy:
+            self._source().stop_now()
         if self._interrupted:
             self._force("SIGINT")
             return
-        self._interrupted = self._stop_requested = True
+        self._interrupted = True
+        self._source().stop_after_job()
         log.warning("SIGINT: canceling the current job and exiting (Ctrl-C again kills Terraform now)")
         reason = SHUTDOWN_REASON.format(signal="SIGINT")
         # Not inside the signal handler: cancelling takes locks the interrupted code may hold.
-        threading.Thread(target=jobs.interrupt, args=(reason,), daemon=True).start()
+        threading.Thread(target=self.runner.interrupt, args=(reason,), daemon=True).start()
 
     def _force(self, name: str) -> None:
-        active = jobs.active_job()
-        if active is not None:
-            log.warning("%s again: killing Terraform of job %s", name, active.job_id)
-            threading.Thread(target=active.force, daemon=True).start()
+        log.warning("%s again: stopping now", name)
+        threading.Thread(target=self.runner.force, daemon=True).start()
 
     def _on_refused(self, signum: int, frame: FrameType | None) -> None:
-        if not self._busy():
-            raise StopRequested
-        self._stop_requested = True  # the job's own calls are refused too; it ends on its own
+        if not self._source().busy:
+            self._source().stop_now()
+        self._source().stop_after_job()  # the job's own calls are refused too; it ends on its own
 
     def refuse(self, message: str) -> None:
         """The server refused our credential (from any thread): stop, and exit non-zero."""
@@ -124,13 +186,13 @@ class ProvisionerWorker(SimpleWorker):
             os.kill(os.getpid(), signal.SIGUSR1)
 
 
-def _heartbeats(client: ProvisionerClient, worker: ProvisionerWorker, interval: float, stop: threading.Event) -> None:
+def _heartbeats(client: ProvisionerClient, signals: DaemonSignals, interval: float, stop: threading.Event) -> None:
     while not stop.wait(interval):
         try:
             client.heartbeat()
         except ServerRefused as exc:
             if exc.status in (401, 403, 404):  # revoked, demoted, or forgotten: none of it heals by waiting
-                worker.refuse(exc.message)
+                signals.refuse(exc.message)
                 return
             log.warning("heartbeat refused: %s", exc.message)
         except ConnectionError as exc:
@@ -138,23 +200,35 @@ def _heartbeats(client: ProvisionerClient, worker: ProvisionerWorker, interval: 
 
 
 def daemon_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("slipway")
     except PackageNotFoundError:
         return "0.0.0+unknown"
 
 
-def _register(client: ProvisionerClient, config: DaemonConfig) -> dict[str, Any]:
+def _register(client: ProvisionerClient, config: DaemonConfig) -> Registered:
     """Register, waiting for a server that is not up yet (a daemon may well start first); Ctrl-C ends the wait."""
     while True:
         try:
-            reply: dict[str, Any] = client.register(config.name, config.tags, daemon_version())
-            return reply
+            return client.register(Registration(name=config.name, tags=config.tags, version=daemon_version()))
         except ConnectionError as exc:
             log.warning("%s; retrying in %d s", exc, REGISTER_RETRY_SECONDS)
             time.sleep(REGISTER_RETRY_SECONDS)
+
+
+def _redis_source(
+    registration: Registered, config: DaemonConfig, runner: JobRunner, signals: DaemonSignals, connection: redis.Redis
+) -> ProvisionerWorker:
+    queues = [Queue(name, connection=connection, serializer=JSONSerializer) for name in registration.queues]
+    log.info("provisioner daemon %s (pid %d) listening on %d queue(s)", config.name, os.getpid(), len(queues))
+    return ProvisionerWorker(
+        queues,
+        name=f"{config.name}.{registration.daemon_id[:8]}.{os.getpid()}",
+        connection=connection,
+        serializer=JSONSerializer,
+        runner=runner,
+        install_signals=signals.install,
+    )
 
 
 def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
@@ -168,38 +242,36 @@ def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
         except ServerRefused as exc:
             log.error("the server refused to register this daemon: %s", exc.message)
             return EXIT_REFUSED
-        connection = redis.Redis.from_url(config.redis_url or registration["redis_url"])
         config.cache_dir.mkdir(parents=True, exist_ok=True)
         metrics = JobMetrics()
         if config.prometheus_address:
             metrics.serve(config.prometheus_address)
-        queues = [Queue(name, connection=connection, serializer=JSONSerializer) for name in registration["queues"]]
-        worker = ProvisionerWorker(
-            queues,
-            name=f"{config.name}.{registration['daemon_id'][:8]}.{os.getpid()}",
-            connection=connection,
-            serializer=JSONSerializer,
-        )
-        jobs.configure(
-            jobs.DaemonContext(
-                client=client,
-                cache_dir=config.cache_dir,
-                terraform_path=config.terraform_path,
-                force_cancel_seconds=float(registration.get("force_cancel_seconds", 600)),
-                metrics=metrics,
-                on_fatal=worker.refuse,
-            )
-        )
+        settings = RunnerSettings(config.cache_dir, config.terraform_path, float(registration.force_cancel_seconds))
+        runner = JobRunner(client, settings, metrics=metrics)
+        signals = DaemonSignals(runner)
+        runner.on_fatal = signals.refuse
+        redis_url = registration.redis_url and (config.redis_url or registration.redis_url)
+        source: JobSource
+        if registration.queues and redis_url:
+            connection = redis.Redis.from_url(redis_url)
+            worker = _redis_source(registration, config, runner, signals, connection)
+            worker.burst = burst
+            source = worker
+        else:
+            if config.redis_url:
+                log.warning("the server serves this daemon over HTTP: --redis-url is not used")
+            log.info("provisioner daemon %s (pid %d) waiting for jobs over HTTP", config.name, os.getpid())
+            source = HttpJobSource(runner, signals, burst=burst)
+        signals.source = source
         heartbeat = threading.Thread(
             target=_heartbeats,
-            args=(client, worker, float(registration.get("heartbeat_seconds", 10)), stop_heartbeats),
+            args=(client, signals, float(registration.heartbeat_seconds), stop_heartbeats),
             name="heartbeat",
             daemon=True,
         )
         heartbeat.start()
-        log.info("provisioner daemon %s (pid %d) listening on %d queue(s)", config.name, os.getpid(), len(queues))
-        worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
-        return EXIT_REFUSED if worker.refusal else EXIT_OK
+        source.serve()
+        return EXIT_REFUSED if signals.refusal else EXIT_OK
     finally:
         stop_heartbeats.set()
         client.close()

@@ -6,19 +6,27 @@ parameters and resources. Builds plan and apply one transition against the works
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
+from protocol.logs import STAGE_SETUP, LogLine
+from protocol.provisionerd import (
+    AcquiredJob,
+    BuildJob,
+    BuildResult,
+    ImportedResources,
+    ImportJob,
+    ImportResult,
+    JobCompletion,
+    JobFailure,
+)
 from workers.archive import ArchiveError, extract_archive
-from workers.jobs import DaemonContext, JobControl, JobOutcome
+from workers.job_control import JobControl, RunnerSettings
 from workers.provider_install import install_coder_provider
-from workers.resources import ParseError, parse_parameters, parse_resources
+from workers.resources import ParseError, mark_lifecycles, parse_show_json
 from workers.terraform import (
-    LogLine,
     TemplateSyntaxError,
     TerraformError,
     TerraformExecutor,
@@ -39,20 +47,22 @@ _CODER_LOCK_ENTRY = re.compile(r'^provider "registry\.terraform\.io/coder/coder"
 # The server says "delete"; Terraform and the coder provider say "destroy".
 TRANSITIONS: dict[str, Transition] = {"start": "start", "stop": "stop", "delete": "destroy"}
 
-Emit = Callable[[dict[str, Any]], None]
+Log = Callable[[LogLine], None]
+JobOutcome = JobCompletion | JobFailure
 
 
-def run_job(payload: dict[str, Any], context: DaemonContext, emit: Emit, control: JobControl) -> JobOutcome:
-    def log(line: LogLine) -> None:
-        emit({"level": line.level, "stage": line.stage, "output": line.output, "source": line.source})
-
+def run_job(job: AcquiredJob, settings: RunnerSettings, log: Log, control: JobControl) -> JobOutcome:
     try:
-        with job_workdir(context.cache_dir, payload["id"], log) as workdir:
-            extract_archive(base64.b64decode(payload["archive"]), workdir)
-            drop_coder_lock_entry(workdir)
-            if payload["type"] == "workspace_build":
-                return _build(payload, workdir, context, log, control)
-            return _import(payload, workdir, context, log, control)
+        with job_workdir(settings.cache_dir, job.id, log) as workdir:
+            if job.workspace_build is not None:
+                extract_archive(job.workspace_build.archive, workdir)
+                drop_coder_lock_entry(workdir)
+                return _build(job, job.workspace_build, workdir, settings, log, control)
+            if job.template_import is not None:
+                extract_archive(job.template_import.archive, workdir)
+                drop_coder_lock_entry(workdir)
+                return _import(job, job.template_import, workdir, settings, log, control)
+            return _failed(f"The server sent a {job.type} job without its body.", log)
     except ArchiveError as exc:
         return _failed(f"The template archive was refused: {exc}", log)
     except TemplateSyntaxError as exc:
@@ -60,10 +70,7 @@ def run_job(payload: dict[str, Any], context: DaemonContext, emit: Emit, control
     except ParseError as exc:
         return _failed(f"The template's resources are invalid: {exc}", log)
     except TerraformError as exc:
-        body: dict[str, Any] = {"error": exc.message}
-        if exc.state:
-            body["state"] = base64.b64encode(exc.state).decode()
-        return JobOutcome(False, body)
+        return JobFailure(error=exc.message, state=exc.state or None)
 
 
 def drop_coder_lock_entry(workdir: Path) -> None:
@@ -77,37 +84,33 @@ def drop_coder_lock_entry(workdir: Path) -> None:
             lock.write_text(cleaned)
 
 
-def _failed(message: str, log: Callable[[LogLine], None], code: str = "") -> JobOutcome:
-    log(LogLine("error", "Setting up", message, source="provisioner_daemon"))
-    return JobOutcome(False, {"error": message, "error_code": code})
+def _failed(message: str, log: Log, code: str = "") -> JobFailure:
+    log(LogLine(level="error", stage=STAGE_SETUP, output=message, source="provisioner_daemon"))
+    return JobFailure(error=message, error_code=code)
 
 
 def _executor(
-    workdir: Path,
-    context: DaemonContext,
-    coder_env: Mapping[str, str],
-    log: Callable[[LogLine], None],
-    control: JobControl,
+    workdir: Path, settings: RunnerSettings, coder_env: Mapping[str, str], log: Log, control: JobControl
 ) -> TerraformExecutor:
     env = terraform_environment(
-        os.environ, coder_env, cache_dir=context.cache_dir, cli_config_file=install_coder_provider(context.cache_dir)
+        os.environ, coder_env, cache_dir=settings.cache_dir, cli_config_file=install_coder_provider(settings.cache_dir)
     )
     executor = TerraformExecutor(
         workdir,
         env=env,
         log=log,
-        binary=find_terraform(context.terraform_path),
-        cancel_grace=context.force_cancel_seconds,
+        binary=find_terraform(settings.terraform_path),
+        cancel_grace=settings.force_cancel_seconds,
     )
     control.on_cancel(executor.cancel, force=executor.kill)
     return executor
 
 
 def _import(
-    payload: dict[str, Any], workdir: Path, context: DaemonContext, log: Callable[[LogLine], None], control: JobControl
+    job: AcquiredJob, body: ImportJob, workdir: Path, settings: RunnerSettings, log: Log, control: JobControl
 ) -> JobOutcome:
     variables = read_variables(workdir)
-    values = {item["name"]: item["value"] for item in payload.get("user_variable_values") or []}
+    values = {item.name: item.value for item in body.user_variable_values}
     missing = required_variables_missing(variables, values)
     if missing:
         return _failed(
@@ -117,7 +120,7 @@ def _import(
     for transition in ("start", "stop"):
         # Like a dry run of a workspace: placeholder identity, the given transition (start_count follows it).
         coder_env = build_coder_env(
-            access_url=payload["access_url"],
+            access_url=job.access_url,
             transition=transition,
             workspace_name="import",
             workspace_id="00000000-0000-0000-0000-000000000000",
@@ -126,61 +129,49 @@ def _import(
             owner_id="00000000-0000-0000-0000-000000000000",
             owner_email="import@example.com",
         )
-        executor = _executor(workdir, context, coder_env, log, control)
+        executor = _executor(workdir, settings, coder_env, log, control)
         if transition == "start":
             executor.init()
-        plans[transition] = executor.plan(transition, variables=values).plan or {}
-    return JobOutcome(
-        True,
-        {
-            "readme": read_readme(workdir),
-            "variables": [
-                {
-                    "name": var.name,
-                    "type": var.type,
-                    "description": var.description,
-                    "default_value": var.default_value,
-                    "required": var.required,
-                    "sensitive": var.sensitive,
-                }
-                for var in variables
-            ],
-            "parameters": parse_parameters(plans["start"]),
-            "resources": {transition: parse_resources(plan) for transition, plan in plans.items()},
-        },
+        plans[transition] = parse_show_json(executor.plan(transition, variables=values).plan or {})
+    start, stop = plans["start"], plans["stop"]
+    return JobCompletion(
+        template_import=ImportResult(
+            readme=read_readme(workdir),
+            variables=tuple(variables),
+            parameters=tuple(start.parameters),
+            resources=ImportedResources(
+                start=tuple(mark_lifecycles(start.resources, stop.resources)), stop=tuple(stop.resources)
+            ),
+            external_auth=tuple(start.external_auth),
+        )
     )
 
 
 def _build(
-    payload: dict[str, Any], workdir: Path, context: DaemonContext, log: Callable[[LogLine], None], control: JobControl
+    job: AcquiredJob, body: BuildJob, workdir: Path, settings: RunnerSettings, log: Log, control: JobControl
 ) -> JobOutcome:
-    transition = TRANSITIONS[payload["transition"]]
-    meta = payload["metadata"]
+    transition = TRANSITIONS[body.transition]
+    meta = body.metadata
     coder_env = build_coder_env(
-        access_url=payload["access_url"],
+        access_url=job.access_url,
         transition=transition,
-        workspace_name=meta["workspace_name"],
-        workspace_id=meta["workspace_id"],
-        build_id=meta["workspace_build_id"],
-        owner_name=meta["owner_name"],
-        owner_id=meta["owner_id"],
-        owner_email=meta["owner_email"],
-        owner_full_name=meta.get("owner_full_name", ""),
-        owner_login_type=meta.get("owner_login_type", "password"),
-        template_id=meta.get("template_id", ""),
-        template_name=meta.get("template_name", ""),
-        template_version=meta.get("template_version", ""),
-        parameters={item["name"]: item["value"] for item in payload.get("parameters") or []},
-        previous_parameters={item["name"]: item["value"] for item in payload.get("previous_parameters") or []},
-        agent_scripts=payload.get("agent_scripts") or {},
+        workspace_name=meta.workspace_name,
+        workspace_id=meta.workspace_id,
+        build_id=meta.workspace_build_id,
+        owner_name=meta.owner_name,
+        owner_id=meta.owner_id,
+        owner_email=meta.owner_email,
+        owner_full_name=meta.owner_full_name,
+        owner_login_type=meta.owner_login_type,
+        template_id=meta.template_id,
+        template_name=meta.template_name,
+        template_version=meta.template_version,
+        parameters={item.name: item.value for item in body.parameters},
+        previous_parameters={item.name: item.value for item in body.previous_parameters},
+        agent_scripts=body.agent_scripts,
     )
-    variables = {item["name"]: item["value"] for item in payload.get("variable_values") or []}
-    executor = _executor(workdir, context, coder_env, log, control)
-    result = executor.run_build(transition, state=base64.b64decode(payload.get("state") or ""), variables=variables)
-    return JobOutcome(
-        True,
-        {
-            "state": base64.b64encode(result.state).decode(),
-            "resources": parse_resources(result.state_json or {}),
-        },
-    )
+    variables = {item.name: item.value for item in body.variable_values}
+    executor = _executor(workdir, settings, coder_env, log, control)
+    result = executor.run_build(transition, state=body.state, variables=variables)
+    resources = parse_show_json(result.state_json or {}).resources
+    return JobCompletion(workspace_build=BuildResult(state=result.state, resources=tuple(resources)))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
+from protocol.logs import LogLine
+from protocol.provisionerd import MAX_BATCH_LINES, LogBatch
 from workers.client import ProvisionerClient
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ class LogShipper:
         self.job_id = job_id
         self.on_cancel = on_cancel
         self.canceled = False
-        self._lines: list[dict[str, Any]] = []
+        self._lines: list[LogLine] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -39,7 +40,7 @@ class LogShipper:
         self._thread.join(timeout=60)
         self._flush()  # whatever arrived after the thread's last pass
 
-    def add(self, line: dict[str, Any]) -> None:
+    def add(self, line: LogLine) -> None:
         with self._lock:
             self._lines.append(line)
             full = len(self._lines) >= FLUSH_LINES
@@ -62,8 +63,9 @@ class LogShipper:
         with self._lock:
             batch, self._lines = self._lines, []
         try:
-            for start in range(0, max(len(batch), 1), 1000):
-                canceled = self.client.post_logs(self.job_id, batch[start : start + 1000])
+            for start in range(0, max(len(batch), 1), MAX_BATCH_LINES):
+                chunk = LogBatch(logs=tuple(batch[start : start + MAX_BATCH_LINES]))
+                canceled = self.client.post_logs(self.job_id, chunk)
                 if canceled and not self.canceled:
                     self.canceled = True
                     self.on_cancel()

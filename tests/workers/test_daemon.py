@@ -37,7 +37,8 @@ def test_nothing_under_workers_imports_app() -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    env = {"SLIPWAY_PROVISIONER_DAEMON_PSK": PSK}
+    # The PSK's daemons get Redis here, so the RQ worker is the one tested.
+    env = {"SLIPWAY_PROVISIONER_DAEMON_PSK": PSK, "SLIPWAY_PROVISIONER_TRUST_REDIS": "psk"}
     with ServerProcess(tmp_path_factory.mktemp("daemon") / "data", "--provisioner-daemons", "0", env=env) as running:
         yield running
 

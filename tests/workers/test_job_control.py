@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.jobs import JobControl
+from workers.job_control import JobControl
 
 
 def test_cancel_and_force_reach_every_step_even_the_ones_registered_later() -> None:

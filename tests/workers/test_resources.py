@@ -8,18 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
+from protocol.parameters import ParameterOption
+from protocol.resources import AgentMetadata, DisplayApps, Healthcheck, Resource
 from tests.workers.conftest import TemplateDir
-from workers.resources import (
-    AgentMetadata,
-    DisplayApps,
-    ParameterOption,
-    ParseError,
-    Resource,
-    mark_lifecycles,
-    parse_parameters,
-    parse_resources,
-    parse_show_json,
-)
+from workers.resources import ParseError, mark_lifecycles, parse_show_json
 
 Template = Callable[..., TemplateDir]
 
@@ -169,22 +161,22 @@ def check_workspace(resources: dict[str, Resource]) -> None:
     container = resources["terraform_data.container[0]"]
     assert (container.kind, container.index_key, [agent.name for agent in container.agents]) == (
         "computational",
-        0,
+        "0",
         ["main"],
     )
     assert resources["terraform_data.backup[0]"].kind == "peripheral"
-    assert resources["terraform_data.home[1]"].index_key == 1
+    assert resources["terraform_data.home[1]"].index_key == "1"
     assert resources['terraform_data.sidecar_b["eu"]'].index_key == "eu"
     assert [agent.name for agent in resources["terraform_data.sidecar_a"].agents] == ["Sidecar"]
-    assert resources['terraform_data.sidecar_b["eu"]'].agents == []
+    assert resources['terraform_data.sidecar_b["eu"]'].agents == ()
 
     agent = container.agents[0]
     assert (agent.os, agent.arch, agent.startup_script, agent.env) == ("linux", "amd64", "echo hi", {"A": "1"})
     assert agent.connection_timeout == 120
-    assert agent.metadata == [AgentMetadata(key="cpu", script="top -bn1", interval=5)]
+    assert agent.metadata == (AgentMetadata(key="cpu", script="top -bn1", interval=5),)
     assert agent.display_apps == DisplayApps(vscode=False, ssh_helper=False)
     assert [(app.slug, app.display_name, app.share) for app in agent.apps] == [("code-server", "code-server", "owner")]
-    assert agent.apps[0].healthcheck == {"url": "http://localhost:8080/healthz", "interval": 5, "threshold": 6}
+    assert agent.apps[0].healthcheck == Healthcheck(url="http://localhost:8080/healthz", interval=5, threshold=6)
     assert [(script.display_name, script.run_on_start) for script in agent.scripts] == [("Dotfiles", True)]
     assert [(env.name, env.value) for env in agent.envs] == [("EDITOR", "vim")]
 
@@ -219,10 +211,10 @@ def test_parameters_are_ordered_with_options_and_validation(template: Template) 
 
     image, size = parsed.parameters
     assert (image.name, image.display_name, image.required, image.value) == ("image", "Image", True, "ubuntu")
-    assert image.options == [
+    assert image.options == (
         ParameterOption(name="Ubuntu", value="ubuntu", icon="/icon/ubuntu.svg"),
         ParameterOption(name="Debian", value="debian"),
-    ]
+    )
     assert (size.type, size.required, size.default_value, size.value) == ("number", False, "10", "10")
     assert (size.validation_min, size.validation_max, size.validation_regex) == (5, 50, "")
     assert (size.mutable, size.ephemeral, size.order) == (False, False, 2)
@@ -243,18 +235,16 @@ def test_lifecycles_persistent_when_the_stop_plan_keeps_a_resource(template: Tem
         'terraform_data.sidecar_b["eu"]': "persistent",
         "terraform_data.sidecar_a": "persistent",
     }
-    assert all(resource.agents == [] for resource in stop.resources if resource.name != "sidecar_a")
+    assert all(resource.agents == () for resource in stop.resources if resource.name != "sidecar_a")
 
 
-def test_json_forms_for_the_daemon_are_plain_values(template: Template) -> None:
-    plan = template(WORKSPACE).plan(image_env("debian"))
+def test_what_the_daemon_sends_reads_back_the_same(template: Template) -> None:
+    parsed = parse_show_json(template(WORKSPACE).plan(image_env("debian")))
 
-    resources, parameters = parse_resources(plan), parse_parameters(plan)
-
-    assert json.loads(json.dumps(resources)) == resources
-    assert [parameter["name"] for parameter in parameters] == ["image", "size"]
-    container = next(r for r in resources if r["address"] == "terraform_data.container[0]")
-    assert container["agents"][0]["apps"][0]["slug"] == "code-server"
+    assert [Resource.loads(resource.dumps()) for resource in parsed.resources] == parsed.resources
+    assert [parameter.name for parameter in parsed.parameters] == ["image", "size"]
+    container = next(r for r in parsed.resources if r.address == "terraform_data.container[0]")
+    assert json.loads(container.dumps())["agents"][0]["apps"][0]["slug"] == "code-server"
 
 
 @pytest.mark.parametrize(

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from protocol.logs import LogLine
 from tests.workers.test_terraform_process import gone_within
 from workers.terraform import (
     NOTHING_TO_DO,
     ApplyResult,
-    LogLine,
     TerraformBinary,
     TerraformCanceledError,
     TerraformError,

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from protocol.provisionerd import TemplateVariable
 from workers.terraform import (
     TemplateSyntaxError,
-    TemplateVariable,
     read_readme,
     read_variables,
     required_variables_missing,
@@ -56,14 +56,34 @@ resource "terraform_data" "x" {
     variables = read_variables(tmp_path)
 
     assert variables == [
-        TemplateVariable("enabled", "", "", "true", required=False, sensitive=False),
-        TemplateVariable("region", "string", 'Where the "workspace" runs', "eu-west", required=False, sensitive=False),
-        TemplateVariable("cpus", "number", "", "2", required=False, sensitive=False),
         TemplateVariable(
-            "labels", "map(string)", "", '{"team":"platform","tier":"dev"}', required=False, sensitive=False
+            name="enabled", type="", description="", default_value="true", required=False, sensitive=False
         ),
-        TemplateVariable("api_token", "string", "", "", required=True, sensitive=True),
-        TemplateVariable("nullable", "string", "", "", required=True, sensitive=False),
+        TemplateVariable(
+            name="region",
+            type="string",
+            description='Where the "workspace" runs',
+            default_value="eu-west",
+            required=False,
+            sensitive=False,
+        ),
+        TemplateVariable(
+            name="cpus", type="number", description="", default_value="2", required=False, sensitive=False
+        ),
+        TemplateVariable(
+            name="labels",
+            type="map(string)",
+            description="",
+            default_value='{"team":"platform","tier":"dev"}',
+            required=False,
+            sensitive=False,
+        ),
+        TemplateVariable(
+            name="api_token", type="string", description="", default_value="", required=True, sensitive=True
+        ),
+        TemplateVariable(
+            name="nullable", type="string", description="", default_value="", required=True, sensitive=False
+        ),
     ]
     assert required_variables_missing(variables, {"region": "us-east"}) == ["api_token", "nullable"]
     assert required_variables_missing(variables, {"api_token": "t", "nullable": ""}) == []

@@ -5,15 +5,12 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from tf.iface import DataSource, ReadContext, ReadDataContext, Resource
 from tf.schema import Attribute, Schema
 from tf.types import Bool, Number, String, TfType, Unknown
 from tf.utils import Diagnostics
-
-if TYPE_CHECKING:
-    from workers.coder_provider.provider import CoderProvider
 
 State = dict[str, Any]
 
@@ -54,13 +51,22 @@ def schema(*attributes: Attribute, blocks: tuple[Any, ...] = (), description: st
 STRING, NUMBER, BOOL = String(), Number(), Bool()
 
 
+class ProviderConfig(Protocol):
+    """What resources need of the provider's configuration (the provider module imports them, not the reverse)."""
+
+    url: str
+
+    @property
+    def access_url(self) -> str: ...
+
+
 class _Declared:
     """What every coder resource and data source declares for `tf`: its type name and its schema."""
 
     name: ClassVar[str]
     schema_: ClassVar[Schema]
 
-    def __init__(self, provider: CoderProvider) -> None:
+    def __init__(self, provider: ProviderConfig) -> None:
         self.provider = provider
 
     @classmethod

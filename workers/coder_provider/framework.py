@@ -84,7 +84,7 @@ class ObjectType(TfType):  # type: ignore[misc]
 
 
 class CoderProviderServicer(ProviderServicer):  # type: ignore[misc]
-    def PlanResourceChange(self, request: Any, context: Any) -> Any:  # noqa: N802  (gRPC method name)
+    def PlanResourceChange(self, request: Any, context: Any) -> Any:
         if read_dynamic_value(request.proposed_new_state) is None:
             # A destroy plan: these resources live only in Terraform's state, so there is nothing to veto.
             return pb.PlanResourceChange.Response(planned_state=request.proposed_new_state)
@@ -117,12 +117,12 @@ def serve(provider: Provider) -> None:
     rpc.add_ProviderServicer_to_server(CoderProviderServicer(provider), server)
 
     class Controller(controller_rpc.GRPCControllerServicer):  # type: ignore[misc]
-        def Shutdown(self, request: Any, context: Any) -> Any:  # noqa: N802
+        def Shutdown(self, request: Any, context: Any) -> Any:
             stopper.stopped = True
             return controller_pb.Empty()
 
     class Stdio(stdio_rpc.GRPCStdioServicer):  # type: ignore[misc]
-        def StreamStdio(self, request: Any, context: Any) -> Any:  # noqa: N802
+        def StreamStdio(self, request: Any, context: Any) -> Any:
             return iter([])
 
     controller_rpc.add_GRPCControllerServicer_to_server(Controller(), server)

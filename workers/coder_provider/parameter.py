@@ -6,15 +6,13 @@ The rules and messages follow Coder's provider (parameter.go) closely enough for
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import uuid
-from typing import Any
 
 from tf.schema import Block
 from tf.utils import Diagnostics
 
+from protocol.parameters import ParameterError, ParameterOption, RichParameter, check_declaration, check_value
 from workers.coder_provider.base import (
     BOOL,
     NUMBER,
@@ -29,114 +27,37 @@ from workers.coder_provider.base import (
 )
 from workers.coder_provider.framework import ListNestedBlock
 
-TYPES = ("string", "number", "bool", "list(string)")
-MONOTONIC = ("increasing", "decreasing")
-
-
-class ParameterError(ValueError):
-    """One reason a parameter is invalid; the message is shown to the user as the diagnostic's detail."""
-
 
 def parameter_env_name(name: str, *, previous: bool = False) -> str:
     return ("CODER_PARAMETER_PREVIOUS_" if previous else "CODER_PARAMETER_") + sha256_hex(name)
 
 
-def check_type(kind: str, value: str) -> None:
-    if kind == "number":
-        try:
-            float(value)
-        except ValueError:
-            raise ParameterError(f"{value!r} is not a number") from None
-    elif kind == "bool" and value not in ("true", "false"):
-        raise ParameterError(f'{value!r} is not a bool: it must be "true" or "false"')
-    elif kind == "list(string)":
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            parsed = None
-        if not isinstance(parsed, list) or not all(isinstance(item, str) for item in parsed):
-            raise ParameterError(f'{value!r} is not a list of strings (a JSON array such as ["a", "b"])')
-
-
-def _rendered(validation: State, value: str) -> str | None:
-    """The template's own `error` text, with {min}, {max} and {value} filled in, when it gave one."""
-    text = validation.get("error")
-    if not text:
+def _bound(validation: State, key: str) -> int | None:
+    value = validation.get(key)
+    if value is None:
         return None
-    for placeholder, replacement in (("{min}", validation.get("min")), ("{max}", validation.get("max"))):
-        text = text.replace(placeholder, "" if replacement is None else str(int(replacement)))
-    return str(text.replace("{value}", value))
+    if float(value) != int(value):
+        raise ParameterError(f"{key} must be a whole number, not {value}", "Invalid validation block")
+    return int(value)
 
 
-def check_validation_fits_type(kind: str, validation: State) -> None:
-    if kind != "number":
-        for field in ("min", "max", "monotonic"):
-            if validation.get(field) is not None:
-                raise ParameterError(f"a {field} validation can only be specified for a number parameter, not {kind}")
-    if validation.get("regex") is not None:
-        if kind != "string":
-            raise ParameterError(f"a regex validation can only be specified for a string parameter, not {kind}")
-        if not validation.get("error"):
-            raise ParameterError("a regex validation needs an error message (validation.error)")
-        try:
-            re.compile(validation["regex"])
-        except re.error as exc:
-            raise ParameterError(f"invalid regex {validation['regex']!r}: {exc}") from None
-    monotonic = validation.get("monotonic")
-    if monotonic is not None and monotonic not in MONOTONIC:
-        raise ParameterError(f"monotonic must be {' or '.join(repr(m) for m in MONOTONIC)}, not {monotonic!r}")
-
-
-def check_value(kind: str, validation: State, value: str, previous: str | None) -> None:
-    """Coder's Validation.Valid: the template's error text wins over ours when it gave one."""
-    if kind == "string" and validation.get("regex") is not None:
-        # Go's regexp.MatchString finds a match anywhere, like re.search.
-        if not re.search(validation["regex"], value):
-            raise ParameterError(
-                f"{_rendered(validation, value)} (value {value!r} does not match {validation['regex']!r})"
-            )
-    if kind != "number":
-        return
-    number = float(value)
-    low, high = validation.get("min"), validation.get("max")
-    if low is not None and number < low:
-        raise ParameterError(_rendered(validation, value) or f"value {value} is less than the minimum {low:g}")
-    if high is not None and number > high:
-        raise ParameterError(_rendered(validation, value) or f"value {value} is more than the maximum {high:g}")
-    monotonic = validation.get("monotonic")
-    if monotonic and previous is not None:
-        try:
-            before = float(previous)
-        except ValueError:
-            return  # the previous build's value was not a number: nothing to compare with
-        if monotonic == "increasing" and number < before:
-            raise ParameterError(f"parameter value {value} must be equal or greater than previous value: {previous}")
-        if monotonic == "decreasing" and number > before:
-            raise ParameterError(f"parameter value {value} must be equal or lower than previous value: {previous}")
-
-
-def check_options(kind: str, options: list[State], default: str | None, value: str | None) -> None:
-    names: set[str] = set()
-    values: set[str] = set()
-    for option in options:
-        if option["name"] in names:
-            raise ParameterError(f"multiple options cannot have the same name {option['name']!r}")
-        if option["value"] in values:
-            raise ParameterError(f"multiple options cannot have the same value {option['value']!r}")
-        check_type(kind, option["value"])
-        names.add(option["name"])
-        values.add(option["value"])
-    if kind == "list(string)":
-        # A multi-select: every chosen element must be an option.
-        for label, chosen in (("default", default), ("value", value)):
-            for element in json.loads(chosen) if chosen else []:
-                if element not in values:
-                    raise ParameterError(f"{label} element {element!r} must be one of the options: {sorted(values)}")
-        return
-    if default is not None and default not in values:
-        raise ParameterError(f"default value {default!r} must be defined as one of options: {sorted(values)}")
-    if value is not None and value not in values:
-        raise ParameterError(f"value {value!r} must be one of the options: {sorted(values)}")
+def declared(state: State) -> RichParameter:
+    """The parameter as the server records it, from the data source's configuration."""
+    validation = state["validation"][0] if state["validation"] else {}
+    return RichParameter(
+        name=state["name"],
+        type=state["type"],
+        mutable=state["mutable"],
+        ephemeral=state["ephemeral"],
+        required=state["default"] is None,
+        default_value=state["default"] or "",
+        options=tuple(ParameterOption(name=option["name"], value=option["value"]) for option in state["option"]),
+        validation_regex=validation.get("regex") or "",
+        validation_error=validation.get("error") or "",
+        validation_min=_bound(validation, "min"),
+        validation_max=_bound(validation, "max"),
+        validation_monotonic=validation.get("monotonic") or "",
+    )
 
 
 class ParameterDataSource(CoderDataSource):
@@ -203,32 +124,15 @@ class ParameterDataSource(CoderDataSource):
         try:
             self.check(state, value, os.environ.get(parameter_env_name(name, previous=True)))
         except ParameterError as exc:
-            diags.add_error(f"Invalid parameter {name!r}", f"coder_parameter {name!r}: {exc}")
+            diags.add_error(f"Invalid parameter {name!r}", f"coder_parameter {name!r}: {exc.summary}: {exc}")
             return None
         return state
 
     @staticmethod
-    def check(state: State, value: Any, previous: str | None) -> None:
-        kind = state["type"]
-        if kind not in TYPES:
-            raise ParameterError(f"type {kind!r} must be one of {', '.join(TYPES)}")
-        if state["ephemeral"] and not state["mutable"]:
-            raise ParameterError("an ephemeral parameter must be mutable")
-        if state["ephemeral"] and state["default"] is None:
-            raise ParameterError("an ephemeral parameter requires a default value")
-        if state["default"] is not None:
-            check_type(kind, state["default"])
-        validation = state["validation"][0] if state["validation"] else {}
-        check_validation_fits_type(kind, validation)
-        # No value at all is how a template import plans a required parameter: nothing to check yet.
+    def check(state: State, value: str | None, previous: str | None) -> None:
+        """The server's own rules (protocol/parameters.py): the declaration, then the value when there is one
+        (a template import plans a required parameter without one)."""
+        parameter = declared(state)
+        check_declaration(parameter)
         if value is not None:
-            check_type(kind, value)
-        if state["option"]:
-            check_options(kind, state["option"], state["default"], value)
-        if state["default"] is not None:
-            try:
-                check_value(kind, validation, state["default"], None)
-            except ParameterError as exc:
-                raise ParameterError(f"the default value is invalid: {exc}") from None
-        if value is not None:
-            check_value(kind, validation, value, previous)
+            check_value(parameter, value, previous)

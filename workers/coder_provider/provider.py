@@ -9,7 +9,17 @@ from tf.iface import DataSource, Provider, Resource
 from tf.schema import Schema
 from tf.utils import Diagnostics
 
+from workers.coder_provider.agent import AgentResource
 from workers.coder_provider.base import STRING, env, optional
+from workers.coder_provider.parameter import ParameterDataSource
+from workers.coder_provider.peripherals import AppResource, EnvResource, MetadataResource, ScriptResource
+from workers.coder_provider.workspace import (
+    ExternalAuthDataSource,
+    ProvisionerDataSource,
+    WorkspaceDataSource,
+    WorkspaceOwnerDataSource,
+    WorkspaceTagsDataSource,
+)
 
 # Coder's own fallback, kept so that a template planned outside any build behaves as it would with Coder.
 DEFAULT_URL = "https://mydeployment.coder.com"
@@ -50,21 +60,9 @@ class CoderProvider(Provider):  # type: ignore[misc]  # tf ships no type informa
         return self.url if self.url.endswith("/") else self.url + "/"
 
     def get_resources(self) -> list[type[Resource]]:
-        from workers.coder_provider.agent import AgentResource
-        from workers.coder_provider.peripherals import AppResource, EnvResource, MetadataResource, ScriptResource
-
         return [AgentResource, AppResource, EnvResource, MetadataResource, ScriptResource]
 
     def get_data_sources(self) -> list[type[DataSource]]:
-        from workers.coder_provider.parameter import ParameterDataSource
-        from workers.coder_provider.workspace import (
-            ExternalAuthDataSource,
-            ProvisionerDataSource,
-            WorkspaceDataSource,
-            WorkspaceOwnerDataSource,
-            WorkspaceTagsDataSource,
-        )
-
         return [
             ParameterDataSource,
             WorkspaceDataSource,

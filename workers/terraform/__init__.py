@@ -12,10 +12,9 @@ from workers.terraform.executor import (
     Transition,
     job_workdir,
 )
-from workers.terraform.logs import APPLY_STAGES, STAGE_CLEANUP, STAGE_PLAN, STAGE_SETUP, LogCallback, LogLine
+from workers.terraform.logs import APPLY_STAGES, LogCallback
 from workers.terraform.variables import (
     TemplateSyntaxError,
-    TemplateVariable,
     read_readme,
     read_variables,
     required_variables_missing,
@@ -24,15 +23,10 @@ from workers.terraform.variables import (
 __all__ = [
     "APPLY_STAGES",
     "NOTHING_TO_DO",
-    "STAGE_CLEANUP",
-    "STAGE_PLAN",
-    "STAGE_SETUP",
     "ApplyResult",
     "LogCallback",
-    "LogLine",
     "PlanResult",
     "TemplateSyntaxError",
-    "TemplateVariable",
     "TerraformBinary",
     "TerraformCanceledError",
     "TerraformError",

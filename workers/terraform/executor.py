@@ -13,15 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from protocol.logs import STAGE_CLEANUP, STAGE_PLAN, STAGE_SETUP, LogLevel, LogLine
 from workers.terraform.binary import TerraformBinary, find_terraform
 from workers.terraform.logs import (
     APPLY_STAGES,
-    STAGE_CLEANUP,
-    STAGE_PLAN,
-    STAGE_SETUP,
     LogCallback,
-    LogLevel,
-    LogLine,
     error_summaries,
     event_lines,
     parse_event,
@@ -100,7 +96,7 @@ class _StepOutput:
                 self.diagnostics.append(event)
             elif event.get("type") == "apply_start" and self.apply_stage is not None and _changes_something(event):
                 self.stage, self.apply_stage = self.apply_stage, None
-                self.log(LogLine("info", self.stage, "", source="provisioner_daemon"))
+                self.log(LogLine(level="info", stage=self.stage, source="provisioner_daemon"))
             for level, text in event_lines(event):
                 self._emit(level, text)
         elif line.strip():
@@ -112,14 +108,14 @@ class _StepOutput:
         return "plan" if self.apply_stage is not None else command
 
     def on_notice(self, text: str) -> None:
-        self.log(LogLine("warn", self.stage, text, source="provisioner_daemon"))
+        self.log(LogLine(level="warn", stage=self.stage, output=text, source="provisioner_daemon"))
 
     def error_message(self, exit_code: int) -> str:
         summaries = error_summaries(self.diagnostics) or text_error_summaries(self.text)
         return "; ".join(summaries) or f"exited with status {exit_code}"
 
     def _emit(self, level: LogLevel, text: str) -> None:
-        self.log(LogLine(level, self.stage, text))
+        self.log(LogLine(level=level, stage=self.stage, output=text))
 
 
 @contextmanager
@@ -136,7 +132,7 @@ def job_workdir(cache_dir: Path, job_id: str, log: LogCallback | None = None) ->
         yield path
     finally:
         if log is not None:
-            log(LogLine("info", STAGE_CLEANUP, "", source="provisioner_daemon"))
+            log(LogLine(level="info", stage=STAGE_CLEANUP, source="provisioner_daemon"))
         _remove_tree(path, log)
 
 
@@ -151,7 +147,14 @@ def _remove_tree(path: Path, log: LogCallback | None) -> None:
         except OSError as exc:
             if attempt == 4:
                 if log is not None:
-                    log(LogLine("warn", STAGE_CLEANUP, f"Could not remove the work dir: {exc}", "provisioner_daemon"))
+                    log(
+                        LogLine(
+                            level="warn",
+                            stage=STAGE_CLEANUP,
+                            output=f"Could not remove the work dir: {exc}",
+                            source="provisioner_daemon",
+                        )
+                    )
                 return
             time.sleep(0.2 * (attempt + 1))
 
@@ -286,12 +289,12 @@ class TerraformExecutor:
 
     def _nothing_to_destroy(self) -> ApplyResult:
         self._nothing_to_do = True
-        self.log(LogLine("info", APPLY_STAGES["destroy"], NOTHING_TO_DO))
+        self.log(LogLine(level="info", stage=APPLY_STAGES["destroy"], output=NOTHING_TO_DO))
         return ApplyResult(b"", None)
 
     def _stage_started(self, stage: str) -> None:
         # Like Coder's daemon: an empty line from the daemon marks where a stage begins.
-        self.log(LogLine("info", stage, "", source="provisioner_daemon"))
+        self.log(LogLine(level="info", stage=stage, source="provisioner_daemon"))
 
     def _write_state(self, state: bytes) -> None:
         path = self.workdir / STATE_FILE

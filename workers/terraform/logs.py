@@ -1,23 +1,12 @@
-"""Build log lines, and the translation of Terraform's `-json` event stream into them."""
+"""The translation of Terraform's `-json` event stream into build log lines."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-LogLevel = Literal["trace", "debug", "info", "warn", "error"]
-LogSource = Literal["provisioner", "provisioner_daemon"]
-
-STAGE_SETUP = "Setting up"
-STAGE_PLAN = "Planning infrastructure"
-STAGE_CLEANUP = "Cleaning up"
-APPLY_STAGES: Mapping[str, str] = {
-    "start": "Starting workspace",
-    "stop": "Stopping workspace",
-    "destroy": "Destroying workspace",
-}
+from protocol.logs import LogLevel, LogLine
 
 _LEVELS: Mapping[str, LogLevel] = {
     "trace": "trace",
@@ -27,14 +16,11 @@ _LEVELS: Mapping[str, LogLevel] = {
     "warning": "warn",
     "error": "error",
 }
-
-
-@dataclass(frozen=True)
-class LogLine:
-    level: LogLevel
-    stage: str
-    output: str
-    source: LogSource = "provisioner"
+APPLY_STAGES: Mapping[str, str] = {
+    "start": "Starting workspace",
+    "stop": "Stopping workspace",
+    "destroy": "Destroying workspace",
+}
 
 
 LogCallback = Callable[[LogLine], None]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import hcl2
 from hcl2.utils import SerializationOptions
 from lark.exceptions import LarkError
+
+from protocol.provisionerd import TemplateVariable
 
 README_FILE = "README.md"
 _README_LIMIT = 1024 * 1024  # a version's readme is shown on a page, not a place for megabytes
@@ -26,16 +27,6 @@ _HCL_OPTIONS = SerializationOptions(
 
 class TemplateSyntaxError(ValueError):
     """A template file cannot be parsed; the message names the file and the position."""
-
-
-@dataclass(frozen=True)
-class TemplateVariable:
-    name: str
-    type: str
-    description: str
-    default_value: str
-    required: bool
-    sensitive: bool
 
 
 def read_variables(workdir: Path) -> list[TemplateVariable]:
