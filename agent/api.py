@@ -21,10 +21,24 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus
 
+from protocol.agentapi import (
+    API_PREFIX,
+    TOKEN_HEADER,
+    AgentLogBatch,
+    AgentLogReply,
+    AppHealth,
+    AppHealthReport,
+    LifecycleReport,
+    LifecycleState,
+    Manifest,
+    MetadataReport,
+    Startup,
+)
+from protocol.codec import Message, ProtocolError
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-TOKEN_HEADER = "Slipway-Agent-Token"  # noqa: S105 - a header name, not a secret
 HTTP_TIMEOUT = 30.0  # Coder's agent client uses the same
 CONTROL_PING_INTERVAL = 15.0
 CONTROL_PING_TIMEOUT = 30.0
@@ -137,48 +151,46 @@ def _raise_for(status: int, body: bytes | str) -> None:
 class AgentAPI:
     def __init__(self, url: str, token: str, *, http: httpx.AsyncClient | None = None) -> None:
         self.url = url.rstrip("/")
-        self.base = f"{self.url}/api/v2/workspaceagents/me"
+        self.base = f"{self.url}{API_PREFIX}"
         self._headers = {TOKEN_HEADER: token}
         self._http = http or httpx.AsyncClient(timeout=HTTP_TIMEOUT)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _request(self, method: str, path: str, body: object = None) -> httpx.Response:
+    async def _request(self, method: str, path: str, body: Message | None = None) -> httpx.Response:
+        content = body.dumps() if body is not None else None
+        headers = {**self._headers, "Content-Type": "application/json"} if content is not None else self._headers
         try:
-            response = await self._http.request(method, self.base + path, json=body, headers=self._headers)
+            response = await self._http.request(method, self.base + path, content=content, headers=headers)
         except httpx.TransportError as exc:
             raise ServerUnavailable(f"cannot reach {self.url}: {exc or type(exc).__name__}") from None
         _raise_for(response.status_code, response.content)
         return response
 
-    async def get_manifest(self) -> Any:
-        response = await self._request("GET", "/manifest")
-        try:
-            return response.json()
-        except ValueError:
-            raise ServerUnavailable("the manifest is not JSON") from None
+    async def get_manifest(self) -> Manifest:
+        """The manifest; :class:`ProtocolError` when the server sent something that is not one."""
+        return Manifest.loads((await self._request("GET", "/manifest")).content)
 
     async def post_startup(self, version: str, expanded_directory: str) -> None:
-        body = {"version": version, "expanded_directory": expanded_directory, "subsystems": []}
-        await self._request("POST", "/startup", body)
+        await self._request("POST", "/startup", Startup(version=version[:64], expanded_directory=expanded_directory))
 
-    async def post_lifecycle(self, state: str, changed_at: str) -> None:
-        await self._request("POST", "/lifecycle", {"state": state, "changed_at": changed_at})
+    async def post_lifecycle(self, state: LifecycleState, changed_at: str) -> None:
+        await self._request("POST", "/lifecycle", LifecycleReport(state=state, changed_at=changed_at))
 
-    async def post_logs(self, logs: list[dict[str, str]]) -> bool:
+    async def post_logs(self, batch: AgentLogBatch) -> bool:
         """Send one batch; returns whether the server's log limit is exceeded."""
-        response = await self._request("POST", "/logs", {"logs": logs})
+        response = await self._request("POST", "/logs", batch)
         try:
-            return bool(response.json().get("log_limit_exceeded"))
-        except (ValueError, AttributeError):
+            return AgentLogReply.loads(response.content).log_limit_exceeded
+        except ProtocolError:
             return False
 
-    async def post_metadata(self, metadata: list[dict[str, str]]) -> None:
-        await self._request("POST", "/metadata", {"metadata": metadata})
+    async def post_metadata(self, report: MetadataReport) -> None:
+        await self._request("POST", "/metadata", report)
 
-    async def post_app_health(self, healths: dict[str, str]) -> None:
-        await self._request("POST", "/app-health", {"healths": healths})
+    async def post_app_health(self, healths: dict[str, AppHealth]) -> None:
+        await self._request("POST", "/app-health", AppHealthReport(healths=healths))
 
     def _websocket_url(self, path: str) -> str:
         return "ws" + self.base.removeprefix("http") + path

@@ -14,14 +14,17 @@ from collections.abc import Awaitable, Callable, Sequence
 import httpx
 
 from agent.api import AgentAPIError, Backoff, ServerUnavailable
-from agent.manifest import App, Healthcheck
+from protocol.agentapi import AppHealth
+from protocol.resources import App, Healthcheck
 
 log = logging.getLogger(__name__)
 
 CHECK_TIMEOUT = 5.0
-INITIALIZING, HEALTHY, UNHEALTHY = "initializing", "healthy", "unhealthy"
+INITIALIZING: AppHealth = "initializing"
+HEALTHY: AppHealth = "healthy"
+UNHEALTHY: AppHealth = "unhealthy"
 
-PostHealths = Callable[[dict[str, str]], Awaitable[None]]
+PostHealths = Callable[[dict[str, AppHealth]], Awaitable[None]]
 
 
 async def probe(client: httpx.AsyncClient, url: str) -> bool:
@@ -38,7 +41,7 @@ class HealthTracker:
 
     def __init__(self, threshold: int) -> None:
         self.threshold = max(threshold, 1)
-        self.state = INITIALIZING
+        self.state: AppHealth = INITIALIZING
         self._failures = 0
 
     def record(self, success: bool) -> bool:
@@ -63,11 +66,11 @@ class AppHealthReporter:
         self._changed = asyncio.Event()
 
     @property
-    def healths(self) -> dict[str, str]:
+    def healths(self) -> dict[str, AppHealth]:
         return {slug: tracker.state for slug, tracker in self._trackers.items()}
 
     async def _check_forever(self, client: httpx.AsyncClient, slug: str, check: Healthcheck) -> None:
-        interval = max(check.interval_seconds, 1)
+        interval = max(check.interval, 1)
         while True:
             if self._trackers[slug].record(await probe(client, check.url)):
                 log.info("app %r is %s", slug, self._trackers[slug].state)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.config import TOKEN_VARIABLES
-from agent.manifest import Manifest
+from protocol.agentapi import Manifest
 
 if sys.platform != "win32":
     import pwd

@@ -7,37 +7,38 @@ import asyncio
 import logging
 
 from agent.api import AgentAPI, AgentAPIError, ProblemLog, retry, utc_now
+from protocol.agentapi import LifecycleState
 
 log = logging.getLogger(__name__)
 
-CREATED = "created"
-STARTING = "starting"
-READY = "ready"
-START_TIMEOUT = "start_timeout"
-START_ERROR = "start_error"
-SHUTTING_DOWN = "shutting_down"
-OFF = "off"
-SHUTDOWN_TIMEOUT = "shutdown_timeout"
-SHUTDOWN_ERROR = "shutdown_error"
+CREATED: LifecycleState = "created"
+STARTING: LifecycleState = "starting"
+READY: LifecycleState = "ready"
+START_TIMEOUT: LifecycleState = "start_timeout"
+START_ERROR: LifecycleState = "start_error"
+SHUTTING_DOWN: LifecycleState = "shutting_down"
+OFF: LifecycleState = "off"
+SHUTDOWN_TIMEOUT: LifecycleState = "shutdown_timeout"
+SHUTDOWN_ERROR: LifecycleState = "shutdown_error"
 
 
 class LifecycleReporter:
     def __init__(self, api: AgentAPI, problems: ProblemLog | None = None) -> None:
         self._api = api
         self._problems = problems or ProblemLog(log)
-        self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[LifecycleState, str]] = asyncio.Queue()
         self._idle = asyncio.Event()
         self._idle.set()
-        self.state = CREATED
+        self.state: LifecycleState = CREATED
 
-    def report(self, state: str) -> None:
+    def report(self, state: LifecycleState) -> None:
         """Queue a report stamped now; it is sent after the ones before it."""
         log.info("lifecycle: %s", state)
         self.state = state
         self._idle.clear()
         self._queue.put_nowait((state, utc_now()))
 
-    async def _send(self, state: str, changed_at: str) -> None:
+    async def _send(self, state: LifecycleState, changed_at: str) -> None:
         try:
             await retry(lambda: self._api.post_lifecycle(state, changed_at), self._problems)
         except AgentAPIError as exc:

@@ -8,14 +8,13 @@ retried with 1-5 s back-off; once the server answers ``log_limit_exceeded`` noth
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from agent.api import AgentAPIError, Backoff, ServerUnavailable, utc_now
+from protocol.agentapi import AgentLogBatch, AgentLogLine, LogLevel
 
 log = logging.getLogger(__name__)
 
@@ -27,28 +26,18 @@ QUEUE_MAX_BYTES = 1024 * 1024
 # A single line longer than this is cut: one huge line must not make a batch the server refuses (413).
 LINE_MAX_CHARS = 64 * 1024
 
-SendBatch = Callable[[list[dict[str, str]]], Awaitable[bool]]
+SendBatch = Callable[[AgentLogBatch], Awaitable[bool]]
 
 
-@dataclass(frozen=True)
-class LogLine:
-    output: str
-    level: str
-    log_source_id: str
-    created_at: str = ""
-
-    def as_json(self) -> dict[str, str]:
-        return {
-            "created_at": self.created_at or utc_now(),
-            "level": self.level,
-            "output": self.output,
-            "log_source_id": self.log_source_id,
-        }
+def log_line(output: str, level: str, log_source_id: str, created_at: str = "") -> AgentLogLine:
+    """A line to send: an unknown level is "info", the time is now unless given."""
+    known: LogLevel = level if level in LEVELS else "info"  # type: ignore[assignment]  # checked just now
+    return AgentLogLine(output=output, level=known, log_source_id=log_source_id, created_at=created_at or utc_now())
 
 
-def _encoded_size(entry: dict[str, str]) -> int:
+def _encoded_size(entry: AgentLogLine) -> int:
     # Counting the JSON form (escapes included) keeps a batch under the server's 1 MiB body limit.
-    return len(json.dumps(entry).encode()) + 2
+    return len(entry.dumps().encode()) + 2
 
 
 class LogSender:
@@ -68,7 +57,7 @@ class LogSender:
         self._batch_max_bytes = batch_max_bytes
         self._queue_max_bytes = queue_max_bytes
         self._retry_backoff = retry_backoff
-        self._queue: deque[tuple[dict[str, str], int]] = deque()
+        self._queue: deque[tuple[AgentLogLine, int]] = deque()
         self._queued_bytes = 0
         self._dropped: dict[str, int] = {}
         self._wake = asyncio.Event()
@@ -80,19 +69,18 @@ class LogSender:
     def queued_lines(self) -> int:
         return len(self._queue)
 
-    def add(self, line: LogLine) -> None:
+    def add(self, given: AgentLogLine) -> None:
         if self.limit_exceeded:
             return
-        level = line.level if line.level in LEVELS else "info"
-        output = line.output if len(line.output) <= LINE_MAX_CHARS else line.output[:LINE_MAX_CHARS] + " …(cut)"
-        entry = LogLine(output, level, line.log_source_id, line.created_at).as_json()
+        output = given.output if len(given.output) <= LINE_MAX_CHARS else given.output[:LINE_MAX_CHARS] + " …(cut)"
+        entry = log_line(output, given.level, given.log_source_id, given.created_at)
         size = _encoded_size(entry)
         self._queue.append((entry, size))
         self._queued_bytes += size
         while self._queued_bytes > self._queue_max_bytes and len(self._queue) > 1:
             dropped, dropped_size = self._queue.popleft()
             self._queued_bytes -= dropped_size
-            source = dropped["log_source_id"]
+            source = dropped.log_source_id
             self._dropped[source] = self._dropped.get(source, 0) + 1
         self._idle.clear()
         if len(self._queue) >= self._batch_max_lines or self._queued_bytes >= self._batch_max_bytes:
@@ -101,19 +89,19 @@ class LogSender:
     def _note_dropped_lines(self) -> None:
         """Put one warning per source that lost lines at the head of the queue, where the lost lines were."""
         for source, count in self._dropped.items():
-            warning = LogLine(
+            warning = log_line(
                 f"{count} older log lines were dropped: the agent could not send them to the server fast enough",
                 "warn",
                 source,
-            ).as_json()
+            )
             size = _encoded_size(warning)
             self._queue.appendleft((warning, size))
             self._queued_bytes += size
         self._dropped.clear()
 
-    def _take_batch(self) -> list[dict[str, str]]:
+    def _take_batch(self) -> list[AgentLogLine]:
         self._note_dropped_lines()
-        batch: list[dict[str, str]] = []
+        batch: list[AgentLogLine] = []
         batch_bytes = 0
         while self._queue and len(batch) < self._batch_max_lines:
             entry, size = self._queue[0]
@@ -125,11 +113,11 @@ class LogSender:
             batch_bytes += size
         return batch
 
-    async def _deliver(self, batch: list[dict[str, str]]) -> None:
+    async def _deliver(self, batch: list[AgentLogLine]) -> None:
         backoff = self._retry_backoff()
         while True:
             try:
-                exceeded = await self._send_batch(batch)
+                exceeded = await self._send_batch(AgentLogBatch(logs=tuple(batch)))
             except ServerUnavailable as exc:
                 log.debug("sending %d log lines failed (%s); retrying", len(batch), exc.problem)
             except AgentAPIError as exc:

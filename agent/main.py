@@ -42,13 +42,15 @@ from agent.lifecycle import (
     STARTING,
     LifecycleReporter,
 )
-from agent.logs import LogLine, LogSender
-from agent.manifest import AgentScript, Manifest, ManifestError, parse_manifest
+from agent.logs import LogSender, log_line
 from agent.metadata import MetadataCollector
 from agent.processes import ProcessGroups, stop_passing_on_ignored_signals
 from agent.scripts import OUTPUT_CLOSE_WAIT, ScriptResult, ScriptRunner
 from agent.sshd import SSHService
-from agent.tunnels import TunnelDialer, control_message
+from agent.tunnels import TunnelDialer, control_dial
+from protocol.agentapi import LifecycleState, Manifest
+from protocol.codec import ProtocolError
+from protocol.resources import Script
 
 log = logging.getLogger("agent")
 
@@ -62,7 +64,9 @@ FLUSH_TIMEOUT = 5.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def outcome(results: list[ScriptResult], timed_out: str, failed: str, succeeded: str) -> str:
+def outcome(
+    results: list[ScriptResult], timed_out: LifecycleState, failed: LifecycleState, succeeded: LifecycleState
+) -> LifecycleState:
     if any(result.timed_out for result in results):
         return timed_out
     if any(not result.ok for result in results):
@@ -162,7 +166,7 @@ class Agent:
                 await self._serve_control(websocket)
             except ConnectionClosed:
                 pass
-            except (ManifestError, AgentAPIError) as exc:
+            except (ProtocolError, AgentAPIError) as exc:
                 self._problems.report(f"the manifest could not be had: {exc}")
             finally:
                 await websocket.close()
@@ -181,18 +185,16 @@ class Agent:
             log.info("the control connection closed (%s); reconnecting", code)
 
     async def _serve_control(self, websocket: ClientConnection) -> None:
-        manifest = parse_manifest(await retry(self._api.get_manifest, self._problems))
+        manifest = await retry(self._api.get_manifest, self._problems)
         await self._apply_manifest(manifest)
         async for message in websocket:
-            data = control_message(message) if isinstance(message, str) else {}
-            if data.get("type") == "dial":
-                self._tunnels.dial(data)
-            elif data:
-                log.debug("ignoring a control message of type %r", data.get("type"))
+            dial = control_dial(message) if isinstance(message, str) else None
+            if dial is not None:
+                self._tunnels.dial(dial)
 
     # The manifest ----------------------------------------------------------------------------------------------
 
-    def _script_environment(self, script: AgentScript) -> dict[str, str]:
+    def _script_environment(self, script: Script) -> dict[str, str]:
         manifest = self._manifest or Manifest()
         return build_environment(manifest, self._config.log_dir, log_source_id=script.log_source_id)
 
@@ -259,7 +261,7 @@ class Agent:
         if manifest.cron_scripts:
             self._cron = start_task(self._run_cron_scripts(manifest.cron_scripts, runner), "the cron scheduler")
 
-    async def _run_cron_scripts(self, scripts: tuple[AgentScript, ...], runner: ScriptRunner) -> None:
+    async def _run_cron_scripts(self, scripts: tuple[Script, ...], runner: ScriptRunner) -> None:
         async with asyncio.TaskGroup() as group:
             for script in scripts:
                 try:
@@ -267,7 +269,7 @@ class Agent:
                 except CronError as exc:
                     message = f"the cron schedule {script.cron!r} is invalid, so this script never runs: {exc}"
                     log.warning("script %r: %s", script.name, message)
-                    self._logs.add(LogLine(message, "error", script.log_source_id))
+                    self._logs.add(log_line(message, "error", script.log_source_id))
                     continue
                 group.create_task(run_on_schedule(schedule, partial(runner.run, script, remember_group=True)))
 

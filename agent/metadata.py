@@ -10,8 +10,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from agent.api import AgentAPIError, ServerUnavailable, utc_now
-from agent.manifest import MetadataDescription
 from agent.processes import PipedProcess, exit_code, kill_and_reap, posix_shell_command, spawn_piped
+from protocol.agentapi import MetadataReport, MetadataResult
+from protocol.resources import AgentMetadata
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +20,7 @@ FLUSH_INTERVAL = 1.0
 # The server keeps 2,048 bytes of a value; reading much more than that is wasted memory.
 OUTPUT_KEEP_BYTES = 64 * 1024
 
-PostMetadata = Callable[[list[dict[str, str]]], Awaitable[None]]
+PostMetadata = Callable[[MetadataReport], Awaitable[None]]
 
 
 async def _read_capped(stream: asyncio.StreamReader) -> bytes:
@@ -62,7 +63,7 @@ async def collect(script: str, timeout: float, *, cwd: Path, env: Mapping[str, s
 class MetadataCollector:
     def __init__(
         self,
-        descriptions: Sequence[MetadataDescription],
+        descriptions: Sequence[AgentMetadata],
         post: PostMetadata,
         *,
         directory: Path,
@@ -74,20 +75,17 @@ class MetadataCollector:
         self._directory = directory
         self._environment = environment
         self._flush_interval = flush_interval
-        self._pending: dict[str, dict[str, str]] = {}
+        self._pending: dict[str, MetadataResult] = {}
 
-    async def _collect_forever(self, description: MetadataDescription) -> None:
-        interval = max(description.interval_seconds, 1)
-        timeout = description.timeout_seconds if description.timeout_seconds > 0 else interval
+    async def _collect_forever(self, description: AgentMetadata) -> None:
+        interval = max(description.interval, 1)
+        timeout = description.timeout if description.timeout > 0 else interval
         while True:
             started = time.monotonic()
             value, error = await collect(description.script, timeout, cwd=self._directory, env=self._environment())
-            self._pending[description.key] = {
-                "key": description.key,
-                "value": value,
-                "error": error,
-                "collected_at": utc_now(),
-            }
+            self._pending[description.key] = MetadataResult(
+                key=description.key, value=value, error=error, collected_at=utc_now()
+            )
             await asyncio.sleep(max(interval - (time.monotonic() - started), 0))
 
     async def _flush_forever(self) -> None:
@@ -97,7 +95,7 @@ class MetadataCollector:
                 continue
             batch, self._pending = self._pending, {}
             try:
-                await self._post(list(batch.values()))
+                await self._post(MetadataReport(metadata=tuple(batch.values())))
             except ServerUnavailable as exc:
                 log.debug("metadata not sent (%s); it goes with the next batch", exc.problem)
                 self._pending = {**batch, **self._pending}  # newer results of the same keys win

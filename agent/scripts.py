@@ -18,10 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from agent.api import utc_now
 from agent.environment import expand_path, script_bin_dir, script_data_root
-from agent.logs import LogLine
-from agent.manifest import AgentScript
+from agent.logs import log_line
 from agent.processes import (
     PipedProcess,
     ProcessGroups,
@@ -30,6 +28,8 @@ from agent.processes import (
     signal_group,
     spawn_piped,
 )
+from protocol.agentapi import AgentLogLine
+from protocol.resources import Script
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,8 @@ INTERRUPT_GRACE = 10.0  # SIGINT, then SIGKILL this much later
 OUTPUT_CLOSE_WAIT = 10.0  # after the script exits, how long a background child may keep its output open
 LINE_MAX_BYTES = 64 * 1024
 
-SendLog = Callable[[LogLine], None]
-EnvironmentFor = Callable[[AgentScript], Mapping[str, str]]
+SendLog = Callable[[AgentLogLine], None]
+EnvironmentFor = Callable[[Script], Mapping[str, str]]
 
 
 @dataclass(frozen=True)
@@ -93,20 +93,20 @@ class ScriptRunner:
         self._send_log = send_log
         self.leftovers = leftovers or ProcessGroups()
 
-    def log_path(self, script: AgentScript, environ: Mapping[str, str]) -> Path:
+    def log_path(self, script: Script, environ: Mapping[str, str]) -> Path:
         if not script.log_path.strip():
             return self._log_dir / f"coder-script-{script.log_source_id}.log"
         path = Path(expand_path(script.log_path, environ))
         return path if path.is_absolute() else self._log_dir / path
 
-    def _emit(self, script: AgentScript, log_file: TextIO | None, level: str, text: str) -> None:
-        self._send_log(LogLine(text, level, script.log_source_id, utc_now()))
+    def _emit(self, script: Script, log_file: TextIO | None, level: str, text: str) -> None:
+        self._send_log(log_line(text, level, script.log_source_id))
         if log_file is not None:
             with contextlib.suppress(OSError):
                 log_file.write(text + "\n")
                 log_file.flush()
 
-    def _open_log_file(self, script: AgentScript, environ: Mapping[str, str]) -> TextIO | None:
+    def _open_log_file(self, script: Script, environ: Mapping[str, str]) -> TextIO | None:
         path = self.log_path(script, environ)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,9 +115,7 @@ class ScriptRunner:
             log.warning("script %r: cannot open its log file %s: %s", script.name, path, exc)
             return None
 
-    async def _pump(
-        self, script: AgentScript, log_file: TextIO | None, stream: asyncio.StreamReader, level: str
-    ) -> None:
+    async def _pump(self, script: Script, log_file: TextIO | None, stream: asyncio.StreamReader, level: str) -> None:
         splitter = LineSplitter()
         while chunk := await stream.read(LINE_MAX_BYTES):
             for line in splitter.feed(chunk):
@@ -125,7 +123,7 @@ class ScriptRunner:
         for line in splitter.finish():
             self._emit(script, log_file, level, line)
 
-    async def run(self, script: AgentScript, *, remember_group: bool = False) -> ScriptResult:
+    async def run(self, script: Script, *, remember_group: bool = False) -> ScriptResult:
         """Run one script to its end; ``remember_group`` marks it as one whose leftovers shutdown stops."""
         environ = dict(self._environment_for(script))
         for directory in (script_data_root(self._log_dir) / script.log_source_id, script_bin_dir(self._log_dir)):
@@ -139,7 +137,7 @@ class ScriptRunner:
                 log_file.close()
 
     async def _run_with_log(
-        self, script: AgentScript, environ: Mapping[str, str], log_file: TextIO | None, remember_group: bool
+        self, script: Script, environ: Mapping[str, str], log_file: TextIO | None, remember_group: bool
     ) -> ScriptResult:
         try:
             piped = await spawn_piped(posix_shell_command(script.script), cwd=self.directory, env=environ)
@@ -164,12 +162,12 @@ class ScriptRunner:
             piped.close_pipes()
         code = exit_code(returncode)
         if timed_out:
-            self._emit(script, log_file, "error", f"the script timed out after {script.timeout_seconds} s")
+            self._emit(script, log_file, "error", f"the script timed out after {script.timeout} s")
         log.info("script %r ended with exit code %d%s", script.name, code, " (timed out)" if timed_out else "")
         return ScriptResult(exit_code=code, timed_out=timed_out)
 
-    async def _wait(self, script: AgentScript, piped: PipedProcess) -> tuple[int, bool]:
-        timeout = script.timeout_seconds or None
+    async def _wait(self, script: Script, piped: PipedProcess) -> tuple[int, bool]:
+        timeout = script.timeout or None
         try:
             return await asyncio.wait_for(asyncio.shield(piped.process.wait()), timeout), False
         except TimeoutError:
@@ -182,7 +180,7 @@ class ScriptRunner:
             return await piped.process.wait(), True
 
     async def _wait_for_output(
-        self, script: AgentScript, log_file: TextIO | None, piped: PipedProcess, pumps: list[asyncio.Task[None]]
+        self, script: Script, log_file: TextIO | None, piped: PipedProcess, pumps: list[asyncio.Task[None]]
     ) -> None:
         _, pending = await asyncio.wait(pumps, timeout=OUTPUT_CLOSE_WAIT)
         if pending:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import socket
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
@@ -22,6 +20,8 @@ from agent.api import AgentAPI, AgentAPIError, ServerUnavailable
 from agent.environment import SessionContext, shell_invocation
 from agent.sshd import SSHService
 from agent.terminal import PtyProcess
+from protocol.agentapi import EOF_MESSAGE, Dial, TunnelControl
+from protocol.codec import ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,6 @@ DIAL_TIMEOUT = 10.0
 DEFAULT_HOST = "127.0.0.1"
 WEB_TERMINAL_TERM = "xterm-256color"  # the dashboard's terminal is xterm.js
 CLOSE_WAIT = 5.0
-EOF_MESSAGE = json.dumps({"type": "eof"})
 
 
 class DialRefused(Exception):
@@ -49,19 +48,25 @@ def describe_connect_error(host: str, port: int, exc: BaseException) -> str:
     return f"cannot connect to {host}:{port}: {exc}"
 
 
-def control_message(message: str | bytes) -> dict[str, Any]:
-    """A text frame as a JSON object; anything else is an empty (ignored) message."""
+def control_message(message: str | bytes) -> TunnelControl | None:
+    """A tunnel's text frame, or None for anything that is not one (ignored)."""
     try:
-        data = json.loads(message)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+        return TunnelControl.loads(message)
+    except ProtocolError:
+        return None
 
 
-def _dimension(value: object, default: int) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 10_000:
-        return value
-    return default
+def control_dial(message: str) -> Dial | None:
+    """A dial from the control connection, or None (logged) for anything else."""
+    try:
+        return Dial.loads(message)
+    except ProtocolError as exc:
+        log.warning("ignoring a control message that is not a dial: %s", exc)
+        return None
+
+
+def _dimension(value: int, default: int) -> int:
+    return value if value > 0 else default
 
 
 async def _socket_to_websocket(reader: asyncio.StreamReader, websocket: ClientConnection) -> None:
@@ -76,7 +81,7 @@ async def _websocket_to_socket(websocket: ClientConnection, writer: asyncio.Stre
             if isinstance(message, bytes):
                 writer.write(message)
                 await writer.drain()
-            elif control_message(message).get("type") == "eof" and not eof.is_set():
+            elif (control := control_message(message)) is not None and control.type == "eof" and not eof.is_set():
                 eof.set()
                 if writer.can_write_eof():
                     writer.write_eof()
@@ -119,8 +124,8 @@ async def relay_terminal(websocket: ClientConnection, pty: PtyProcess) -> None:
                     await pty.write(message)
                     continue
                 control = control_message(message)
-                if control.get("type") == "resize":
-                    pty.resize(_dimension(control.get("rows"), 24), _dimension(control.get("cols"), 80))
+                if control is not None and control.type == "resize":
+                    pty.resize(_dimension(control.rows, 24), _dimension(control.cols, 80))
 
     output_task, input_task = asyncio.create_task(output()), asyncio.create_task(user_input())
     exited = asyncio.create_task(pty.wait())
@@ -130,7 +135,7 @@ async def relay_terminal(websocket: ClientConnection, pty: PtyProcess) -> None:
             await asyncio.wait({exited, input_task}, return_when=asyncio.FIRST_COMPLETED)
             if exited.done():
                 with contextlib.suppress(ConnectionClosed):
-                    await websocket.send(json.dumps({"type": "exit", "code": exited.result()}))
+                    await websocket.send(TunnelControl(type="exit", code=exited.result()).dumps())
     finally:
         for task in (output_task, input_task, exited):
             task.cancel()
@@ -145,9 +150,9 @@ class TunnelDialer:
         self._context = context
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def dial(self, message: Mapping[str, Any]) -> None:
-        """Serve one ``dial`` message in the background."""
-        task = asyncio.create_task(self._dial(message))
+    def dial(self, dial: Dial) -> None:
+        """Serve one dial in the background."""
+        task = asyncio.create_task(self._dial(dial))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -160,21 +165,18 @@ class TunnelDialer:
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
 
-    async def _dial(self, message: Mapping[str, Any]) -> None:
-        tunnel_id = message.get("tunnel_id")
-        if not isinstance(tunnel_id, str) or not tunnel_id:
+    async def _dial(self, dial: Dial) -> None:
+        tunnel_id, service = dial.tunnel_id, dial.service
+        if not tunnel_id:
             log.warning("ignoring a dial without a tunnel_id")
             return
-        service = message.get("service")
         try:
             if service == "tcp":
-                await self._dial_tcp(tunnel_id, message)
+                await self._dial_tcp(tunnel_id, dial)
             elif service == "ssh":
                 await self._dial_ssh(tunnel_id)
-            elif service == "pty":
-                await self._dial_pty(tunnel_id, message)
             else:
-                raise DialRefused(f"the agent does not offer the service {service!r}")
+                await self._dial_pty(tunnel_id, dial)
         except DialRefused as refused:
             log.info("dial %s (%s) failed: %s", tunnel_id, service, refused)
             with contextlib.suppress(ServerUnavailable, AgentAPIError):
@@ -199,10 +201,9 @@ class TunnelDialer:
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
-    async def _dial_tcp(self, tunnel_id: str, message: Mapping[str, Any]) -> None:
-        host = message.get("host") or DEFAULT_HOST
-        port = message.get("port")
-        if not isinstance(host, str) or not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+    async def _dial_tcp(self, tunnel_id: str, dial: Dial) -> None:
+        host, port = dial.host or DEFAULT_HOST, dial.port
+        if not 0 < port < 65536:
             raise DialRefused(f"invalid address {host!r}:{port!r}")
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), DIAL_TIMEOUT)
@@ -228,10 +229,9 @@ class TunnelDialer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await serving
 
-    async def _dial_pty(self, tunnel_id: str, message: Mapping[str, Any]) -> None:
-        command = message.get("command")
+    async def _dial_pty(self, tunnel_id: str, dial: Dial) -> None:
         context = self._context()
-        argv, executable = shell_invocation(command if isinstance(command, str) and command.strip() else None)
+        argv, executable = shell_invocation(dial.command if dial.command.strip() else None)
         environ = {**context.environment, "TERM": WEB_TERMINAL_TERM}
         try:
             pty = await PtyProcess.spawn(
@@ -239,8 +239,8 @@ class TunnelDialer:
                 executable=executable,
                 cwd=context.directory,
                 env=environ,
-                rows=_dimension(message.get("rows"), 24),
-                cols=_dimension(message.get("cols"), 80),
+                rows=_dimension(dial.rows, 24),
+                cols=_dimension(dial.cols, 80),
             )
         except OSError as exc:
             raise DialRefused(f"cannot start {executable}: {exc.strerror or exc}") from None

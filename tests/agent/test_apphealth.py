@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from agent.apphealth import AppHealthReporter, HealthTracker
-from agent.manifest import App, Healthcheck
+from protocol.resources import App, Healthcheck
 from tests.agent.support import run
 
 
@@ -66,10 +66,10 @@ def test_health_follows_the_app_and_changes_are_posted(app_server: AppServer) ->
 
     async def scenario() -> None:
         apps = [
-            App(slug="web", healthcheck=Healthcheck(url=app_server.url, interval_seconds=1, threshold=2)),
+            App(slug="web", healthcheck=Healthcheck(url=app_server.url, interval=1, threshold=2)),
             App(
                 slug="nothing-listens",
-                healthcheck=Healthcheck(url="http://127.0.0.1:9/", interval_seconds=1, threshold=1),
+                healthcheck=Healthcheck(url="http://127.0.0.1:9/", interval=1, threshold=1),
             ),
             App(slug="no-check"),
         ]

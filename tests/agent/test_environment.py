@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.environment import build_environment, expand_directory, expand_variables
-from agent.manifest import Manifest
+from protocol.agentapi import Manifest
 
 
 def test_variables_expand_like_go_os_expand_env() -> None:

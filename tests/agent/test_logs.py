@@ -6,7 +6,8 @@ import asyncio
 import json
 
 from agent.api import AgentAPIError, Backoff, ServerUnavailable
-from agent.logs import LogLine, LogSender
+from agent.logs import LogSender, log_line
+from protocol.agentapi import AgentLogBatch, AgentLogLine
 from tests.agent.support import run
 
 
@@ -18,10 +19,10 @@ class Sink:
         self.failures = list(failures or [])
         self.exceeded = exceeded
 
-    async def __call__(self, batch: list[dict[str, str]]) -> bool:
+    async def __call__(self, batch: AgentLogBatch) -> bool:
         if self.failures:
             raise self.failures.pop(0)
-        self.batches.append(batch)
+        self.batches.append([dict(entry.to_json()) for entry in batch.logs])
         return self.exceeded
 
     @property
@@ -33,8 +34,8 @@ def quick_retries() -> Backoff:
     return Backoff(initial=0.01, maximum=0.05)
 
 
-def line(text: str, level: str = "info", source: str = "s1") -> LogLine:
-    return LogLine(text, level, source)
+def line(text: str, level: str = "info", source: str = "s1") -> AgentLogLine:
+    return log_line(text, level, source)
 
 
 def test_lines_leave_within_a_second_with_their_fields() -> None:

@@ -1,14 +1,15 @@
-"""The manifest is parsed tolerantly: wrong or missing fields take their defaults."""
+"""The manifest is read strictly: a missing field takes its default, a wrong one is a clear error naming it."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.manifest import ManifestError, parse_manifest
+from protocol.agentapi import Manifest
+from protocol.codec import ProtocolError
 
 
 def test_a_full_manifest() -> None:
-    manifest = parse_manifest(
+    manifest = Manifest.from_json(
         {
             "agent_id": "a1",
             "agent_name": "main",
@@ -32,31 +33,43 @@ def test_a_full_manifest() -> None:
     )
     assert manifest.directory == "~/project"
     assert [script.log_source_id for script in manifest.start_scripts] == ["s1"]
-    assert manifest.stop_scripts[0].timeout_seconds == 30
+    assert manifest.stop_scripts[0].timeout == 30
     assert [script.log_source_id for script in manifest.cron_scripts] == ["s3"]
     assert manifest.metadata[0].key == "load"
     web, plain = manifest.apps
     assert web.healthcheck is not None
-    assert (web.healthcheck.interval_seconds, web.healthcheck.threshold) == (5, 3)
+    assert (web.healthcheck.interval, web.healthcheck.threshold) == (5, 3)
     assert plain.healthcheck is None
+    assert [app.slug for app in manifest.checked_apps] == ["web"]
 
 
-def test_wrong_types_fall_back_to_defaults() -> None:
-    manifest = parse_manifest(
-        {
-            "directory": 5,
-            "environment_variables": ["not", "a", "map"],
-            "scripts": [{"log_source_id": "s", "run_on_start": "yes", "timeout": "30"}, "junk"],
-            "metadata": [{"script": "no key"}],
-        }
-    )
+def test_missing_fields_take_their_defaults() -> None:
+    manifest = Manifest.from_json({"scripts": [{"log_source_id": "s"}]})
     assert manifest.directory == ""
     assert manifest.environment_variables == {}
     (script,) = manifest.scripts
-    assert (script.run_on_start, script.timeout_seconds) == (False, 0)
-    assert manifest.metadata == ()
+    assert (script.run_on_start, script.timeout) == (False, 0)
+    assert manifest.heartbeat_seconds == 15
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"directory": 5}, "directory"),
+        ({"environment_variables": ["not", "a", "map"]}, "environment_variables"),
+        ({"scripts": [{"log_source_id": "s", "run_on_start": "yes"}]}, "scripts[0].run_on_start"),
+        ({"scripts": [{"timeout": "30"}]}, "scripts[0].timeout"),
+        ({"scripts": ["junk"]}, "scripts[0]"),
+        ({"metadata": [{"key": "k", "interval": -1}]}, "metadata[0].interval"),
+        ({"heartbeat_seconds": True}, "heartbeat_seconds"),
+    ],
+)
+def test_a_wrong_field_is_an_error_naming_it(data: dict[str, object], field: str) -> None:
+    with pytest.raises(ProtocolError) as caught:
+        Manifest.from_json(data)
+    assert caught.value.field == field
 
 
 def test_a_manifest_must_be_an_object() -> None:
-    with pytest.raises(ManifestError):
-        parse_manifest(["a list"])
+    with pytest.raises(ProtocolError, match="expected an object"):
+        Manifest.from_json(["a list"])

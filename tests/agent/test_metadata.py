@@ -6,8 +6,9 @@ import asyncio
 import os
 from pathlib import Path
 
-from agent.manifest import MetadataDescription
 from agent.metadata import MetadataCollector, collect
+from protocol.agentapi import MetadataReport, MetadataResult
+from protocol.resources import AgentMetadata
 from tests.agent.support import run
 
 
@@ -28,17 +29,17 @@ def test_a_script_over_its_timeout_is_killed(tmp_path: Path) -> None:
 
 
 def test_collector_sends_each_key_with_the_newest_result(tmp_path: Path) -> None:
-    batches: list[list[dict[str, str]]] = []
+    batches: list[list[MetadataResult]] = []
     counter = tmp_path / "counter"
 
-    async def post(batch: list[dict[str, str]]) -> None:
-        batches.append(batch)
+    async def post(report: MetadataReport) -> None:
+        batches.append(list(report.metadata))
 
     async def scenario() -> None:
         collector = MetadataCollector(
             [
-                MetadataDescription(key="count", script=f"echo x >> {counter}; wc -l < {counter}", interval_seconds=1),
-                MetadataDescription(key="fails", script="exit 1", interval_seconds=1),
+                AgentMetadata(key="count", script=f"echo x >> {counter}; wc -l < {counter}", interval=1),
+                AgentMetadata(key="fails", script="exit 1", interval=1),
             ],
             post,
             directory=tmp_path,
@@ -52,9 +53,9 @@ def test_collector_sends_each_key_with_the_newest_result(tmp_path: Path) -> None
 
     run(scenario())
     results = [entry for batch in batches for entry in batch]
-    counts = [entry["value"] for entry in results if entry["key"] == "count"]
+    counts = [entry.value for entry in results if entry.key == "count"]
     assert counts[:3] == ["1", "2", "3"]
-    failure = next(entry for entry in results if entry["key"] == "fails")
-    assert failure["error"] == "the script exited with status 1"
-    assert all(entry["collected_at"].endswith("Z") for entry in results)
-    assert all(len({entry["key"] for entry in batch}) == len(batch) for batch in batches)
+    failure = next(entry for entry in results if entry.key == "fails")
+    assert failure.error == "the script exited with status 1"
+    assert all(entry.collected_at.endswith("Z") for entry in results)
+    assert all(len({entry.key for entry in batch}) == len(batch) for batch in batches)

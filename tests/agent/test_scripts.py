@@ -12,9 +12,10 @@ import pytest
 
 from agent import scripts
 from agent.environment import build_environment
-from agent.logs import LogLine
-from agent.manifest import AgentScript, Manifest
 from agent.scripts import LineSplitter, ScriptResult, ScriptRunner
+from protocol.agentapi import AgentLogLine as LogLine
+from protocol.agentapi import Manifest
+from protocol.resources import Script
 from tests.agent.support import pid_alive, run
 
 MANIFEST = Manifest(
@@ -57,8 +58,8 @@ def runner(tmp_path: Path, recorder: Recorder) -> ScriptRunner:
     )
 
 
-def script(body: str, log_source_id: str = "source-1", **fields: Any) -> AgentScript:
-    return AgentScript(log_source_id=log_source_id, script=body, **fields)
+def script(body: str, log_source_id: str = "source-1", **fields: Any) -> Script:
+    return Script(log_source_id=log_source_id, script=body, **fields)
 
 
 def test_start_scripts_run_in_parallel(runner: ScriptRunner) -> None:
@@ -119,7 +120,7 @@ def test_environment_of_a_script(runner: ScriptRunner, recorder: Recorder, tmp_p
 
 def test_timeout_interrupts_the_script(runner: ScriptRunner, recorder: Recorder) -> None:
     started = time.monotonic()
-    result = run(runner.run(script("echo begun; sleep 30", timeout_seconds=1)))
+    result = run(runner.run(script("echo begun; sleep 30", timeout=1)))
     assert result.timed_out
     assert not result.ok
     assert time.monotonic() - started < 5
@@ -132,9 +133,7 @@ def test_a_script_ignoring_the_interrupt_is_killed(
     monkeypatch.setattr(scripts, "INTERRUPT_GRACE", 1.0)
     pid_file = tmp_path / "pid"
     started = time.monotonic()
-    result = run(
-        runner.run(script(f"trap '' INT; echo $$ > {pid_file}; while :; do sleep 0.1; done", timeout_seconds=1))
-    )
+    result = run(runner.run(script(f"trap '' INT; echo $$ > {pid_file}; while :; do sleep 0.1; done", timeout=1)))
     assert result.timed_out
     assert result.exit_code == 128 + 9
     assert time.monotonic() - started < 6

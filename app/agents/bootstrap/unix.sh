@@ -170,8 +170,9 @@ if ! { [ -f "$venv/.complete" ] && "$venv/bin/python" -c '' 2>/dev/null; }; then
   "$staging/bin/python" -m pip --isolated install --quiet --disable-pip-version-check --no-input --no-cache-dir \
     --no-index --only-binary=:all: --find-links "$unpacked/wheels" --requirement "$unpacked/requirements.txt" ||
     die "installing the agent's dependencies from the bundle failed (see pip's message above)"
-  "$staging/bin/python" -c 'import shutil, sys, sysconfig; shutil.copytree(sys.argv[1], sysconfig.get_path("purelib") + "/agent")' \
-    "$unpacked/agent" || die "could not copy the agent's code into $staging"
+  # The agent and the protocol package it shares with the server.
+  "$staging/bin/python" -c 'import os, shutil, sys, sysconfig; [shutil.copytree(os.path.join(sys.argv[1], name), os.path.join(sysconfig.get_path("purelib"), name)) for name in ("agent", "protocol")]' \
+    "$unpacked" || die "could not copy the agent's code into $staging"
   : >"$staging/.complete"
   if [ -f "$venv/.complete" ] && "$venv/bin/python" -c '' 2>/dev/null; then
     rm -rf "$staging" # another start with the same bundle got there first

@@ -112,7 +112,9 @@ if (-not ((Test-Path (Join-Path $venv '.complete')) -and (Test-Path $venvPython)
         --requirement (Join-Path $unpacked 'requirements.txt')
     if ($LASTEXITCODE -ne 0) { Stop-Bootstrap "installing the agent's dependencies from the bundle failed" }
     $purelib = & $stagingPython -c 'import sysconfig; print(sysconfig.get_path(''purelib''))'
-    Copy-Item -Recurse -ErrorAction Stop (Join-Path $unpacked 'agent') (Join-Path "$purelib".Trim() 'agent')
+    foreach ($package in 'agent', 'protocol') {  # the agent and the protocol package it shares with the server
+        Copy-Item -Recurse -ErrorAction Stop (Join-Path $unpacked $package) (Join-Path "$purelib".Trim() $package)
+    }
     New-Item -ItemType File (Join-Path $staging '.complete') | Out-Null
     if (Test-Path $venv) { Remove-Item -Recurse -Force $venv }
     Move-Item -ErrorAction Stop $staging $venv
