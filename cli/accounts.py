@@ -9,6 +9,7 @@ import click
 
 from cli.client import SlipwayClient, authenticated_client, output_option, print_table
 from cli.config import ClientConfig, forget_config, load_config, save_config
+from protocol.values import parse_duration  # the same duration syntax as the server's settings
 
 
 @click.command()
@@ -114,8 +115,6 @@ def tokens() -> None:
 @click.option("--lifetime", help="How long it is valid, e.g. 90s, 12h, 30d (server default when omitted).")
 def tokens_create(name: str, lifetime: str | None) -> None:
     """Create an API token and print it (it is shown only once)."""
-    from app.config import parse_duration  # the same duration syntax as the server's settings
-
     body: dict[str, object] = {"name": name}
     if lifetime:
         try:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from app.agents.wheelhouse import DEFAULT_JOBS, DEFAULT_PLATFORMS, PLATFORMS, PYTHON_VERSIONS
+from cli.wheelhouse import DEFAULT_JOBS, WheelhouseError, build_wheelhouse
+from protocol.agent_bundle import DEFAULT_PLATFORMS, PLATFORMS, PYTHON_VERSIONS, default_agent_wheelhouse
 
 
 def _python_versions(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -48,9 +49,6 @@ def agent_bundle(dest: Path | None, platforms: tuple[str, ...], python_versions:
     The versions are the ones this Slipway runs with. Platforms whose wheels do not exist on the index are
     reported and skipped; the command fails only when nothing could be built.
     """
-    from app.agents.wheelhouse import WheelhouseError, build_wheelhouse
-    from app.config import default_agent_wheelhouse
-
     directory = dest or default_agent_wheelhouse()
     chosen, versions = platforms or DEFAULT_PLATFORMS, python_versions or PYTHON_VERSIONS
     click.echo(f"Fetching agent wheels for {', '.join(chosen)} (Python {', '.join(versions)}) into {directory}")

@@ -9,6 +9,7 @@ import click
 import httpx
 
 from cli.config import ClientConfig, load_config
+from cli.sse import parse_events
 
 TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
@@ -48,8 +49,6 @@ class SlipwayClient:
 
     def stream_events(self, path: str) -> Iterator[tuple[str, str]]:
         """Server-Sent Events from ``path`` as (event, data) pairs; no read timeout (heartbeats keep it alive)."""
-        from cli.follow import parse_events
-
         timeout = httpx.Timeout(30.0, read=None)
         with self._http.stream("GET", path, timeout=timeout) as response:
             if response.status_code != 200:

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
+from collections.abc import Mapping
 from typing import Any
 
 import click
 import httpx
 
 from cli.client import SlipwayClient
+from protocol.codec import ProtocolError
+from protocol.logs import JobLog, LogStreamEnd
 
 LEVEL_COLOURS = {"error": "red", "warn": "yellow", "debug": "bright_black", "trace": "bright_black"}
 RECONNECT_DELAYS = (0.5, 1.0, 2.0, 5.0)
 
 
-def follow_job(client: SlipwayClient, logs_path: str, job: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Print lines as the server stores them until the job ends; returns the end event ({status, error?}).
+def follow_job(client: SlipwayClient, logs_path: str, job: Mapping[str, Any] | None = None) -> LogStreamEnd:
+    """Print lines as the server stores them until the job ends; returns how it ended.
 
     A dropped connection (a server restart, a proxy timeout) resumes after the last line printed.
     """
@@ -29,16 +30,17 @@ def follow_job(client: SlipwayClient, logs_path: str, job: dict[str, Any] | None
             for event, data in client.stream_events(f"{logs_path}?follow=true&after={cursor}"):
                 failures = 0
                 if event == "end":
-                    result: dict[str, Any] = json.loads(data)
-                    return result
+                    return LogStreamEnd.loads(data)
                 if event == "log":
-                    line = json.loads(data)
-                    cursor = line["id"]
-                    if line["stage"] and line["stage"] != stage:
-                        stage = line["stage"]
+                    line = JobLog.loads(data)
+                    cursor = line.id
+                    if line.stage and line.stage != stage:
+                        stage = line.stage
                         click.secho(f"==> {stage}", bold=True)
-                    if line["output"]:
-                        click.secho(f"    {line['output']}", fg=LEVEL_COLOURS.get(line["level"]))
+                    if line.output:
+                        click.secho(f"    {line.output}", fg=LEVEL_COLOURS.get(line.level))
+        except ProtocolError as exc:
+            raise click.ClickException(f"the server's log stream is not what this CLI understands: {exc}") from exc
         except httpx.TransportError as exc:
             if failures >= len(RECONNECT_DELAYS):
                 raise click.ClickException(f"lost the log stream from {client.url}: {exc}") from exc
@@ -46,29 +48,12 @@ def follow_job(client: SlipwayClient, logs_path: str, job: dict[str, Any] | None
             failures += 1
 
 
-def parse_events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
-    """(event, data) pairs from `text/event-stream` lines; comments (heartbeats) are skipped."""
-    event, data = "message", list[str]()
-    for line in lines:
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = "message", []
-        elif not line.startswith(":"):
-            field, _, value = line.partition(":")
-            value = value.removeprefix(" ")
-            if field == "event":
-                event = value
-            elif field == "data":
-                data.append(value)
-
-
-def report(end: dict[str, Any], what: str) -> None:
+def report(end: LogStreamEnd, what: str) -> None:
     """One closing line; a failed or canceled job makes the command exit non-zero."""
-    if end["status"] == "succeeded":
+    if end.status == "succeeded":
         click.secho(f"{what} succeeded.", fg="green")
         return
-    message = f"{what} {end['status']}"
-    if end.get("error"):
-        message += f": {end['error']}"
+    message = f"{what} {end.status}"
+    if end.error:
+        message += f": {end.error}"
     raise click.ClickException(message)

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from app.provisioning.tags import format_tags  # pure: the same words the dashboard uses
 from cli.client import authenticated_client, key_value_pairs, output_option, print_table
+from protocol.tags import format_tags  # the same words the dashboard uses
 
 
 def _show(rows: list[dict[str, Any]], output: str, columns: list[str]) -> None:

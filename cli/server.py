@@ -48,6 +48,12 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "The Redis address handed to external daemons when they register. [default: --redis-url]",
     ),
     (
+        "--provisioner-trust-redis",
+        "SLIPWAY_PROVISIONER_TRUST_REDIS",
+        "Daemons authenticated by these credential kinds (psk, key; repeatable) get the Redis address and their "
+        "queues; all others wait for jobs over HTTP. Redis carries tunnels' bytes: trust only your own hosts.",
+    ),
+    (
         "--provisioner-untagged-jobs",
         "SLIPWAY_PROVISIONER_UNTAGGED_JOBS",
         "any: tagged daemons also take untagged jobs; untagged-only: only untagged daemons do. [default: any]",
@@ -109,7 +115,7 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
     ("--disable-password-auth", "SLIPWAY_DISABLE_PASSWORD_AUTH", "Only single sign-on; no password sign-in."),
 ]
 # Given several times; they reach the settings joined with commas.
-REPEATABLE = {"--oidc-email-domain", "--oidc-role-mapping"}
+REPEATABLE = {"--oidc-email-domain", "--oidc-role-mapping", "--provisioner-trust-redis"}
 # Switches without a value.
 SWITCHES = {"--oidc-ignore-email-verified", "--disable-password-auth", "--disable-path-apps"}
 
@@ -134,7 +140,7 @@ def _flag_options(function: F) -> F:
 @_flag_options
 def server(**flags: str | bool | tuple[str, ...] | None) -> None:
     """Run the Slipway server: web dashboard and API, embedded Redis, and built-in provisioner daemons."""
-    from app.config import SettingsError, load_settings
+    from app.core.config import SettingsError, load_settings
     from app.server.supervisor import StartupError, Supervisor
 
     for flag, envvar, _ in SERVER_FLAGS:

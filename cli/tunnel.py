@@ -22,9 +22,10 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketExce
 from cli.client import SlipwayClient
 from cli.config import load_config
 from cli.workspaces import find_workspace
+from protocol.agentapi import EOF_MESSAGE, TunnelControl
+from protocol.codec import ProtocolError
 
 CHUNK_SIZE = 256 * 1024  # fewer, larger frames: each one costs the relay a Redis round trip
-EOF_MESSAGE = json.dumps({"type": "eof"})
 OPEN_TIMEOUT_SECONDS = 30.0
 # The agent reads 64 KiB at a time; the margin only guards against a misbehaving peer.
 MAX_FRAME_BYTES = 4 * 1024 * 1024
@@ -383,10 +384,9 @@ class TunnelPump:
 
 def _is_eof(message: str) -> bool:
     try:
-        parsed = json.loads(message)
-    except ValueError:
+        return TunnelControl.loads(message).type == "eof"
+    except ProtocolError:
         return False
-    return isinstance(parsed, dict) and parsed.get("type") == "eof"
 
 
 async def pump(connection: ClientConnection, local: LocalEnd) -> None:

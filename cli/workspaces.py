@@ -9,6 +9,7 @@ import click
 
 from cli.client import SlipwayClient, authenticated_client, print_table
 from cli.follow import follow_job, report
+from protocol.logs import LogStreamEnd
 
 
 def find_workspace(client: SlipwayClient, name: str) -> dict[str, Any]:
@@ -145,7 +146,10 @@ def logs(name: str, follow: bool, build_number: int | None) -> None:
     job = client.get(f"/api/v2/workspacebuilds/{build['id']}")["job"]
     _print_agent_logs(client, build["id"])
     if job["status"] in ("failed", "canceled"):
-        report(job, f"Build #{build['build_number']} ({build['transition']})")
+        report(
+            LogStreamEnd(status=job["status"], error=job.get("error") or ""),
+            f"Build #{build['build_number']} ({build['transition']})",
+        )
 
 
 def _print_agent_logs(client: SlipwayClient, build_id: str) -> None:
