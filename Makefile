@@ -63,7 +63,8 @@ run: install ## run Slipway on http://127.0.0.1:3000 (SQLite and an embedded Red
 lint: install-dev ## ruff, formatting and mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy app workers cli agent
+	$(BIN)/mypy app workers cli agent protocol
+	$(BIN)/lint-imports
 
 test: install-dev system-deps oidc-deps lint ## install everything the tests need, then lint and run the whole suite
 	$(BIN)/pytest

@@ -1,4 +1,4 @@
-"""The Slipway web server: :func:`create_app` is the table of contents of its subsystems."""
+"""The application factory: :func:`create_app` is the table of contents of the server's subsystems."""
 
 from __future__ import annotations
 
@@ -7,7 +7,28 @@ from pathlib import Path
 
 from flask import Flask
 
-from app.config import Settings, ensure_secret_key, load_settings
+from app import events, health, metrics
+from app.accounts import api as accounts_api
+from app.accounts import views as accounts_views
+from app.agents import agent_api, app_views, bootstrap
+from app.agents import api as agents_api
+from app.agents import views as agent_views
+from app.auth import access, oidc, oidc_views
+from app.auth import views as auth_views
+from app.catalog import api as catalog_api
+from app.catalog import views as catalog_views
+from app.catalog.jobs import IMPORT_HANDLERS
+from app.core import errors, redis_client, templating
+from app.core.config import Settings, ensure_secret_key, load_settings
+from app.core.extensions import csrf, db, htmx, migrate
+from app.provisioning import api as provisioning_api
+from app.provisioning import daemon_api, jobs
+from app.provisioning import views as provisioning_views
+from app.workspaces import api as workspaces_api
+from app.workspaces import sections
+from app.workspaces import views as workspace_views
+from app.workspaces.jobs import build_handlers
+from protocol.provisionerd import JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD
 
 ROOT = Path(__file__).resolve().parent.parent
 MIGRATIONS_DIR = ROOT / "migrations"
@@ -19,33 +40,23 @@ def create_app(settings: Settings | None = None) -> Flask:
     app = Flask(__name__, template_folder=str(ROOT / "templates"), static_folder=str(ROOT / "static"))
     configure(app, settings)
 
-    from app import errors, health, metrics, redis_client, templating
-    from app.agents import agent_api, app_views
-    from app.agents import api as agents_api
-    from app.agents import bootstrap as agent_bootstrap
-    from app.agents import views as agent_views
-    from app.auth import access, oidc, oidc_views
-    from app.auth import views as auth_views
-    from app.catalog import api as catalog_api
-    from app.catalog import views as catalog_views
-    from app.extensions import csrf, db, htmx, migrate
-    from app.provisioning import api as provisioning_api
-    from app.provisioning import daemon_api
-    from app.provisioning import views as provisioning_views
-    from app.users import api as users_api
-    from app.users import views as users_views
-    from app.workspaces import api as workspaces_api
-    from app.workspaces import views as workspace_views
-
     db.init_app(app)
     migrate.init_app(app, db, directory=str(MIGRATIONS_DIR))
     csrf.init_app(app)
     htmx.init_app(app)
     redis_client.init_app(app)
+    events.init_app(app)
     access.init_app(app)
     errors.init_app(app)
     templating.init_app(app)
     oidc.init_app(app, settings)
+    # What each kind of provisioner job is about; builds hand out the agent's init scripts.
+    jobs.init_app(
+        app,
+        {JOB_TEMPLATE_IMPORT: IMPORT_HANDLERS, JOB_WORKSPACE_BUILD: build_handlers(bootstrap.agent_scripts)},
+    )
+    # What the workspace page shows besides the workspace itself: a panel per agent.
+    sections.init_app(app, [agent_views.AGENTS_SECTION])
     for blueprint in (
         health.bp,
         auth_views.bp,
@@ -53,14 +64,14 @@ def create_app(settings: Settings | None = None) -> Flask:
         oidc_views.api,
         workspace_views.bp,
         catalog_views.bp,
-        users_views.bp,
-        users_api.bp,
+        accounts_views.bp,
+        accounts_api.bp,
         catalog_api.bp,
         workspaces_api.bp,
         daemon_api.bp,
         agent_api.bp,
         agents_api.bp,
-        agent_bootstrap.bp,
+        bootstrap.bp,
         app_views.bp,
         agent_views.bp,
         provisioning_api.bp,

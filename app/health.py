@@ -7,8 +7,8 @@ import logging
 from flask import Blueprint, Response
 from sqlalchemy import text
 
-from app.extensions import db
-from app.redis_client import get_redis
+from app.core.extensions import db
+from app.core.redis_client import get_redis
 
 log = logging.getLogger(__name__)
 bp = Blueprint("health", __name__)

@@ -13,13 +13,13 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
 from app.auth.access import api_user
-from app.errors import Forbidden
-from app.extensions import csrf, db
+from app.core.errors import Forbidden
+from app.core.extensions import csrf, db
 from app.provisioning.models import ProvisionerJob
 from app.provisioning.overview import DAEMON_STATUSES, daemon_views
 from app.provisioning.queue import pending_jobs
-from app.provisioning.tags import queue_name
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
+from protocol.tags import queue_name
 
 bp = Blueprint("metrics", __name__)
 csrf.exempt(bp)

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import Server, median, run_load  # noqa: E402
+from _harness import Server, median, run_load
 
 PASSWORD = "correct-horse-battery"
 

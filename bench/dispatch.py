@@ -25,10 +25,10 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import SLIPWAY, Server, sign_up_owner  # noqa: E402
+from _harness import SLIPWAY, Server, sign_up_owner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.support.archives import tar_of  # noqa: E402
+from tests.support.archives import tar_of
 
 PSK = "bench-dispatch-psk"
 SLEEPY = {

@@ -16,13 +16,13 @@ from flask import Flask
 from flask.testing import FlaskClient
 from flask_migrate import upgrade
 
-from app import create_app
-from app.auth.tokens import issue_session_token
-from app.config import Settings, load_settings
-from app.extensions import db
+from app.core.config import Settings, load_settings
+from app.core.extensions import db
+from app.factory import create_app
 from app.server.embedded_redis import start_embedded_redis
 from app.server.processes import stop
 from app.users import services
+from app.users.tokens import issue_session_token
 from tests.support.postgres import PostgresCluster
 
 PASSWORD = "correct-horse-battery"

@@ -9,9 +9,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
-from app.auth.models import ApiKey
-from app.columns import utcnow
-from app.extensions import db
+from app.core.columns import utcnow
+from app.core.extensions import db
+from app.users.models import ApiKey
 from tests.conftest import PASSWORD, Persona
 
 FIRST = {"username": "alice", "email": "alice@example.com", "password": PASSWORD}
@@ -64,7 +64,7 @@ def test_repeated_failed_logins_are_rate_limited(client: FlaskClient, personas: 
 def test_malformed_and_incomplete_bodies_are_400_with_validations(client: FlaskClient) -> None:
     garbage = client.post("/api/v2/users/first", data="{not json", content_type="application/json")
     assert garbage.status_code == 400
-    assert garbage.json["message"] == "The request body must be a JSON object."
+    assert garbage.json["message"].startswith("The body is not valid JSON")
     assert client.post("/api/v2/users/first", json=["a", "list"]).status_code == 400
     missing = client.post("/api/v2/users/first", json={"username": "alice"})
     assert missing.status_code == 400

@@ -15,9 +15,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.agents import services
-from app.agents.models import WorkspaceAgent
-from app.columns import utcnow
-from app.extensions import db
+from app.core.columns import utcnow
+from app.core.extensions import db
+from app.resources.models import WorkspaceAgent
 from app.workspaces import views as workspace_views
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template
@@ -84,7 +84,8 @@ class World:
     def finish(self, job_id: str, resources: list[dict[str, Any]]) -> None:
         assert self.daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
         done = self.daemon.call(
-            f"/jobs/{job_id}/complete", {"state": base64.b64encode(b"{}").decode(), "resources": resources}
+            f"/jobs/{job_id}/complete",
+            {"workspace_build": {"state": base64.b64encode(b"{}").decode(), "resources": resources}},
         )
         assert done.status_code == 204, done.json
 
@@ -124,7 +125,7 @@ def test_only_the_current_builds_agent_is_accepted(world: World) -> None:
     assert world.daemon.call(f"/jobs/{stop['job']['id']}/acquire").status_code == 200
     # While the stop runs, the outgoing agent may still report its shutdown.
     assert report(api, "lifecycle", {"state": "off"}) == 204
-    world.daemon.call(f"/jobs/{stop['job']['id']}/complete", {"resources": []})
+    world.daemon.call(f"/jobs/{stop['job']['id']}/complete", {"workspace_build": {"resources": []}})
     assert api.get("/api/v2/workspaceagents/me/manifest", headers=AGENT_HEADERS).status_code == 401
 
     start = world.build("start")
@@ -145,7 +146,7 @@ def test_manifest_carries_scripts_environment_metadata_and_apps(world: World) ->
     assert scripts["Startup Script"]["run_on_start"] and scripts["Shutdown Script"]["run_on_stop"]
     assert scripts["Tools"]["timeout"] == 60 and len({s["log_source_id"] for s in scripts.values()}) == 3
     assert manifest["metadata"] == [
-        {"key": "load", "display_name": "Load", "script": "cat /proc/loadavg", "interval": 5, "timeout": 1}
+        {"key": "load", "display_name": "Load", "script": "cat /proc/loadavg", "interval": 5, "timeout": 1, "order": 0}
     ]
     apps = {app["slug"]: app for app in manifest["apps"]}
     assert apps["web"]["healthcheck"]["threshold"] == 3 and apps["pub"]["healthcheck"] is None
@@ -354,7 +355,7 @@ def test_the_workspace_stream_follows_its_agents_notices(
 ) -> None:
     """An agent's report wakes its workspace's page at once: the stream listens on the agent's own notices (polling,
     pushed far out here, only catches what sends none)."""
-    monkeypatch.setattr(workspace_views, "AGENT_POLL_SECONDS", 600.0)
+    monkeypatch.setattr(workspace_views, "SECTION_POLL_SECONDS", 600.0)
     browser = app.test_client()
     sign_in(browser, "carol@example.com", PASSWORD)
     response = browser.get(f"/workspaces/events?workspace={world.workspace['id']}", buffered=False)

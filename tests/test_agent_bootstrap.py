@@ -16,10 +16,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app import create_app
 from app.agents.bootstrap import SUPPORTED, agent_scripts, render_init_script
-from app.agents.wheelhouse import agent_source_files
-from app.config import load_settings
+from app.agents.bundles import agent_source_files
+from app.core.config import load_settings
+from app.factory import create_app
 from cli.server import SERVER_FLAGS
 from tests.conftest import make_settings
 from tests.support.agent_bundle import native_platform, native_wheelhouse
@@ -157,7 +157,9 @@ def test_bundle_holds_the_wheels_and_the_agent_with_checksums(bundle_client: Fla
     assert contents["python-versions.txt"].decode().split() == ["3.11", "3.12", "3.13"]
     agent_files = dict(agent_source_files())
     assert "agent/__main__.py" in contents and not any("__pycache__" in name for name in contents)
-    assert {name for name in contents if name.startswith("agent/")} == {*agent_files, "agent/VERSION"}
+    # The agent, and the protocol package it shares with the server.
+    assert {name for name in contents if name.startswith(("agent/", "protocol/"))} == {*agent_files, "agent/VERSION"}
+    assert "protocol/codec.py" in agent_files
     assert contents["agent/__main__.py"] == agent_files["agent/__main__.py"].read_bytes()
     assert contents["agent/VERSION"].decode() == version("slipway")  # the agent reports the server's version
 

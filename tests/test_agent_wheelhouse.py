@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.agents.wheelhouse import build_wheelhouse, pinned_requirements, pip_failure
+from cli.wheelhouse import build_wheelhouse, pinned_requirements, pip_failure
 from tests.support.agent_bundle import native_platform, native_wheelhouse
 
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import SettingsError, load_settings, parse_duration
+from app.core.config import SettingsError, load_settings
+from protocol.values import parse_duration
 
 
 def test_defaults_live_in_the_data_dir(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.config import Settings
+from app.core.config import Settings
 from tests.conftest import make_settings
 
 AppFactory = Callable[[Settings], Flask]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.extensions import db
+from app.core.extensions import db
 from app.provisioning.models import ProvisionerJob
 from tests.conftest import Persona
 from tests.support.archives import tar_of

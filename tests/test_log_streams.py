@@ -80,7 +80,7 @@ def test_finished_job_replays_after_the_cursor_then_ends(api: httpx.Client, daem
     job_id = version["job"]["id"]
     daemon.call(f"/jobs/{job_id}/acquire")
     daemon.log(job_id, "a", "b", "c")
-    daemon.call(f"/jobs/{job_id}/complete", {"resources": {}})
+    daemon.call(f"/jobs/{job_id}/complete", {"template_import": {}})
     with _follow(api, version["id"]) as response:
         everything = list(events(response))
     assert [e.json["output"] for e in everything if e.event == "log"] == ["a", "b", "c"]
@@ -100,7 +100,7 @@ def test_every_line_exactly_once_across_twenty_reconnects(api: httpx.Client, dae
     def produce() -> None:
         for start in range(0, len(sent), 10):
             daemon.log(job_id, *sent[start : start + 10])
-        daemon.call(f"/jobs/{job_id}/complete", {"resources": {}})
+        daemon.call(f"/jobs/{job_id}/complete", {"template_import": {}})
 
     producer = threading.Thread(target=produce)
     producer.start()

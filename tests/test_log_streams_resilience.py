@@ -65,7 +65,7 @@ def test_a_viewer_on_one_replica_sees_lines_reported_to_another(tmp_path: Path) 
             time.sleep(0.5)
             daemon.log(version["job"]["id"], "from A", "to B")
             assert _expect(received, ["from A", "to B"], 10) == ["from A", "to B"]
-            daemon.call(f"/jobs/{version['job']['id']}/complete", {"resources": {}})
+            daemon.call(f"/jobs/{version['job']['id']}/complete", {"template_import": {}})
             assert _expect(received, ["<end>"], 10) == ["<end>"]
             reader.join(5)
             daemon.close()
@@ -104,7 +104,7 @@ def test_streams_back_off_and_catch_up_when_redis_restarts(tmp_path: Path) -> No
             redis_process = start_embedded_redis(redis_dir)
             daemon.log(job_id, "after")
             assert _expect(received, ["during", "after"], 15) == ["during", "after"]  # the gap filled, in order
-            daemon.call(f"/jobs/{job_id}/complete", {"resources": {}})
+            daemon.call(f"/jobs/{job_id}/complete", {"template_import": {}})
             assert _expect(received, ["<end>"], 10) == ["<end>"]
             reader.join(5)
             daemon.close()

@@ -5,8 +5,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from flask import Flask
 
-from app import MIGRATIONS_DIR
-from app.extensions import db
+from app.core.extensions import db
+from app.factory import MIGRATIONS_DIR
 
 
 def test_there_is_exactly_one_migration_head() -> None:

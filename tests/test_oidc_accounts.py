@@ -14,8 +14,8 @@ from flask import Flask
 from sqlalchemy import select
 
 from app.auth.oidc import OidcError, sign_in, unique_username
-from app.config import Settings, SettingsError, load_settings
-from app.extensions import db
+from app.core.config import Settings, SettingsError, load_settings
+from app.core.extensions import db
 from app.users.models import User
 from tests.conftest import Persona
 

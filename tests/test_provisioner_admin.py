@@ -8,9 +8,9 @@ from typing import Any
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.columns import utcnow
-from app.config import Settings
-from app.extensions import db
+from app.core.columns import utcnow
+from app.core.config import Settings
+from app.core.extensions import db
 from app.provisioning.maintenance import forget_daemons, reap_jobs
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
 from tests.conftest import PASSWORD, Persona
@@ -92,7 +92,7 @@ def test_daemon_status_idle_busy_offline(app: Flask, client: FlaskClient, person
     daemons = {d["name"]: d for d in client.get("/api/v2/provisionerdaemons", headers=bob.auth).json}
     assert {name: d["status"] for name, d in daemons.items()} == {"busy": "busy", "idle": "idle", "gone": "offline"}
     assert daemons["busy"]["current_job"]["id"] == job["id"] and daemons["busy"]["key_name"] == "psk"
-    assert busy.call(f"/jobs/{job['id']}/complete", {"resources": {}}).status_code == 204
+    assert busy.call(f"/jobs/{job['id']}/complete", {"template_import": {}}).status_code == 204
     daemons = {d["name"]: d for d in client.get("/api/v2/provisionerdaemons", headers=bob.auth).json}
     assert daemons["busy"]["status"] == "idle" and daemons["busy"]["previous_job"]["status"] == "succeeded"
     offline = client.get("/api/v2/provisionerdaemons?status=offline", headers=bob.auth).json
@@ -107,7 +107,7 @@ def test_a_week_silent_daemon_is_forgotten_and_its_jobs_kept(
     gone, recent = FakeDaemon(client, "gone"), FakeDaemon(client, "recent")
     job = push_version(client, bob)["job"]
     assert gone.call(f"/jobs/{job['id']}/acquire").status_code == 200
-    assert gone.call(f"/jobs/{job['id']}/complete", {"resources": {}}).status_code == 204
+    assert gone.call(f"/jobs/{job['id']}/complete", {"template_import": {}}).status_code == 204
     _age(app, gone.id, 7 * 86400 + 1)
     _age(app, recent.id, 6 * 86400)
     with app.app_context():
@@ -129,7 +129,7 @@ def test_builds_of_a_user_scoped_template_go_to_the_workspace_owner(
     ).json
     bobs = FakeDaemon(client, "bobs", {"scope": "user", "gpu": "yes"}, credential=bob.auth)
     assert bobs.call(f"/jobs/{version['job']['id']}/acquire").status_code == 200
-    assert bobs.call(f"/jobs/{version['job']['id']}/complete", {"resources": {}}).status_code == 204
+    assert bobs.call(f"/jobs/{version['job']['id']}/complete", {"template_import": {}}).status_code == 204
     template = client.post("/api/v2/templates", json={"name": "mine", "version_id": version["id"]}, headers=bob.auth)
     created = client.post(
         "/api/v2/workspaces", json={"template_id": template.json["id"], "name": "ws"}, headers=carol.auth
@@ -206,7 +206,7 @@ def test_metrics_need_an_admin_token(client: FlaskClient, personas: dict[str, Pe
     job = push_version(client, bob)["job"]
     push_version(client, bob)
     assert daemon.call(f"/jobs/{job['id']}/acquire").status_code == 200
-    assert daemon.call(f"/jobs/{job['id']}/complete", {"resources": {}}).status_code == 204
+    assert daemon.call(f"/jobs/{job['id']}/complete", {"template_import": {}}).status_code == 204
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers=carol.auth).status_code == 403
     text = client.get("/metrics", headers=bob.auth).get_data(as_text=True)

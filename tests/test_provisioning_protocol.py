@@ -60,7 +60,7 @@ def test_import_then_workspace_lifecycle(app: Flask, client: FlaskClient, person
         == 409
     )
 
-    payload = daemon.call(f"/jobs/{build['job']['id']}/acquire").json
+    payload = daemon.call(f"/jobs/{build['job']['id']}/acquire").json["workspace_build"]
     assert payload["transition"] == "start" and payload["parameters"] == [
         {"name": "size", "value": "1"},
         {"name": "region", "value": "eu"},
@@ -70,7 +70,8 @@ def test_import_then_workspace_lifecycle(app: Flask, client: FlaskClient, person
     state = base64.b64encode(b'{"version": 4}').decode()
     assert (
         daemon.call(
-            f"/jobs/{build['job']['id']}/complete", {"state": state, "resources": RESOURCES["start"]}
+            f"/jobs/{build['job']['id']}/complete",
+            {"workspace_build": {"state": state, "resources": RESOURCES["start"]}},
         ).status_code
         == 204
     )
@@ -92,7 +93,7 @@ def test_import_then_workspace_lifecycle(app: Flask, client: FlaskClient, person
     assert shrink.status_code == 400
     stop = client.post(f"/api/v2/workspaces/{workspace['id']}/builds", json={"transition": "stop"}, headers=carol.auth)
     assert stop.status_code == 201 and stop.json["build_number"] == 2
-    stop_payload = daemon.call(f"/jobs/{stop.json['job']['id']}/acquire").json
+    stop_payload = daemon.call(f"/jobs/{stop.json['job']['id']}/acquire").json["workspace_build"]
     assert base64.b64decode(stop_payload["state"]) == b'{"version": 4}'
     assert stop_payload["parameters"] == payload["parameters"]
     failed = daemon.call(
@@ -102,7 +103,8 @@ def test_import_then_workspace_lifecycle(app: Flask, client: FlaskClient, person
     after = client.get(f"/api/v2/workspaces/{workspace['id']}", headers=carol.auth).json
     assert after["status"] == "failed" and after["latest_build"]["job"]["error"] == "boom"
     retry = client.post(f"/api/v2/workspaces/{workspace['id']}/builds", json={"transition": "stop"}, headers=carol.auth)
-    assert base64.b64decode(daemon.call(f"/jobs/{retry.json['job']['id']}/acquire").json["state"]) == b"partial"
+    retried = daemon.call(f"/jobs/{retry.json['job']['id']}/acquire").json["workspace_build"]
+    assert base64.b64decode(retried["state"]) == b"partial"
 
 
 def test_visibility_per_persona(client: FlaskClient, personas: dict[str, Persona]) -> None:

@@ -9,7 +9,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app import create_app
+from app.factory import create_app
 from tests.conftest import Persona, make_settings
 
 # The only routes anyone may call without signing in.

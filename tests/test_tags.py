@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.provisioning.tags import (
+from protocol.tags import (
     UNTAGGED_ANY,
     UNTAGGED_ONLY,
     TagError,

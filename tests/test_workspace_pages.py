@@ -29,7 +29,7 @@ def test_member_creates_and_watches_a_workspace(app: Flask, client: FlaskClient,
         {"name": "ws", "param.region": "mars"},
         token_from="/workspaces/new?template=dev",
     )
-    assert refused.status_code == 400 and "Choose one of: eu, us" in refused.get_data(as_text=True)
+    assert refused.status_code == 400 and "must be defined as one of options" in refused.get_data(as_text=True)
     created = post_form(
         client,
         "/workspaces/new",
@@ -47,7 +47,8 @@ def test_member_creates_and_watches_a_workspace(app: Flask, client: FlaskClient,
     running = client.get(created.headers["Location"]).get_data(as_text=True)
     assert "Plan: 2 to add" in running and "status-starting" in running and "sse-connect" in running
     daemon.call(
-        f"/jobs/{job_id}/complete", {"state": base64.b64encode(b"{}").decode(), "resources": RESOURCES["start"]}
+        f"/jobs/{job_id}/complete",
+        {"workspace_build": {"state": base64.b64encode(b"{}").decode(), "resources": RESOURCES["start"]}},
     )
     finished = client.get(created.headers["Location"]).get_data(as_text=True)
     assert "status-running" in finished and "sse-connect" not in finished  # nothing left to follow
@@ -130,7 +131,7 @@ def test_page_stream_continues_stages_and_ends_with_every_line(
     cursor = page_cursor(client.get(f"/builds/{build['id']}").get_data(as_text=True))
     daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Planning infrastructure", "output": "two"}]})
     daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Starting workspace", "output": "three"}]})
-    daemon.call(f"/jobs/{job_id}/complete", {"resources": []})
+    daemon.call(f"/jobs/{job_id}/complete", {"workspace_build": {"resources": []}})
     # The job has ended, so the stream replays what follows the page's cursor and closes with `end`.
     stream = client.get(f"/builds/{build['id']}/log/stream?after={cursor}").get_data(as_text=True)
     assert stream.startswith(": connected")

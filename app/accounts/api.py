@@ -6,20 +6,20 @@ from flask import Response, current_app, jsonify, request
 
 from app.auth import ratelimit
 from app.auth.access import api_user, bearer_token, require_role
-from app.auth.tokens import (
+from app.auth.blueprints import api_blueprint
+from app.core.columns import rfc3339
+from app.core.config import Settings
+from app.core.errors import InvalidInput, NotFound
+from app.core.validation import FieldErrors, json_body, string_field
+from app.users import services
+from app.users.models import ROLE_OWNER
+from app.users.tokens import (
     create_api_token,
     issue_session_token,
     list_api_tokens,
     revoke_api_token,
     revoke_session_token,
 )
-from app.blueprints import api_blueprint, json_body
-from app.columns import rfc3339
-from app.config import Settings
-from app.errors import InvalidInput, NotFound
-from app.users import services
-from app.users.models import ROLE_OWNER
-from app.validation import FieldErrors, string_field
 
 bp = api_blueprint("users_api", __name__, public=("first_user_exists", "create_first_user", "login"))
 

@@ -7,12 +7,12 @@ from flask_login import login_user
 from werkzeug.wrappers import Response
 
 from app.auth.access import page_user, require_role
-from app.auth.tokens import create_api_token, list_api_tokens, revoke_api_token
-from app.blueprints import page_blueprint
-from app.config import parse_duration
-from app.errors import DomainError, InvalidInput
+from app.auth.blueprints import page_blueprint
+from app.core.errors import DomainError, InvalidInput
 from app.users import services
 from app.users.models import ASSIGNABLE_ROLES, ROLE_OWNER
+from app.users.tokens import create_api_token, list_api_tokens, revoke_api_token
+from protocol.values import parse_duration
 
 bp = page_blueprint("users", __name__)
 

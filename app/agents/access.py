@@ -8,13 +8,13 @@ from urllib.parse import urlsplit
 from flask import current_app, request
 from flask_login import current_user
 
-from app.agents.models import WorkspaceAgent
-from app.agents.presenter import status_of
 from app.agents.services import build_of
 from app.auth.access import api_user, bearer_token, page_user
-from app.errors import Conflict, Forbidden, NotFound, Unauthorized
-from app.extensions import db
+from app.core.errors import Conflict, Forbidden, NotFound, Unauthorized
+from app.core.extensions import db
 from app.provisioning.models import SUCCEEDED
+from app.resources.models import WorkspaceAgent
+from app.resources.presenter import status_of
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.services import build_status, can_act, can_read, latest_build

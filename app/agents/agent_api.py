@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, g, jsonify, request
+from flask import Blueprint, Response, current_app, g, request
 
 from app.agents import services, tunnels
 from app.agents.control import ControlConnection
 from app.agents.manifest import build_manifest
-from app.agents.models import WorkspaceAgent
-from app.blueprints import API_PREFIX, json_body
-from app.config import Settings
-from app.errors import NotFound
-from app.extensions import csrf, db
-from app.provisioning.streams import relay_for
-from app.redis_client import get_redis
-from app.websocket import WebSocket, serve_websocket
+from app.core.config import Settings
+from app.core.errors import NotFound
+from app.core.extensions import csrf, db
+from app.core.redis_client import get_redis
+from app.core.signing import signer
+from app.core.validation import message_body
+from app.core.websocket import WebSocket, serve_websocket
+from app.events import get_relay
+from app.resources.models import WorkspaceAgent
+from protocol.agentapi import (
+    API_PREFIX,
+    TOKEN_HEADERS,
+    AgentLogBatch,
+    AppHealthReport,
+    LifecycleReport,
+    MetadataReport,
+    Startup,
+)
+from protocol.codec import Message
 
-bp = Blueprint("agent_api", __name__, url_prefix=f"{API_PREFIX}/workspaceagents/me")
+bp = Blueprint("agent_api", __name__, url_prefix=API_PREFIX)
 # Agents authenticate with their token header, never a cookie: forms on other sites cannot forge these calls.
 csrf.exempt(bp)
-
-TOKEN_HEADERS = ("Slipway-Agent-Token", "Coder-Session-Token")
 # Script output arrives in batches of at most 1,000 lines (agent/README.md): allow their JSON overhead.
 LOGS_BODY_LIMIT = 2 * 1024 * 1024
 
@@ -41,48 +50,52 @@ def _agent() -> WorkspaceAgent:
     return agent
 
 
+def _reply(message: Message) -> Response:
+    return Response(message.dumps(), mimetype="application/json")
+
+
 @bp.get("/manifest")
 def manifest() -> Response:
-    return jsonify(build_manifest(_agent()))
+    return _reply(build_manifest(_agent()))
 
 
 @bp.post("/startup")
 def startup() -> tuple[str, int]:
-    services.record_startup(_agent(), json_body())
+    services.record_startup(_agent(), message_body(Startup))
     return "", 204
 
 
 @bp.post("/lifecycle")
 def lifecycle() -> tuple[str, int]:
-    services.record_lifecycle(_agent(), json_body())
+    services.record_lifecycle(_agent(), message_body(LifecycleReport))
     return "", 204
 
 
 @bp.post("/logs")
 def logs() -> Response:
     request.max_content_length = LOGS_BODY_LIMIT
-    return jsonify(services.append_logs(_agent(), json_body().get("logs")))
+    return _reply(services.append_logs(_agent(), message_body(AgentLogBatch)))
 
 
 @bp.post("/metadata")
 def metadata() -> tuple[str, int]:
-    services.record_metadata(_agent(), json_body().get("metadata"))
+    services.record_metadata(_agent(), message_body(MetadataReport))
     return "", 204
 
 
 @bp.post("/app-health")
 def app_health() -> tuple[str, int]:
-    services.record_app_health(_agent(), json_body().get("healths"))
+    services.record_app_health(_agent(), message_body(AppHealthReport))
     return "", 204
 
 
 @bp.get("/rpc", websocket=True)
 def control() -> Response:
-    agent_id, settings = _agent().id, _settings()
+    agent_id, settings, relay = _agent().id, _settings(), get_relay()
     db.session.remove()
 
     def run(websocket: WebSocket) -> None:
-        ControlConnection(websocket, agent_id, relay_for(settings.redis_url), settings.agent_heartbeat_interval).serve()
+        ControlConnection(websocket, agent_id, relay, settings.agent_heartbeat_interval, settings.secret_key).serve()
 
     return serve_websocket(run)
 
@@ -92,7 +105,7 @@ def tunnel(tunnel_id: str) -> Response:
     """The agent's half of a tunnel it was asked to dial (or the reason its dial failed)."""
     error = request.args.get("error", "")[:500] or None
     client = get_redis()
-    if not tunnels.dialed_to(client, tunnel_id, _agent().id):
+    if not tunnels.dialed_to(client, signer(), tunnel_id, _agent().id):
         raise NotFound("No tunnel with that id was dialed to this agent.")
     db.session.remove()
     half = tunnels.agent_half(client, tunnel_id, error)

@@ -5,23 +5,28 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from flask import Response, current_app, jsonify, request
+from flask import Response, jsonify, request
 from werkzeug.datastructures import MultiDict
 
 from app.agents import services, tunnels
 from app.agents.access import ensure_reachable, get_agent_for, tunnel_user
-from app.agents.models import AgentLog, WorkspaceAgent
-from app.agents.presenter import agent_json
+from app.agents.models import AgentLog
+from app.agents.tunnels import DialRequest
 from app.auth.access import api_user
-from app.blueprints import api_blueprint
-from app.errors import InvalidInput
-from app.extensions import db
-from app.provisioning.jobs import event_stream
-from app.provisioning.streams import agent_key, follow_lines, line_event, relay_for, sse_event, stream_cursor
-from app.redis_client import get_redis
-from app.websocket import WebSocket, serve_websocket
+from app.auth.blueprints import api_blueprint
+from app.core.errors import InvalidInput
+from app.core.extensions import db
+from app.core.redis_client import get_redis
+from app.core.signing import signer
+from app.core.websocket import WebSocket, serve_websocket
+from app.events import get_relay
+from app.events.relay import agent_key
+from app.events.sse import event_stream, log_cursor, sse_event, stream_cursor
+from app.events.streams import follow_lines, line_event
+from app.resources.models import WorkspaceAgent
+from app.resources.presenter import agent_json
+from protocol.values import parse_int
 
 # The tunnel authenticates itself: a bearer token, or the dashboard's cookie (the web terminal).
 bp = api_blueprint("agents_api", __name__, public=["tunnel"])
@@ -63,13 +68,11 @@ def read_agent_logs(agent_id: str, since: int) -> tuple[AgentLogView | None, lis
 def agent_logs(agent_id: str) -> Response:
     """The lines after ``?after=`` as JSON, or with ``follow=true`` a live SSE stream (as for build logs)."""
     agent = get_agent_for(api_user(), agent_id).agent
-    after = request.args.get("after", "0")
-    if not after.isdigit():
-        raise InvalidInput("after must be a log id (a whole number).")
+    after = log_cursor(request.args.get("after", "0"))
     if request.args.get("follow", "").lower() not in ("true", "1"):
-        return jsonify([line.to_json() for line in services.agent_logs(agent.id, int(after))])
-    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
-    cursor = stream_cursor(after, request.headers.get("Last-Event-ID"))
+        return jsonify([line.to_json() for line in services.agent_logs(agent.id, after)])
+    relay = get_relay()
+    cursor = stream_cursor(request.args.get("after"), request.headers.get("Last-Event-ID"))
     stream = follow_lines(
         relay,
         agent_key(agent.id),
@@ -81,25 +84,27 @@ def agent_logs(agent_id: str) -> Response:
     return event_stream(stream)
 
 
-def dial_request(args: MultiDict[str, str]) -> dict[str, Any]:
+def dial_request(args: MultiDict[str, str]) -> DialRequest:
     """What to ask the agent to dial, from the query string (agent/README.md "Tunnels")."""
     service = args.get("service", "")
-    if service not in SERVICES:
-        raise InvalidInput(f"service must be one of {', '.join(SERVICES)}.")
     if service == "ssh":
-        return {"service": "ssh"}
+        return DialRequest(service="ssh")
     if service == "tcp":
-        port = args.get("port", "")
-        if not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidInput("port must be a TCP port number (1-65535).")
-        return {"service": "tcp", "host": "127.0.0.1", "port": int(port)}
-    rows, cols = args.get("rows", "24"), args.get("cols", "80")
-    if not (rows.isdigit() and cols.isdigit() and 0 < int(rows) <= 1000 and 0 < int(cols) <= 1000):
-        raise InvalidInput("rows and cols must be whole numbers from 1 to 1000.")
+        try:
+            return DialRequest(service="tcp", port=parse_int(args.get("port", ""), minimum=1, maximum=65535))
+        except ValueError:
+            raise InvalidInput("port must be a TCP port number (1-65535).") from None
+    if service != "pty":
+        raise InvalidInput(f"service must be one of {', '.join(SERVICES)}.")
+    try:
+        rows = parse_int(args.get("rows", "24"), minimum=1, maximum=1000)
+        cols = parse_int(args.get("cols", "80"), minimum=1, maximum=1000)
+    except ValueError:
+        raise InvalidInput("rows and cols must be whole numbers from 1 to 1000.") from None
     command = args.get("command", "")
     if len(command) > MAX_COMMAND_CHARS:
         raise InvalidInput(f"command is longer than {MAX_COMMAND_CHARS} characters.")
-    return {"service": "pty", "rows": int(rows), "cols": int(cols), "command": command}
+    return DialRequest(service="pty", rows=rows, cols=cols, command=command)
 
 
 @bp.get("/workspaceagents/<agent_id>/tunnel", websocket=True)
@@ -111,11 +116,11 @@ def tunnel(agent_id: str) -> Response:
     return open_tunnel(context.agent.id, wanted)
 
 
-def open_tunnel(agent_id: str, wanted: dict[str, Any]) -> Response:
+def open_tunnel(agent_id: str, wanted: DialRequest) -> Response:
     """Dial, then serve the request's WebSocket as the user's half (used by the web terminal page too)."""
-    client = get_redis()
+    client, signing = get_redis(), signer()
     db.session.remove()  # a tunnel may stay open for hours: hold no database connection
-    half = tunnels.dial(client, agent_id, wanted)
+    half = tunnels.dial(client, signing, agent_id, wanted)
 
     def run(websocket: WebSocket) -> None:
         failure = tunnels.wait_open(half)

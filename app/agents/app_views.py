@@ -10,11 +10,12 @@ from app.agents import proxy
 from app.agents.access import AgentContext, ensure_reachable
 from app.agents.apps import app_path, check_app_access, find_app, sandboxed_for
 from app.auth.access import api_user, bearer_token, page_user
-from app.errors import BadGateway, Conflict, Forbidden, NotFound
-from app.extensions import csrf, db
-from app.redis_client import get_redis
+from app.core.errors import BadGateway, Conflict, Forbidden, NotFound
+from app.core.extensions import csrf, db
+from app.core.redis_client import get_redis
+from app.core.signing import signer
+from app.core.websocket import is_websocket_request
 from app.users.models import User
-from app.websocket import is_websocket_request
 
 bp = Blueprint("apps", __name__)
 # The app checks its own forms; Slipway's CSRF token means nothing to it (and its cookie is not forwarded).
@@ -55,12 +56,12 @@ def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -
         raise BadGateway(f"App {target.name} is not reachable.", detail=exc.message) from exc
     prefix = app_path(target.workspace.owner.username, target.workspace.name, target.agent.name, target.slug)
     sandbox = sandboxed_for(target, person)
-    client = get_redis()
+    client, signing = get_redis(), signer()
     db.session.remove()  # the response may stream for long: hold no database connection
     try:
         if is_websocket_request(request.environ):
-            return proxy.proxy_websocket(client, target, request, rest)
-        return proxy.proxy_http(client, target, request, rest, prefix=prefix, sandbox=sandbox)
+            return proxy.proxy_websocket(client, signing, target, request, rest)
+        return proxy.proxy_http(client, signing, target, request, rest, prefix=prefix, sandbox=sandbox)
     except proxy.AppUnavailable as exc:
         raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc
 

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import func, select
 
-from app.agents.models import WorkspaceAgent
-from app.errors import Forbidden, NotFound
-from app.extensions import db
-from app.provisioning.resources import job_resources
+from app.core.errors import Forbidden, NotFound
+from app.core.extensions import db
+from app.resources.models import WorkspaceAgent
+from app.resources.services import job_resources
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.services import latest_build
+from protocol.resources import App
 
 SHARE_LEVELS = ("owner", "authenticated", "public")
 
@@ -24,7 +24,7 @@ class AppTarget:
     workspace: Workspace
     build: WorkspaceBuild
     agent: WorkspaceAgent
-    app: dict[str, Any]
+    app: App
     scheme: str
     host: str
     port: int
@@ -32,16 +32,15 @@ class AppTarget:
 
     @property
     def slug(self) -> str:
-        return str(self.app.get("slug", ""))
+        return self.app.slug
 
     @property
     def name(self) -> str:
-        return str(self.app.get("display_name") or self.slug)
+        return self.app.name
 
     @property
     def share(self) -> str:
-        share = str(self.app.get("share") or "owner")
-        return share if share in SHARE_LEVELS else "owner"
+        return self.app.share
 
 
 def app_path(owner: str, workspace: str, agent: str, slug: str) -> str:
@@ -75,13 +74,16 @@ def find_app(owner_name: str, workspace_and_agent: str, slug: str) -> AppTarget:
             f"Workspace {workspace.name} has several agents ({names}): name one, as {workspace.name}.<agent>."
         )
     agent = agents[0]
-    app = next((item for item in agent.apps if str(item.get("slug", "")).lower() == slug.lower()), None)
-    if app is None or not app.get("url") or app.get("external"):
+    app = agent.definition.app(slug)
+    if app is None or not app.url or app.external:
         raise NotFound(f"Agent {agent.name} of {workspace.name} has no app {slug!r} to open here.")
-    url = urlsplit(str(app["url"]))
+    url = urlsplit(app.url)
     if url.scheme not in ("http", "https") or not url.hostname:
-        raise NotFound(f"App {slug!r} has a URL Slipway cannot proxy ({app['url']}).")
-    port = url.port or (443 if url.scheme == "https" else 80)
+        raise NotFound(f"App {slug!r} has a URL Slipway cannot proxy ({app.url}).")
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+    except ValueError:
+        raise NotFound(f"App {slug!r} has a URL Slipway cannot proxy ({app.url}).") from None
     return AppTarget(workspace, build, agent, app, url.scheme, url.hostname, port, url.path.rstrip("/"))
 
 

@@ -18,10 +18,10 @@ from urllib.parse import quote
 
 from flask import Response, current_app, send_file
 
-from app.agents import wheelhouse
-from app.blueprints import page_blueprint
-from app.config import Settings
-from app.errors import InvalidInput
+from app.agents import bundles
+from app.auth.blueprints import page_blueprint
+from app.core.config import Settings
+from app.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +83,8 @@ def agent_bundle(platform: str) -> Response:
         return Response(f"There is no agent for {platform}.\n", 404, mimetype="text/plain")
     settings: Settings = current_app.config["SLIPWAY_SETTINGS"]
     try:
-        bundle = wheelhouse.agent_bundle(settings.agent_wheelhouse, platform, settings.data_dir / "agent-bundles")
-    except wheelhouse.BundleUnavailable as exc:
+        bundle = bundles.agent_bundle(settings.agent_wheelhouse, platform, settings.data_dir / "agent-bundles")
+    except bundles.BundleUnavailable as exc:
         # The wheelhouse path is for the operator's log, not for anonymous callers.
         log.warning("agent bundle for %s unavailable (wheelhouse %s): %s", platform, settings.agent_wheelhouse, exc)
         return Response(exc.message + "\n", exc.status, mimetype="text/plain")

@@ -2,8 +2,8 @@
 
 While the connection is open the server pings the agent every heartbeat interval and stamps
 ``last_connected_at``; an agent that stops answering for two intervals is closed and marked disconnected.
-Dials are published on Redis by whichever process a user reached; the process holding this connection
-receives them through its one subscription and writes them here.
+Dials are published on Redis by whichever process a user reached, signed; the process holding this connection
+receives them through its one subscription, checks the signature, and writes the dial here.
 """
 
 from __future__ import annotations
@@ -14,28 +14,32 @@ import threading
 import time
 
 from app.agents import services
-from app.columns import new_id
-from app.extensions import db
-from app.provisioning.streams import LogRelay
-from app.websocket import WebSocket, WebSocketClosed
+from app.agents.tunnels import verified_dial
+from app.core.columns import new_id
+from app.core.extensions import db
+from app.core.signing import Signer
+from app.core.websocket import WebSocket, WebSocketClosed
+from app.events.relay import EventRelay
+from protocol.agentapi import CLOSE_OUTDATED, CLOSE_SUPERSEDED
 
 log = logging.getLogger(__name__)
 
-CLOSE_OUTDATED = 4001
-CLOSE_SUPERSEDED = 4002
 OUTDATED_REASON = "This agent no longer belongs to the workspace's current build."
 # Dials waiting to be written; beyond this the agent is not keeping up and further dials fail (they time out).
 MAX_PENDING_DIALS = 256
 
 
 class ControlConnection:
-    def __init__(self, websocket: WebSocket, agent_id: str, relay: LogRelay, heartbeat_seconds: int) -> None:
+    def __init__(
+        self, websocket: WebSocket, agent_id: str, relay: EventRelay, heartbeat_seconds: int, secret_key: str
+    ) -> None:
         self.websocket = websocket
         self.agent_id = agent_id
         self.relay = relay
+        self.signer = Signer(secret_key)
         self.heartbeat_seconds = heartbeat_seconds
         self.connection_id = new_id()
-        self.dials: queue.Queue[bytes] = queue.Queue(maxsize=MAX_PENDING_DIALS)
+        self.dials: queue.Queue[str] = queue.Queue(maxsize=MAX_PENDING_DIALS)
         self.closed = threading.Event()
 
     def serve(self) -> None:
@@ -54,8 +58,12 @@ class ControlConnection:
             db.session.remove()
 
     def _queue_dial(self, message: bytes) -> None:
+        dial = verified_dial(self.signer, self.agent_id, message)
+        if dial is None:
+            log.warning("agent %s: dropped a control message that the server did not sign", self.agent_id)
+            return
         try:
-            self.dials.put_nowait(message)
+            self.dials.put_nowait(dial)
         except queue.Full:
             log.warning("agent %s is not taking dials; dropping one", self.agent_id)
 
@@ -78,7 +86,7 @@ class ControlConnection:
         while not self.closed.is_set():
             try:
                 message = self.dials.get(timeout=max(min(next_beat - time.monotonic(), 1.0), 0.0))
-                self.websocket.send(message.decode())
+                self.websocket.send(message)
             except queue.Empty:
                 pass
             except WebSocketClosed:

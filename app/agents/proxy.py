@@ -18,7 +18,9 @@ from flask import Request, Response, stream_with_context
 
 from app.agents import tunnels
 from app.agents.apps import AppTarget
-from app.websocket import TakenOverResponse
+from app.agents.tunnels import DialRequest
+from app.core.signing import Signer
+from app.core.websocket import TakenOverResponse
 
 HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
@@ -37,8 +39,8 @@ class AppUnavailable(Exception):
 class TunnelConnection:
     """A socket to the app: one end of a socket pair whose other end is relayed through a tunnel."""
 
-    def __init__(self, client: redis.Redis, agent_id: str, target: AppTarget) -> None:
-        half = tunnels.dial(client, agent_id, {"service": "tcp", "host": target.host, "port": target.port})
+    def __init__(self, client: redis.Redis, signer: Signer, agent_id: str, target: AppTarget) -> None:
+        half = tunnels.dial(client, signer, agent_id, DialRequest(service="tcp", host=target.host, port=target.port))
         failure = tunnels.wait_open(half)
         if failure is not None:
             raise AppUnavailable(failure[1])
@@ -96,9 +98,9 @@ def upstream_path(target: AppTarget, rest: str, query: bytes) -> str:
 
 
 def proxy_http(
-    client: redis.Redis, target: AppTarget, request: Request, rest: str, *, prefix: str, sandbox: bool
+    client: redis.Redis, signer: Signer, target: AppTarget, request: Request, rest: str, *, prefix: str, sandbox: bool
 ) -> Response:
-    connection = TunnelConnection(client, target.agent.id, target)
+    connection = TunnelConnection(client, signer, target.agent.id, target)
     conn = http.client.HTTPConnection(target.host, target.port, timeout=300)
     conn.sock = connection.socket
     headers = upstream_headers(request, target, websocket=False)
@@ -166,12 +168,12 @@ def _rewrite_location(location: str, app_origins: set[str], base_path: str, pref
     return prefix.rstrip("/") + location
 
 
-def proxy_websocket(client: redis.Redis, target: AppTarget, request: Request, rest: str) -> Response:
+def proxy_websocket(client: redis.Redis, signer: Signer, target: AppTarget, request: Request, rest: str) -> Response:
     """Forward the upgrade; once the app answers 101, splice the browser's socket and the tunnel."""
     browser: socket.socket | None = request.environ.get("gunicorn.socket")
     if browser is None:
         raise AppUnavailable("WebSocket apps need the slipway server (gunicorn)")
-    connection = TunnelConnection(client, target.agent.id, target)
+    connection = TunnelConnection(client, signer, target.agent.id, target)
     headers = upstream_headers(request, target, websocket=True)
     head = f"GET {upstream_path(target, rest, request.query_string)} HTTP/1.1\r\n"
     head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"

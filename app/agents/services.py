@@ -5,38 +5,36 @@ from __future__ import annotations
 import hashlib
 import logging
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import func, select, update
 
-from app.agents.models import AGENT_LOG_LEVELS, LIFECYCLE_STATES, AgentLog, WorkspaceAgent
-from app.columns import rfc3339, utcnow
-from app.errors import InvalidInput, Unauthorized
-from app.extensions import db
-from app.provisioning.jobs import AGENT_EVENTS_PREFIX
-from app.provisioning.resources import WorkspaceResource
-from app.redis_client import get_redis
+from app.agents.models import AgentLog
+from app.core.columns import rfc3339, utcnow
+from app.core.errors import InvalidInput, Unauthorized
+from app.core.extensions import db, rows_changed
+from app.events.notices import publish_agent_notice
+from app.resources.models import WorkspaceAgent, WorkspaceResource
 from app.workspaces.models import Workspace, WorkspaceBuild
+from protocol.agentapi import (
+    DEFAULT_LOG_LIMIT_BYTES,
+    MAX_LOG_LINE_CHARS,
+    AgentLogBatch,
+    AgentLogReply,
+    AppHealthReport,
+    LifecycleReport,
+    MetadataReport,
+    Startup,
+)
 
 log = logging.getLogger(__name__)
 
-MAX_AGENT_LOG_BYTES = 1024 * 1024
-MAX_LOG_LINE_CHARS = 64 * 1024
-MAX_LOG_BATCH_LINES = 1000
+MAX_AGENT_LOG_BYTES = DEFAULT_LOG_LIMIT_BYTES
 MAX_METADATA_VALUE_BYTES = 2048
 MAX_METADATA_BATCH_BYTES = 6144
 NO_AGENT = (
     "No agent of a current workspace build has this token: the build that created the agent may still be "
     "running, or the workspace was stopped or rebuilt."
 )
-
-
-def publish_agent_notice(agent_id: str) -> None:
-    """Tell open pages and streams that the agent changed; they read what changed from the database."""
-    try:
-        get_redis().publish(AGENT_EVENTS_PREFIX + agent_id, b"changed")
-    except Exception:  # a viewer misses a nudge and catches up on its next poll
-        log.warning("could not publish a notice for agent %s", agent_id, exc_info=True)
 
 
 def _latest_build(workspace_id: str) -> WorkspaceBuild | None:
@@ -128,42 +126,35 @@ def agent_is_current(agent_id: str) -> bool:
 # --- Reports -------------------------------------------------------------------------------------------------
 
 
-def record_startup(agent: WorkspaceAgent, body: dict[str, Any]) -> None:
-    agent.version = str(body.get("version") or "")[:64]
-    agent.expanded_directory = str(body.get("expanded_directory") or "")[:4096]
+def record_startup(agent: WorkspaceAgent, startup: Startup) -> None:
+    agent.version = startup.version
+    agent.expanded_directory = startup.expanded_directory
     db.session.commit()
     publish_agent_notice(agent.id)
 
 
-def record_lifecycle(agent: WorkspaceAgent, body: dict[str, Any]) -> None:
-    state = body.get("state")
-    if state not in LIFECYCLE_STATES:
-        raise InvalidInput(f"state must be one of {', '.join(LIFECYCLE_STATES)}.")
-    changed_at = _parse_time(body.get("changed_at")) or utcnow()
-    agent.lifecycle_state = state
+def record_lifecycle(agent: WorkspaceAgent, report: LifecycleReport) -> None:
+    changed_at = _parse_time(report.changed_at) or utcnow()
+    agent.lifecycle_state = report.state
     agent.lifecycle_changed_at = changed_at
-    if state == "starting":
+    if report.state == "starting":
         agent.started_at = changed_at
-    elif state in ("ready", "start_timeout", "start_error"):
+    elif report.state in ("ready", "start_timeout", "start_error"):
         agent.ready_at = changed_at
     db.session.commit()
     publish_agent_notice(agent.id)
 
 
-def append_logs(agent: WorkspaceAgent, lines: Any) -> dict[str, bool]:
+def append_logs(agent: WorkspaceAgent, batch: AgentLogBatch) -> AgentLogReply:
     """Store a batch of script output, capped at 1 MiB per agent; past the cap one notice says lines were lost."""
-    if not isinstance(lines, list) or not all(isinstance(line, dict) for line in lines):
-        raise InvalidInput("logs must be a list of objects.")
-    if len(lines) > MAX_LOG_BATCH_LINES:
-        raise InvalidInput(f"Send at most {MAX_LOG_BATCH_LINES} lines per batch.")
     if agent.logs_overflowed:
-        return {"log_limit_exceeded": True}
+        return AgentLogReply(log_limit_exceeded=True)
     sources = {source.id for source in agent.log_sources}
     rows = []
-    for line in lines:
-        output = str(line.get("output", ""))[:MAX_LOG_LINE_CHARS]
+    for line in batch.logs:
+        output = line.output[:MAX_LOG_LINE_CHARS]
         size = len(output.encode())
-        source_id = line.get("log_source_id") if line.get("log_source_id") in sources else None
+        source_id = line.log_source_id if line.log_source_id in sources else None
         if agent.logs_length + size > MAX_AGENT_LOG_BYTES:
             agent.logs_overflowed = True
             notice = (
@@ -173,14 +164,15 @@ def append_logs(agent: WorkspaceAgent, lines: Any) -> dict[str, bool]:
             rows.append(AgentLog(agent_id=agent.id, source_id=source_id, level="warn", output=notice))
             break
         agent.logs_length += size
-        level = line.get("level") if line.get("level") in AGENT_LOG_LEVELS else "info"
-        created_at = _parse_time(line.get("created_at")) or utcnow()
-        rows.append(AgentLog(agent_id=agent.id, source_id=source_id, level=level, output=output, created_at=created_at))
+        created_at = _parse_time(line.created_at) or utcnow()
+        rows.append(
+            AgentLog(agent_id=agent.id, source_id=source_id, level=line.level, output=output, created_at=created_at)
+        )
     db.session.add_all(rows)
     db.session.commit()
     if rows:
         publish_agent_notice(agent.id)
-    return {"log_limit_exceeded": agent.logs_overflowed}
+    return AgentLogReply(log_limit_exceeded=agent.logs_overflowed)
 
 
 def agent_logs(agent_id: str, after: int = 0, limit: int = 10_000) -> list[AgentLog]:
@@ -188,24 +180,21 @@ def agent_logs(agent_id: str, after: int = 0, limit: int = 10_000) -> list[Agent
     return list(db.session.scalars(query.limit(limit)))
 
 
-def record_metadata(agent: WorkspaceAgent, items: Any) -> None:
+def record_metadata(agent: WorkspaceAgent, report: MetadataReport) -> None:
     """Reference §1.6: the server's clock stamps results; values and errors are capped; keys the template does
     not declare are ignored; a batch stops taking keys once their summed length passes 6 KiB."""
-    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
-        raise InvalidInput("metadata must be a list of objects.")
-    declared = {str(block.get("key")) for block in agent.definition.get("metadata") or []}
+    declared = {block.key for block in agent.definition.metadata}
     results = dict(agent.metadata_results)
-    now, keys_length = rfc3339(utcnow()), 0
-    for item in items:
-        key = str(item.get("key", ""))
-        if key not in declared:
+    now, keys_length = rfc3339(utcnow()) or "", 0
+    for item in report.metadata:
+        if item.key not in declared:
             continue
-        keys_length += len(key)
+        keys_length += len(item.key)
         if keys_length > MAX_METADATA_BATCH_BYTES:
             break
-        results[key] = {
-            "value": _capped(str(item.get("value") or ""), "value"),
-            "error": _capped(str(item.get("error") or ""), "error"),
+        results[item.key] = {
+            "value": _capped(item.value, "value"),
+            "error": _capped(item.error, "error"),
             "collected_at": now,
         }
     agent.metadata_results = results
@@ -220,14 +209,10 @@ def _capped(text: str, what: str) -> str:
     return f"{what} of {size} bytes exceeded {MAX_METADATA_VALUE_BYTES} bytes"
 
 
-def record_app_health(agent: WorkspaceAgent, healths: Any) -> None:
-    if not isinstance(healths, dict):
-        raise InvalidInput("healths must be an object of app slug to health.")
-    checked = {app.get("slug") for app in agent.apps if (app.get("healthcheck") or {}).get("url")}
+def record_app_health(agent: WorkspaceAgent, report: AppHealthReport) -> None:
+    checked = {app.slug for app in agent.definition.apps if app.healthcheck is not None and app.healthcheck.url}
     updated = dict(agent.app_health)
-    for slug, health in healths.items():
-        if health not in ("initializing", "healthy", "unhealthy"):
-            raise InvalidInput(f"App health for {slug!r} must be initializing, healthy or unhealthy.")
+    for slug, health in report.healths.items():
         if slug not in checked:
             raise InvalidInput(f"{slug!r} is not an app of this agent with a healthcheck.")
         updated[slug] = health
@@ -237,8 +222,8 @@ def record_app_health(agent: WorkspaceAgent, healths: Any) -> None:
         publish_agent_notice(agent.id)
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
+def _parse_time(value: str) -> datetime | None:
+    if not value:
         return None
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -273,7 +258,7 @@ def record_heartbeat(agent_id: str, connection_id: str) -> bool:
         .values(last_connected_at=utcnow())
     )
     db.session.commit()
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    return bool(rows_changed(result))
 
 
 def mark_disconnected(agent_id: str, connection_id: str) -> None:
@@ -284,5 +269,5 @@ def mark_disconnected(agent_id: str, connection_id: str) -> None:
         .values(disconnected_at=utcnow())
     )
     db.session.commit()
-    if result.rowcount:  # type: ignore[attr-defined]
+    if rows_changed(result):
         publish_agent_notice(agent_id)

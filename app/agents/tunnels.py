@@ -16,15 +16,18 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import redis
 
-from app.columns import new_id
-from app.provisioning.jobs import AGENT_CONTROL_PREFIX
-from app.websocket import WebSocketClosed
+from app.core.columns import new_id
+from app.core.signing import Signer
+from app.core.websocket import WebSocketClosed
+from protocol.agentapi import CLOSE_DIAL_FAILED, CLOSE_NO_ANSWER, Dial, DialService
+from protocol.channels import AGENT_CONTROL_CHANNEL_PREFIX, TUNNEL_KEY_PREFIX
+from protocol.codec import ProtocolError
 
-PREFIX = "slipway:tunnel:"
+PREFIX = TUNNEL_KEY_PREFIX
 DATA, TEXT, CLOSE, OPEN = b"d", b"t", b"c", b"o"
 # A sender waits once this many frames are queued for its peer, until fewer than LOW_WATER_ITEMS remain.
 HIGH_WATER_ITEMS = 64
@@ -38,9 +41,6 @@ ALIVE_TTL_SECONDS = 30
 ALIVE_EVERY_SECONDS = 10.0
 STALL_SECONDS = 60.0
 DIAL_TIMEOUT_SECONDS = 15.0
-# Close codes (agent/README.md): the agent's dial failed; the agent did not answer.
-CLOSE_DIAL_FAILED = 4502
-CLOSE_NO_ANSWER = 4504
 CLOSE_NORMAL = 1000
 
 
@@ -199,15 +199,63 @@ def _deliver(endpoint: Endpoint, item: Item) -> bool:
     return True
 
 
-def dial(client: redis.Redis, agent_id: str, request: dict[str, Any]) -> TunnelHalf:
-    """Ask the agent to dial back (whichever process holds its connection forwards the message)."""
+@dataclass(frozen=True)
+class DialRequest:
+    """What to reach inside the workspace: a TCP port, its SSH server, or a new terminal."""
+
+    service: DialService
+    host: str = "127.0.0.1"
+    port: int = 0
+    rows: int = 24
+    cols: int = 80
+    command: str = ""
+
+    def for_tunnel(self, tunnel_id: str) -> Dial:
+        return Dial(
+            tunnel_id=tunnel_id,
+            service=self.service,
+            host=self.host,
+            port=self.port,
+            rows=self.rows,
+            cols=self.cols,
+            command=self.command,
+        )
+
+
+def dial(client: redis.Redis, signer: Signer, agent_id: str, request: DialRequest) -> TunnelHalf:
+    """Ask the agent to dial back (whichever process holds its connection forwards the message, once it has
+    checked the signature: nobody else who can write to Redis can make an agent dial)."""
     half = TunnelHalf(client, new_id(), "user")
     half.beat()
-    # Only the agent asked may take the tunnel's other half: the id alone must not be enough.
-    client.set(f"{PREFIX}{half.tunnel_id}:agent", agent_id, ex=int(DIAL_TIMEOUT_SECONDS) + 5)
-    message = json.dumps({"type": "dial", "tunnel_id": half.tunnel_id, **request})
-    client.publish(AGENT_CONTROL_PREFIX + agent_id, message)
+    # Only the agent asked may take the tunnel's other half: the id alone must not be enough, nor a record that
+    # someone else wrote.
+    record = f"{agent_id}.{signer.sign('tunnel', half.tunnel_id, agent_id)}"
+    client.set(f"{PREFIX}{half.tunnel_id}:agent", record, ex=int(DIAL_TIMEOUT_SECONDS) + 5)
+    client.publish(
+        AGENT_CONTROL_CHANNEL_PREFIX + agent_id, signed_dial(signer, agent_id, request.for_tunnel(half.tunnel_id))
+    )
     return half
+
+
+def signed_dial(signer: Signer, agent_id: str, dial: Dial, issued_at: float | None = None) -> str:
+    body = dial.dumps()
+    issued = f"{issued_at if issued_at is not None else time.time():.3f}"
+    return json.dumps({"dial": body, "issued_at": issued, "signature": signer.sign("dial", agent_id, issued, body)})
+
+
+def verified_dial(signer: Signer, agent_id: str, message: bytes) -> str | None:
+    """The dial to pass on to the agent (its JSON), when ``message`` is one the server signed for this agent
+    within the dial timeout; None for anything else (forged, for another agent, replayed late, malformed)."""
+    try:
+        data = json.loads(message)
+        body, issued, signature = data["dial"], data["issued_at"], data["signature"]
+        if not (isinstance(body, str) and isinstance(issued, str) and isinstance(signature, str)):
+            return None
+        fresh = abs(time.time() - float(issued)) <= DIAL_TIMEOUT_SECONDS + 5
+        Dial.loads(body)  # what the agent gets is a well-formed dial
+    except (ValueError, KeyError, TypeError, ProtocolError):
+        return None
+    return body if fresh and signer.verify(signature, "dial", agent_id, issued, body) else None
 
 
 def wait_open(half: TunnelHalf, timeout: float = DIAL_TIMEOUT_SECONDS) -> tuple[int, str] | None:
@@ -225,9 +273,14 @@ def wait_open(half: TunnelHalf, timeout: float = DIAL_TIMEOUT_SECONDS) -> tuple[
     return CLOSE_NO_ANSWER, "The workspace agent did not answer within 15 s."
 
 
-def dialed_to(client: redis.Redis, tunnel_id: str, agent_id: str) -> bool:
+def dialed_to(client: redis.Redis, signer: Signer, tunnel_id: str, agent_id: str) -> bool:
+    """Was this tunnel dialed to this agent by the server (the record is signed: writing one into Redis is not
+    enough to take the other half of someone's tunnel)?"""
     asked = client.get(f"{PREFIX}{tunnel_id}:agent")
-    return isinstance(asked, bytes) and asked.decode() == agent_id
+    if not isinstance(asked, bytes):
+        return False
+    recorded_agent, _, signature = asked.decode(errors="replace").partition(".")
+    return recorded_agent == agent_id and signer.verify(signature, "tunnel", tunnel_id, agent_id)
 
 
 def agent_half(client: redis.Redis, tunnel_id: str, error: str | None) -> TunnelHalf:

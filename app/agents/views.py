@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
-from flask import current_app, render_template, request, url_for
+from flask import render_template, request, url_for
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response
 
@@ -15,21 +14,36 @@ from app.agents import services
 from app.agents.access import AgentContext, get_agent_for
 from app.agents.api import AgentLogView, read_agent_logs
 from app.agents.apps import app_path
-from app.agents.models import AgentLog, WorkspaceAgent
-from app.agents.presenter import metadata_items, status_of
-from app.agents.status import agent_health
+from app.agents.models import AgentLog
 from app.auth.access import page_user
-from app.blueprints import page_blueprint
-from app.errors import NotFound
-from app.provisioning.jobs import event_stream
-from app.provisioning.streams import agent_key, follow_lines, relay_for, sse_event, stream_cursor
+from app.auth.blueprints import page_blueprint
+from app.core.errors import NotFound
+from app.core.extensions import db
+from app.events import get_relay
+from app.events.relay import agent_key
+from app.events.sse import event_stream, sse_event, stream_cursor
+from app.events.streams import follow_lines
+from app.resources.models import WorkspaceAgent
+from app.resources.presenter import metadata_items, status_of
+from app.resources.status import agent_health
 from app.users.models import User
+from app.workspaces.models import Workspace
+from app.workspaces.sections import WorkspaceSection
 from app.workspaces.services import can_act
+from protocol.codec import JsonObject
 
 bp = page_blueprint("agents", __name__)
 
 # The page shows the newest lines; the API (and the log files in the workspace) have them all.
 PAGE_LOG_LINES = 2000
+
+
+@dataclass(frozen=True)
+class PanelApp:
+    name: str
+    path: str
+    health: str
+    share: str
 
 
 @dataclass
@@ -43,8 +57,8 @@ class AgentPanel:
     health_reason: str
     can_connect: bool
     ssh_command: str
-    apps: list[dict[str, Any]] = field(default_factory=list)
-    metadata: list[dict[str, Any]] = field(default_factory=list)
+    apps: list[PanelApp] = field(default_factory=list)
+    metadata: list[JsonObject] = field(default_factory=list)
     log_html: Markup = field(default_factory=Markup)
     last_log_id: int = 0
 
@@ -65,14 +79,14 @@ def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) ->
         metadata=metadata_items(agent),
     )
     panel.apps = [
-        {
-            "name": app.get("display_name") or app.get("slug"),
-            "path": app_path(owner, workspace.name, agent.name, str(app.get("slug"))),
-            "health": agent.app_health_of(str(app.get("slug"))),
-            "share": app.get("share") or "owner",
-        }
+        PanelApp(
+            name=app.name,
+            path=app_path(owner, workspace.name, agent.name, app.slug),
+            health=agent.app_health_of(app.slug),
+            share=app.share,
+        )
         for app in agent.apps
-        if app.get("url") and not app.get("external") and not app.get("hidden")
+        if app.url and not app.external and not app.hidden
     ]
     if with_logs:
         lines = services.agent_logs(agent.id)[-PAGE_LOG_LINES:]
@@ -140,7 +154,7 @@ def panel(workspace_id: str, agent_id: str) -> str:
 @bp.get("/workspaces/<workspace_id>/agents/<agent_id>/logs/stream")
 def log_stream(workspace_id: str, agent_id: str) -> Response:
     context = _context(workspace_id, agent_id)
-    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
+    relay = get_relay()
     cursor = stream_cursor(request.args.get("after"), request.headers.get("Last-Event-ID"))
     agent = context.agent.id
     stream = follow_lines(
@@ -162,3 +176,32 @@ def terminal(workspace_id: str, agent_id: str) -> str:
     return render_template(
         "agents/terminal.html", context=context, socket_path=socket_path, status=status_of(context.agent)
     )
+
+
+def _render_agent_panels(workspace: Workspace, user: User) -> Markup:
+    panels = [
+        agent_panel(AgentContext(agent, build, workspace), user) for agent, build in services.shown_agents(workspace)
+    ]
+    # The panels' HTML is the template's (escaped there): joined as it is, not escaped again.
+    return Markup("".join(render_template("agents/_partials/panel.html", panel=panel) for panel in panels))  # noqa: S704
+
+
+def _agent_states(workspace_id: str) -> dict[str, tuple[object, ...]]:
+    workspace = db.session.get(Workspace, workspace_id)
+    agents = [agent for agent, _ in services.shown_agents(workspace)] if workspace is not None else []
+    return {
+        agent.id: (status_of(agent), agent.lifecycle_state, agent.version, agent.expanded_directory,
+                   repr(agent.metadata_results), repr(agent.app_health))
+        for agent in agents
+    }  # fmt: skip
+
+
+def _agent_keys(states: object) -> list[str]:
+    return [agent_key(agent_id) for agent_id in states] if isinstance(states, dict) else []
+
+
+# A panel per agent on the workspace's page; the page's stream sends `agents` when one changes (connection,
+# lifecycle, metadata, app health), and watches each shown agent's notices.
+AGENTS_SECTION = WorkspaceSection(
+    event="agents", render=_render_agent_panels, live_state=_agent_states, watch_keys=_agent_keys
+)

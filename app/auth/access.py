@@ -10,10 +10,10 @@ from flask import Flask, g, redirect, request, url_for
 from flask_login import current_user
 from werkzeug.wrappers import Response
 
-from app.auth.tokens import resolve_token
-from app.errors import Forbidden, Unauthorized
-from app.extensions import db, login_manager
+from app.core.errors import Forbidden, Unauthorized
+from app.core.extensions import db, login_manager
 from app.users.models import User
+from app.users.tokens import resolve_token
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -65,7 +65,7 @@ def api_user() -> User:
 
 
 def page_user() -> User:
-    user: User = current_user._get_current_object()  # noqa: SLF001 - unwrap the proxy for typing
+    user: User = current_user._get_current_object()
     return user
 
 

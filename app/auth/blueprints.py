@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from flask import Blueprint, request
 from flask_login import current_user
 from werkzeug.wrappers import Response
 
 from app.auth.access import api_user
-from app.extensions import csrf, login_manager
-from app.validation import json_object
+from app.core.extensions import csrf, login_manager
 
 API_PREFIX = "/api/v2"
 
@@ -42,8 +40,3 @@ def api_blueprint(name: str, import_name: str, *, public: Iterable[str] = ()) ->
             api_user()
 
     return blueprint
-
-
-def json_body() -> dict[str, Any]:
-    # Parse regardless of Content-Type: `curl -d` sends form-encoded headers with a JSON body.
-    return json_object(request.get_json(force=True, silent=True))

@@ -16,9 +16,9 @@ from flask import Flask, current_app
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from app.config import Settings
-from app.errors import DomainError
-from app.extensions import db
+from app.core.config import Settings
+from app.core.errors import DomainError
+from app.core.extensions import db
 from app.users.models import ROLE_MEMBER, ROLE_OWNER, STATUS_ACTIVE, User
 from app.users.services import user_count
 

@@ -17,10 +17,10 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.auth import oidc
 from app.auth.access import page_user
-from app.auth.tokens import issue_session_token
-from app.auth.views import safe_next
-from app.blueprints import api_blueprint, page_blueprint
-from app.config import Settings
+from app.auth.blueprints import api_blueprint, page_blueprint
+from app.auth.redirects import safe_next
+from app.core.config import Settings
+from app.users.tokens import issue_session_token
 
 log = logging.getLogger(__name__)
 bp = page_blueprint("oidc", __name__, public=("start", "callback"))

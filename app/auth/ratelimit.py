@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.config import Settings
-from app.errors import Forbidden, RateLimited, Unauthorized
-from app.redis_client import get_redis
+from app.core.config import Settings
+from app.core.errors import Forbidden, RateLimited, Unauthorized
+from app.core.redis_client import get_redis
 from app.users.models import User
 from app.users.services import authenticate
 

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from flask import current_app, flash, redirect, render_template, request, url_for
 from flask_login import current_user, login_user, logout_user
 from werkzeug.wrappers import Response
 
 from app.auth import ratelimit
-from app.blueprints import page_blueprint
-from app.errors import DomainError
+from app.auth.blueprints import page_blueprint
+from app.auth.oidc_views import provider_logout_url
+from app.auth.redirects import safe_next
+from app.core.errors import DomainError
 from app.users import services
 
 bp = page_blueprint("auth", __name__, public=("login", "setup", "logout"))
-
-
-def safe_next(target: str | None) -> str:
-    """Only same-site relative paths, so the login page cannot be used as an open redirect."""
-    if target and target.startswith("/") and not target.startswith("//") and not urlsplit(target).netloc:
-        return target
-    return url_for("workspaces.index")
 
 
 @bp.route("/login", methods=["GET", "POST"])
@@ -43,8 +36,6 @@ def login() -> Response | str | tuple[str, int]:
 
 @bp.post("/logout")
 def logout() -> Response:
-    from app.auth.oidc_views import provider_logout_url
-
     logout_user()
     provider_logout = provider_logout_url()  # signed in through the provider: end its session too
     flash("You have signed out.", "info")

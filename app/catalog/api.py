@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from flask import Response, jsonify, request
 
 from app.auth.access import api_user, require_role
-from app.blueprints import api_blueprint, json_body
+from app.auth.blueprints import api_blueprint
 from app.catalog import services
 from app.catalog.models import TemplateVersion
-from app.errors import TooLarge
+from app.core.errors import TooLarge
+from app.core.validation import FieldErrors, json_body, name_values, string_field
 from app.files.services import MAX_ARCHIVE_BYTES, store_file
-from app.provisioning.jobs import cancel_job, job_json, logs_response
-from app.provisioning.resources import job_resources
+from app.provisioning.jobs import cancel_job
+from app.provisioning.log_api import logs_response
+from app.provisioning.presenter import jobs_json
+from app.resources.presenter import resource_json
+from app.resources.services import job_resources
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
-from app.validation import FieldErrors, string_field
+from protocol.codec import JsonObject
 
 bp = api_blueprint("catalog_api", __name__)
 ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
@@ -30,8 +36,13 @@ def upload_file() -> tuple[Response, int]:
     return jsonify({"id": stored.id, "hash": stored.sha256}), 201
 
 
-def version_json(version: TemplateVersion) -> dict[str, object]:
-    return {**version.to_json(), "job": job_json(version.job)}
+def versions_json(versions: Sequence[TemplateVersion]) -> list[JsonObject]:
+    jobs = jobs_json([version.job for version in versions])
+    return [{**version.to_json(), "job": jobs[version.job_id]} for version in versions]
+
+
+def version_json(version: TemplateVersion) -> JsonObject:
+    return versions_json([version])[0]
 
 
 @bp.post("/templateversions")
@@ -44,9 +55,7 @@ def create_version() -> tuple[Response, int]:
     tags = body.get("provisioner_tags") or {}
     if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
         errors.add("provisioner_tags", "Must be an object of strings.")
-    values = body.get("user_variable_values") or []
-    if not isinstance(values, list) or not all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in values):
-        errors.add("user_variable_values", "Must be a list of {name, value} objects.")
+    values = name_values(body, "user_variable_values", errors)
     errors.raise_if_any()
     version = services.create_version(
         api_user(), file_id, template_id=template_id, name=name, provisioner_tags=tags, user_variable_values=values
@@ -66,7 +75,7 @@ def get_version(version_id: str) -> Response:
 
 @bp.get("/templateversions/<version_id>/parameters")
 def version_parameters(version_id: str) -> Response:
-    return jsonify(_readable_version(version_id).parameters)
+    return jsonify([parameter.to_json() for parameter in _readable_version(version_id).parameters])
 
 
 @bp.get("/templateversions/<version_id>/variables")
@@ -78,7 +87,7 @@ def version_variables(version_id: str) -> Response:
 @bp.get("/templateversions/<version_id>/resources")
 def version_resources(version_id: str) -> Response:
     version = _readable_version(version_id)
-    return jsonify([resource.to_json() for resource in job_resources(version.job_id, "start")])
+    return jsonify([resource_json(resource) for resource in job_resources(version.job_id, "start")])
 
 
 @bp.get("/templateversions/<version_id>/logs")
@@ -121,7 +130,7 @@ def get_template(template_id: str) -> Response:
 @bp.get("/templates/<template_id>/versions")
 def list_versions(template_id: str) -> Response:
     template = services.get_template(template_id)
-    return jsonify([version_json(version) for version in services.list_versions(template)])
+    return jsonify(versions_json(services.list_versions(template)))
 
 
 @bp.patch("/templates/<template_id>/versions")

@@ -1,17 +1,20 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, String, Text
+from sqlalchemy import ForeignKey, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from app.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
-from app.extensions import db
+from app.core.columns import IdColumn, MessageListColumn, UTCDateTime, new_id, rfc3339, utcnow
+from app.core.extensions import Model
 from app.provisioning.models import ProvisionerJob
+from protocol.codec import JSON as JsonValue
+from protocol.codec import JsonObject
+from protocol.parameters import RichParameter
+from protocol.provisionerd import NameValue, TemplateVariable
 
 
-class Template(db.Model):  # type: ignore[name-defined,misc]
+class Template(Model):
     __tablename__ = "templates"
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
@@ -26,7 +29,7 @@ class Template(db.Model):  # type: ignore[name-defined,misc]
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "id": self.id,
             "name": self.name,
@@ -38,7 +41,7 @@ class Template(db.Model):  # type: ignore[name-defined,misc]
         }
 
 
-class TemplateVersion(db.Model):  # type: ignore[name-defined,misc]
+class TemplateVersion(Model):
     __tablename__ = "template_versions"
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
@@ -49,14 +52,14 @@ class TemplateVersion(db.Model):  # type: ignore[name-defined,misc]
     created_by: Mapped[str] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # Values the uploader gave for Terraform variables; sensitive ones are never returned by the API.
-    user_variable_values: Mapped[list[dict[str, str]]] = mapped_column(JSON, default=list)
+    user_variable_values: Mapped[tuple[NameValue, ...]] = mapped_column(MessageListColumn(NameValue), default=())
     # Filled in by the import job: Terraform variables and rich parameters of this version.
-    variables: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
-    parameters: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    variables: Mapped[tuple[TemplateVariable, ...]] = mapped_column(MessageListColumn(TemplateVariable), default=())
+    parameters: Mapped[tuple[RichParameter, ...]] = mapped_column(MessageListColumn(RichParameter), default=())
 
     job: Mapped[ProvisionerJob] = relationship()
 
-    def to_json(self, **job_extra: Any) -> dict[str, Any]:
+    def to_json(self, **job_extra: JsonValue) -> JsonObject:
         return {
             "id": self.id,
             "name": self.name,

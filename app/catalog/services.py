@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import base64
-from typing import Any
+from collections.abc import Sequence
 
-from flask import url_for
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import joinedload
 
 from app.catalog.models import Template, TemplateVersion
-from app.errors import Conflict, InvalidInput, NotFound
-from app.extensions import db
+from app.core.errors import Conflict, InvalidInput, NotFound
+from app.core.extensions import db
+from app.core.validation import USERNAME_PATTERN
 from app.files.services import get_file
-from app.provisioning.jobs import JobHandlers, JobSubject, dispatch, new_job, register_job_type
-from app.provisioning.models import JOB_TEMPLATE_IMPORT, SUCCEEDED, ProvisionerJob
-from app.provisioning.resources import store_resources
-from app.provisioning.tags import TagError, normalise_tags
+from app.provisioning.jobs import dispatch, new_job
+from app.provisioning.models import SUCCEEDED
 from app.users.models import User
-from app.validation import USERNAME_PATTERN
-
-MAX_README_CHARS = 256 * 1024
+from protocol.codec import JsonObject
+from protocol.provisionerd import JOB_TEMPLATE_IMPORT, NameValue
+from protocol.tags import TagError, normalise_tags
 
 
 def check_template_name(name: str) -> str:
@@ -40,7 +38,7 @@ def create_version(
     template_id: str | None = None,
     name: str = "",
     provisioner_tags: dict[str, str] | None = None,
-    user_variable_values: list[dict[str, str]] | None = None,
+    user_variable_values: Sequence[NameValue] = (),
 ) -> TemplateVersion:
     stored = get_file(file_id)
     if template_id is not None:
@@ -49,22 +47,19 @@ def create_version(
         tags = normalise_tags(provisioner_tags or {}, actor.id)
     except TagError as exc:
         raise InvalidInput(str(exc)) from exc
-    values = [{"name": str(v["name"]), "value": str(v.get("value", ""))} for v in user_variable_values or []]
-    job = new_job(
-        JOB_TEMPLATE_IMPORT,
-        file_id=stored.id,
-        initiator_id=actor.id,
-        tags=tags,
-        job_input={"user_variable_values": values},
-    )
+    job = new_job(JOB_TEMPLATE_IMPORT, file_id=stored.id, initiator_id=actor.id, tags=tags, job_input={})
     version = TemplateVersion(
-        template_id=template_id, name=name.strip()[:64], job=job, created_by=actor.id, user_variable_values=values
+        template_id=template_id,
+        name=name.strip()[:64],
+        job=job,
+        created_by=actor.id,
+        user_variable_values=tuple(user_variable_values),
     )
     db.session.add(version)
     db.session.flush()
     if not version.name:
         version.name = f"v-{version.id[:8]}"
-    job.input = {**job.input, "template_version_id": version.id}
+    job.input = {"template_version_id": version.id}
     db.session.commit()
     dispatch(job)
     return version
@@ -126,6 +121,7 @@ def list_versions(template: Template) -> list[TemplateVersion]:
     query = (
         select(TemplateVersion)
         .where(TemplateVersion.template_id == template.id)
+        .options(joinedload(TemplateVersion.job))
         .order_by(TemplateVersion.created_at.desc())
     )
     return list(db.session.scalars(query))
@@ -142,72 +138,21 @@ def promote_version(template: Template, version_id: str) -> Template:
     return template
 
 
-def public_variables(version: TemplateVersion) -> list[dict[str, Any]]:
+def public_variables(version: TemplateVersion) -> list[JsonObject]:
     """Variables as the API shows them: the value of a sensitive one is never returned."""
     return [
         {
-            "name": var.get("name"),
-            "description": var.get("description", ""),
-            "type": var.get("type", "string"),
-            "default_value": "" if var.get("sensitive") else var.get("default_value", ""),
-            "required": bool(var.get("required")),
-            "sensitive": bool(var.get("sensitive")),
+            "name": variable.name,
+            "description": variable.description,
+            "type": variable.type or "string",
+            "default_value": "" if variable.sensitive else variable.default_value,
+            "required": variable.required,
+            "sensitive": variable.sensitive,
         }
-        for var in version.variables
+        for variable in version.variables
     ]
 
 
-def _version_for_job(job: ProvisionerJob) -> TemplateVersion:
-    version: TemplateVersion | None = db.session.scalar(select(TemplateVersion).where(TemplateVersion.job_id == job.id))
-    if version is None:
-        raise NotFound("The job's template version is gone.")
-    return version
-
-
-def _import_payload(job: ProvisionerJob) -> dict[str, Any]:
-    version = _version_for_job(job)
-    return {
-        "template_version_id": version.id,
-        "archive": base64.b64encode(get_file(job.file_id).data).decode(),
-        "user_variable_values": version.user_variable_values,
-    }
-
-
-def _import_complete(job: ProvisionerJob, body: dict[str, Any]) -> None:
-    version = _version_for_job(job)
-    resources = body.get("resources") or {}
-    if not isinstance(resources, dict):
-        raise InvalidInput("resources must map start and stop to lists.")
-    version.readme = str(body.get("readme") or "")[:MAX_README_CHARS]
-    version.variables = [v for v in body.get("variables") or [] if isinstance(v, dict)]
-    version.parameters = [p for p in body.get("parameters") or [] if isinstance(p, dict)]
-    stop = resources.get("stop") or []
-    store_resources(job.id, "start", resources.get("start") or [], stop_resources=stop)
-    store_resources(job.id, "stop", stop)
-
-
-def _import_secrets(job: ProvisionerJob) -> list[str]:
-    # Which variables are sensitive is only known once the import has read them: treat every given value so.
-    return [item["value"] for item in _version_for_job(job).user_variable_values]
-
-
 def sensitive_variable_values(version: TemplateVersion) -> list[str]:
-    sensitive = {var.get("name") for var in version.variables if var.get("sensitive")}
-    return [item["value"] for item in version.user_variable_values if item["name"] in sensitive]
-
-
-def _import_subject(job: ProvisionerJob) -> JobSubject:
-    version = _version_for_job(job)
-    template = db.session.get(Template, version.template_id) if version.template_id else None
-    template_name = template.name if template else ""
-    return JobSubject(
-        title=f"Import {template_name or 'new template'} {version.name}",
-        url=url_for("catalog.version", version_id=version.id, template_name=template_name),
-        template_name=template_name,
-    )
-
-
-register_job_type(
-    JOB_TEMPLATE_IMPORT,
-    JobHandlers(payload=_import_payload, complete=_import_complete, secrets=_import_secrets, describe=_import_subject),
-)
+    sensitive = {variable.name for variable in version.variables if variable.sensitive}
+    return [item.value for item in version.user_variable_values if item.name in sensitive]

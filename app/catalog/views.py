@@ -8,16 +8,17 @@ from werkzeug.datastructures import FileStorage
 from werkzeug.wrappers import Response
 
 from app.auth.access import page_user, require_role
-from app.blueprints import page_blueprint
+from app.auth.blueprints import page_blueprint
 from app.catalog import services
-from app.errors import DomainError, InvalidInput
+from app.core.errors import DomainError, InvalidInput
+from app.core.markdown_render import render_markdown
+from app.core.templating import tar_of_uploads
 from app.files.services import MAX_ARCHIVE_BYTES, store_file
-from app.markdown_render import render_markdown
 from app.provisioning.log_html import log_page_context, page_stream
-from app.provisioning.resources import job_resources
-from app.provisioning.tags import TagError, parse_tag_arguments
-from app.templating import tar_of_uploads
+from app.resources.services import job_resources
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
+from protocol.provisionerd import NameValue
+from protocol.tags import TagError, parse_tag_arguments
 
 bp = page_blueprint("catalog", __name__)
 ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
@@ -49,7 +50,7 @@ def upload() -> Response | tuple[str, int]:
             stored.id,
             template_id=existing[0].id if existing else None,
             provisioner_tags=tags,
-            user_variable_values=[{"name": key, "value": value} for key, value in variables.items()],
+            user_variable_values=[NameValue(name=key, value=value) for key, value in variables.items()],
         )
     except DomainError as error:
         errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,9 +17,13 @@ from urllib.parse import urlsplit
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from protocol.agent_bundle import default_agent_wheelhouse
+from protocol.values import parse_duration, parse_int
+
 PREFIX = "SLIPWAY_"
 SUPPORTED_DATABASES = ("sqlite", "postgresql")
-DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# Daemons authenticated by one of these may be trusted with Redis; user tokens never are.
+TRUSTABLE_DAEMON_CREDENTIALS = ("psk", "key")
 
 
 class SettingsError(ValueError):
@@ -49,6 +52,8 @@ class Settings:
     provisioner_daemon_psk: str = ""
     # The Redis address handed to external daemons when they register; empty means redis_url.
     provisioner_redis_url: str = ""
+    # Credential kinds ("psk", "key") whose daemons are trusted with Redis; the others wait for jobs over HTTP.
+    provisioner_trust_redis: tuple[str, ...] = ()
     provisioner_untagged_jobs: str = "any"
     provisioner_hang_timeout: int = 300
     provisioner_pending_timeout: int = 1800
@@ -106,11 +111,6 @@ def default_data_dir(environ: Mapping[str, str]) -> Path:
     return Path(xdg) / "slipway"
 
 
-def default_agent_wheelhouse() -> Path:
-    # Beside the installation itself: a virtualenv and its wheelhouse are built, upgraded and removed together.
-    return Path(sys.prefix) / "share" / "slipway" / "agent-wheels"
-
-
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Build :class:`Settings` from the environment, raising :class:`SettingsError` on the first bad value."""
     env = os.environ if environ is None else environ
@@ -138,6 +138,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         builtin_daemon_psk=_get(env, "BUILTIN_DAEMON_PSK"),
         provisioner_daemon_psk=_secret(env, "PROVISIONER_DAEMON_PSK"),
         provisioner_redis_url=_redis_url(env, "PROVISIONER_REDIS_URL"),
+        provisioner_trust_redis=_trusted_credentials(env),
         provisioner_untagged_jobs=_choice(env, "PROVISIONER_UNTAGGED_JOBS", ("any", "untagged-only")),
         provisioner_hang_timeout=_duration(env, "PROVISIONER_HANG_TIMEOUT", "5m"),
         provisioner_pending_timeout=_duration(env, "PROVISIONER_PENDING_TIMEOUT", "30m"),
@@ -196,6 +197,17 @@ def _list(env: Mapping[str, str], name: str) -> list[str]:
     return [item.strip() for item in _get(env, name).split(",") if item.strip()]
 
 
+def _trusted_credentials(env: Mapping[str, str]) -> tuple[str, ...]:
+    kinds = tuple(_list(env, "PROVISIONER_TRUST_REDIS"))
+    unknown = [kind for kind in kinds if kind not in TRUSTABLE_DAEMON_CREDENTIALS]
+    if unknown:
+        raise SettingsError(
+            f"{PREFIX}PROVISIONER_TRUST_REDIS lists credential kinds ({', '.join(TRUSTABLE_DAEMON_CREDENTIALS)}), "
+            f"got {unknown[0]!r}"
+        )
+    return kinds
+
+
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = _get(env, name).lower()
     if not raw:
@@ -211,20 +223,11 @@ def split_address(address: str) -> tuple[str, int]:
     host, sep, port_text = address.rpartition(":")
     if not sep or not host:
         raise SettingsError(f"{PREFIX}ADDRESS must look like HOST:PORT, got {address!r}")
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise SettingsError(f"{PREFIX}ADDRESS has an invalid port {port_text!r} (1-65535)")
-    return host.strip("[]"), int(port_text)
-
-
-def parse_duration(text: str) -> int:
-    """``"90"``, ``"90s"``, ``"5m"``, ``"24h"`` or ``"7d"`` to seconds; raises ValueError on anything else."""
-    text = text.strip().lower()
-    if text.isdigit():
-        return int(text)
-    number, unit = text[:-1], text[-1:]
-    if unit not in DURATION_UNITS or not number.isdigit():
-        raise ValueError(f"{text!r} is not a duration like 90s, 5m, 24h or 7d")
-    return int(number) * DURATION_UNITS[unit]
+    try:
+        port = parse_int(port_text, minimum=1, maximum=65535)
+    except ValueError:
+        raise SettingsError(f"{PREFIX}ADDRESS has an invalid port {port_text!r} (1-65535)") from None
+    return host.strip("[]"), port
 
 
 def ensure_secret_key(settings: Settings) -> Settings:
@@ -262,12 +265,10 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int, maxim
     raw = _get(env, name)
     if not raw:
         return default
-    if not raw.lstrip("-").isdigit():
-        raise SettingsError(f"{PREFIX}{name} must be a whole number, got {raw!r}")
-    value = int(raw)
-    if not minimum <= value <= maximum:
-        raise SettingsError(f"{PREFIX}{name} must be between {minimum} and {maximum}, got {value}")
-    return value
+    try:
+        return parse_int(raw, minimum=minimum, maximum=maximum)
+    except ValueError:
+        raise SettingsError(f"{PREFIX}{name} must be a whole number from {minimum} to {maximum}, got {raw!r}") from None
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from flask_htmx import HTMX
 from flask_login import LoginManager
@@ -11,7 +11,7 @@ from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from flask_wtf.csrf import CSRFProtect
 from sqlalchemy import MetaData, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import CursorResult, Engine, Result
 from sqlalchemy.orm import DeclarativeBase
 
 
@@ -29,6 +29,12 @@ class Base(DeclarativeBase):
 
 
 db = SQLAlchemy(model_class=Base)
+# What models derive from: flask-sqlalchemy's db.Model at run time (it adds the query helpers and binds), our
+# typed Base for mypy, which cannot see through the dynamic class.
+if TYPE_CHECKING:
+    Model = Base
+else:
+    Model = db.Model
 migrate = Migrate()
 login_manager = LoginManager()
 csrf = CSRFProtect()
@@ -44,3 +50,8 @@ def _tune_sqlite(dbapi_connection: Any, connection_record: Any) -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
+
+
+def rows_changed(result: Result[Any]) -> int:
+    """How many rows an UPDATE or DELETE changed (what every claim by conditional UPDATE checks)."""
+    return cast(CursorResult[Any], result).rowcount

@@ -10,7 +10,7 @@ from pathlib import PurePosixPath
 
 from flask import Flask
 
-from app.provisioning.tags import format_tags
+from protocol.tags import format_tags
 
 
 def init_app(app: Flask) -> None:

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeVar
 
-from app.errors import InvalidInput
+from flask import request
+
+from app.core.errors import InvalidInput
+from protocol.codec import Message, ProtocolError, loads
+from protocol.provisionerd import NameValue
+from protocol.values import MAX_INT64, parse_int
+
+M = TypeVar("M", bound=Message)
 
 USERNAME_PATTERN = re.compile(r"^[a-zA-Z0-9]+(?:-[a-zA-Z0-9]+)*$")
 EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -43,11 +50,39 @@ def check_password(errors: FieldErrors, password: str, field: str = "password") 
         errors.add(field, "Use at most 256 characters.")
 
 
-def json_object(body: Any) -> dict[str, Any]:
-    """The request body as a JSON object, or a 400 that says what was wrong with it."""
+def json_body() -> dict[str, Any]:
+    """The request body as a JSON object, read strictly — no NaN, nothing nested deeper than a message can be —
+    or a 400 that says what is wrong. Content-Type is not required: `curl -d` sends form headers with JSON."""
+    try:
+        body = loads(request.get_data(cache=True))
+    except ProtocolError as exc:
+        raise InvalidInput(str(exc)) from None
     if not isinstance(body, dict):
         raise InvalidInput("The request body must be a JSON object.")
     return body
+
+
+def message_body(message: type[M]) -> M:
+    """The request body read as a protocol message; a 400 naming the field that is wrong otherwise."""
+    try:
+        return message.from_json(loads(request.get_data(cache=True)))
+    except ProtocolError as exc:
+        validations = [{"field": exc.field, "detail": exc.problem}] if exc.path else []
+        raise InvalidInput(f"The request body is invalid: {exc}", validations=validations) from None
+
+
+def query_int(name: str, default: int, *, minimum: int = 0, maximum: int = MAX_INT64) -> int:
+    """A whole-number query parameter (``?limit=``, ``?after=``), or a 400 naming it."""
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return parse_int(raw, minimum=minimum, maximum=maximum)
+    except ValueError:
+        raise InvalidInput(
+            f"{name} must be a whole number from {minimum} to {maximum}.",
+            validations=[{"field": name, "detail": f"Use a whole number from {minimum} to {maximum}."}],
+        ) from None
 
 
 def string_field(body: dict[str, Any], name: str, errors: FieldErrors, *, required: bool = True) -> str:
@@ -63,3 +98,25 @@ def string_field(body: dict[str, Any], name: str, errors: FieldErrors, *, requir
         errors.add(name, "Too long.")
         return ""
     return value
+
+
+def name_values(body: dict[str, Any], name: str, errors: FieldErrors) -> list[NameValue]:
+    """``[{name, value}]`` (variable or parameter values); a number or boolean value is taken as its text."""
+    raw = body.get(name) or []
+    if not isinstance(raw, list) or not all(
+        isinstance(item, dict) and isinstance(item.get("name"), str) for item in raw
+    ):
+        errors.add(name, "Must be a list of {name, value} objects.")
+        return []
+    values = []
+    for item in raw:
+        value = item.get("value", "")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, int | float):
+            value = str(value)
+        elif not isinstance(value, str):
+            errors.add(f"{name}.{item['name']}", "The value must be text.")
+            continue
+        values.append(NameValue(name=item["name"], value=value))
+    return values

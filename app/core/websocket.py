@@ -22,7 +22,7 @@ from websockets.exceptions import InvalidState, ProtocolError
 from websockets.frames import Frame, Opcode
 from websockets.protocol import CLOSED, OPEN, Protocol, Side
 
-from app.errors import InvalidInput
+from app.core.errors import InvalidInput
 
 HANDSHAKE_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 RECEIVE_BYTES = 256 * 1024

@@ -5,11 +5,11 @@ from datetime import datetime
 from sqlalchemy import ForeignKey, Integer, LargeBinary, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.columns import IdColumn, UTCDateTime, new_id, utcnow
-from app.extensions import db
+from app.core.columns import IdColumn, UTCDateTime, new_id, utcnow
+from app.core.extensions import Model
 
 
-class File(db.Model):  # type: ignore[name-defined,misc]
+class File(Model):
     """An uploaded template archive, stored once per content hash."""
 
     __tablename__ = "files"

@@ -10,8 +10,8 @@ import zipfile
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from app.errors import InvalidInput, NotFound, TooLarge
-from app.extensions import db
+from app.core.errors import InvalidInput, NotFound, TooLarge
+from app.core.extensions import db
 from app.files.models import File
 from app.users.models import User
 

@@ -5,22 +5,15 @@ from __future__ import annotations
 from flask import Response, jsonify, request
 
 from app.auth.access import api_user, require_role
-from app.blueprints import api_blueprint, json_body
-from app.errors import InvalidInput
+from app.auth.blueprints import api_blueprint
+from app.core.validation import FieldErrors, json_body, query_int, string_field
 from app.provisioning import keys, overview
-from app.provisioning.jobs import cancel_job, job_json
+from app.provisioning.jobs import cancel_job
+from app.provisioning.presenter import job_json
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
-from app.validation import FieldErrors, string_field
 
 bp = api_blueprint("provisioners_api", __name__)
 ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
-
-
-def _limit(default: int = 50) -> int:
-    raw = request.args.get("limit", str(default))
-    if not raw.isdigit() or int(raw) < 1:
-        raise InvalidInput("limit must be a positive whole number.")
-    return int(raw)
 
 
 @bp.get("/provisionerdaemons")
@@ -33,7 +26,7 @@ def list_daemons() -> Response:
 @require_role(*ADMINS)
 def list_jobs() -> Response:
     statuses = overview.parse_statuses(request.args.getlist("status"))
-    return jsonify([view.to_json() for view in overview.job_views(statuses, _limit())])
+    return jsonify([view.to_json() for view in overview.job_views(statuses, query_int("limit", 50, minimum=1))])
 
 
 @bp.get("/provisionerjobs/<job_id>")

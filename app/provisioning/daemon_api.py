@@ -1,38 +1,59 @@
-"""``/api/v2/provisionerd/``: the internal protocol of provisioner daemons (may change with the daemon)."""
+"""``/api/v2/provisionerd/``: the internal protocol of provisioner daemons (``protocol/provisionerd.py``)."""
 
 from __future__ import annotations
 
 import hmac
+from typing import TypeVar
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, request
 
 from app.auth.access import bearer_token
-from app.auth.tokens import resolve_token
-from app.blueprints import API_PREFIX, json_body
-from app.config import Settings
-from app.errors import InvalidInput, Unauthorized
-from app.extensions import csrf
+from app.core.config import Settings
+from app.core.errors import InvalidInput, Unauthorized
+from app.core.extensions import csrf
+from app.core.validation import message_body
+from app.events import get_relay
 from app.provisioning import daemons
 from app.provisioning.daemons import DaemonCredential
 from app.provisioning.keys import resolve_key
 from app.provisioning.models import ProvisionerDaemon
+from app.users.tokens import resolve_token
+from protocol.codec import Message
+from protocol.provisionerd import (
+    API_PREFIX,
+    DAEMON_HEADER,
+    KEY_HEADER,
+    PSK_HEADER,
+    JobCompletion,
+    JobFailure,
+    LogBatch,
+    Registration,
+    WaitForJob,
+)
+from protocol.tags import daemon_queue_names
 
-bp = Blueprint("provisionerd_api", __name__, url_prefix=f"{API_PREFIX}/provisionerd")
+bp = Blueprint("provisionerd_api", __name__, url_prefix=API_PREFIX)
 # Daemons authenticate with a pre-shared key header, not a cookie.
 csrf.exempt(bp)
 
-PSK_HEADER = "Slipway-Provisioner-PSK"
-KEY_HEADER = "Slipway-Provisioner-Key"
-DAEMON_HEADER = "Slipway-Provisioner-Daemon"
+M = TypeVar("M", bound=Message)
 NO_CREDENTIAL = (
     "A provisioner daemon must authenticate with a pre-shared key (--psk), a provisioner key (--key) "
     "or a user session token (slipway login)."
 )
+# Completion carries the Terraform state, which outgrows the 1 MiB limit of ordinary JSON calls.
+DAEMON_BODY_LIMIT = 64 * 1024 * 1024
 
 
 def _settings() -> Settings:
     settings: Settings = current_app.config["SLIPWAY_SETTINGS"]
     return settings
+
+
+def _reply(message: Message | None, status: int = 200) -> Response:
+    if message is None:
+        return Response(status=204)
+    return Response(message.dumps(), status=status, mimetype="application/json")
 
 
 def daemon_credential() -> DaemonCredential:
@@ -55,10 +76,6 @@ def daemon_credential() -> DaemonCredential:
     raise Unauthorized(NO_CREDENTIAL)
 
 
-# Completion carries the Terraform state, which outgrows the 1 MiB limit of ordinary JSON calls.
-DAEMON_BODY_LIMIT = 64 * 1024 * 1024
-
-
 @bp.before_request
 def require_daemon_credential() -> None:
     request.max_content_length = DAEMON_BODY_LIMIT
@@ -74,58 +91,55 @@ def _daemon() -> ProvisionerDaemon:
 
 
 @bp.post("/register")
-def register() -> tuple[Response, int]:
-    body = json_body()
-    tags = body.get("tags") or {}
-    if not isinstance(tags, dict) or not all(isinstance(v, str) for v in tags.values()):
-        raise InvalidInput("tags must be an object of strings.")
-    daemon, queues = daemons.register_daemon(
-        request.environ["slipway.daemon_credential"],
-        str(body.get("name", "")),
-        tags,
-        str(body.get("version", "")),
-        _settings(),
-    )
-    settings = _settings()
-    reply = {
-        "daemon_id": daemon.id,
-        "name": daemon.name,
-        "tags": daemon.tags,
-        "queues": queues,
-        "redis_url": settings.advertised_redis_url,
-        "heartbeat_seconds": settings.provisioner_heartbeat_interval,
-        "force_cancel_seconds": settings.provisioner_force_cancel_interval,
-    }
-    return jsonify(reply), 201
+def register() -> Response:
+    credential: DaemonCredential = request.environ["slipway.daemon_credential"]
+    return _reply(daemons.register_daemon(credential, message_body(Registration), _settings()), 201)
 
 
 @bp.post("/heartbeat")
 def heartbeat() -> Response:
     """An idle daemon's proof of life; refused (and the daemon stops) once its credential is gone."""
     daemons.heartbeat(_daemon())
-    return jsonify({})
+    return Response("{}", mimetype="application/json")
+
+
+@bp.post("/jobs/wait")
+def wait() -> Response:
+    """A job acquired for this daemon (200), or 204 when none came within the timeout: ask again."""
+    wanted = message_body(WaitForJob)
+    daemon, settings = _daemon(), _settings()
+    daemons.heartbeat(daemon)
+    queues = daemon_queue_names(daemon.tags, settings.provisioner_untagged_jobs)
+    daemon_id = daemon.id
+    return _reply(daemons.wait_for_job(daemon_id, queues, wanted.timeout_seconds, get_relay(), settings))
 
 
 @bp.post("/jobs/<job_id>/acquire")
 def acquire(job_id: str) -> Response:
-    return jsonify(daemons.acquire_job(_daemon(), job_id, _settings()))
+    return _reply(daemons.acquire_job(_daemon(), job_id, _settings()))
 
 
 @bp.post("/jobs/<job_id>/logs")
 def logs(job_id: str) -> Response:
-    lines = json_body().get("logs", [])
-    if not isinstance(lines, list) or not all(isinstance(line, dict) for line in lines):
-        raise InvalidInput("logs must be a list of objects.")
-    return jsonify(daemons.append_logs(_daemon(), job_id, lines))
+    return _reply(daemons.append_logs(_daemon(), job_id, message_body(LogBatch)))
+
+
+def _outcome(message: type[M], job_id: str) -> M:
+    """A job's outcome; a malformed one ends the job as failed (saying why), so it is not left running."""
+    try:
+        return message_body(message)
+    except InvalidInput as exc:
+        daemons.fail_malformed_outcome(_daemon(), job_id, exc.message)
+        raise
 
 
 @bp.post("/jobs/<job_id>/complete")
-def complete(job_id: str) -> tuple[str, int]:
-    daemons.complete_job(_daemon(), job_id, json_body())
-    return "", 204
+def complete(job_id: str) -> Response:
+    daemons.complete_job(_daemon(), job_id, _outcome(JobCompletion, job_id))
+    return _reply(None)
 
 
 @bp.post("/jobs/<job_id>/fail")
-def fail(job_id: str) -> tuple[str, int]:
-    daemons.fail_job(_daemon(), job_id, json_body())
-    return "", 204
+def fail(job_id: str) -> Response:
+    daemons.fail_job(_daemon(), job_id, _outcome(JobFailure, job_id))
+    return _reply(None)

@@ -1,45 +1,60 @@
-"""The daemon side of the job protocol: register, acquire, report (logs + heartbeat), complete, fail.
+"""The daemon side of the job protocol: register, take a job (acquire it, or wait for one), report (logs and
+heartbeat), complete, fail.
 
-Daemons hold no database credentials; they reach these services over HTTP (``daemon_api.py``). Every call
-checks that the daemon owns the job it talks about, so a confused or stale daemon can do no harm.
+Daemons hold no database credentials; they reach these services over HTTP (``daemon_api.py``). Every call checks
+that the daemon owns the job it talks about, so a confused or stale daemon can do no harm.
+
+Redis access is the server's to give (DESIGN.md "What Redis is trusted with"): built-in daemons, and daemons whose
+credential kind the operator named in ``--provisioner-trust-redis``, get the Redis address and their queue names;
+every other daemon waits for jobs over HTTP (:func:`wait_for_job`), woken by the same queue notices.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy.orm import InstrumentedAttribute
 
-from app.columns import utcnow
-from app.config import Settings
-from app.errors import Conflict, Forbidden, InvalidInput, NotFound
-from app.extensions import db
-from app.provisioning.jobs import JOB_HANDLERS, publish_log_notice
-from app.provisioning.models import (
-    LOG_LEVELS,
-    LOG_SOURCES,
-    RUNNING,
-    ProvisionerDaemon,
-    ProvisionerJob,
-    ProvisionerJobLog,
-    ProvisionerKey,
-)
-from app.provisioning.tags import SCOPE_ORGANIZATION, TagError, daemon_can_run, daemon_queue_names, normalise_tags
+from app.core.columns import utcnow
+from app.core.config import Settings
+from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound
+from app.core.extensions import db, rows_changed
+from app.events.notices import publish_job_notice
+from app.events.relay import EventRelay, queue_key
+from app.provisioning.jobs import handlers_for
+from app.provisioning.models import RUNNING, ProvisionerDaemon, ProvisionerJob, ProvisionerJobLog, ProvisionerKey
 from app.users.models import User
+from protocol.logs import STAGE_CLEANUP, LogLine
+from protocol.provisionerd import (
+    AcquiredJob,
+    JobCompletion,
+    JobFailure,
+    LogBatch,
+    LogBatchReply,
+    Registered,
+    Registration,
+)
+from protocol.tags import SCOPE_ORGANIZATION, TagError, daemon_can_run, daemon_queue_names, normalise_tags
 
 log = logging.getLogger(__name__)
 
 MAX_JOB_LOG_BYTES = 1024 * 1024
 MAX_LINE_CHARS = 1024
 TRUNCATED_MARKER = " … [line truncated]"
-MAX_BATCH_LINES = 1000
 REDACTED = "********"
 # Shorter values ("1", "eu") would mask ordinary words all over the log while protecting nothing.
 MIN_SECRET_CHARS = 4
 DAEMON_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$")
+# A waiting daemon's request re-checks the database this often even without a notice (one may have been lost).
+WAIT_RECHECK_SECONDS = 5.0
+# How many of the oldest matching jobs one attempt tries to claim (another daemon may take some first).
+CLAIM_CANDIDATES = 20
 
 
 @dataclass(frozen=True)
@@ -66,6 +81,11 @@ ORG_DAEMON_FORBIDDEN = (
 )
 
 
+def trusted_with_redis(credential_kind: str, settings: Settings) -> bool:
+    """Redis carries tunnels' bytes: only daemons the operator trusts as much as the server itself get it."""
+    return credential_kind == "builtin" or credential_kind in settings.provisioner_trust_redis
+
+
 def daemon_tags(credential: DaemonCredential, requested: dict[str, str]) -> dict[str, str]:
     """The tags this credential may serve, from the tags the daemon asked for."""
     if credential.key is not None:
@@ -81,14 +101,12 @@ def daemon_tags(credential: DaemonCredential, requested: dict[str, str]) -> dict
     return tags
 
 
-def register_daemon(
-    credential: DaemonCredential, name: str, tags: dict[str, str], version: str, settings: Settings
-) -> tuple[ProvisionerDaemon, list[str]]:
+def register_daemon(credential: DaemonCredential, registration: Registration, settings: Settings) -> Registered:
     """Create or refresh the daemon row; a daemon re-registering under its name fails the jobs it held."""
-    name = name.strip()
+    name = registration.name.strip()
     if not DAEMON_NAME_PATTERN.match(name):
         raise InvalidInput("A provisioner daemon name is 1-64 letters, digits, '.', '_' or '-'.")
-    normalised = daemon_tags(credential, tags)
+    normalised = daemon_tags(credential, registration.tags)
     try:
         queues = daemon_queue_names(normalised, settings.provisioner_untagged_jobs)
     except TagError as exc:
@@ -109,12 +127,21 @@ def register_daemon(
     else:
         # The same daemon came back (restart, crash): whatever it was running is lost with the old process.
         fail_jobs_held_by(daemon.id, "The provisioner daemon restarted while running this job.")
-    daemon.tags, daemon.version, daemon.last_seen_at = normalised, version[:64], utcnow()
+    daemon.tags, daemon.version, daemon.last_seen_at = normalised, registration.version[:64], utcnow()
     db.session.commit()
-    return daemon, queues
+    trusted = trusted_with_redis(credential.kind, settings)
+    return Registered(
+        daemon_id=daemon.id,
+        name=daemon.name,
+        tags=daemon.tags,
+        queues=tuple(queues) if trusted else (),
+        redis_url=settings.advertised_redis_url if trusted else None,
+        heartbeat_seconds=settings.provisioner_heartbeat_interval,
+        force_cancel_seconds=settings.provisioner_force_cancel_interval,
+    )
 
 
-def _same(column: Any, value: str | None) -> Any:
+def _same(column: InstrumentedAttribute[str | None], value: str | None) -> ColumnElement[bool]:
     return column.is_(None) if value is None else column == value
 
 
@@ -141,13 +168,8 @@ def heartbeat(daemon: ProvisionerDaemon) -> None:
     db.session.commit()  # get_daemon moved last_seen_at forward
 
 
-def acquire_job(daemon: ProvisionerDaemon, job_id: str, settings: Settings) -> dict[str, Any]:
-    """Claim a pending job with one conditional UPDATE; zero rows means it was taken, canceled or is gone."""
-    job = db.session.get(ProvisionerJob, job_id)
-    if job is None:
-        raise NotFound("No such job.")
-    if not daemon_can_run(daemon.tags, job.tags, settings.provisioner_untagged_jobs):
-        raise Forbidden("This daemon's tags do not match the job's tags.")
+def _claim(daemon: ProvisionerDaemon, job_id: str) -> bool:
+    """The conditional UPDATE every acquisition goes through: zero rows means taken, canceled or gone."""
     now = utcnow()
     claimed = db.session.execute(
         update(ProvisionerJob)
@@ -159,19 +181,85 @@ def acquire_job(daemon: ProvisionerDaemon, job_id: str, settings: Settings) -> d
         )
         .values(started_at=now, updated_at=now, worker_id=daemon.id)
     )
-    if claimed.rowcount != 1:  # type: ignore[attr-defined]
+    if rows_changed(claimed) != 1:
         db.session.rollback()
-        raise Conflict("The job is no longer pending.")
+        return False
     db.session.commit()
-    publish_log_notice(job.id)  # viewers see "pending" turn into "running" at once
-    db.session.refresh(job)
+    publish_job_notice(job_id)  # viewers see "pending" turn into "running" at once
+    return True
+
+
+def acquire_job(daemon: ProvisionerDaemon, job_id: str, settings: Settings) -> AcquiredJob:
+    """Claim a pending job for the daemon that its queue woke (the RQ path)."""
+    job = db.session.get(ProvisionerJob, job_id)
+    if job is None:
+        raise NotFound("No such job.")
+    if not daemon_can_run(daemon.tags, job.tags, settings.provisioner_untagged_jobs):
+        raise Forbidden("This daemon's tags do not match the job's tags.")
+    if not _claim(daemon, job_id):
+        raise Conflict("The job is no longer pending.")
+    return _payload(job_id, settings)
+
+
+def _payload(job_id: str, settings: Settings) -> AcquiredJob:
+    job = db.session.get(ProvisionerJob, job_id, populate_existing=True)
+    assert job is not None  # noqa: S101 - claimed just now, and jobs are never deleted while running
+    base = AcquiredJob(id=job.id, type=job.type, tags=job.tags, access_url=settings.access_url)  # type: ignore[arg-type]
     try:
-        payload = JOB_HANDLERS[job.type].payload(job)
+        return handlers_for(job).payload(job, base)
     except Exception as exc:  # a job we cannot describe cannot run: fail it rather than leave it running
         log.exception("building the payload of job %s failed", job.id)
         finish_job(job, error=f"Preparing the job failed: {exc}")
         raise Conflict("The job could not be prepared; it has been marked failed.") from exc
-    return {"id": job.id, "type": job.type, "tags": job.tags, "access_url": settings.access_url, **payload}
+
+
+def wait_for_job(
+    daemon_id: str, queues: Sequence[str], timeout: float, relay: EventRelay, settings: Settings
+) -> AcquiredJob | None:
+    """The HTTP path: claim the oldest job on one of ``queues`` for the daemon, waiting up to ``timeout`` seconds
+    for one to be queued. No database connection is held while waiting."""
+    waiter = threading.Event()
+    for name in queues:
+        relay.watch(queue_key(name), waiter)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            waiter.clear()  # before looking, so a job queued meanwhile wakes the next wait at once
+            claimed = _claim_next(daemon_id, queues)
+            if claimed is not None:
+                return _payload(claimed, settings)
+            db.session.remove()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            waiter.wait(min(remaining, WAIT_RECHECK_SECONDS))
+    finally:
+        for name in queues:
+            relay.unwatch(queue_key(name), waiter)
+
+
+def _claim_next(daemon_id: str, queues: Sequence[str]) -> str | None:
+    candidates = db.session.scalars(
+        select(ProvisionerJob.id)
+        .where(
+            ProvisionerJob.queue.in_(queues),
+            ProvisionerJob.started_at.is_(None),
+            ProvisionerJob.completed_at.is_(None),
+            ProvisionerJob.canceled_at.is_(None),
+        )
+        .order_by(ProvisionerJob.created_at, ProvisionerJob.id)
+        .limit(CLAIM_CANDIDATES)
+    ).all()
+    daemon = db.session.get(ProvisionerDaemon, daemon_id)
+    if daemon is None:
+        return None
+    for job_id in candidates:
+        if _claim(daemon, job_id):
+            return job_id
+        daemon = db.session.get(ProvisionerDaemon, daemon_id)  # the rollback expired it
+        if daemon is None:
+            return None
+    return None
 
 
 def owned_running_job(daemon: ProvisionerDaemon, job_id: str) -> ProvisionerJob:
@@ -185,35 +273,36 @@ def owned_running_job(daemon: ProvisionerDaemon, job_id: str) -> ProvisionerJob:
     return job
 
 
-def append_logs(daemon: ProvisionerDaemon, job_id: str, lines: list[dict[str, Any]]) -> dict[str, Any]:
+def append_logs(daemon: ProvisionerDaemon, job_id: str, batch: LogBatch) -> LogBatchReply:
     """Store a batch of log lines (capped per job) and bump the heartbeat; the reply says if it was canceled."""
     job = owned_running_job(daemon, job_id)
-    if len(lines) > MAX_BATCH_LINES:
-        raise InvalidInput(f"Send at most {MAX_BATCH_LINES} lines per batch.")
     secrets = sorted(
-        {value for value in JOB_HANDLERS[job.type].secrets(job) if len(value) >= MIN_SECRET_CHARS},
+        {value for value in handlers_for(job).secrets(job) if len(value) >= MIN_SECRET_CHARS},
         key=len,
         reverse=True,
     )
-    rows = [_log_row(job, line, secrets) for line in lines]
+    rows = [_log_row(job, line, secrets) for line in batch.logs]
     kept = [row for row in rows if row is not None]
     job.updated_at = utcnow()
     db.session.add_all(kept)
     db.session.commit()
     if kept:
-        publish_log_notice(job.id)
-    return {"canceled": job.canceled_at is not None}
+        publish_job_notice(job.id)
+    return LogBatchReply(canceled=job.canceled_at is not None)
 
 
-def _log_row(job: ProvisionerJob, line: dict[str, Any], secrets: list[str]) -> ProvisionerJobLog | None:
-    level = line.get("level") if line.get("level") in LOG_LEVELS else "info"
-    source = line.get("source") if line.get("source") in LOG_SOURCES else "provisioner"
-    output = str(line.get("output", ""))
+def mask_secrets(text: str, secrets: Sequence[str]) -> str:
     for secret in secrets:  # longest first, so a secret containing another is masked whole
-        output = output.replace(secret, REDACTED)
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+def _log_row(job: ProvisionerJob, line: LogLine, secrets: list[str]) -> ProvisionerJobLog | None:
+    output = mask_secrets(line.output, secrets)
     if len(output) > MAX_LINE_CHARS:
         output = output[: MAX_LINE_CHARS - len(TRUNCATED_MARKER)] + TRUNCATED_MARKER
     size = len(output.encode())
+    stage = line.stage[:128]
     if job.logs_overflowed:
         job.logs_dropped += 1
         return None
@@ -221,23 +310,15 @@ def _log_row(job: ProvisionerJob, line: dict[str, Any], secrets: list[str]) -> P
         job.logs_overflowed = True
         job.logs_dropped += 1
         notice = f"Log limit of {MAX_JOB_LOG_BYTES // 1024} KiB reached: further lines of this job are not stored."
-        return ProvisionerJobLog(
-            job_id=job.id,
-            source="provisioner_daemon",
-            level="warn",
-            stage=str(line.get("stage", ""))[:128],
-            output=notice,
-        )
+        return ProvisionerJobLog(job_id=job.id, source="provisioner_daemon", level="warn", stage=stage, output=notice)
     job.logs_length += size
-    return ProvisionerJobLog(
-        job_id=job.id, source=str(source), level=str(level), stage=str(line.get("stage", ""))[:128], output=output
-    )
+    return ProvisionerJobLog(job_id=job.id, source=line.source, level=line.level, stage=stage, output=output)
 
 
-def complete_job(daemon: ProvisionerDaemon, job_id: str, body: dict[str, Any]) -> None:
+def complete_job(daemon: ProvisionerDaemon, job_id: str, completion: JobCompletion) -> None:
     job = owned_running_job(daemon, job_id)
     try:
-        JOB_HANDLERS[job.type].complete(job, body)
+        handlers_for(job).complete(job, completion)
     except (InvalidInput, Conflict) as exc:
         db.session.rollback()
         finish_job(job, error=exc.message)
@@ -245,27 +326,56 @@ def complete_job(daemon: ProvisionerDaemon, job_id: str, body: dict[str, Any]) -
     finish_job(job)
 
 
-def fail_job(daemon: ProvisionerDaemon, job_id: str, body: dict[str, Any]) -> None:
+def fail_job(daemon: ProvisionerDaemon, job_id: str, failure: JobFailure) -> None:
     """The job ended without success; the state Terraform left is kept. A job someone canceled ends canceled
     (its interrupted Terraform is the expected outcome, not a failure to report)."""
     job = owned_running_job(daemon, job_id)
-    error = str(body.get("error") or "The provisioner daemon reported a failure without a message.")
-    JOB_HANDLERS[job.type].fail(job, body)
+    handlers_for(job).fail(job, failure)
     if job.canceled_at is not None:
         finish_job(job)
         return
-    finish_job(job, error=error, error_code=str(body.get("error_code") or "") or None)
+    error = failure.error or "The provisioner daemon reported a failure without a message."
+    finish_job(job, error=error, error_code=failure.error_code or None)
 
 
-def finish_job(job: ProvisionerJob, *, error: str | None = None, error_code: str | None = None) -> None:
+def fail_malformed_outcome(daemon: ProvisionerDaemon, job_id: str, problem: str) -> None:
+    job = owned_running_job(daemon, job_id)
+    reason = f"The provisioner daemon reported an outcome the server cannot read: {problem}"
+    add_notice(job, reason)
+    finish_job(job, error=reason)
+
+
+def finish_job(
+    job: ProvisionerJob,
+    *,
+    error: str | None = None,
+    error_code: str | None = None,
+    still: Sequence[ColumnElement[bool]] = (),
+) -> bool:
+    """End the job, with whatever the session holds for it (state, resources, notices), by one conditional
+    UPDATE: False (and nothing stored) when something else ended it first — the daemon, the reaper, a cancel —
+    or when the conditions in ``still`` no longer hold."""
     now = utcnow()
-    job.completed_at = now
-    job.updated_at = now
+    values: dict[str, object] = {
+        "completed_at": now,
+        "updated_at": now,
+        # A pending job that ends (the reaper) counts as started now: its status reads "failed", not "pending".
+        "started_at": func.coalesce(ProvisionerJob.started_at, now),
+    }
     if error is not None:
-        job.error = error[:4000]
-        job.error_code = error_code
+        values.update(error=error[:4000], error_code=error_code)
+    ended = db.session.execute(
+        update(ProvisionerJob)
+        .where(ProvisionerJob.id == job.id, ProvisionerJob.completed_at.is_(None), *still)
+        .values(values)
+        .execution_options(synchronize_session="fetch")
+    )
+    if rows_changed(ended) != 1:
+        db.session.rollback()
+        return False
     db.session.commit()
-    publish_log_notice(job.id, end=True)
+    publish_job_notice(job.id, end=True)
+    return True
 
 
 def fail_jobs_held_by(daemon_id: str, reason: str) -> int:
@@ -274,15 +384,16 @@ def fail_jobs_held_by(daemon_id: str, reason: str) -> int:
     ).all()
     for job in jobs:
         if job.status in (RUNNING, "canceling"):
-            _reaper_notice(job, reason)
+            add_notice(job, reason)
             finish_job(job, error=reason)
     return len(jobs)
 
 
-def _reaper_notice(job: ProvisionerJob, reason: str) -> None:
+def add_notice(job: ProvisionerJob, reason: str) -> None:
+    """A framed notice at the end of a job's log (the reaper's and the server's own words, not the daemon's)."""
     for output in ("", "=" * 60, reason, "=" * 60, ""):
         db.session.add(
             ProvisionerJobLog(
-                job_id=job.id, source="provisioner_daemon", level="error", stage="Cleaning up", output=output
+                job_id=job.id, source="provisioner_daemon", level="error", stage=STAGE_CLEANUP, output=output
             )
         )

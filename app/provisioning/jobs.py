@@ -1,37 +1,37 @@
-"""Provisioner jobs as the rest of the server sees them: create and dispatch, cancel, read logs.
+"""Provisioner jobs as the rest of the server sees them: create and dispatch, cancel, read logs, describe.
 
 Creating a job inserts its row, then (after commit, so the daemon can see the row) puts an RQ job whose only
-argument is the job id on the queue of the job's tag set. Redis only wakes a daemon; the database decides.
+argument is the job id on the queue of the job's tag set, and publishes a notice for daemons that wait over HTTP.
+Redis only wakes a daemon; the database decides.
+
+What a job *is about* (a template import, a workspace build) belongs to the feature that creates it: each job type
+has :class:`JobHandlers`, wired in by ``create_app``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from flask import Response, current_app, jsonify, request, stream_with_context
+from flask import Flask, current_app
 from rq import Queue
 from rq.serializers import JSONSerializer
 from sqlalchemy import select, update
 
-from app.columns import utcnow
-from app.errors import InvalidInput
-from app.extensions import db
-from app.provisioning.models import ProvisionerDaemon, ProvisionerJob, ProvisionerJobLog
-from app.provisioning.tags import queue_name
-from app.redis_client import get_redis
+from app.core.columns import utcnow
+from app.core.errors import InvalidInput
+from app.core.extensions import db, rows_changed
+from app.core.redis_client import get_redis
+from app.events.notices import publish_job_notice, publish_job_queued
+from app.provisioning.models import ProvisionerJob, ProvisionerJobLog
+from protocol.codec import JsonObject
+from protocol.provisionerd import RUN_JOB_FUNCTION, AcquiredJob, JobCompletion, JobFailure
+from protocol.tags import queue_name
 
 log = logging.getLogger(__name__)
-
-# The one function a daemon's RQ worker will execute (workers/jobs.py); anything else is refused there.
-RUN_JOB_FUNCTION = "workers.jobs.run_provisioner_job"
-LOG_CHANNEL_PREFIX = "slipway:job-logs:"
-# Notices that an agent changed (connection, lifecycle, logs, metadata, app health): streams re-read it.
-AGENT_EVENTS_PREFIX = "slipway:agent-events:"
-# Messages for an agent's control connection (dials), delivered by whichever process holds that connection.
-AGENT_CONTROL_PREFIX = "slipway:agent-control:"
+EXTENSION_KEY = "slipway_job_handlers"
+MAX_LOG_LINES_READ = 10_000
 
 
 @dataclass(frozen=True)
@@ -44,31 +44,52 @@ class JobSubject:
     workspace_name: str = ""
     workspace_owner_id: str = ""
 
+    def to_json(self) -> JsonObject:
+        return {"title": self.title, "template_name": self.template_name, "workspace_name": self.workspace_name}
+
+
+def _no_secrets(job: ProvisionerJob) -> list[str]:
+    return []
+
+
+def _nothing_on_failure(job: ProvisionerJob, failure: JobFailure) -> None:
+    pass
+
+
+def _by_type(jobs: Sequence[ProvisionerJob]) -> dict[str, JobSubject]:
+    return {job.id: JobSubject(title=job.type) for job in jobs}
+
 
 @dataclass(frozen=True)
 class JobHandlers:
     """What a job type adds to the generic protocol: the daemon's payload, and what completion stores."""
 
-    payload: Callable[[ProvisionerJob], dict[str, Any]]
-    complete: Callable[[ProvisionerJob, dict[str, Any]], None]
-    fail: Callable[[ProvisionerJob, dict[str, Any]], None] = lambda job, body: None
+    # The acquired job the daemon gets (its id, type, tags and access URL are filled in by the caller).
+    payload: Callable[[ProvisionerJob, AcquiredJob], AcquiredJob]
+    complete: Callable[[ProvisionerJob, JobCompletion], None]
+    fail: Callable[[ProvisionerJob, JobFailure], None] = _nothing_on_failure
     # Values that must never be stored in the job's log (masked before storage).
-    secrets: Callable[[ProvisionerJob], list[str]] = lambda job: []
-    describe: Callable[[ProvisionerJob], JobSubject] = lambda job: JobSubject(title=job.type)
+    secrets: Callable[[ProvisionerJob], list[str]] = _no_secrets
+    # What each of some jobs of this type is about, read for all of them at once (lists show hundreds).
+    describe: Callable[[Sequence[ProvisionerJob]], dict[str, JobSubject]] = _by_type
 
 
-JOB_HANDLERS: dict[str, JobHandlers] = {}
+def init_app(app: Flask, handlers: dict[str, JobHandlers]) -> None:
+    app.extensions[EXTENSION_KEY] = dict(handlers)
 
 
-def register_job_type(job_type: str, handlers: JobHandlers) -> None:
-    JOB_HANDLERS[job_type] = handlers
+def handlers_for(job: ProvisionerJob) -> JobHandlers:
+    handlers: dict[str, JobHandlers] = current_app.extensions[EXTENSION_KEY]
+    return handlers[job.type]
 
 
 def new_job(
-    job_type: str, *, file_id: str, initiator_id: str, tags: dict[str, str], job_input: dict[str, Any]
+    job_type: str, *, file_id: str, initiator_id: str, tags: dict[str, str], job_input: JsonObject
 ) -> ProvisionerJob:
     """Add a pending job to the session; the caller commits and then calls :func:`dispatch`."""
-    job = ProvisionerJob(type=job_type, file_id=file_id, initiator_id=initiator_id, tags=tags, input=job_input)
+    job = ProvisionerJob(
+        type=job_type, file_id=file_id, initiator_id=initiator_id, tags=tags, queue=queue_name(tags), input=job_input
+    )
     db.session.add(job)
     return job
 
@@ -76,33 +97,29 @@ def new_job(
 def dispatch(job: ProvisionerJob) -> None:
     """Wake a daemon that can take the job. A failure here is not fatal: the reconciler re-enqueues pending jobs."""
     try:
-        queue = Queue(queue_name(job.tags), connection=get_redis(), serializer=JSONSerializer)
+        queue = Queue(job.queue, connection=get_redis(), serializer=JSONSerializer)
         # The RQ job id is the job id: enqueuing twice (the reconciler) replaces rather than duplicates it.
         queue.enqueue(RUN_JOB_FUNCTION, job.id, job_id=job.id, result_ttl=0, failure_ttl=3600, job_timeout=-1)
     except Exception:  # Redis down: the job stays pending in the database and is re-enqueued later
         log.warning("could not enqueue provisioner job %s; it will be re-enqueued", job.id, exc_info=True)
+    publish_job_queued(job.queue)
 
 
-def job_json(job: ProvisionerJob) -> dict[str, Any]:
-    """API.md's job object: the row plus its place in the queue and the name of the daemon running it."""
-    from app.provisioning.queue import queue_info
-
-    info = queue_info(job)
-    worker = db.session.get(ProvisionerDaemon, job.worker_id) if job.worker_id else None
-    return job.to_json(
-        queue_position=info.position,
-        queue_size=info.size,
-        available_workers=info.available,
-        worker_name=worker.name if worker else "",
-    )
+def describe_jobs(jobs: Sequence[ProvisionerJob]) -> dict[str, JobSubject]:
+    """What each job is about, by id: one read per job type, however many jobs."""
+    handlers: dict[str, JobHandlers] = current_app.extensions[EXTENSION_KEY]
+    subjects: dict[str, JobSubject] = {}
+    for job_type in {job.type for job in jobs}:
+        of_type = [job for job in jobs if job.type == job_type]
+        try:
+            subjects.update(handlers[job_type].describe(of_type))
+        except Exception:  # a list of jobs must render even when something about one of them is gone
+            log.warning("could not describe %s jobs", job_type, exc_info=True)
+    return {job.id: subjects.get(job.id) or JobSubject(title=job.type) for job in jobs}
 
 
 def describe_job(job: ProvisionerJob) -> JobSubject:
-    try:
-        return JOB_HANDLERS[job.type].describe(job)
-    except Exception:  # a list of jobs must render even when one job's subject is gone
-        log.warning("could not describe job %s", job.id, exc_info=True)
-        return JobSubject(title=job.type)
+    return describe_jobs([job])[job.id]
 
 
 def cancel_job(job: ProvisionerJob) -> ProvisionerJob:
@@ -113,7 +130,7 @@ def cancel_job(job: ProvisionerJob) -> ProvisionerJob:
         .where(ProvisionerJob.id == job.id, ProvisionerJob.started_at.is_(None), ProvisionerJob.completed_at.is_(None))
         .values(canceled_at=now, completed_at=now, updated_at=now)
     )
-    if pending.rowcount == 0:  # type: ignore[attr-defined]
+    if rows_changed(pending) == 0:
         running = db.session.execute(
             update(ProvisionerJob)
             .where(
@@ -123,19 +140,19 @@ def cancel_job(job: ProvisionerJob) -> ProvisionerJob:
             )
             .values(canceled_at=now)
         )
-        if running.rowcount == 0:  # type: ignore[attr-defined]
+        if rows_changed(running) == 0:
             db.session.rollback()
             db.session.refresh(job)
             raise InvalidInput(f"The job is already {job.status}; there is nothing to cancel.")
         db.session.commit()
     else:
         db.session.commit()
-        publish_log_notice(job.id, end=True)
+        publish_job_notice(job.id, end=True)
     db.session.refresh(job)
     return job
 
 
-def job_logs(job_id: str, after: int = 0, limit: int = 10_000) -> list[ProvisionerJobLog]:
+def job_logs(job_id: str, after: int = 0, limit: int = MAX_LOG_LINES_READ) -> list[ProvisionerJobLog]:
     query = (
         select(ProvisionerJobLog)
         .where(ProvisionerJobLog.job_id == job_id, ProvisionerJobLog.id > after)
@@ -143,34 +160,3 @@ def job_logs(job_id: str, after: int = 0, limit: int = 10_000) -> list[Provision
         .limit(limit)
     )
     return list(db.session.scalars(query))
-
-
-def logs_response(job: ProvisionerJob) -> Response:
-    """GET .../logs: the lines after ``?after=`` as JSON, or with ``follow=true`` a live SSE stream."""
-    from app.provisioning.streams import JsonRenderer, follow_job, relay_for, stream_cursor
-
-    after = request.args.get("after", "0")
-    if not after.isdigit():
-        raise InvalidInput("after must be a log id (a whole number).")
-    if request.args.get("follow", "").lower() not in ("true", "1"):
-        return jsonify([line.to_json() for line in job_logs(job.id, int(after))])
-    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
-    cursor = stream_cursor(after, request.headers.get("Last-Event-ID"))
-    return event_stream(follow_job(relay, job.id, cursor, JsonRenderer()))
-
-
-def event_stream(events: Iterator[str]) -> Response:
-    # no-cache and no proxy buffering: each event must reach the viewer as soon as it is written.
-    return Response(
-        stream_with_context(events),
-        mimetype="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
-
-
-def publish_log_notice(job_id: str, *, end: bool = False) -> None:
-    """A small notice that new lines (or the end) are in the database; streams read the lines themselves."""
-    try:
-        get_redis().publish(LOG_CHANNEL_PREFIX + job_id, b"end" if end else b"logs")
-    except Exception:  # live viewers miss a nudge and catch up from the database on their next poll
-        log.warning("could not publish a log notice for job %s", job_id, exc_info=True)

@@ -12,12 +12,12 @@ import secrets
 
 from sqlalchemy import select
 
-from app.errors import Conflict, InvalidInput, NotFound, Unauthorized
-from app.extensions import db
+from app.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
+from app.core.extensions import db
+from app.core.validation import FieldErrors
 from app.provisioning.models import ProvisionerKey
-from app.provisioning.tags import MAX_DAEMON_TAGS, RESERVED, TagError, normalise_tags
 from app.users.models import User
-from app.validation import FieldErrors
+from protocol.tags import MAX_DAEMON_TAGS, RESERVED, TagError, normalise_tags
 
 # The names the daemon list shows for daemons that did not use a key; a key may not pretend to be one of them.
 BUILTIN_KEY_NAME, PSK_KEY_NAME, USER_KEY_NAME = "built-in", "psk", "user-auth"

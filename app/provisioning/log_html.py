@@ -11,14 +11,17 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from flask import Response, current_app, render_template, request
+from flask import Response, render_template, request
 from markupsafe import Markup, escape
 from sqlalchemy import func, select
 
-from app.extensions import db
-from app.provisioning.jobs import event_stream, job_json, job_logs
+from app.core.extensions import db
+from app.events import get_relay
+from app.events.sse import event_stream, sse_event, stream_cursor
+from app.provisioning.jobs import job_logs
+from app.provisioning.log_api import follow_job
 from app.provisioning.models import ProvisionerJob, ProvisionerJobLog
-from app.provisioning.streams import follow_job, relay_for, sse_event, stream_cursor
+from app.provisioning.presenter import job_json
 
 
 def _duration(start: datetime, end: datetime) -> str:
@@ -155,5 +158,4 @@ def page_stream(
     shown when the job ends (the page's next step)."""
     cursor = stream_cursor(request.args.get("after"), request.headers.get("Last-Event-ID"))
     renderer = HtmlRenderer(stage_opening(job.id, cursor), status_of, job_status=job_status, follow_up=follow_up)
-    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
-    return event_stream(follow_job(relay, job.id, cursor, renderer))
+    return event_stream(follow_job(get_relay(), job.id, cursor, renderer))

@@ -12,13 +12,13 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 from sqlalchemy import select
 
-from app.columns import utcnow
-from app.config import Settings
-from app.extensions import db
-from app.provisioning.daemons import _reaper_notice, finish_job
+from app.core.columns import utcnow
+from app.core.config import Settings
+from app.core.extensions import db
+from app.core.redis_client import get_redis
+from app.provisioning.daemons import add_notice, finish_job
 from app.provisioning.jobs import dispatch
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
-from app.redis_client import get_redis
 
 log = logging.getLogger(__name__)
 # A job just created may not be in Redis yet (its request commits, then enqueues): leave it alone a while.
@@ -29,20 +29,22 @@ FORGET_DAEMONS_AFTER = timedelta(days=7)
 
 def reap_jobs(settings: Settings) -> int:
     """Fail running jobs silent for the hang timeout, canceled jobs that never stopped, and pending jobs older
-    than the pending timeout; each gets a notice in its log. A build keeps the state it started from."""
+    than the pending timeout; each gets a notice in its log. A build keeps the state it started from.
+
+    Each job is ended by a conditional UPDATE that repeats the reason's condition, so a job the daemon reported on
+    (or finished) after it was picked here is left alone — several replicas may run this loop at once."""
     now = utcnow()
-    unfinished = select(ProvisionerJob).where(ProvisionerJob.completed_at.is_(None))
-    hung = unfinished.where(
+    hung = (
         ProvisionerJob.started_at.is_not(None),
         ProvisionerJob.updated_at < now - timedelta(seconds=settings.provisioner_hang_timeout),
     )
     # The daemon kills Terraform at the force-cancel interval; past it (and a margin), the daemon is not coping.
-    stuck = unfinished.where(
+    stuck = (
         ProvisionerJob.started_at.is_not(None),
         ProvisionerJob.canceled_at
         < now - timedelta(seconds=settings.provisioner_force_cancel_interval) - CANCEL_MARGIN,
     )
-    stale = unfinished.where(
+    stale = (
         ProvisionerJob.started_at.is_(None),
         ProvisionerJob.created_at < now - timedelta(seconds=settings.provisioner_pending_timeout),
     )
@@ -60,14 +62,12 @@ def reap_jobs(settings: Settings) -> int:
         (stale, f"No provisioner daemon took this job within {pending}. It was ended."),
     ]
     reaped = 0
-    for query, reason in reasons:
+    for conditions, reason in reasons:
+        query = select(ProvisionerJob).where(ProvisionerJob.completed_at.is_(None), *conditions)
         for job in db.session.scalars(query).all():
-            if job.completed_at is not None:  # reaped by the query before (hung and stuck overlap)
-                continue
-            _reaper_notice(job, reason)
-            job.started_at = job.started_at or utcnow()
-            finish_job(job, error=reason)
-            reaped += 1
+            add_notice(job, reason)
+            if finish_job(job, error=reason, still=conditions):
+                reaped += 1
     return reaped
 
 

@@ -1,39 +1,38 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, ColumnElement, ForeignKey, Integer, String, Text, case, literal
 from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
-from app.extensions import db
+from app.core.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
+from app.core.extensions import Model
+from protocol.codec import JSON as JsonValue
+from protocol.codec import JsonObject
+from protocol.provisionerd import JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD
 
-JOB_TEMPLATE_IMPORT = "template_version_import"
-JOB_WORKSPACE_BUILD = "workspace_build"
-JOB_DRY_RUN = "template_version_dry_run"
-JOB_TYPES = (JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD, JOB_DRY_RUN)
+JOB_TYPES = (JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD)
 
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELING, CANCELED = (
     "pending", "running", "succeeded", "failed", "canceling", "canceled",
 )  # fmt: skip
 ACTIVE_STATUSES = (PENDING, RUNNING, CANCELING)
-LOG_LEVELS = ("trace", "debug", "info", "warn", "error")
-LOG_SOURCES = ("provisioner_daemon", "provisioner")
 # A daemon that has not called in for this long is offline (Coder's StaleInterval).
 DAEMON_STALE_AFTER = timedelta(seconds=90)
 
 
-class ProvisionerJob(db.Model):  # type: ignore[name-defined,misc]
+class ProvisionerJob(Model):
     """One template import or workspace build. Its status is derived from the timestamps, never stored."""
 
     __tablename__ = "provisioner_jobs"
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
     type: Mapped[str] = mapped_column(String(32))
-    input: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    input: Mapped[JsonObject] = mapped_column(JSON, default=dict)
     tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    # The RQ queue of the tag set (protocol.tags.queue_name): daemons waiting over HTTP find their jobs by it.
+    queue: Mapped[str] = mapped_column(Text, index=True)
     file_id: Mapped[str] = mapped_column(ForeignKey("files.id"))
     initiator_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
     worker_id: Mapped[str | None] = mapped_column(ForeignKey("provisioner_daemons.id", ondelete="SET NULL"))
@@ -80,7 +79,7 @@ class ProvisionerJob(db.Model):  # type: ignore[name-defined,misc]
     def is_active(self) -> bool:
         return self.status in ACTIVE_STATUSES
 
-    def to_json(self, **extra: Any) -> dict[str, Any]:
+    def to_json(self, **extra: JsonValue) -> JsonObject:
         return {
             "id": self.id,
             "type": self.type,
@@ -97,7 +96,7 @@ class ProvisionerJob(db.Model):  # type: ignore[name-defined,misc]
         }
 
 
-class ProvisionerJobLog(db.Model):  # type: ignore[name-defined,misc]
+class ProvisionerJobLog(Model):
     __tablename__ = "provisioner_job_logs"
 
     # SQLite only auto-increments INTEGER PRIMARY KEY; PostgreSQL gets a bigint identity.
@@ -109,7 +108,7 @@ class ProvisionerJobLog(db.Model):  # type: ignore[name-defined,misc]
     stage: Mapped[str] = mapped_column(String(128))
     output: Mapped[str] = mapped_column(Text)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "id": self.id,
             "created_at": rfc3339(self.created_at),
@@ -120,7 +119,7 @@ class ProvisionerJobLog(db.Model):  # type: ignore[name-defined,misc]
         }
 
 
-class ProvisionerDaemon(db.Model):  # type: ignore[name-defined,misc]
+class ProvisionerDaemon(Model):
     __tablename__ = "provisioner_daemons"
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
@@ -140,7 +139,7 @@ class ProvisionerDaemon(db.Model):  # type: ignore[name-defined,misc]
         return utcnow() - self.last_seen_at < DAEMON_STALE_AFTER
 
 
-class ProvisionerKey(db.Model):  # type: ignore[name-defined,misc]
+class ProvisionerKey(Model):
     """A credential for external daemons that fixes their tags; only the SHA-256 of the secret is kept."""
 
     __tablename__ = "provisioner_keys"
@@ -152,5 +151,5 @@ class ProvisionerKey(db.Model):  # type: ignore[name-defined,misc]
     created_by: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"id": self.id, "name": self.name, "tags": self.tags, "created_at": rfc3339(self.created_at)}

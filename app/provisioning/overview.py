@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
-from app.columns import rfc3339
-from app.errors import InvalidInput, NotFound
-from app.extensions import db
-from app.provisioning.jobs import JobSubject, describe_job
+from app.core.columns import rfc3339
+from app.core.errors import InvalidInput, NotFound
+from app.core.extensions import db
+from app.provisioning.jobs import JobSubject, describe_job, describe_jobs
 from app.provisioning.keys import BUILTIN_KEY_NAME, PSK_KEY_NAME, USER_KEY_NAME
 from app.provisioning.models import (
     ACTIVE_STATUSES,
@@ -28,8 +27,10 @@ from app.provisioning.models import (
     ProvisionerJob,
     ProvisionerKey,
 )
+from app.provisioning.presenter import worker_names
 from app.provisioning.queue import QueueInfo, queue_infos
 from app.users.models import User
+from protocol.codec import JsonObject
 
 JOB_STATUSES = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELING, CANCELED)
 IDLE, BUSY, OFFLINE = "idle", "busy", "offline"
@@ -38,14 +39,27 @@ MAX_JOBS_LISTED = 500
 
 
 @dataclass(frozen=True)
+class JobSummary:
+    """A daemon's current or previous job, as its row shows it."""
+
+    id: str
+    type: str
+    status: str
+    subject: JobSubject
+
+    def to_json(self) -> JsonObject:
+        return {"id": self.id, "type": self.type, "status": self.status, "title": self.subject.title}
+
+
+@dataclass(frozen=True)
 class DaemonView:
     daemon: ProvisionerDaemon
     status: str
     key_name: str
-    current_job: ProvisionerJob | None
-    previous_job: ProvisionerJob | None
+    current_job: JobSummary | None
+    previous_job: JobSummary | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         daemon = self.daemon
         return {
             "id": daemon.id,
@@ -56,8 +70,8 @@ class DaemonView:
             "created_at": rfc3339(daemon.created_at),
             "last_seen_at": rfc3339(daemon.last_seen_at),
             "key_name": self.key_name,
-            "current_job": _job_summary(self.current_job),
-            "previous_job": _job_summary(self.previous_job),
+            "current_job": self.current_job.to_json() if self.current_job else None,
+            "previous_job": self.previous_job.to_json() if self.previous_job else None,
         }
 
 
@@ -68,24 +82,14 @@ class JobView:
     subject: JobSubject
     worker_name: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return self.job.to_json(
             queue_position=self.queue.position,
             queue_size=self.queue.size,
             available_workers=self.queue.available,
             worker_name=self.worker_name,
-            metadata={
-                "title": self.subject.title,
-                "template_name": self.subject.template_name,
-                "workspace_name": self.subject.workspace_name,
-            },
+            metadata=self.subject.to_json(),
         )
-
-
-def _job_summary(job: ProvisionerJob | None) -> dict[str, Any] | None:
-    if job is None:
-        return None
-    return {"id": job.id, "type": job.type, "status": job.status, "title": describe_job(job).title}
 
 
 def key_name(daemon: ProvisionerDaemon, keys: dict[str, str]) -> str:
@@ -95,26 +99,44 @@ def key_name(daemon: ProvisionerDaemon, keys: dict[str, str]) -> str:
 
 
 def daemon_views(status: str | None = None) -> list[DaemonView]:
-    """Every daemon, newest first: offline once silent for 90 s, else busy while it holds an unfinished job."""
+    """Every daemon, newest first: offline once silent for 90 s, else busy while it holds an unfinished job.
+    Four queries whatever the number of daemons: the daemons, their keys, the jobs they hold or last held, and
+    what those jobs are about."""
     if status is not None and status not in DAEMON_STATUSES:
         raise InvalidInput(f"status must be one of {', '.join(DAEMON_STATUSES)}.")
     daemons = db.session.scalars(select(ProvisionerDaemon).order_by(ProvisionerDaemon.created_at.desc())).all()
-    keys = dict(db.session.execute(select(ProvisionerKey.id, ProvisionerKey.name)).all())
+    keys = {key_id: name for key_id, name in db.session.execute(select(ProvisionerKey.id, ProvisionerKey.name))}
     unfinished = db.session.scalars(
         select(ProvisionerJob).where(ProvisionerJob.worker_id.is_not(None), ProvisionerJob.completed_at.is_(None))
     ).all()
+    # Each daemon's most recently finished job, in one query: the finished jobs whose completion is their worker's
+    # latest.
+    latest = (
+        select(ProvisionerJob.worker_id, func.max(ProvisionerJob.completed_at).label("completed_at"))
+        .where(ProvisionerJob.worker_id.is_not(None), ProvisionerJob.completed_at.is_not(None))
+        .group_by(ProvisionerJob.worker_id)
+        .subquery()
+    )
+    finished = db.session.scalars(
+        select(ProvisionerJob).join(
+            latest,
+            (ProvisionerJob.worker_id == latest.c.worker_id) & (ProvisionerJob.completed_at == latest.c.completed_at),
+        )
+    ).all()
+    subjects = describe_jobs([*unfinished, *finished])
+
+    def summary(job: ProvisionerJob | None) -> JobSummary | None:
+        return None if job is None else JobSummary(job.id, job.type, job.status, subjects[job.id])
+
     current = {job.worker_id: job for job in unfinished}
+    previous = {job.worker_id: job for job in finished}
     views = []
     for daemon in daemons:
-        previous = db.session.scalar(
-            select(ProvisionerJob)
-            .where(ProvisionerJob.worker_id == daemon.id, ProvisionerJob.completed_at.is_not(None))
-            .order_by(ProvisionerJob.completed_at.desc())
-            .limit(1)
-        )
         running = current.get(daemon.id)
         state = OFFLINE if not daemon.is_online else BUSY if running else IDLE
-        views.append(DaemonView(daemon, state, key_name(daemon, keys), running, previous))
+        views.append(
+            DaemonView(daemon, state, key_name(daemon, keys), summary(running), summary(previous.get(daemon.id)))
+        )
     return [view for view in views if status is None or view.status == status]
 
 
@@ -137,14 +159,9 @@ def job_views(statuses: Sequence[str] = (), limit: int = 50) -> list[JobView]:
 
 
 def views_of(jobs: Sequence[ProvisionerJob]) -> list[JobView]:
-    infos = queue_infos(jobs)
-    worker_ids = {job.worker_id for job in jobs if job.worker_id}
-    names = dict(
-        db.session.execute(
-            select(ProvisionerDaemon.id, ProvisionerDaemon.name).where(ProvisionerDaemon.id.in_(worker_ids))
-        ).all()
-    )
-    return [JobView(job, infos[job.id], describe_job(job), names.get(job.worker_id or "", "")) for job in jobs]
+    """Each job with its queue place, what it is about and its daemon's name, in a fixed number of queries."""
+    infos, subjects, names = queue_infos(jobs), describe_jobs(jobs), worker_names(jobs)
+    return [JobView(job, infos[job.id], subjects[job.id], names.get(job.worker_id or "", "")) for job in jobs]
 
 
 def admin_jobs(recent: int = 20) -> dict[str, list[JobView]]:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from flask import current_app
 from sqlalchemy import select
 
-from app.columns import utcnow
-from app.extensions import db
+from app.core.columns import utcnow
+from app.core.extensions import db
 from app.provisioning.models import DAEMON_STALE_AFTER, PENDING, ProvisionerDaemon, ProvisionerJob
-from app.provisioning.tags import daemon_can_run
+from protocol.tags import daemon_can_run
 
 
 @dataclass(frozen=True)

@@ -7,19 +7,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import current_app, flash, redirect, render_template, request, url_for
+from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from app.auth.access import page_user, require_role
-from app.blueprints import page_blueprint
-from app.errors import DomainError, InvalidInput
+from app.auth.blueprints import page_blueprint
+from app.core.errors import DomainError, InvalidInput
+from app.events import get_relay
+from app.events.sse import event_stream
+from app.events.streams import follow_statuses
 from app.provisioning import keys, overview
-from app.provisioning.jobs import cancel_job, describe_job, event_stream
+from app.provisioning.jobs import cancel_job
 from app.provisioning.models import PENDING
 from app.provisioning.queue import queue_info
-from app.provisioning.streams import follow_statuses, relay_for
-from app.provisioning.tags import TagError, parse_tag_arguments
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
+from protocol.tags import TagError, parse_tag_arguments
 
 bp = page_blueprint("provisioners", __name__)
 ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
@@ -32,7 +34,6 @@ def _page_context(**extra: Any) -> dict[str, Any]:
         "daemons": overview.daemon_views(),
         "jobs": overview.admin_jobs(),
         "keys": keys.list_keys(),
-        "describe": describe_job,
         **extra,
     }
 
@@ -63,7 +64,7 @@ def events() -> Response:
             [(view.job.id, view.job.status, view.queue) for section in jobs.values() for view in section],
         )
 
-    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
+    relay = get_relay()
     return event_stream(follow_statuses(relay, snapshot, poll_seconds=PAGE_POLL_SECONDS))
 
 

@@ -1,15 +1,15 @@
-"""Agents as the API shows them (Coder's WorkspaceAgent shape, the fields Slipway has)."""
+"""Resources and agents as the API shows them (Coder's shapes, with the fields Slipway has)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from flask import current_app
 
-from app.agents.models import WorkspaceAgent
-from app.agents.status import Health, agent_health, connection_status
-from app.columns import rfc3339, utcnow
+from app.core.columns import rfc3339, utcnow
+from app.resources.models import WorkspaceAgent, WorkspaceResource
+from app.resources.status import Health, agent_health, connection_status
+from protocol.codec import JSON, JsonObject
 
 
 def heartbeat_seconds() -> int:
@@ -25,13 +25,12 @@ def health_of(agent: WorkspaceAgent, now: datetime | None = None) -> Health:
     return agent_health(agent, status_of(agent, now))
 
 
-def metadata_items(agent: WorkspaceAgent, now: datetime | None = None) -> list[dict[str, Any]]:
+def metadata_items(agent: WorkspaceAgent, now: datetime | None = None) -> list[JsonObject]:
     """Each metadata block of the definition with its latest result (age in seconds, as Coder reports it)."""
     now = now or utcnow()
-    items = []
-    for block in agent.definition.get("metadata") or []:
-        key = str(block.get("key", ""))
-        result = agent.metadata_results.get(key) or {}
+    items: list[JsonObject] = []
+    for block in agent.definition.metadata:
+        result = agent.metadata_results.get(block.key) or {}
         collected = result.get("collected_at")
         age = None
         if collected:
@@ -39,11 +38,11 @@ def metadata_items(agent: WorkspaceAgent, now: datetime | None = None) -> list[d
         items.append(
             {
                 "description": {
-                    "key": key,
-                    "display_name": block.get("display_name") or key,
-                    "script": block.get("script", ""),
-                    "interval": block.get("interval", 0),
-                    "timeout": block.get("timeout", 0),
+                    "key": block.key,
+                    "display_name": block.display_name or block.key,
+                    "script": block.script,
+                    "interval": block.interval,
+                    "timeout": block.timeout,
                 },
                 "result": {
                     "value": result.get("value", ""),
@@ -56,10 +55,11 @@ def metadata_items(agent: WorkspaceAgent, now: datetime | None = None) -> list[d
     return items
 
 
-def agent_json(agent: WorkspaceAgent) -> dict[str, Any]:
+def agent_json(agent: WorkspaceAgent) -> JsonObject:
     now = utcnow()
     status = status_of(agent, now)
     health = agent_health(agent, status)
+    definition = agent.definition
     return {
         "id": agent.id,
         "name": agent.name,
@@ -75,7 +75,7 @@ def agent_json(agent: WorkspaceAgent) -> dict[str, Any]:
         "lifecycle_state": agent.lifecycle_state,
         "health": {"healthy": health.healthy, "reason": health.reason},
         "connection_timeout_seconds": agent.connection_timeout,
-        "troubleshooting_url": agent.definition.get("troubleshooting_url") or "",
+        "troubleshooting_url": definition.troubleshooting_url,
         "created_at": rfc3339(agent.created_at),
         "first_connected_at": rfc3339(agent.first_connected_at),
         "last_connected_at": rfc3339(agent.last_connected_at),
@@ -86,29 +86,42 @@ def agent_json(agent: WorkspaceAgent) -> dict[str, Any]:
         "logs_overflowed": agent.logs_overflowed,
         "apps": [
             {
-                "slug": app.get("slug", ""),
-                "display_name": app.get("display_name") or app.get("slug", ""),
-                "url": app.get("url", ""),
-                "command": app.get("command", ""),
-                "icon": app.get("icon", ""),
-                "external": bool(app.get("external")),
-                "subdomain": bool(app.get("subdomain")),
-                "hidden": bool(app.get("hidden")),
-                "sharing_level": app.get("share") or "owner",
-                "healthcheck": app.get("healthcheck"),
-                "health": agent.app_health_of(str(app.get("slug", ""))),
+                "slug": app.slug,
+                "display_name": app.name,
+                "url": app.url,
+                "command": app.command,
+                "icon": app.icon,
+                "external": app.external,
+                "subdomain": app.subdomain,
+                "hidden": app.hidden,
+                "sharing_level": app.share,
+                "healthcheck": None if app.healthcheck is None else app.healthcheck.to_json(),
+                "health": agent.app_health_of(app.slug),
             }
-            for app in agent.apps
+            for app in definition.apps
         ],
-        "metadata": metadata_items(agent, now),
+        "metadata": list[JSON](metadata_items(agent, now)),
         "log_sources": [source.to_json() for source in agent.log_sources],
         "scripts": [
-            {key: script.get(key) for key in _SCRIPT_FIELDS} for script in agent.definition.get("scripts") or []
+            {key: value for key, value in script.to_json().items() if key not in ("id",)}
+            for script in definition.scripts
         ],
     }
 
 
-_SCRIPT_FIELDS = (
-    "log_source_id", "display_name", "icon", "script", "cron", "run_on_start", "run_on_stop",
-    "start_blocks_login", "timeout", "log_path",
-)  # fmt: skip
+def resource_json(resource: WorkspaceResource) -> JsonObject:
+    return {
+        "id": resource.id,
+        "name": resource.name,
+        "type": resource.type,
+        "kind": resource.kind,
+        "lifecycle": resource.lifecycle,
+        "hide": resource.hide,
+        "icon": resource.icon,
+        "daily_cost": resource.daily_cost,
+        "agents": [agent_json(agent) for agent in resource.agents],
+        "metadata": [
+            {"key": item.key, "value": "*****" if item.sensitive else item.value, "sensitive": item.sensitive}
+            for item in resource.metadata_items
+        ],
+    }

@@ -1,149 +1,96 @@
-"""Resources and agents of a job: from an import's start and stop plans, or from a build's state."""
+"""Storing what a daemon reported (resources, agents, their scripts' log sources) and reading it back."""
 
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import replace
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, select
-from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy import select
+from sqlalchemy.orm import selectinload
 
-from app.agents.models import AgentLogSource, WorkspaceAgent
-from app.agents.presenter import agent_json
-from app.columns import IdColumn, UTCDateTime, new_id, utcnow
-from app.errors import InvalidInput
-from app.extensions import db
+from app.core.columns import new_id
+from app.core.extensions import db
+from app.resources.models import AgentLogSource, WorkspaceAgent, WorkspaceResource
+from protocol.resources import Agent, Resource, Script
 
-
-class WorkspaceResource(db.Model):  # type: ignore[name-defined,misc]
-    """A resource of a job's plan (imports: transition start and stop) or of a build's state."""
-
-    __tablename__ = "workspace_resources"
-
-    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
-    job_id: Mapped[str] = mapped_column(ForeignKey("provisioner_jobs.id", ondelete="CASCADE"), index=True)
-    transition: Mapped[str] = mapped_column(String(8))
-    name: Mapped[str] = mapped_column(String(255))
-    type: Mapped[str] = mapped_column(String(255))
-    kind: Mapped[str] = mapped_column(String(16))
-    lifecycle: Mapped[str] = mapped_column(String(16), default="persistent")
-    hide: Mapped[bool] = mapped_column(Boolean, default=False)
-    icon: Mapped[str] = mapped_column(String(255), default="")
-    daily_cost: Mapped[int] = mapped_column(Integer, default=0)
-    metadata_items: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-
-    agents: Mapped[list[WorkspaceAgent]] = relationship(order_by="WorkspaceAgent.name", cascade="all, delete-orphan")
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "type": self.type,
-            "kind": self.kind,
-            "lifecycle": self.lifecycle,
-            "hide": self.hide,
-            "icon": self.icon,
-            "daily_cost": self.daily_cost,
-            "agents": [agent_json(agent) for agent in self.agents],
-            "metadata": [
-                {
-                    "key": item.get("key", ""),
-                    "value": "*****" if item.get("sensitive") else item.get("value", ""),
-                    "sensitive": bool(item.get("sensitive")),
-                }
-                for item in self.metadata_items
-            ],
-        }
+# Coder's default when a template sets no connection_timeout (0 means "never time out").
+DEFAULT_CONNECTION_TIMEOUT = 120
 
 
-def store_resources(job_id: str, transition: str, resources: Any, *, stop_resources: Any = None) -> None:
-    """Insert the resources a daemon reported. With ``stop_resources`` (imports), a resource absent from the stop
-    plan is ephemeral and one present in both is persistent."""
-    if not isinstance(resources, list):
-        raise InvalidInput("resources must be a list.")
-    persistent = {(item.get("type"), item.get("name")) for item in stop_resources or [] if isinstance(item, dict)}
-    for item in resources:
-        if not isinstance(item, dict):
-            raise InvalidInput("each resource must be an object.")
-        agents = [_agent_row(agent) for agent in item.get("agents") or []]
-        lifecycle = "persistent"
-        if stop_resources is not None and (item.get("type"), item.get("name")) not in persistent:
-            lifecycle = "ephemeral"
+def store_resources(job_id: str, transition: str, resources: Sequence[Resource]) -> None:
+    """Insert the resources a daemon reported for a job's transition, with their agents."""
+    for resource in resources:
+        agents = [_agent_row(agent) for agent in resource.agents]
         db.session.add(
             WorkspaceResource(
                 job_id=job_id,
                 transition=transition,
-                name=str(item.get("name", ""))[:255],
-                type=str(item.get("type", ""))[:255],
+                name=resource.name[:255],
+                type=resource.type[:255],
                 kind="computational" if agents else "peripheral",
-                lifecycle=lifecycle,
-                hide=bool(item.get("hide", False)),
-                icon=str(item.get("icon") or "")[:255],
-                daily_cost=int(item.get("daily_cost") or 0),
-                metadata_items=[m for m in item.get("metadata") or [] if isinstance(m, dict)],
+                lifecycle=resource.lifecycle or "persistent",
+                hide=resource.hide,
+                icon=resource.icon[:255],
+                daily_cost=resource.daily_cost,
+                metadata_items=resource.metadata,
                 agents=agents,
             )
         )
 
 
-def _agent_row(agent: Any) -> WorkspaceAgent:
-    if not isinstance(agent, dict):
-        raise InvalidInput("each agent must be an object.")
-    token = str(agent.get("token") or "")
-    known = {
-        "name",
-        "os",
-        "arch",
-        "dir",
-        "env",
-        "startup_script",
-        "shutdown_script",
-        "connection_timeout",
-        "token",
-        "id",
-        "scripts",
-    }
+def _agent_row(agent: Agent) -> WorkspaceAgent:
     row = WorkspaceAgent(
         id=new_id(),
-        name=str(agent.get("name", ""))[:64],
-        os=str(agent.get("os", ""))[:16],
-        arch=str(agent.get("arch", ""))[:16],
-        directory=str(agent.get("dir") or ""),
-        env={str(k): str(v) for k, v in (agent.get("env") or {}).items()},
-        startup_script=str(agent.get("startup_script") or ""),
-        shutdown_script=str(agent.get("shutdown_script") or ""),
-        # 0 is meaningful (never time out); only an absent value takes Coder's default.
-        connection_timeout=120 if agent.get("connection_timeout") is None else int(agent["connection_timeout"]),
-        token_hash=hashlib.sha256(token.encode()).hexdigest() if token else None,
+        name=agent.name[:64],
+        os=agent.os[:16],
+        arch=agent.arch[:16],
+        directory=agent.dir,
+        env=dict(agent.env),
+        startup_script=agent.startup_script,
+        shutdown_script=agent.shutdown_script,
+        connection_timeout=agent.connection_timeout,
+        token_hash=hashlib.sha256(agent.token.encode()).hexdigest() if agent.token else None,
     )
-    definition = {key: value for key, value in agent.items() if key not in known}
-    definition["scripts"] = _scripts_with_log_sources(row, agent)
-    row.definition = definition
+    # The token is the agent's secret: only its hash is kept.
+    row.stored_definition = replace(agent, token="", scripts=_scripts_with_log_sources(row, agent))
     return row
 
 
-def _scripts_with_log_sources(row: WorkspaceAgent, agent: dict[str, Any]) -> list[dict[str, Any]]:
+def _scripts_with_log_sources(row: WorkspaceAgent, agent: Agent) -> tuple[Script, ...]:
     """The agent's scripts, the legacy startup/shutdown scripts among them, each with a log source of its own."""
-    scripts = [dict(script) for script in agent.get("scripts") or [] if isinstance(script, dict)]
-    if agent.get("startup_script"):
-        scripts.insert(0, {"display_name": "Startup Script", "script": agent["startup_script"], "run_on_start": True})
-    if agent.get("shutdown_script"):
-        scripts.append({"display_name": "Shutdown Script", "script": agent["shutdown_script"], "run_on_stop": True})
+    scripts = list(agent.scripts)
+    if agent.startup_script:
+        scripts.insert(0, Script(display_name="Startup Script", script=agent.startup_script, run_on_start=True))
+    if agent.shutdown_script:
+        scripts.append(Script(display_name="Shutdown Script", script=agent.shutdown_script, run_on_stop=True))
+    with_sources = []
     for script in scripts:
         source = AgentLogSource(
-            id=new_id(),
-            display_name=str(script.get("display_name") or "Script")[:128],
-            icon=str(script.get("icon") or "")[:255],
+            id=new_id(), display_name=(script.display_name or "Script")[:128], icon=script.icon[:255]
         )
         row.log_sources.append(source)
-        script["log_source_id"] = source.id
-    return scripts
+        with_sources.append(replace(script, log_source_id=source.id))
+    return tuple(with_sources)
 
 
 def job_resources(job_id: str, transition: str | None = None) -> list[WorkspaceResource]:
-    query = select(WorkspaceResource).where(WorkspaceResource.job_id == job_id)
+    return jobs_resources([job_id], transition).get(job_id, [])
+
+
+def jobs_resources(job_ids: Sequence[str], transition: str | None = None) -> dict[str, list[WorkspaceResource]]:
+    """The resources of several jobs (with their agents and log sources) in a fixed number of queries."""
+    if not job_ids:
+        return {}
+    query = (
+        select(WorkspaceResource)
+        .where(WorkspaceResource.job_id.in_(set(job_ids)))
+        .options(selectinload(WorkspaceResource.agents).selectinload(WorkspaceAgent.log_sources))
+        .order_by(WorkspaceResource.type, WorkspaceResource.name)
+    )
     if transition is not None:
         query = query.where(WorkspaceResource.transition == transition)
-    return list(db.session.scalars(query.order_by(WorkspaceResource.type, WorkspaceResource.name)))
+    found: dict[str, list[WorkspaceResource]] = {}
+    for resource in db.session.scalars(query):
+        found.setdefault(resource.job_id, []).append(resource)
+    return found

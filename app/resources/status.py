@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from app.agents.models import SHUTTING_DOWN_STATES, WorkspaceAgent
-from app.columns import utcnow
+from app.core.columns import utcnow
+from app.resources.models import SHUTTING_DOWN_STATES, WorkspaceAgent
 
 CONNECTING, CONNECTED, DISCONNECTED, TIMEOUT = "connecting", "connected", "disconnected", "timeout"
 # A connection whose server stopped writing heartbeats (a replica killed outright) counts as gone after this

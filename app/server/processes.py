@@ -29,7 +29,7 @@ def spawn(
         env=env,
         pass_fds=tuple(pass_fds),
         start_new_session=True,
-        preexec_fn=_die_with_parent,  # noqa: PLW1509 - called before threads start, and only calls prctl
+        preexec_fn=_die_with_parent,
     )
 
 

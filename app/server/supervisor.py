@@ -24,7 +24,7 @@ import redis
 from flask_migrate import upgrade
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-from app.config import Settings, ensure_secret_key
+from app.core.config import Settings, ensure_secret_key
 from app.server.embedded_redis import EmbeddedRedisError, start_embedded_redis
 from app.server.processes import spawn, stop
 
@@ -105,7 +105,7 @@ class Supervisor:
             "--graceful-timeout", "5",
             "--keep-alive", "30",
             "--log-level", "warning",
-            "app:create_app()",
+            "app.factory:create_app()",
         ]  # fmt: skip
         self.children.append(spawn(argv, env=env, pass_fds=[listener.fileno()]))
 
@@ -141,7 +141,7 @@ class Supervisor:
                 self._start_daemon(daemon)
 
     def _maintain(self) -> None:
-        from app import create_app
+        from app.factory import create_app
         from app.provisioning.maintenance import run_maintenance
 
         app = create_app(self.settings)
@@ -223,7 +223,7 @@ def open_listener(settings: Settings) -> socket.socket:
 
 def migrate_database(settings: Settings) -> bool:
     """Apply migrations; returns True when the database has no user yet."""
-    from app import create_app
+    from app.factory import create_app
     from app.users.services import user_count
 
     app = create_app(settings)

@@ -4,11 +4,11 @@ import secrets
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, String
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy import JSON, ForeignKey, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from app.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
-from app.extensions import db
+from app.core.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
+from app.core.extensions import Model
 
 ROLE_OWNER = "owner"
 ROLE_TEMPLATE_ADMIN = "template-admin"
@@ -25,7 +25,7 @@ def new_session_nonce() -> str:
     return secrets.token_urlsafe(16)
 
 
-class User(db.Model):  # type: ignore[name-defined,misc]
+class User(Model):
     __tablename__ = "users"
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
@@ -84,4 +84,39 @@ class User(db.Model):  # type: ignore[name-defined,misc]
             "login_type": self.login_type,
             "created_at": rfc3339(self.created_at),
             "last_seen_at": rfc3339(self.last_seen_at),
+        }
+
+
+# A session token comes from signing in (CLI or API); an API token is one a user created by name.
+KIND_SESSION = "session"
+KIND_TOKEN = "token"  # noqa: S105 - a kind label, not a secret
+
+
+class ApiKey(Model):
+    """A bearer credential ``<lookup_id>-<secret>``; only a SHA-256 of the secret is stored."""
+
+    __tablename__ = "api_keys"
+    __table_args__ = (UniqueConstraint("user_id", "name", name="uq_api_keys_user_id_name"),)
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    lookup_id: Mapped[str] = mapped_column(String(16), unique=True)
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    # Session tokens have no name; NULLs never collide in the (user_id, name) constraint.
+    name: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    user: Mapped[User] = relationship()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind,
+            "created_at": rfc3339(self.created_at),
+            "expires_at": rfc3339(self.expires_at),
+            "last_used_at": rfc3339(self.last_used_at),
         }

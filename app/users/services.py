@@ -8,20 +8,21 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from app.auth.models import KIND_SESSION, ApiKey
-from app.columns import utcnow
-from app.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
-from app.extensions import db
+from app.core.columns import utcnow
+from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
+from app.core.extensions import db
+from app.core.validation import FieldErrors, check_email, check_password, check_username
 from app.users.models import (
     ASSIGNABLE_ROLES,
+    KIND_SESSION,
     ROLE_MEMBER,
     ROLE_OWNER,
     STATUS_ACTIVE,
     STATUS_SUSPENDED,
+    ApiKey,
     User,
     new_session_nonce,
 )
-from app.validation import FieldErrors, check_email, check_password, check_username
 
 # Checked against when the email is unknown, so a wrong email costs the same time as a wrong password.
 _DUMMY_HASH = generate_password_hash("slipway-timing-equaliser")

@@ -11,11 +11,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload
 
-from app.auth.models import KIND_SESSION, KIND_TOKEN, ApiKey
-from app.columns import utcnow
-from app.errors import Conflict, InvalidInput, NotFound, Unauthorized
-from app.extensions import db
-from app.users.models import STATUS_ACTIVE, User
+from app.core.columns import utcnow
+from app.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
+from app.core.extensions import db
+from app.users.models import KIND_SESSION, KIND_TOKEN, STATUS_ACTIVE, ApiKey, User
 
 INVALID_TOKEN = "The session token is invalid or has expired. Sign in again."  # noqa: S105 - a message
 # last_used_at is written at most this often, so a busy client does not turn every read into a write.

@@ -2,48 +2,78 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from flask import Response, jsonify, request
 
 from app.auth.access import api_user
-from app.blueprints import api_blueprint, json_body
-from app.columns import rfc3339
-from app.errors import Forbidden, InvalidInput
-from app.provisioning.jobs import cancel_job, job_json, logs_response
-from app.provisioning.resources import job_resources
-from app.validation import FieldErrors, string_field
+from app.auth.blueprints import api_blueprint
+from app.core.columns import rfc3339
+from app.core.errors import Forbidden, InvalidInput
+from app.core.validation import FieldErrors, json_body, string_field
+from app.provisioning.jobs import cancel_job
+from app.provisioning.log_api import logs_response
+from app.provisioning.presenter import jobs_json
+from app.resources.models import WorkspaceResource
+from app.resources.presenter import health_of, resource_json
+from app.resources.services import job_resources, jobs_resources
 from app.workspaces import services
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import parameter_values_field
+from protocol.codec import JsonObject
 
 bp = api_blueprint("workspaces_api", __name__)
 
 
-def build_json(build: WorkspaceBuild) -> dict[str, Any]:
-    resources = [resource.to_json() for resource in job_resources(build.job_id)]
-    return {
-        "id": build.id,
-        "workspace_id": build.workspace_id,
-        "workspace_name": build.workspace.name,
-        "build_number": build.build_number,
-        "transition": build.transition,
-        "status": services.build_status(build),
-        "template_version_id": build.template_version_id,
-        "template_version_name": build.template_version.name,
-        "initiator_id": build.initiator_id,
-        "created_at": rfc3339(build.created_at),
-        "job": job_json(build.job),
-        "resources": resources,
-    }
-
-
-def workspace_json(workspace: Workspace) -> dict[str, Any]:
-    latest = services.latest_build(workspace)
-    built = build_json(latest)
-    failing = [
-        agent["id"] for resource in built["resources"] for agent in resource["agents"] if not agent["health"]["healthy"]
+def builds_json(
+    builds: Sequence[WorkspaceBuild], resources: Mapping[str, list[WorkspaceResource]] | None = None
+) -> list[JsonObject]:
+    """API.md's build objects for a list of builds, in a fixed number of queries (jobs, queue places, resources
+    with their agents), whatever the number of builds."""
+    jobs = jobs_json([build.job for build in builds])
+    if resources is None:
+        resources = jobs_resources([build.job_id for build in builds])
+    return [
+        {
+            "id": build.id,
+            "workspace_id": build.workspace_id,
+            "workspace_name": build.workspace.name,
+            "build_number": build.build_number,
+            "transition": build.transition,
+            "status": services.build_status(build),
+            "template_version_id": build.template_version_id,
+            "template_version_name": build.template_version.name,
+            "initiator_id": build.initiator_id,
+            "created_at": rfc3339(build.created_at),
+            "job": jobs[build.job_id],
+            "resources": [resource_json(resource) for resource in resources.get(build.job_id, [])],
+        }
+        for build in builds
     ]
+
+
+def build_json(build: WorkspaceBuild) -> JsonObject:
+    return builds_json([build])[0]
+
+
+def workspaces_json(workspaces: Sequence[Workspace]) -> list[JsonObject]:
+    """API.md's workspace objects, in the same few queries for any number of workspaces."""
+    latest = services.latest_builds(workspaces)
+    builds = list(latest.values())
+    resources = jobs_resources([build.job_id for build in builds])
+    built = dict(zip([build.workspace_id for build in builds], builds_json(builds, resources), strict=True))
+    return [
+        _workspace_json(
+            workspace, latest[workspace.id], built[workspace.id], resources.get(latest[workspace.id].job_id, [])
+        )
+        for workspace in workspaces
+    ]
+
+
+def _workspace_json(
+    workspace: Workspace, latest: WorkspaceBuild, built: JsonObject, resources: Sequence[WorkspaceResource]
+) -> JsonObject:
+    failing = [agent.id for resource in resources for agent in resource.agents if not health_of(agent).healthy]
     return {
         "id": workspace.id,
         "name": workspace.name,
@@ -58,6 +88,10 @@ def workspace_json(workspace: Workspace) -> dict[str, Any]:
         "created_at": rfc3339(workspace.created_at),
         "updated_at": rfc3339(workspace.updated_at),
     }
+
+
+def workspace_json(workspace: Workspace) -> JsonObject:
+    return workspaces_json([workspace])[0]
 
 
 @bp.post("/workspaces")
@@ -77,11 +111,8 @@ def list_workspaces() -> Response:
     owner = request.args.get("owner", "")
     if owner not in ("", "me"):
         raise InvalidInput("owner may only be 'me'.")
-    workspaces = services.visible_workspaces(api_user(), only_mine=owner == "me")
-    name = request.args.get("name")
-    if name:
-        workspaces = [workspace for workspace in workspaces if workspace.name == name]
-    return jsonify([workspace_json(workspace) for workspace in workspaces])
+    workspaces = services.visible_workspaces(api_user(), only_mine=owner == "me", name=request.args.get("name") or None)
+    return jsonify(workspaces_json(workspaces))
 
 
 @bp.get("/workspaces/<workspace_id>")
@@ -92,7 +123,7 @@ def get_workspace(workspace_id: str) -> Response:
 @bp.get("/workspaces/<workspace_id>/builds")
 def list_builds(workspace_id: str) -> Response:
     workspace = services.get_workspace_for(api_user(), workspace_id)
-    return jsonify([build_json(build) for build in services.list_builds(workspace)])
+    return jsonify(builds_json(services.list_builds(workspace)))
 
 
 @bp.post("/workspaces/<workspace_id>/builds")
@@ -115,12 +146,12 @@ def get_build(build_id: str) -> Response:
 @bp.get("/workspacebuilds/<build_id>/resources")
 def build_resources(build_id: str) -> Response:
     build = services.get_build_for(api_user(), build_id)
-    return jsonify([resource.to_json() for resource in job_resources(build.job_id)])
+    return jsonify([resource_json(resource) for resource in job_resources(build.job_id)])
 
 
 @bp.get("/workspacebuilds/<build_id>/parameters")
 def build_parameters(build_id: str) -> Response:
-    return jsonify(services.get_build_for(api_user(), build_id).parameters)
+    return jsonify([value.to_json() for value in services.get_build_for(api_user(), build_id).parameters])
 
 
 @bp.get("/workspacebuilds/<build_id>/logs")

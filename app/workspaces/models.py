@@ -2,19 +2,20 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, LargeBinary, String, UniqueConstraint, text
+from sqlalchemy import Boolean, ForeignKey, Index, Integer, LargeBinary, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.catalog.models import Template, TemplateVersion
-from app.columns import IdColumn, UTCDateTime, new_id, utcnow
-from app.extensions import db
+from app.core.columns import IdColumn, MessageListColumn, UTCDateTime, new_id, utcnow
+from app.core.extensions import Model
 from app.provisioning.models import ProvisionerJob
 from app.users.models import User
+from protocol.provisionerd import NameValue
 
 TRANSITIONS = ("start", "stop", "delete")
 
 
-class Workspace(db.Model):  # type: ignore[name-defined,misc]
+class Workspace(Model):
     __tablename__ = "workspaces"
     # A name is taken only while its workspace exists: a deleted one frees it.
     __table_args__ = (
@@ -40,7 +41,7 @@ class Workspace(db.Model):  # type: ignore[name-defined,misc]
     template: Mapped[Template] = relationship()
 
 
-class WorkspaceBuild(db.Model):  # type: ignore[name-defined,misc]
+class WorkspaceBuild(Model):
     __tablename__ = "workspace_builds"
     __table_args__ = (UniqueConstraint("workspace_id", "build_number", name="uq_workspace_builds_workspace_id_number"),)
 
@@ -53,7 +54,7 @@ class WorkspaceBuild(db.Model):  # type: ignore[name-defined,misc]
     initiator_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
     # Raw terraform.tfstate bytes, handed to the next build (kept when an apply failed part-way).
     state: Mapped[bytes | None] = mapped_column(LargeBinary)
-    parameters: Mapped[list[dict[str, str]]] = mapped_column(JSON, default=list)
+    parameters: Mapped[tuple[NameValue, ...]] = mapped_column(MessageListColumn(NameValue), default=())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     workspace: Mapped[Workspace] = relationship()

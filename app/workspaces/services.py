@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-import base64
-from typing import Any
+from collections.abc import Sequence
 
-from flask import url_for
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import joinedload
 
-from app.agents.bootstrap import agent_scripts
 from app.catalog.models import Template, TemplateVersion
-from app.catalog.services import get_template, get_version, sensitive_variable_values
-from app.columns import utcnow
-from app.errors import Conflict, Forbidden, InvalidInput, NotFound
-from app.extensions import db
-from app.files.services import get_file
-from app.provisioning.jobs import JobHandlers, JobSubject, dispatch, new_job, register_job_type
-from app.provisioning.models import JOB_WORKSPACE_BUILD, SUCCEEDED, ProvisionerJob
-from app.provisioning.resources import store_resources
-from app.provisioning.tags import normalise_tags
+from app.catalog.services import get_template, get_version
+from app.core.columns import utcnow
+from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound
+from app.core.extensions import db
+from app.core.validation import USERNAME_PATTERN
+from app.provisioning.jobs import dispatch, new_job
+from app.provisioning.models import SUCCEEDED, ProvisionerJob
 from app.users.models import User
-from app.validation import USERNAME_PATTERN
 from app.workspaces.models import TRANSITIONS, Workspace, WorkspaceBuild
 from app.workspaces.parameters import resolve_parameters
+from protocol.provisionerd import JOB_WORKSPACE_BUILD, NameValue
+from protocol.tags import normalise_tags
 
 IN_PROGRESS = {"start": "starting", "stop": "stopping", "delete": "deleting"}
 DONE = {"start": "running", "stop": "stopped", "delete": "deleted"}
@@ -86,11 +83,39 @@ def get_build_for(user: User, build_id: str) -> WorkspaceBuild:
     return build
 
 
-def visible_workspaces(user: User, *, only_mine: bool = False) -> list[Workspace]:
-    query = select(Workspace).where(Workspace.deleted.is_(False)).order_by(Workspace.name)
+def visible_workspaces(user: User, *, only_mine: bool = False, name: str | None = None) -> list[Workspace]:
+    query = (
+        select(Workspace)
+        .where(Workspace.deleted.is_(False))
+        .options(joinedload(Workspace.owner), joinedload(Workspace.template))
+        .order_by(Workspace.name)
+    )
     if only_mine or not user.is_template_admin:
         query = query.where(Workspace.owner_id == user.id)
+    if name is not None:
+        query = query.where(Workspace.name == name)
     return list(db.session.scalars(query))
+
+
+def latest_builds(workspaces: Sequence[Workspace]) -> dict[str, WorkspaceBuild]:
+    """Each workspace's latest build (with its job and version), in one query whatever the number of workspaces."""
+    if not workspaces:
+        return {}
+    newest = (
+        select(WorkspaceBuild.workspace_id, func.max(WorkspaceBuild.build_number).label("number"))
+        .where(WorkspaceBuild.workspace_id.in_([workspace.id for workspace in workspaces]))
+        .group_by(WorkspaceBuild.workspace_id)
+        .subquery()
+    )
+    query = (
+        select(WorkspaceBuild)
+        .join(
+            newest,
+            (WorkspaceBuild.workspace_id == newest.c.workspace_id) & (WorkspaceBuild.build_number == newest.c.number),
+        )
+        .options(joinedload(WorkspaceBuild.job), joinedload(WorkspaceBuild.template_version))
+    )
+    return {build.workspace_id: build for build in db.session.scalars(query)}
 
 
 def latest_build(workspace: Workspace) -> WorkspaceBuild:
@@ -108,6 +133,7 @@ def list_builds(workspace: Workspace) -> list[WorkspaceBuild]:
     query = (
         select(WorkspaceBuild)
         .where(WorkspaceBuild.workspace_id == workspace.id)
+        .options(joinedload(WorkspaceBuild.job), joinedload(WorkspaceBuild.template_version))
         .order_by(WorkspaceBuild.build_number.desc())
     )
     return list(db.session.scalars(query))
@@ -147,19 +173,19 @@ def create_build(
     if previous.job.is_active:
         raise Conflict("A build of this workspace is already active; wait for it or cancel it.")
     version = _usable_version(workspace.template, version_id) if version_id else previous.template_version
-    previous_values = {item["name"]: item["value"] for item in previous.parameters}
+    previous_values = {item.name: item.value for item in previous.parameters}
     values = resolve_parameters(version.parameters, parameters, previous=previous_values)
-    job = _queue_build(
-        actor, workspace, version, transition, values, state=previous.state, number=previous.build_number + 1
-    )
-    workspace.updated_at = utcnow()
     try:
+        job = _queue_build(
+            actor, workspace, version, transition, values, state=previous.state, number=previous.build_number + 1
+        )
+        workspace.updated_at = utcnow()
         db.session.commit()
-    except IntegrityError as exc:  # two builds raced for the same number
+    except IntegrityError as exc:  # two builds raced for the same number (the flush in _queue_build hits it first)
         db.session.rollback()
         raise Conflict("A build of this workspace is already active; wait for it or cancel it.") from exc
     dispatch(job)
-    return _build_for_job(job)
+    return build_for_job(job)
 
 
 def _usable_version(template: Template, version_id: str | None) -> TemplateVersion:
@@ -177,7 +203,7 @@ def _usable_version(template: Template, version_id: str | None) -> TemplateVersi
 
 def _queue_build(
     actor: User, workspace: Workspace, version: TemplateVersion, transition: str,
-    values: list[dict[str, str]], *, state: bytes | None, number: int,
+    values: tuple[NameValue, ...], *, state: bytes | None, number: int,
 ) -> ProvisionerJob:  # fmt: skip
     # Builds run where the version was imported, on behalf of the workspace's owner (user-scoped tags).
     tags = normalise_tags(version.job.tags, workspace.owner_id)
@@ -192,98 +218,8 @@ def _queue_build(
     return job
 
 
-def _build_for_job(job: ProvisionerJob) -> WorkspaceBuild:
+def build_for_job(job: ProvisionerJob) -> WorkspaceBuild:
     build: WorkspaceBuild | None = db.session.scalar(select(WorkspaceBuild).where(WorkspaceBuild.job_id == job.id))
     if build is None:
         raise NotFound("The job's workspace build is gone.")
     return build
-
-
-def _build_payload(job: ProvisionerJob) -> dict[str, Any]:
-    build = _build_for_job(job)
-    workspace, version = build.workspace, build.template_version
-    template, owner = workspace.template, workspace.owner
-    earlier = db.session.scalar(
-        select(WorkspaceBuild)
-        .where(WorkspaceBuild.workspace_id == workspace.id, WorkspaceBuild.build_number < build.build_number)
-        .order_by(WorkspaceBuild.build_number.desc())
-        .limit(1)
-    )
-
-    return {
-        "workspace_build_id": build.id,
-        "transition": build.transition,
-        "archive": base64.b64encode(get_file(job.file_id).data).decode(),
-        "state": base64.b64encode(build.state or b"").decode(),
-        "parameters": build.parameters,
-        "previous_parameters": earlier.parameters if earlier else [],
-        "variable_values": version.user_variable_values,
-        "metadata": {
-            "workspace_name": workspace.name,
-            "workspace_id": workspace.id,
-            "workspace_build_id": build.id,
-            "owner_name": owner.username,
-            "owner_id": owner.id,
-            "owner_email": owner.email,
-            "owner_full_name": owner.username,
-            "owner_login_type": owner.login_type,
-            "template_id": template.id,
-            "template_name": template.name,
-            "template_version": version.name,
-        },
-        "agent_scripts": agent_scripts(),
-    }
-
-
-def _decode_state(body: dict[str, Any]) -> bytes | None:
-    raw = body.get("state")
-    if not raw:
-        return None
-    try:
-        return base64.b64decode(str(raw), validate=True)
-    except ValueError as exc:
-        raise InvalidInput("state must be base64.") from exc
-
-
-def _build_complete(job: ProvisionerJob, body: dict[str, Any]) -> None:
-    build = _build_for_job(job)
-    state = _decode_state(body)
-    build.state = state if state is not None else build.state
-    store_resources(job.id, build.transition, body.get("resources") or [])
-    if build.transition == "delete":
-        build.workspace.deleted = True
-
-
-def _build_fail(job: ProvisionerJob, body: dict[str, Any]) -> None:
-    # An apply that failed part-way still changed real infrastructure: keep the state Terraform left.
-    state = _decode_state(body)
-    if state is not None:
-        _build_for_job(job).state = state
-
-
-def _build_secrets(job: ProvisionerJob) -> list[str]:
-    return sensitive_variable_values(_build_for_job(job).template_version)
-
-
-def _build_subject(job: ProvisionerJob) -> JobSubject:
-    build = _build_for_job(job)
-    workspace = build.workspace
-    return JobSubject(
-        title=f"{build.transition.capitalize()} {workspace.owner.username}/{workspace.name} #{build.build_number}",
-        url=url_for("workspaces.build", build_id=build.id),
-        template_name=workspace.template.name,
-        workspace_name=workspace.name,
-        workspace_owner_id=workspace.owner_id,
-    )
-
-
-register_job_type(
-    JOB_WORKSPACE_BUILD,
-    JobHandlers(
-        payload=_build_payload,
-        complete=_build_complete,
-        fail=_build_fail,
-        secrets=_build_secrets,
-        describe=_build_subject,
-    ),
-)

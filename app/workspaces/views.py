@@ -2,27 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 
-from flask import current_app, flash, redirect, render_template, request, url_for
+from flask import flash, redirect, render_template, request, url_for
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response
 
-from app.agents.access import AgentContext
-from app.agents.presenter import status_of
-from app.agents.services import shown_agents
-from app.agents.views import agent_panel
 from app.auth.access import page_user
-from app.blueprints import page_blueprint
+from app.auth.blueprints import page_blueprint
 from app.catalog import services as catalog
-from app.errors import DomainError
-from app.extensions import db
-from app.provisioning.jobs import cancel_job, event_stream
+from app.core.errors import DomainError
+from app.core.extensions import db
+from app.events import get_relay
+from app.events.sse import event_stream
+from app.events.streams import follow_changes, follow_statuses
+from app.provisioning.jobs import cancel_job
 from app.provisioning.log_html import log_page_context, page_stream
-from app.provisioning.resources import job_resources
-from app.provisioning.streams import agent_key, follow_changes, follow_statuses, relay_for
+from app.resources.services import job_resources
 from app.workspaces import services
 from app.workspaces.models import Workspace
+from app.workspaces.sections import workspace_sections
 
 bp = page_blueprint("workspaces", __name__)
 
@@ -34,34 +34,35 @@ def home() -> Response:
 
 @bp.get("/workspaces")
 def index() -> str:
-    user = page_user()
-    rows = [(workspace, services.latest_build(workspace)) for workspace in services.visible_workspaces(user)]
+    workspaces = services.visible_workspaces(page_user())
+    latest = services.latest_builds(workspaces)
+    rows = [(workspace, latest[workspace.id]) for workspace in workspaces]
     return render_template("workspaces/index.html", rows=rows, status_of=services.build_status)
 
 
-# A workspace's page also re-checks its agents this often: going from connected to disconnected or timeout
-# follows from time passing, and sends no notice.
-AGENT_POLL_SECONDS = 2.0
+# A workspace's page also re-checks its sections this often: an agent going from connected to disconnected or
+# timeout follows from time passing, and sends no notice.
+SECTION_POLL_SECONDS = 2.0
 
 
 @bp.get("/workspaces/events")
 def status_events() -> Response:
     """`refresh` when any workspace this user sees (or the one named by ?workspace=) changes status; for one
-    workspace also `agents` when its agents change (connection, lifecycle, metadata, app health)."""
+    workspace also each section's event (`agents`) when what it shows changes."""
     user = page_user()
     only = request.args.get("workspace")
-    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
     if only:
         return _workspace_events(services.get_workspace_for(user, only).id)
 
     def statuses() -> list[tuple[str, int, str]]:
+        workspaces = services.visible_workspaces(user)
+        latest = services.latest_builds(workspaces)
         return [
-            (w.id, build.build_number, services.build_status(build))
-            for w in services.visible_workspaces(user)
-            for build in [services.latest_build(w)]
+            (workspace.id, latest[workspace.id].build_number, services.build_status(latest[workspace.id]))
+            for workspace in workspaces
         ]
 
-    return event_stream(follow_statuses(relay, statuses))
+    return event_stream(follow_statuses(get_relay(), statuses))
 
 
 def _workspace_events(workspace_id: str) -> Response:
@@ -72,28 +73,14 @@ def _workspace_events(workspace_id: str) -> Response:
         build = services.latest_build(workspace)
         return build.build_number, services.build_status(build)
 
-    def agent_states() -> dict[str, tuple[object, ...]]:
-        workspace = db.session.get(Workspace, workspace_id)
-        agents = [agent for agent, _ in shown_agents(workspace)] if workspace is not None else []
-        return {
-            agent.id: (status_of(agent), agent.lifecycle_state, agent.version, agent.expanded_directory,
-                       repr(agent.metadata_results), repr(agent.app_health))
-            for agent in agents
-        }  # fmt: skip
+    sections = workspace_sections()
+    readers: dict[str, Callable[[], object]] = {"refresh": build_state}
+    readers.update({section.event: partial(section.live_state, workspace_id) for section in sections})
 
-    def agent_keys(shown: Mapping[str, object]) -> list[str]:
-        states = shown["agents"]
-        return [agent_key(agent_id) for agent_id in states] if isinstance(states, dict) else []
+    def watch_keys(shown: Mapping[str, object]) -> list[str]:
+        return [key for section in sections for key in section.watch_keys(shown[section.event])]
 
-    relay = relay_for(current_app.config["SLIPWAY_SETTINGS"].redis_url)
-    return event_stream(
-        follow_changes(
-            relay,
-            {"refresh": build_state, "agents": agent_states},
-            keys=agent_keys,
-            poll_seconds=AGENT_POLL_SECONDS,
-        )
-    )
+    return event_stream(follow_changes(get_relay(), readers, keys=watch_keys, poll_seconds=SECTION_POLL_SECONDS))
 
 
 @bp.route("/workspaces/new", methods=["GET", "POST"])
@@ -105,8 +92,8 @@ def new() -> str | Response | tuple[str, int]:
     if request.method == "POST":
         # An unchecked checkbox sends nothing: a bool parameter left unticked is "false".
         for parameter in version.parameters if version else []:
-            if parameter.get("type") == "bool" and parameter["name"] not in values:
-                values[parameter["name"]] = "false"
+            if parameter.type == "bool" and parameter.name not in values:
+                values[parameter.name] = "false"
         try:
             workspace = services.create_workspace(page_user(), template.id, request.form.get("name", ""), values)
         except DomainError as error:
@@ -132,7 +119,7 @@ def show(workspace_id: str) -> str:
     builds = services.list_builds(workspace)
     latest = builds[0]
     resources = job_resources(latest.job_id)
-    panels = [agent_panel(AgentContext(agent, build, workspace), user) for agent, build in shown_agents(workspace)]
+    sections = [section.render(workspace, user) for section in workspace_sections()]
     return render_template(
         "workspaces/show.html",
         workspace=workspace,
@@ -140,7 +127,7 @@ def show(workspace_id: str) -> str:
         latest=latest,
         status=services.build_status(latest),
         resources=resources,
-        agent_panels=panels,
+        sections=sections,
         can_act=services.can_act(user, workspace),
         status_of=services.build_status,
     )

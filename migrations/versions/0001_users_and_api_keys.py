@@ -8,7 +8,7 @@ Create Date: 2026-11-22 10:21:06.870131
 from alembic import op
 import sqlalchemy as sa
 
-import app.columns
+import app.core.columns
 
 
 # revision identifiers, used by Alembic.
@@ -29,9 +29,9 @@ def upgrade():
     sa.Column('status', sa.String(length=16), nullable=False),
     sa.Column('login_type', sa.String(length=16), nullable=False),
     sa.Column('session_nonce', sa.String(length=32), nullable=False),
-    sa.Column('created_at', app.columns.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('updated_at', app.columns.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('last_seen_at', app.columns.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('created_at', app.core.columns.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', app.core.columns.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('last_seen_at', app.core.columns.UTCDateTime(timezone=True), nullable=True),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_users')),
     sa.UniqueConstraint('email', name=op.f('uq_users_email')),
     sa.UniqueConstraint('username', name=op.f('uq_users_username'))
@@ -43,9 +43,9 @@ def upgrade():
     sa.Column('user_id', sa.String(length=36), nullable=False),
     sa.Column('kind', sa.String(length=16), nullable=False),
     sa.Column('name', sa.String(length=64), nullable=True),
-    sa.Column('created_at', app.columns.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('expires_at', app.columns.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('last_used_at', app.columns.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('created_at', app.core.columns.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('expires_at', app.core.columns.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('last_used_at', app.core.columns.UTCDateTime(timezone=True), nullable=True),
     sa.ForeignKeyConstraint(['user_id'], ['users.id'], name=op.f('fk_api_keys_user_id_users'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_api_keys')),
     sa.UniqueConstraint('lookup_id', name=op.f('uq_api_keys_lookup_id')),

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.agents.wheelhouse import build_wheelhouse
+from cli.wheelhouse import build_wheelhouse
 
 _BUILT: dict[str, Path] = {}
 

@@ -17,12 +17,14 @@ PARAMETERS = [
     {"name": "region", "type": "string", "mutable": False, "required": True, "default_value": "",
      "options": [{"name": "EU", "value": "eu"}, {"name": "US", "value": "us"}]},
 ]  # fmt: skip
+# What a daemon's import reports: the start plan's resources marked persistent or ephemeral by the stop plan.
 RESOURCES = {
     "start": [
-        {"name": "home", "type": "terraform_data", "agents": []},
+        {"name": "home", "type": "terraform_data", "lifecycle": "persistent", "agents": []},
         {
             "name": "dev",
             "type": "terraform_data",
+            "lifecycle": "ephemeral",
             "agents": [{"name": "main", "os": "linux", "arch": "amd64", "token": "t0k"}],
         },
     ],
@@ -57,11 +59,12 @@ class FakeDaemon:
         return self.client.post(f"/api/v2/provisionerd{path}", json=body or {}, headers=headers)
 
 
-def push_version(client: FlaskClient, admin: Persona) -> dict[str, Any]:
+def push_version(client: FlaskClient, admin: Persona, tags: dict[str, str] | None = None) -> dict[str, Any]:
     archive = tar_of({"main.tf": 'resource "terraform_data" "home" {}\n'})
     upload = client.post("/api/v2/files", data=archive, headers={**admin.auth, "Content-Type": "application/x-tar"})
     assert upload.status_code == 201, upload.json
-    version = client.post("/api/v2/templateversions", json={"file_id": upload.json["id"]}, headers=admin.auth)
+    body = {"file_id": upload.json["id"], "provisioner_tags": tags or {}}
+    version = client.post("/api/v2/templateversions", json=body, headers=admin.auth)
     assert version.status_code == 201, version.json
     return dict(version.json)
 
@@ -72,17 +75,20 @@ def import_template(client: FlaskClient, personas: dict[str, Persona], daemon: F
     job_id = version["job"]["id"]
     acquired = daemon.call(f"/jobs/{job_id}/acquire")
     assert acquired.status_code == 200, acquired.json
-    assert tar_of({"main.tf": 'resource "terraform_data" "home" {}\n'}) == base64.b64decode(acquired.json["archive"])
+    archive = acquired.json["template_import"]["archive"]
+    assert tar_of({"main.tf": 'resource "terraform_data" "home" {}\n'}) == base64.b64decode(archive)
     assert daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Setting up", "output": "hello"}]}).json == {
         "canceled": False
     }
     done = daemon.call(
         f"/jobs/{job_id}/complete",
         {
-            "readme": "# Dev",
-            "parameters": PARAMETERS,
-            "variables": [{"name": "token", "sensitive": True, "default_value": "s3"}],
-            "resources": RESOURCES,
+            "template_import": {
+                "readme": "# Dev",
+                "parameters": PARAMETERS,
+                "variables": [{"name": "token", "sensitive": True, "default_value": "s3"}],
+                "resources": RESOURCES,
+            }
         },
     )
     assert done.status_code == 204, done.json

@@ -103,6 +103,6 @@ def sign_in_through(client: httpx.Client, start: httpx.Response, login: str, rp_
         form = FORM.search(response.text)
         assert response.status_code == 200 and form, f"unexpected provider page {response.status_code}"
         fields = dict(HIDDEN.findall(response.text))
-        fields.update(login=login, password="any-password")  # noqa: S106 - the dev login takes any password
+        fields.update(login=login, password="any-password")
         response = client.post(urljoin(str(response.url), form.group(1)), data=fields)
     raise AssertionError("the sign-in did not come back to Slipway")

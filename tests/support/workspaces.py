@@ -51,5 +51,5 @@ class WorkspaceBuilder:
 
     def _finish(self, job_id: str, resources: list[dict[str, Any]]) -> None:
         assert self.daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
-        completed = self.daemon.call(f"/jobs/{job_id}/complete", {"resources": resources})
+        completed = self.daemon.call(f"/jobs/{job_id}/complete", {"workspace_build": {"resources": resources}})
         assert completed.status_code == 204, completed.text

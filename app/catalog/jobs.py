@@ -1,0 +1,81 @@
+"""Template imports as provisioner jobs: what the daemon gets, and what its result stores on the version."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from flask import url_for
+from sqlalchemy import select
+
+from app.catalog.models import Template, TemplateVersion
+from app.core.errors import InvalidInput, NotFound
+from app.core.extensions import db
+from app.files.services import get_file
+from app.provisioning.jobs import JobHandlers, JobSubject
+from app.provisioning.models import ProvisionerJob
+from app.resources.services import store_resources
+from protocol.parameters import ParameterError, check_declaration
+from protocol.provisionerd import AcquiredJob, ImportJob, JobCompletion
+
+MAX_README_CHARS = 256 * 1024
+
+
+def version_for_job(job: ProvisionerJob) -> TemplateVersion:
+    version: TemplateVersion | None = db.session.scalar(select(TemplateVersion).where(TemplateVersion.job_id == job.id))
+    if version is None:
+        raise NotFound("The job's template version is gone.")
+    return version
+
+
+def import_payload(job: ProvisionerJob, base: AcquiredJob) -> AcquiredJob:
+    version = version_for_job(job)
+    body = ImportJob(
+        template_version_id=version.id,
+        archive=get_file(job.file_id).data,
+        user_variable_values=version.user_variable_values,
+    )
+    return replace(base, template_import=body)
+
+
+def import_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
+    result = completion.template_import
+    if result is None:
+        raise InvalidInput("An import's completion must carry its template_import result.")
+    for parameter in result.parameters:
+        try:
+            check_declaration(parameter)
+        except ParameterError as exc:  # the provider refused it already; a daemon of an older release may not have
+            raise InvalidInput(f"Parameter {parameter.name!r}: {exc}") from None
+    version = version_for_job(job)
+    version.readme = result.readme[:MAX_README_CHARS]
+    version.variables = result.variables
+    version.parameters = result.parameters
+    store_resources(job.id, "start", result.resources.start)
+    store_resources(job.id, "stop", result.resources.stop)
+
+
+def import_secrets(job: ProvisionerJob) -> list[str]:
+    # Which variables are sensitive is only known once the import has read them: treat every given value so.
+    return [item.value for item in version_for_job(job).user_variable_values]
+
+
+def import_subjects(jobs: Sequence[ProvisionerJob]) -> dict[str, JobSubject]:
+    rows = db.session.execute(
+        select(TemplateVersion, Template.name)
+        .outerjoin(Template, Template.id == TemplateVersion.template_id)
+        .where(TemplateVersion.job_id.in_([job.id for job in jobs]))
+    ).all()
+    subjects = {}
+    for version, template_name in rows:
+        subjects[version.job_id] = JobSubject(
+            title=f"Import {template_name or 'new template'} {version.name}",
+            url=url_for("catalog.version", version_id=version.id, template_name=template_name or ""),
+            template_name=template_name or "",
+        )
+    return subjects
+
+
+IMPORT_HANDLERS = JobHandlers(
+    payload=import_payload, complete=import_complete, secrets=import_secrets, describe=import_subjects
+)

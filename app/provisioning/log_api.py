@@ -1,0 +1,57 @@
+"""A job's log for programs: ``GET .../logs`` as JSON, or with ``follow=true`` the live SSE stream of API.md."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+from flask import Response, request
+
+from app.core.extensions import db
+from app.events import get_relay
+from app.events.relay import EventRelay
+from app.events.sse import event_stream, log_cursor, sse_event, stream_cursor
+from app.events.streams import follow_lines, line_event
+from app.provisioning.jobs import job_logs
+from app.provisioning.models import ACTIVE_STATUSES, ProvisionerJob, ProvisionerJobLog
+from protocol.codec import JsonObject
+
+
+class JobLogRenderer(Protocol):
+    """How a stream shows a job's lines and its end (JSON for programs, HTML for pages)."""
+
+    def update(self, job: ProvisionerJob, lines: Sequence[ProvisionerJobLog]) -> Iterator[str]: ...
+
+    def end(self, job: ProvisionerJob) -> Iterator[str]: ...
+
+
+def follow_job(relay: EventRelay, job_id: str, after: int, renderer: JobLogRenderer) -> Iterator[str]:
+    def fetch(since: int) -> tuple[ProvisionerJob | None, list[ProvisionerJobLog]]:
+        job = db.session.get(ProvisionerJob, job_id, populate_existing=True)
+        return job, job_logs(job_id, since) if job is not None else []
+
+    return follow_lines(relay, job_id, after, fetch, lambda job: job.status not in ACTIVE_STATUSES, renderer)
+
+
+class JsonRenderer:
+    """API.md's stream: one `log` event per line, then `end` with the job's final status."""
+
+    def update(self, job: ProvisionerJob, lines: Sequence[ProvisionerJobLog]) -> Iterator[str]:
+        if lines:  # one write for the whole batch, not one per line
+            yield "".join(line_event(line) for line in lines)
+
+    def end(self, job: ProvisionerJob) -> Iterator[str]:
+        body: JsonObject = {"status": job.status}
+        if job.error:
+            body["error"] = job.error
+        yield sse_event("end", json.dumps(body))
+
+
+def logs_response(job: ProvisionerJob) -> Response:
+    """GET .../logs: the lines after ``?after=`` as JSON, or with ``follow=true`` a live SSE stream."""
+    after = log_cursor(request.args.get("after", "0"))
+    if request.args.get("follow", "").lower() not in ("true", "1"):
+        return Response(json.dumps([line.to_json() for line in job_logs(job.id, after)]), mimetype="application/json")
+    cursor = stream_cursor(request.args.get("after"), request.headers.get("Last-Event-ID"))
+    return event_stream(follow_job(get_relay(), job.id, cursor, JsonRenderer()))

@@ -1,0 +1,115 @@
+"""Workspace builds as provisioner jobs: what the daemon gets, and what its result stores on the build."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from flask import url_for
+from sqlalchemy import select
+from sqlalchemy.orm import joinedload
+
+from app.catalog.services import sensitive_variable_values
+from app.core.errors import InvalidInput
+from app.core.extensions import db
+from app.files.services import get_file
+from app.provisioning.jobs import JobHandlers, JobSubject
+from app.provisioning.models import ProvisionerJob
+from app.resources.services import store_resources
+from app.workspaces.models import Workspace, WorkspaceBuild
+from app.workspaces.services import build_for_job
+from protocol.provisionerd import AcquiredJob, BuildJob, BuildMetadata, JobCompletion, JobFailure
+
+AgentScripts = Callable[[], Mapping[str, str]]
+
+
+def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: AgentScripts) -> AcquiredJob:
+    build = build_for_job(job)
+    workspace, version = build.workspace, build.template_version
+    template, owner = workspace.template, workspace.owner
+    earlier = db.session.scalar(
+        select(WorkspaceBuild)
+        .where(WorkspaceBuild.workspace_id == workspace.id, WorkspaceBuild.build_number < build.build_number)
+        .order_by(WorkspaceBuild.build_number.desc())
+        .limit(1)
+    )
+    body = BuildJob(
+        workspace_build_id=build.id,
+        transition=build.transition,  # type: ignore[arg-type]  # one of TRANSITIONS, checked when it was created
+        archive=get_file(job.file_id).data,
+        state=build.state or b"",
+        parameters=build.parameters,
+        previous_parameters=earlier.parameters if earlier else (),
+        variable_values=version.user_variable_values,
+        metadata=BuildMetadata(
+            workspace_name=workspace.name,
+            workspace_id=workspace.id,
+            workspace_build_id=build.id,
+            owner_name=owner.username,
+            owner_id=owner.id,
+            owner_email=owner.email,
+            owner_full_name=owner.username,
+            owner_login_type=owner.login_type,
+            template_id=template.id,
+            template_name=template.name,
+            template_version=version.name,
+        ),
+        agent_scripts=dict(agent_scripts()),
+    )
+    return replace(base, workspace_build=body)
+
+
+def build_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
+    result = completion.workspace_build
+    if result is None:
+        raise InvalidInput("A build's completion must carry its workspace_build result.")
+    build = build_for_job(job)
+    build.state = result.state or build.state
+    store_resources(job.id, build.transition, result.resources)
+    if build.transition == "delete":
+        build.workspace.deleted = True
+
+
+def build_fail(job: ProvisionerJob, failure: JobFailure) -> None:
+    # An apply that failed part-way still changed real infrastructure: keep the state Terraform left.
+    if failure.state:
+        build_for_job(job).state = failure.state
+
+
+def build_secrets(job: ProvisionerJob) -> list[str]:
+    return sensitive_variable_values(build_for_job(job).template_version)
+
+
+def build_subjects(jobs: Sequence[ProvisionerJob]) -> dict[str, JobSubject]:
+    builds = db.session.scalars(
+        select(WorkspaceBuild)
+        .where(WorkspaceBuild.job_id.in_([job.id for job in jobs]))
+        .options(
+            joinedload(WorkspaceBuild.workspace).joinedload(Workspace.owner),
+            joinedload(WorkspaceBuild.workspace).joinedload(Workspace.template),
+        )
+    ).all()
+    return {
+        build.job_id: JobSubject(
+            title=(
+                f"{build.transition.capitalize()} {build.workspace.owner.username}/{build.workspace.name} "
+                f"#{build.build_number}"
+            ),
+            url=url_for("workspaces.build", build_id=build.id),
+            template_name=build.workspace.template.name,
+            workspace_name=build.workspace.name,
+            workspace_owner_id=build.workspace.owner_id,
+        )
+        for build in builds
+    }
+
+
+def build_handlers(agent_scripts: AgentScripts) -> JobHandlers:
+    """The handlers of workspace builds; the agents feature supplies the init scripts the provider hands out."""
+
+    def payload(job: ProvisionerJob, base: AcquiredJob) -> AcquiredJob:
+        return build_payload(job, base, agent_scripts=agent_scripts)
+
+    return JobHandlers(
+        payload=payload, complete=build_complete, fail=build_fail, secrets=build_secrets, describe=build_subjects
+    )

@@ -1,0 +1,174 @@
+"""Redis is the server's: daemons the operator does not trust with it wait for jobs over HTTP, and nothing read back
+from Redis — a dial, a tunnel record — is believed unless the server signed it (security audit finding 1)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import redis
+from flask import Flask
+from flask.testing import FlaskClient
+
+from app.agents.tunnels import DialRequest, signed_dial, verified_dial
+from app.core.signing import Signer
+from protocol.agentapi import Dial
+from tests.conftest import Persona
+from tests.support.daemon import PSK_HEADERS, FakeDaemon, push_version
+
+WAIT = "/jobs/wait"
+
+
+def _registration(client: FlaskClient, headers: dict[str, str], tags: dict[str, str] | None = None) -> Any:
+    reply = client.post("/api/v2/provisionerd/register", json={"name": "d", "tags": tags or {}}, headers=headers)
+    assert reply.status_code == 201, reply.json
+    return reply.json
+
+
+def test_a_members_daemon_gets_neither_redis_nor_queues(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    """The audit's attack began here: a member's user-scoped daemon was handed the server's own Redis."""
+    reply = _registration(client, personas["carol"].auth, {"scope": "user"})
+    assert reply["redis_url"] is None and reply["queues"] == []
+
+
+def test_keys_and_the_psk_get_redis_only_when_the_operator_trusts_them(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    key = client.post("/api/v2/provisionerkeys", json={"name": "k", "tags": {}}, headers=personas["bob"].auth).json
+    key_headers = {"Slipway-Provisioner-Key": key["key"]}
+    assert _registration(client, PSK_HEADERS)["redis_url"] is None
+    assert _registration(client, key_headers)["redis_url"] is None
+
+    app.config["SLIPWAY_SETTINGS"] = replace(app.config["SLIPWAY_SETTINGS"], provisioner_trust_redis=("psk",))
+    trusted = _registration(client, PSK_HEADERS)
+    assert trusted["redis_url"] and trusted["queues"]
+    assert _registration(client, key_headers)["redis_url"] is None  # only the kinds named are trusted
+    # Even a trusted owner's token is a person's: user tokens never get Redis.
+    assert _registration(client, personas["alice"].auth)["redis_url"] is None
+
+
+def test_built_in_daemons_keep_redis(app: Flask, client: FlaskClient) -> None:
+    app.config["SLIPWAY_SETTINGS"] = replace(app.config["SLIPWAY_SETTINGS"], builtin_daemon_psk="builtin-psk")
+    reply = _registration(client, {"Slipway-Provisioner-PSK": "builtin-psk"})
+    assert reply["redis_url"] and reply["queues"]
+
+
+class Waiter(threading.Thread):
+    """A daemon's POST /jobs/wait on a client of its own, so the test can queue a job meanwhile."""
+
+    def __init__(self, app: Flask, daemon: FakeDaemon, timeout: int) -> None:
+        super().__init__(daemon=True)
+        self.client = app.test_client()
+        self.headers = {**daemon.credential, "Slipway-Provisioner-Daemon": daemon.id}
+        self.timeout = timeout
+        self.reply: Any = None
+        self.took = 0.0
+
+    def run(self) -> None:
+        began = time.monotonic()
+        self.reply = self.client.post(
+            f"/api/v2/provisionerd{WAIT}", json={"timeout_seconds": self.timeout}, headers=self.headers
+        )
+        self.took = time.monotonic() - began
+
+
+def test_a_waiting_daemon_gets_the_job_as_soon_as_it_is_queued(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    daemon = FakeDaemon(client)
+    waiter = Waiter(app, daemon, timeout=60)
+    waiter.start()
+    time.sleep(0.5)  # let the wait start, so the job is handed over by its notice (not found at the first look)
+    version = push_version(client, personas["bob"])
+    waiter.join(timeout=60)
+    assert waiter.reply is not None and waiter.reply.status_code == 200, waiter.reply
+    job = waiter.reply.json
+    assert job["id"] == version["job"]["id"] and job["type"] == "template_version_import"
+    assert job["template_import"]["template_version_id"] == version["id"]
+    assert waiter.took < 30  # woken by the queue notice, well before its 60 s timeout
+    shown = client.get(f"/api/v2/provisionerjobs/{job['id']}", headers=personas["bob"].auth).json
+    assert shown["status"] == "running" and shown["worker_id"] == daemon.id
+
+
+def test_a_wait_with_no_job_ends_empty(app: Flask, client: FlaskClient) -> None:
+    daemon = FakeDaemon(client)
+    assert daemon.call(WAIT, {"timeout_seconds": 1}).status_code == 204
+    assert daemon.call(WAIT, {"timeout_seconds": 0}).status_code == 204
+    too_long = daemon.call(WAIT, {"timeout_seconds": 3600})
+    assert too_long.status_code == 400 and too_long.json["validations"][0]["field"] == "timeout_seconds"
+
+
+def test_a_waiting_daemon_gets_only_jobs_its_tags_allow(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    push_version(client, personas["bob"])
+    gpu_job = push_version(client, personas["bob"], {"gpu": "a100"})["job"]
+    plain = FakeDaemon(client, "plain")
+    first = plain.call(WAIT, {"timeout_seconds": 1})
+    assert first.status_code == 200 and first.json["tags"] == {"scope": "organization", "owner": ""}
+    assert plain.call(WAIT, {"timeout_seconds": 1}).status_code == 204  # the gpu job is not for it
+    gpu = FakeDaemon(client, "gpu", {"gpu": "a100"})
+    taken = gpu.call(WAIT, {"timeout_seconds": 1})
+    assert taken.status_code == 200 and taken.json["id"] == gpu_job["id"]
+
+
+def test_a_user_scoped_daemon_waits_only_for_its_owners_jobs(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    bob, carol = personas["bob"], personas["carol"]
+    carols = FakeDaemon(client, "carols", {"scope": "user"}, credential=carol.auth)
+    push_version(client, bob)  # an organization job
+    assert carols.call(WAIT, {"timeout_seconds": 1}).status_code == 204
+    bobs = FakeDaemon(client, "bobs", {"scope": "user"}, credential=bob.auth)
+    mine = push_version(client, bob, {"scope": "user"})["job"]
+    assert carols.call(WAIT, {"timeout_seconds": 1}).status_code == 204
+    assert bobs.call(WAIT, {"timeout_seconds": 1}).json["id"] == mine["id"]
+
+
+def test_two_waiting_daemons_never_get_the_same_job(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    waiters = [Waiter(app, FakeDaemon(client, f"d{n}"), timeout=3) for n in range(2)]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(0.5)
+    push_version(client, personas["bob"])
+    for waiter in waiters:
+        waiter.join(timeout=60)
+    statuses = sorted(waiter.reply.status_code for waiter in waiters)
+    assert statuses == [200, 204]
+
+
+# -- what is read back from Redis ------------------------------------------------------------------------------
+
+
+def test_only_dials_the_server_signed_for_this_agent_recently_pass() -> None:
+    signer = Signer("server-secret")
+    dial = DialRequest(service="pty").for_tunnel("t1")
+    message = signed_dial(signer, "agent-1", dial).encode()
+    assert Dial.loads(verified_dial(signer, "agent-1", message) or "") == dial
+    # What someone with write access to Redis could publish: unsigned, for another agent, with another key, late.
+    assert verified_dial(signer, "agent-1", dial.dumps().encode()) is None
+    assert verified_dial(signer, "agent-2", message) is None
+    assert verified_dial(Signer("guessed-secret"), "agent-1", message) is None
+    late = signed_dial(signer, "agent-1", dial, issued_at=time.time() - 3600).encode()
+    assert verified_dial(signer, "agent-1", late) is None
+    tampered = json.loads(message)
+    tampered["dial"] = DialRequest(service="ssh").for_tunnel("t1").dumps()
+    assert verified_dial(signer, "agent-1", json.dumps(tampered).encode()) is None
+    assert verified_dial(signer, "agent-1", b"not json") is None
+
+
+@pytest.mark.parametrize("forged", ["{agent}", "{agent}.", "{agent}.0123abcd"])
+def test_an_agent_takes_a_tunnel_only_with_the_servers_record_of_it(app: Flask, redis_server: str, forged: str) -> None:
+    """The tunnel's other half is handed only to the agent the server dialed: a record written into Redis by
+    anyone else (the audit wrote `slipway:tunnel:<T>:agent=<agent id>`) is not the server's."""
+    from app.agents.tunnels import dialed_to
+
+    signer = Signer(app.config["SLIPWAY_SETTINGS"].secret_key)
+    with redis.Redis.from_url(redis_server) as client:
+        client.set("slipway:tunnel:T1:agent", forged.format(agent="agent-1"), ex=60)
+        assert not dialed_to(client, signer, "T1", "agent-1")
+        client.set("slipway:tunnel:T2:agent", f"agent-1.{signer.sign('tunnel', 'T2', 'agent-1')}", ex=60)
+        assert dialed_to(client, signer, "T2", "agent-1")
+        assert not dialed_to(client, signer, "T2", "agent-2")
