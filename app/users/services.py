@@ -102,21 +102,38 @@ def get_user(user_id: str) -> User:
     return user
 
 
+def is_last_active_owner(user: User) -> bool:
+    """Whether ``user`` is an active owner and no other active user is one (the deployment would have no owner)."""
+    if ROLE_OWNER not in user.roles or user.status != STATUS_ACTIVE:
+        return False
+    # Roles are a JSON list, which SQLite and PostgreSQL query differently: compare them here instead.
+    others = db.session.scalars(select(User.roles).where(User.id != user.id, User.status == STATUS_ACTIVE))
+    return not any(ROLE_OWNER in (roles or []) for roles in others)
+
+
+def _last_owner_error(user: User) -> Conflict:
+    return Conflict(f"{user.username} is the last active owner: make another user an owner first.")
+
+
 def update_user(actor: User, user_id: str, *, roles: list[str] | None = None, status: str | None = None) -> User:
-    """Change roles and/or status; an owner cannot lock themselves out of owning the deployment."""
+    """Change roles and/or status; nobody can leave the deployment without an active owner."""
     user = get_user(user_id)
-    if roles is not None:
-        new_roles = normalise_roles(roles)
-        if user.id == actor.id and ROLE_OWNER not in new_roles:
+    new_roles = None if roles is None else normalise_roles(roles)
+    if status is not None and status not in (STATUS_ACTIVE, STATUS_SUSPENDED):
+        raise InvalidInput("Unknown status.", validations=[{"field": "status", "detail": "Use active or suspended."}])
+    if new_roles is not None and ROLE_OWNER not in new_roles:
+        if user.id == actor.id:
             raise Forbidden("You cannot remove your own owner role; ask another owner.")
+        if is_last_active_owner(user):
+            raise _last_owner_error(user)
+    if status == STATUS_SUSPENDED:
+        if user.id == actor.id:
+            raise Forbidden("You cannot suspend yourself.")
+        if is_last_active_owner(user):
+            raise _last_owner_error(user)
+    if new_roles is not None:
         user.roles = new_roles
     if status is not None:
-        if status not in (STATUS_ACTIVE, STATUS_SUSPENDED):
-            raise InvalidInput(
-                "Unknown status.", validations=[{"field": "status", "detail": "Use active or suspended."}]
-            )
-        if user.id == actor.id and status == STATUS_SUSPENDED:
-            raise Forbidden("You cannot suspend yourself.")
         if status == STATUS_SUSPENDED and user.status != STATUS_SUSPENDED:
             end_sessions(user)
         user.status = status
