@@ -6,6 +6,7 @@ these rules are plain functions, checked here on both databases.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +18,7 @@ from app.auth.oidc import OidcError, sign_in, unique_username
 from app.config import Settings, SettingsError, load_settings
 from app.extensions import db
 from app.users.models import User
+from app.users.services import update_user
 from tests.conftest import Persona
 
 OIDC = {"oidc_issuer_url": "http://idp.example", "oidc_client_id": "slipway"}
@@ -100,18 +102,51 @@ def test_suspended_users_are_refused(app: Flask, settings: Settings, personas: d
         assert db.session.get(User, personas["carol"].id).oidc_subject is None  # type: ignore[union-attr]
 
 
-def test_roles_follow_the_claim_at_every_sign_in(app: Flask, settings: Settings) -> None:
-    mapped = _oidc(
-        settings,
-        oidc_role_field="groups",
-        oidc_role_mapping=(("platform", "template-admin"), ("admins", "owner"), ("staff", "member")),
-    )
+MAPPING = (("platform", "template-admin"), ("admins", "owner"), ("staff", "member"))
+
+
+def test_mapped_roles_follow_the_claim_and_others_stay(
+    app: Flask, settings: Settings, personas: dict[str, Persona]
+) -> None:
+    """Only roles the mapping can grant change; alice stays an owner, so erin's owner role may come and go."""
+    mapped = _oidc(settings, oidc_role_field="groups", oidc_role_mapping=MAPPING)
+    only_owner_mapped = _oidc(settings, oidc_role_field="groups", oidc_role_mapping=(("admins", "owner"),))
     with app.app_context():
         assert sign_in(mapped, _claims(groups=["staff", "platform"])).roles == ["template-admin"]
         assert sign_in(mapped, _claims(groups="admins")).roles == ["owner"]
         assert sign_in(mapped, _claims(groups=[])).roles == []
+        assert sign_in(mapped, _claims(groups={"not": "a list"})).roles == []
+        erin = sign_in(only_owner_mapped, _claims(groups=["admins"]))
+        update_user(db.session.get(User, personas["alice"].id), erin.id, roles=["owner", "template-admin"])
+        # template-admin, given by hand, is no mapped role here: a sign-in without any group keeps it.
+        assert sign_in(only_owner_mapped, _claims(groups=[])).roles == ["template-admin"]
+        assert sign_in(only_owner_mapped, _claims(groups=["admins"])).roles == ["owner", "template-admin"]
         unmapped = sign_in(_oidc(settings), _claims())
-        assert unmapped.roles == []  # without a mapping roles are left as they are
+        assert unmapped.roles == ["owner", "template-admin"]  # without a mapping roles are left as they are
+
+
+def test_an_empty_group_claim_never_demotes_the_last_active_owner(
+    app: Flask, settings: Settings, personas: dict[str, Persona], caplog: pytest.LogCaptureFixture
+) -> None:
+    mapped = _oidc(settings, oidc_role_field="groups", oidc_role_mapping=MAPPING)
+    with app.app_context():
+        alice = db.session.get(User, personas["alice"].id)
+        assert alice is not None
+        alice.oidc_subject = "alice-at-idp"
+        db.session.commit()
+        with caplog.at_level(logging.WARNING, logger="app.auth.oidc"):
+            user = sign_in(mapped, _claims("alice-at-idp", email="alice@example.com", groups=[]))
+        assert user.roles == ["owner"]
+        assert "kept the owner role of alice: they are the last active owner" in caplog.text
+        # Once another active owner exists, the claim decides again.
+        update_user(alice, personas["bob"].id, roles=["owner"])
+        assert sign_in(mapped, _claims("alice-at-idp", email="alice@example.com", groups=[])).roles == []
+
+
+def test_the_first_person_in_stays_owner_when_the_claim_grants_nothing(app: Flask, settings: Settings) -> None:
+    mapped = _oidc(settings, oidc_role_field="groups", oidc_role_mapping=MAPPING)
+    with app.app_context():
+        assert sign_in(mapped, _claims(groups=["platform"])).roles == ["owner", "template-admin"]
 
 
 def test_oidc_settings_are_checked() -> None:

@@ -19,8 +19,8 @@ from sqlalchemy.exc import IntegrityError
 from app.config import Settings
 from app.errors import DomainError
 from app.extensions import db
-from app.users.models import ROLE_MEMBER, ROLE_OWNER, STATUS_ACTIVE, User
-from app.users.services import user_count
+from app.users.models import ASSIGNABLE_ROLES, ROLE_OWNER, STATUS_ACTIVE, User
+from app.users.services import is_last_active_owner, user_count
 
 log = logging.getLogger(__name__)
 CALLBACK_PATH = "/api/v2/users/oidc/callback"
@@ -106,9 +106,7 @@ def sign_in(settings: Settings, claims: dict[str, Any]) -> User:
     if user.status != STATUS_ACTIVE:
         db.session.rollback()
         raise OidcError("Your account is suspended. Ask an owner to reactivate it.")
-    roles = mapped_roles(settings, claims)
-    if roles is not None:
-        user.roles = roles
+    sync_roles(settings, claims, user)
     db.session.commit()
     return user
 
@@ -150,11 +148,19 @@ def unique_username(wanted: str) -> str:
     return candidate
 
 
-def mapped_roles(settings: Settings, claims: dict[str, Any]) -> list[str] | None:
-    """Roles from the role claim through the mapping; None when no mapping is configured (roles kept)."""
+def sync_roles(settings: Settings, claims: dict[str, Any], user: User) -> None:
+    """Roles the mapping can grant follow the claim; other roles (given by hand) stay, and so does the last owner."""
     if not settings.oidc_role_field or not settings.oidc_role_mapping:
-        return None
+        return
     raw = claims.get(settings.oidc_role_field) or []
     values = {raw} if isinstance(raw, str) else {str(value) for value in raw} if isinstance(raw, list) else set()
-    roles = {role for idp_value, role in settings.oidc_role_mapping if idp_value in values}
-    return sorted(roles - {ROLE_MEMBER})
+    mapped = {role for _, role in settings.oidc_role_mapping}
+    granted = {role for idp_value, role in settings.oidc_role_mapping if idp_value in values}
+    roles = (set(user.roles) - mapped) | granted
+    if ROLE_OWNER not in roles and is_last_active_owner(user):
+        # A provider group emptied by mistake must not leave the deployment without an owner.
+        log.warning("OIDC role sync kept the owner role of %s: they are the last active owner", user.username)
+        roles.add(ROLE_OWNER)
+    synced = [role for role in ASSIGNABLE_ROLES if role in roles]
+    if synced != user.roles:
+        user.roles = synced
