@@ -43,9 +43,10 @@ def login() -> Response | str | tuple[str, int]:
 
 @bp.post("/logout")
 def logout() -> Response:
-    from app.auth.oidc_views import provider_logout_url
+    from app.auth.oidc_views import forget_linking, provider_logout_url
 
     logout_user()
+    forget_linking()
     provider_logout = provider_logout_url()  # signed in through the provider: end its session too
     flash("You have signed out.", "info")
     return redirect(provider_logout or url_for("auth.login"))

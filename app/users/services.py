@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
@@ -26,6 +27,9 @@ from app.validation import FieldErrors, check_email, check_password, check_usern
 # Checked against when the email is unknown, so a wrong email costs the same time as a wrong password.
 _DUMMY_HASH = generate_password_hash("slipway-timing-equaliser")
 BAD_CREDENTIALS = "Incorrect email or password."
+# How long an owner's "Allow single sign-on linking" stays open: long enough to tell the person, short enough that
+# a forgotten permission does not lie around for ever.
+OIDC_LINK_WINDOW = timedelta(days=7)
 
 
 def user_count() -> int:
@@ -137,6 +141,21 @@ def update_user(actor: User, user_id: str, *, roles: list[str] | None = None, st
         if status == STATUS_SUSPENDED and user.status != STATUS_SUSPENDED:
             end_sessions(user)
         user.status = status
+    user.updated_at = utcnow()
+    db.session.commit()
+    return user
+
+
+def allow_oidc_linking(user_id: str, allowed: bool) -> User:
+    """Let the next single sign-on whose verified email matches link this account (or withdraw that permission).
+
+    An owner vouches here that the provider's identity with this email is the same person, which is what a
+    password confirmation proves otherwise.
+    """
+    user = get_user(user_id)
+    if allowed and user.oidc_subject is not None:
+        raise Conflict(f"{user.username} is already linked to a single sign-on identity.")
+    user.oidc_link_allowed_until = utcnow() + OIDC_LINK_WINDOW if allowed else None
     user.updated_at = utcnow()
     db.session.commit()
     return user
