@@ -5,13 +5,16 @@ from __future__ import annotations
 import hashlib
 from datetime import timedelta
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from app.core.columns import utcnow
+from app.core.errors import Conflict
 from app.core.extensions import db
-from app.users.models import ApiKey
+from app.users import services
+from app.users.models import ApiKey, User
 from tests.conftest import PASSWORD, Persona
 
 FIRST = {"username": "alice", "email": "alice@example.com", "password": PASSWORD}
@@ -124,6 +127,33 @@ def test_owner_cannot_lock_themselves_out(client: FlaskClient, personas: dict[st
         client.patch(f"/api/v2/users/{alice.id}", json={"status": "suspended"}, headers=alice.auth).status_code == 403
     )
     assert client.patch(f"/api/v2/users/{alice.id}", json={"roles": []}, headers=alice.auth).status_code == 403
+
+
+def test_the_last_active_owner_cannot_be_demoted_or_suspended(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    """update_user itself keeps an active owner, whoever calls it: the routes' owner guard is not the only line."""
+    alice = personas["alice"]
+
+    def refused(**change: object) -> None:
+        with app.app_context():
+            actor = db.session.get(User, personas["bob"].id)  # any caller other than alice: a script, a job
+            assert actor is not None
+            with pytest.raises(Conflict, match="alice is the last active owner") as error:
+                services.update_user(actor, alice.id, **change)  # type: ignore[arg-type]
+            assert error.value.status == 409
+        assert client.get("/api/v2/users/me", headers=alice.auth).json["roles"] == ["owner", "member"]
+
+    refused(roles=["template-admin"])
+    refused(status="suspended")
+    erin = {"username": "erin", "email": "erin@example.com", "password": PASSWORD, "roles": ["owner"]}
+    erin_id = client.post("/api/v2/users", json=erin, headers=alice.auth).json["id"]
+    assert client.patch(f"/api/v2/users/{erin_id}", json={"status": "suspended"}, headers=alice.auth).status_code == 200
+    refused(roles=[])  # a suspended owner does not count
+    assert client.patch(f"/api/v2/users/{erin_id}", json={"status": "active"}, headers=alice.auth).status_code == 200
+    login = client.post("/api/v2/users/login", json={"email": "erin@example.com", "password": PASSWORD})
+    erin_auth = {"Authorization": f"Bearer {login.json['session_token']}"}
+    assert client.patch(f"/api/v2/users/{alice.id}", json={"roles": []}, headers=erin_auth).status_code == 200
 
 
 def test_members_and_template_admins_cannot_manage_users(client: FlaskClient, personas: dict[str, Persona]) -> None:

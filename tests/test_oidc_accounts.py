@@ -1,4 +1,5 @@
-"""What a sign-in through the identity provider does with its claims: link, sign up, refuse, sync roles.
+"""What a sign-in through the identity provider does with its claims: sign in, ask for a password to link, link
+with an owner's permission, sign up, refuse, sync roles.
 
 The flow itself (discovery, PKCE, state, nonce, ID token) runs against a real provider in test_oidc_flow.py;
 these rules are plain functions, checked here on both databases.
@@ -6,17 +7,22 @@ these rules are plain functions, checked here on both databases.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from flask import Flask
 from sqlalchemy import select
 
-from app.auth.oidc import OidcError, sign_in, unique_username
+from app.auth.oidc import LinkNeeded, OidcError, sign_in, unique_username
+from app.core.columns import utcnow
 from app.core.config import Settings, SettingsError, load_settings
+from app.core.errors import Conflict
 from app.core.extensions import db
 from app.users.models import User
+from app.users.services import allow_oidc_linking, update_user
 from tests.conftest import Persona
 
 OIDC = {"oidc_issuer_url": "http://idp.example", "oidc_client_id": "slipway"}
@@ -55,13 +61,81 @@ def test_the_first_person_in_becomes_the_owner(app: Flask, settings: Settings) -
         assert sign_in(_oidc(settings), _claims("sub-2", email="f@example.com", preferred_username="f")).roles == []
 
 
-def test_a_verified_email_links_an_existing_password_account(
+def test_a_verified_email_asks_for_the_password_of_an_existing_account(
     app: Flask, settings: Settings, personas: dict[str, Persona]
 ) -> None:
     with app.app_context():
-        user = sign_in(_oidc(settings), _claims(email="Carol@Example.com"))
+        with pytest.raises(LinkNeeded) as needed:
+            sign_in(_oidc(settings), _claims(email="Carol@Example.com"))
+        link = needed.value.link
+        assert (link.account_id, link.subject, link.email, link.issuer) == (
+            personas["carol"].id,
+            "sub-1",
+            "carol@example.com",
+            "http://idp.example",
+        )
+    assert _users(app)["carol"].oidc_subject is None and "erin" not in _users(app)
+
+
+@pytest.mark.parametrize("verified", [None, False, "false", "yes", 1])
+@pytest.mark.parametrize("ignore_email_verified", [False, True])
+def test_an_email_not_explicitly_verified_never_links_an_existing_account(
+    app: Flask, settings: Settings, personas: dict[str, Persona], verified: object, ignore_email_verified: bool
+) -> None:
+    """A provider that says nothing has not vouched for the address; --oidc-ignore-email-verified is for sign-ups."""
+    claims = _claims(email="alice@example.com")
+    if verified is None:
+        del claims["email_verified"]
+    else:
+        claims["email_verified"] = verified
+    with app.app_context():
+        alice = db.session.get(User, personas["alice"].id)
+        assert alice is not None
+        alice.oidc_link_allowed_until = utcnow() + timedelta(days=1)  # not even with an owner's permission
+        db.session.commit()
+        with pytest.raises(OidcError) as refused:
+            sign_in(_oidc(settings, oidc_ignore_email_verified=ignore_email_verified), claims)
+        assert not isinstance(refused.value, LinkNeeded)
+    alice_after = _users(app)["alice"]
+    assert alice_after.oidc_subject is None and alice_after.roles == ["owner"]
+
+
+@pytest.mark.parametrize("verified", [True, "true", "True"])
+def test_an_owners_permission_links_on_a_verified_email(
+    app: Flask, settings: Settings, personas: dict[str, Persona], verified: object
+) -> None:
+    with app.app_context():
+        update = allow_oidc_linking(personas["carol"].id, True)
+        assert update.oidc_link_allowed
+        user = sign_in(_oidc(settings), _claims(email="carol@example.com", email_verified=verified))
         assert user.id == personas["carol"].id and user.oidc_subject == "sub-1"
+        assert user.oidc_link_allowed_until is None  # used up
         assert user.login_type == "password"  # the password still works too
+
+
+def test_an_expired_owners_permission_links_nothing(
+    app: Flask, settings: Settings, personas: dict[str, Persona]
+) -> None:
+    with app.app_context():
+        carol = db.session.get(User, personas["carol"].id)
+        assert carol is not None
+        carol.oidc_link_allowed_until = utcnow() - timedelta(seconds=1)
+        db.session.commit()
+        with pytest.raises(LinkNeeded):
+            sign_in(_oidc(settings), _claims(email="carol@example.com"))
+    assert _users(app)["carol"].oidc_subject is None
+
+
+def test_an_account_linked_to_another_identity_is_not_moved_by_email(
+    app: Flask, settings: Settings, personas: dict[str, Persona]
+) -> None:
+    with app.app_context():
+        first = sign_in(_oidc(settings), _claims())
+        with pytest.raises(OidcError, match="linked to another identity"):
+            sign_in(_oidc(settings), _claims("sub-2"))  # same verified email, another person at the provider
+        with pytest.raises(Conflict, match="already linked"):
+            allow_oidc_linking(first.id, True)
+    assert _users(app)["erin"].oidc_subject == "sub-1"
 
 
 @pytest.mark.parametrize(
@@ -93,25 +167,63 @@ def test_suspended_users_are_refused(app: Flask, settings: Settings, personas: d
     with app.app_context():
         carol = db.session.get(User, personas["carol"].id)
         assert carol is not None
-        carol.status = "suspended"
+        carol.status, carol.oidc_subject = "suspended", "sub-1"
+        dave = db.session.get(User, personas["dave"].id)
+        assert dave is not None
+        dave.status, dave.oidc_link_allowed_until = "suspended", utcnow() + timedelta(days=1)
         db.session.commit()
         with pytest.raises(OidcError, match="suspended"):
             sign_in(_oidc(settings), _claims(email="carol@example.com"))
-        assert db.session.get(User, personas["carol"].id).oidc_subject is None  # type: ignore[union-attr]
+        with pytest.raises(OidcError, match="suspended"):
+            sign_in(_oidc(settings), _claims("sub-2", email="dave@example.com"))
+    assert _users(app)["dave"].oidc_subject is None  # the permission was not used up either
 
 
-def test_roles_follow_the_claim_at_every_sign_in(app: Flask, settings: Settings) -> None:
-    mapped = _oidc(
-        settings,
-        oidc_role_field="groups",
-        oidc_role_mapping=(("platform", "template-admin"), ("admins", "owner"), ("staff", "member")),
-    )
+MAPPING = (("platform", "template-admin"), ("admins", "owner"), ("staff", "member"))
+
+
+def test_mapped_roles_follow_the_claim_and_others_stay(
+    app: Flask, settings: Settings, personas: dict[str, Persona]
+) -> None:
+    """Only roles the mapping can grant change; alice stays an owner, so erin's owner role may come and go."""
+    mapped = _oidc(settings, oidc_role_field="groups", oidc_role_mapping=MAPPING)
+    only_owner_mapped = _oidc(settings, oidc_role_field="groups", oidc_role_mapping=(("admins", "owner"),))
     with app.app_context():
         assert sign_in(mapped, _claims(groups=["staff", "platform"])).roles == ["template-admin"]
         assert sign_in(mapped, _claims(groups="admins")).roles == ["owner"]
         assert sign_in(mapped, _claims(groups=[])).roles == []
+        assert sign_in(mapped, _claims(groups={"not": "a list"})).roles == []
+        erin = sign_in(only_owner_mapped, _claims(groups=["admins"]))
+        update_user(db.session.get(User, personas["alice"].id), erin.id, roles=["owner", "template-admin"])
+        # template-admin, given by hand, is no mapped role here: a sign-in without any group keeps it.
+        assert sign_in(only_owner_mapped, _claims(groups=[])).roles == ["template-admin"]
+        assert sign_in(only_owner_mapped, _claims(groups=["admins"])).roles == ["owner", "template-admin"]
         unmapped = sign_in(_oidc(settings), _claims())
-        assert unmapped.roles == []  # without a mapping roles are left as they are
+        assert unmapped.roles == ["owner", "template-admin"]  # without a mapping roles are left as they are
+
+
+def test_an_empty_group_claim_never_demotes_the_last_active_owner(
+    app: Flask, settings: Settings, personas: dict[str, Persona], caplog: pytest.LogCaptureFixture
+) -> None:
+    mapped = _oidc(settings, oidc_role_field="groups", oidc_role_mapping=MAPPING)
+    with app.app_context():
+        alice = db.session.get(User, personas["alice"].id)
+        assert alice is not None
+        alice.oidc_subject = "alice-at-idp"
+        db.session.commit()
+        with caplog.at_level(logging.WARNING, logger="app.auth.oidc"):
+            user = sign_in(mapped, _claims("alice-at-idp", email="alice@example.com", groups=[]))
+        assert user.roles == ["owner"]
+        assert "kept the owner role of alice: they are the last active owner" in caplog.text
+        # Once another active owner exists, the claim decides again.
+        update_user(alice, personas["bob"].id, roles=["owner"])
+        assert sign_in(mapped, _claims("alice-at-idp", email="alice@example.com", groups=[])).roles == []
+
+
+def test_the_first_person_in_stays_owner_when_the_claim_grants_nothing(app: Flask, settings: Settings) -> None:
+    mapped = _oidc(settings, oidc_role_field="groups", oidc_role_mapping=MAPPING)
+    with app.app_context():
+        assert sign_in(mapped, _claims(groups=["platform"])).roles == ["owner", "template-admin"]
 
 
 def test_oidc_settings_are_checked() -> None:

@@ -20,6 +20,9 @@ from tests.support.server import ServerProcess
 
 ACCOUNTS = {
     "bob": {"email": "Bob@Example.com", "email_verified": True, "preferred_username": "bobby"},
+    # alice's address at the provider, once without saying it is verified (anyone could have typed it).
+    "mallory": {"email": "alice@example.com", "preferred_username": "mallory", "groups": ["admins"]},
+    "alice-sso": {"email": "alice@example.com", "email_verified": True, "preferred_username": "alice", "groups": []},
     "erin": {"email": "erin@example.com", "email_verified": True, "preferred_username": "Erin Smith",
              "groups": ["platform"]},
     "unverified": {"email": "u@example.com", "email_verified": False, "preferred_username": "u"},
@@ -61,7 +64,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     yield from _deploy(
         tmp_path_factory.mktemp("oidc"),
         SLIPWAY_OIDC_ROLE_FIELD="groups",
-        SLIPWAY_OIDC_ROLE_MAPPING="platform=template-admin",
+        SLIPWAY_OIDC_ROLE_MAPPING="platform=template-admin,admins=owner",
         SLIPWAY_OIDC_EMAIL_DOMAIN="example.com",
     )
 
@@ -92,14 +95,63 @@ def test_a_new_person_signs_in_and_gets_a_member_account_with_mapped_roles(
     assert erin["login_type"] == "oidc" and erin["roles"] == ["template-admin", "member"]
 
 
-def test_a_verified_email_signs_in_to_the_existing_account(deployment: Deployment, browser: httpx.Client) -> None:
+def _link_with_password(client: httpx.Client, url: str, link_needed: httpx.Response, email: str) -> None:
+    """From the "sign in with your password to link" page: sign in with the password, then confirm the link."""
+    assert link_needed.status_code == 409 and "An account with this email address already exists" in link_needed.text
+    login_path = link_needed.text.split('id="password-sign-in" href="')[1].split('"')[0].replace("&amp;", "&")
+    signed = client.post(
+        f"{url}{login_path}",
+        data={"email": email, "password": PASSWORD, "csrf_token": _csrf(client, f"{url}{login_path}")},
+    )
+    assert signed.status_code == 302 and signed.headers["location"] == "/account/oidc/link"
+    question = client.get(f"{url}/account/oidc/link")
+    assert f"identity <strong>{email}</strong>" in question.text
+    token = question.text.split('name="csrf_token" value="')[1].split('"')[0]
+    linked = client.post(f"{url}/account/oidc/link", data={"decision": "link", "csrf_token": token})
+    assert linked.status_code == 302 and linked.headers["location"] == "/account"
+
+
+def _csrf(client: httpx.Client, page_url: str) -> str:
+    return client.get(page_url).text.split('name="csrf_token" value="')[1].split('"')[0]
+
+
+def test_a_verified_email_links_an_existing_account_only_after_its_password(
+    deployment: Deployment, browser: httpx.Client
+) -> None:
     owner = {"Authorization": f"Bearer {deployment.owner_token}"}
     account = {"username": "bob", "email": "bob@example.com", "password": PASSWORD, "roles": ["template-admin"]}
     bob = httpx.post(f"{deployment.server.url}/api/v2/users", json=account, headers=owner).json()
-    assert _sign_in(browser, deployment.server, "bob").status_code == 302
+    link_needed = _sign_in(browser, deployment.server, "bob")
+    assert browser.get(f"{deployment.server.url}/workspaces").is_redirect  # not signed in by the email alone
+    assert deployment.users()["bob"]["roles"] == ["template-admin", "member"]
+    _link_with_password(browser, deployment.server.url, link_needed, "bob@example.com")
+
+    with httpx.Client(follow_redirects=False, timeout=30) as later:
+        assert _sign_in(later, deployment.server, "bob").headers["location"] == "/workspaces"
+        assert "bob" in later.get(f"{deployment.server.url}/account").text
     after = deployment.users()
     assert after["bob"]["id"] == bob["id"] and "bobby" not in after
-    assert after["bob"]["roles"] == ["member"]  # the mapping rules: bob is in no mapped group
+    assert after["bob"]["roles"] == ["member"]  # template-admin is mapped, and bob is in no mapped group
+
+
+def test_the_owners_email_at_the_provider_does_not_get_in(deployment: Deployment, browser: httpx.Client) -> None:
+    """Without email_verified the owner's address links nothing; with it, the owner's password is needed, and
+    once linked, an empty group claim leaves the last owner an owner (the operator reads why in the log)."""
+    url = deployment.server.url
+    with httpx.Client(follow_redirects=False, timeout=30) as mallorys:
+        refused = _sign_in(mallorys, deployment.server, "mallory")
+        assert refused.status_code == 403 and "does not confirm that your email address is verified" in refused.text
+        assert mallorys.get(f"{url}/workspaces").is_redirect
+    link_needed = _sign_in(browser, deployment.server, "alice-sso")
+    assert browser.get(f"{url}/workspaces").is_redirect
+    _link_with_password(browser, url, link_needed, "alice@example.com")
+
+    with httpx.Client(follow_redirects=False, timeout=30) as later:
+        assert _sign_in(later, deployment.server, "alice-sso").headers["location"] == "/workspaces"
+        assert "alice" in later.get(f"{url}/account").text
+    assert deployment.users()["alice"]["roles"] == ["owner", "member"]
+    assert "kept the owner role of alice" in deployment.server.log()
+    assert "mallory" not in deployment.users()
 
 
 @pytest.mark.parametrize(

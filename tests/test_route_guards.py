@@ -37,6 +37,7 @@ PUBLIC_ENDPOINTS = {
 OWNER_ONLY_ENDPOINTS = {
     "users.index",
     "users.update",
+    "users.allow_oidc_link",
     "users_api.list_users",
     "users_api.create_user",
     "users_api.get_user",

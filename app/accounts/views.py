@@ -59,6 +59,18 @@ def update(user_id: str) -> str | tuple[str, int]:
     return render_template("users/_partials/row.html", user=user, roles=ASSIGNABLE_ROLES, error=error)
 
 
+@bp.post("/users/<user_id>/oidc-link")
+@require_role(ROLE_OWNER)
+def allow_oidc_link(user_id: str) -> str:
+    """One row changes in place (htmx): allow, or withdraw, linking the account by its next single sign-on."""
+    error = None
+    try:
+        user = services.allow_oidc_linking(user_id, request.form.get("allow") == "true")
+    except DomainError as exc:
+        user, error = services.get_user(user_id), exc.message
+    return render_template("users/_partials/row.html", user=user, roles=ASSIGNABLE_ROLES, error=error)
+
+
 @bp.get("/account")
 def account() -> str:
     return _account_page()

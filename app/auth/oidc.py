@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from authlib.integrations.flask_client import OAuth
@@ -19,14 +21,16 @@ from sqlalchemy.exc import IntegrityError
 from app.core.config import Settings
 from app.core.errors import DomainError
 from app.core.extensions import db
-from app.users.models import ROLE_MEMBER, ROLE_OWNER, STATUS_ACTIVE, User
-from app.users.services import user_count
+from app.users.models import ASSIGNABLE_ROLES, ROLE_OWNER, STATUS_ACTIVE, User
+from app.users.services import is_last_active_owner, user_count
 
 log = logging.getLogger(__name__)
 CALLBACK_PATH = "/api/v2/users/oidc/callback"
 PROVIDER_NAME = "oidc"
 HTTP_TIMEOUT = 10
 MAX_USERNAME = 32
+# Time from the provider's callback to the password sign-in and confirmation of a link.
+PENDING_LINK_LIFETIME = 600
 
 
 class OidcError(DomainError):
@@ -37,6 +41,50 @@ class OidcError(DomainError):
 
 class ProviderUnavailable(OidcError):
     status = 502
+
+
+@dataclass(frozen=True)
+class PendingLink:
+    """A provider identity waiting for the holder of account ``account_id`` to confirm linking it.
+
+    It is kept in the browser's (signed) session between the provider's callback and the confirmation, so only
+    the browser that signed in at the provider can finish it, and only for a few minutes.
+    """
+
+    issuer: str
+    subject: str
+    email: str
+    account_id: str
+    expires_at: float
+
+    @classmethod
+    def create(cls, settings: Settings, subject: str, email: str, account_id: str) -> PendingLink:
+        expires_at = time.time() + PENDING_LINK_LIFETIME
+        return cls(settings.oidc_issuer_url, subject, email, account_id, expires_at)
+
+    @classmethod
+    def from_session(cls, value: object) -> PendingLink | None:
+        """The link stored by :meth:`to_session`, or None when there is none, it expired, or it is malformed."""
+        if not isinstance(value, dict):
+            return None
+        try:
+            link = cls(**value)
+        except TypeError:
+            return None
+        return link if link.expires_at > time.time() else None
+
+    def to_session(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class LinkNeeded(OidcError):
+    """The verified email belongs to an account not linked yet: its holder must sign in and confirm the link."""
+
+    status = 409
+
+    def __init__(self, link: PendingLink) -> None:
+        super().__init__("An account with this email address already exists. Sign in with its password to link it.")
+        self.link = link
 
 
 def init_app(app: Flask, settings: Settings) -> None:
@@ -84,32 +132,65 @@ def end_session_url(client: Any) -> str:
 
 
 def sign_in(settings: Settings, claims: dict[str, Any]) -> User:
-    """The user these claims belong to: found by subject, linked by verified email, or created."""
-    subject = str(claims.get("sub") or "")
-    if not subject:
-        raise OidcError("The identity provider sent no subject (sub) claim.")
-    email = str(claims.get(settings.oidc_email_field) or "").strip().lower()
-    verified = claims.get("email_verified", True)
-    if not settings.oidc_ignore_email_verified and verified in (False, "false"):
-        raise OidcError("Your email address is not verified by the identity provider.")
-    if settings.oidc_email_domains:
-        domain = email.rpartition("@")[2]
-        if not email or domain not in settings.oidc_email_domains:
-            raise OidcError(f"Accounts from {domain or 'your email domain'} may not sign in here.")
+    """The user these claims belong to: found by subject, linked by verified email when allowed, or created.
+
+    An email match alone never signs in to an account that is not linked yet: unless an owner allowed it, the
+    account's holder must confirm with its password (:class:`LinkNeeded`).
+    """
+    subject, email = checked_identity(settings, claims)
     user = db.session.scalar(select(User).where(User.oidc_subject == subject))
     if user is None and email:
-        user = db.session.scalar(select(User).where(func.lower(User.email) == email))
-        if user is not None:
-            user.oidc_subject = subject  # the same person, proven by their verified email
+        existing = db.session.scalar(select(User).where(func.lower(User.email) == email))
+        if existing is not None:
+            user = _link_by_email(settings, existing, subject, email, claims)
     if user is None:
         user = _sign_up(settings, subject, email, claims)
     if user.status != STATUS_ACTIVE:
         db.session.rollback()
         raise OidcError("Your account is suspended. Ask an owner to reactivate it.")
-    roles = mapped_roles(settings, claims)
-    if roles is not None:
-        user.roles = roles
+    sync_roles(settings, claims, user)
     db.session.commit()
+    return user
+
+
+def checked_identity(settings: Settings, claims: dict[str, Any]) -> tuple[str, str]:
+    """(subject, lower-case email) of claims this server accepts at all, or :class:`OidcError` saying why not."""
+    subject = str(claims.get("sub") or "")
+    if not subject:
+        raise OidcError("The identity provider sent no subject (sub) claim.")
+    email = str(claims.get(settings.oidc_email_field) or "").strip().lower()
+    if not settings.oidc_ignore_email_verified and claims.get("email_verified") in (False, "false"):
+        raise OidcError("Your email address is not verified by the identity provider.")
+    if settings.oidc_email_domains:
+        domain = email.rpartition("@")[2]
+        if not email or domain not in settings.oidc_email_domains:
+            raise OidcError(f"Accounts from {domain or 'your email domain'} may not sign in here.")
+    return subject, email
+
+
+def email_verified(claims: dict[str, Any]) -> bool:
+    """Only an explicit yes counts: a provider that says nothing has not vouched for the address."""
+    value = claims.get("email_verified")
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def _link_by_email(settings: Settings, user: User, subject: str, email: str, claims: dict[str, Any]) -> User:
+    """Link the account with this email to the identity, when that is safe; otherwise say what is missing."""
+    if user.oidc_subject is not None:
+        # Another identity at the provider holds this account: an email match never moves a link.
+        raise OidcError("An account with this email address is linked to another identity. Ask an owner for help.")
+    # --oidc-ignore-email-verified is about new accounts only: an existing account is never linked on an unverified
+    # email, since anyone who can set that address at the provider would get in.
+    if not email_verified(claims):
+        raise OidcError(
+            "Your identity provider does not confirm that your email address is verified, so it cannot be used to"
+            " sign in to an existing account. Ask an owner for help."
+        )
+    if not user.oidc_link_allowed:
+        raise LinkNeeded(PendingLink.create(settings, subject, email, user.id))
+    user.oidc_subject = subject  # an owner vouched for this person (Allow single sign-on linking)
+    user.oidc_link_allowed_until = None
+    log.info("OIDC identity linked to %s by an owner's permission", user.username)
     return user
 
 
@@ -150,11 +231,19 @@ def unique_username(wanted: str) -> str:
     return candidate
 
 
-def mapped_roles(settings: Settings, claims: dict[str, Any]) -> list[str] | None:
-    """Roles from the role claim through the mapping; None when no mapping is configured (roles kept)."""
+def sync_roles(settings: Settings, claims: dict[str, Any], user: User) -> None:
+    """Roles the mapping can grant follow the claim; other roles (given by hand) stay, and so does the last owner."""
     if not settings.oidc_role_field or not settings.oidc_role_mapping:
-        return None
+        return
     raw = claims.get(settings.oidc_role_field) or []
     values = {raw} if isinstance(raw, str) else {str(value) for value in raw} if isinstance(raw, list) else set()
-    roles = {role for idp_value, role in settings.oidc_role_mapping if idp_value in values}
-    return sorted(roles - {ROLE_MEMBER})
+    mapped = {role for _, role in settings.oidc_role_mapping}
+    granted = {role for idp_value, role in settings.oidc_role_mapping if idp_value in values}
+    roles = (set(user.roles) - mapped) | granted
+    if ROLE_OWNER not in roles and is_last_active_owner(user):
+        # A provider group emptied by mistake must not leave the deployment without an owner.
+        log.warning("OIDC role sync kept the owner role of %s: they are the last active owner", user.username)
+        roles.add(ROLE_OWNER)
+    synced = [role for role in ASSIGNABLE_ROLES if role in roles]
+    if synced != user.roles:
+        user.roles = synced

@@ -8,7 +8,7 @@ from werkzeug.wrappers import Response
 
 from app.auth import ratelimit
 from app.auth.blueprints import page_blueprint
-from app.auth.oidc_views import provider_logout_url
+from app.auth.oidc_views import forget_linking, provider_logout_url
 from app.auth.redirects import safe_next
 from app.core.errors import DomainError
 from app.users import services
@@ -37,6 +37,7 @@ def login() -> Response | str | tuple[str, int]:
 @bp.post("/logout")
 def logout() -> Response:
     logout_user()
+    forget_linking()
     provider_logout = provider_logout_url()  # signed in through the provider: end its session too
     flash("You have signed out.", "info")
     return redirect(provider_logout or url_for("auth.login"))

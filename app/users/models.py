@@ -37,6 +37,9 @@ class User(Model):
     login_type: Mapped[str] = mapped_column(String(16), default="password")
     # The identity provider's `sub` once the person signed in with OpenID Connect (links the two accounts).
     oidc_subject: Mapped[str | None] = mapped_column(String(255), unique=True)
+    # Set by an owner ("Allow single sign-on linking"): until then, a sign-in through the provider whose verified
+    # email matches links this account without its password. Cleared once linked; it expires by itself.
+    oidc_link_allowed_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Part of the browser session id: rotating it signs the user out everywhere (password change, suspension).
     session_nonce: Mapped[str] = mapped_column(String(32), default=new_session_nonce)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -58,6 +61,10 @@ class User(Model):
 
     def get_id(self) -> str:
         return f"{self.id}:{self.session_nonce}"
+
+    @property
+    def oidc_link_allowed(self) -> bool:
+        return self.oidc_link_allowed_until is not None and self.oidc_link_allowed_until > utcnow()
 
     @property
     def all_roles(self) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
@@ -27,6 +28,9 @@ from app.users.models import (
 # Checked against when the email is unknown, so a wrong email costs the same time as a wrong password.
 _DUMMY_HASH = generate_password_hash("slipway-timing-equaliser")
 BAD_CREDENTIALS = "Incorrect email or password."
+# How long an owner's "Allow single sign-on linking" stays open: long enough to tell the person, short enough that
+# a forgotten permission does not lie around for ever.
+OIDC_LINK_WINDOW = timedelta(days=7)
 
 
 def user_count() -> int:
@@ -103,24 +107,56 @@ def get_user(user_id: str) -> User:
     return user
 
 
+def is_last_active_owner(user: User) -> bool:
+    """Whether ``user`` is an active owner and no other active user is one (the deployment would have no owner)."""
+    if ROLE_OWNER not in user.roles or user.status != STATUS_ACTIVE:
+        return False
+    # Roles are a JSON list, which SQLite and PostgreSQL query differently: compare them here instead.
+    others = db.session.scalars(select(User.roles).where(User.id != user.id, User.status == STATUS_ACTIVE))
+    return not any(ROLE_OWNER in (roles or []) for roles in others)
+
+
+def _last_owner_error(user: User) -> Conflict:
+    return Conflict(f"{user.username} is the last active owner: make another user an owner first.")
+
+
 def update_user(actor: User, user_id: str, *, roles: list[str] | None = None, status: str | None = None) -> User:
-    """Change roles and/or status; an owner cannot lock themselves out of owning the deployment."""
+    """Change roles and/or status; nobody can leave the deployment without an active owner."""
     user = get_user(user_id)
-    if roles is not None:
-        new_roles = normalise_roles(roles)
-        if user.id == actor.id and ROLE_OWNER not in new_roles:
+    new_roles = None if roles is None else normalise_roles(roles)
+    if status is not None and status not in (STATUS_ACTIVE, STATUS_SUSPENDED):
+        raise InvalidInput("Unknown status.", validations=[{"field": "status", "detail": "Use active or suspended."}])
+    if new_roles is not None and ROLE_OWNER not in new_roles:
+        if user.id == actor.id:
             raise Forbidden("You cannot remove your own owner role; ask another owner.")
+        if is_last_active_owner(user):
+            raise _last_owner_error(user)
+    if status == STATUS_SUSPENDED:
+        if user.id == actor.id:
+            raise Forbidden("You cannot suspend yourself.")
+        if is_last_active_owner(user):
+            raise _last_owner_error(user)
+    if new_roles is not None:
         user.roles = new_roles
     if status is not None:
-        if status not in (STATUS_ACTIVE, STATUS_SUSPENDED):
-            raise InvalidInput(
-                "Unknown status.", validations=[{"field": "status", "detail": "Use active or suspended."}]
-            )
-        if user.id == actor.id and status == STATUS_SUSPENDED:
-            raise Forbidden("You cannot suspend yourself.")
         if status == STATUS_SUSPENDED and user.status != STATUS_SUSPENDED:
             end_sessions(user)
         user.status = status
+    user.updated_at = utcnow()
+    db.session.commit()
+    return user
+
+
+def allow_oidc_linking(user_id: str, allowed: bool) -> User:
+    """Let the next single sign-on whose verified email matches link this account (or withdraw that permission).
+
+    An owner vouches here that the provider's identity with this email is the same person, which is what a
+    password confirmation proves otherwise.
+    """
+    user = get_user(user_id)
+    if allowed and user.oidc_subject is not None:
+        raise Conflict(f"{user.username} is already linked to a single sign-on identity.")
+    user.oidc_link_allowed_until = utcnow() + OIDC_LINK_WINDOW if allowed else None
     user.updated_at = utcnow()
     db.session.commit()
     return user

@@ -1,7 +1,7 @@
 """provisioner jobs record their queue (daemons waiting over HTTP find their jobs by it)
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0007
 Create Date: 2026-11-23 22:10:00
 
 """
@@ -15,7 +15,7 @@ from protocol.tags import queue_name
 
 # revision identifiers, used by Alembic.
 revision = '0008'
-down_revision = '0005'
+down_revision = '0007'
 branch_labels = None
 depends_on = None
 
