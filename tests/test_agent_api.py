@@ -379,3 +379,41 @@ def test_the_workspace_stream_follows_its_agents_notices(
         done.set()
         response.close()
         reporter.join(timeout=10)
+
+
+def set_definition(app: Flask, agent_id: str, **fields: Any) -> None:
+    """Store fields in the agent's definition, as a template (or a member's own daemon) may send them."""
+    with app.app_context():
+        agent = db.session.get(WorkspaceAgent, agent_id)
+        assert agent is not None
+        agent.definition = {**agent.definition, **fields}
+        db.session.commit()
+
+
+def test_only_http_troubleshooting_urls_and_icons_are_shown(app: Flask, world: World) -> None:
+    browser = app.test_client()
+    sign_in(browser, "carol@example.com", PASSWORD)
+    agent_id = world.agent()["id"]
+    page_path = f"/workspaces/{world.workspace['id']}"
+    panel_path = f"{page_path}/agents/{agent_id}/panel"
+    unsafe = (
+        "javascript:alert(document.cookie)", " JavaScript:alert(1)", "java\tscript:alert(1)",
+        "data:text/html,<script>alert(1)</script>", "vbscript:msgbox(1)",
+    )  # fmt: skip
+    for url in unsafe:
+        apps = [{**item, "icon": url} for item in AGENT["apps"]]
+        set_definition(app, agent_id, troubleshooting_url=url, apps=apps)
+        for path in (page_path, panel_path):  # the agent is not connected yet: unhealthy, so the link would show
+            text = browser.get(path).get_data(as_text=True)
+            assert "The agent has not connected yet." in text
+            assert "Troubleshooting" not in text and "script:" not in text.lower() and "data:" not in text, url
+        shown = world.agent()
+        assert shown["troubleshooting_url"] == "" and {item["icon"] for item in shown["apps"]} == {""}, url
+
+    apps = [{**item, "icon": "/icon/code.svg"} for item in AGENT["apps"]]
+    set_definition(app, agent_id, troubleshooting_url="https://docs.example.com/agents", apps=apps)
+    text = browser.get(panel_path).get_data(as_text=True)
+    assert '<a href="https://docs.example.com/agents" rel="noopener noreferrer">Troubleshooting</a>' in text
+    shown = world.agent()
+    assert shown["troubleshooting_url"] == "https://docs.example.com/agents"
+    assert {item["icon"] for item in shown["apps"]} == {"/icon/code.svg"}

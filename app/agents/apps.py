@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from sqlalchemy import func, select
 
@@ -45,6 +45,9 @@ class AppTarget:
 
 
 def app_path(owner: str, workspace: str, agent: str, slug: str) -> str:
+    """The app's address on the dashboard. Agent names and slugs come from the daemon: quoted, so that none can
+    add a segment, a query or a fragment to the link."""
+    owner, workspace, agent, slug = (quote(part, safe="") for part in (owner, workspace, agent, slug))
     return f"/@{owner}/{workspace}.{agent}/apps/{slug}/"
 
 

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
 from app.extensions import db
+from app.safe_urls import safe_icon_url
 
 LIFECYCLE_STATES = (
     "created", "starting", "ready", "start_timeout", "start_error",
@@ -89,7 +90,7 @@ class AgentLogSource(db.Model):  # type: ignore[name-defined,misc]
             "id": self.id,
             "workspace_agent_id": self.agent_id,
             "display_name": self.display_name,
-            "icon": self.icon,
+            "icon": safe_icon_url(self.icon),
             "created_at": rfc3339(self.created_at),
         }
 

@@ -10,6 +10,7 @@ from flask import current_app
 from app.agents.models import WorkspaceAgent
 from app.agents.status import Health, agent_health, connection_status
 from app.columns import rfc3339, utcnow
+from app.safe_urls import safe_icon_url, safe_url
 
 
 def heartbeat_seconds() -> int:
@@ -75,7 +76,8 @@ def agent_json(agent: WorkspaceAgent) -> dict[str, Any]:
         "lifecycle_state": agent.lifecycle_state,
         "health": {"healthy": health.healthy, "reason": health.reason},
         "connection_timeout_seconds": agent.connection_timeout,
-        "troubleshooting_url": agent.definition.get("troubleshooting_url") or "",
+        # Chosen by the template (or whoever runs the agent): clients render it as a link, so only http(s).
+        "troubleshooting_url": safe_url(agent.definition.get("troubleshooting_url")),
         "created_at": rfc3339(agent.created_at),
         "first_connected_at": rfc3339(agent.first_connected_at),
         "last_connected_at": rfc3339(agent.last_connected_at),
@@ -90,7 +92,7 @@ def agent_json(agent: WorkspaceAgent) -> dict[str, Any]:
                 "display_name": app.get("display_name") or app.get("slug", ""),
                 "url": app.get("url", ""),
                 "command": app.get("command", ""),
-                "icon": app.get("icon", ""),
+                "icon": safe_icon_url(app.get("icon")),
                 "external": bool(app.get("external")),
                 "subdomain": bool(app.get("subdomain")),
                 "hidden": bool(app.get("hidden")),
@@ -103,7 +105,8 @@ def agent_json(agent: WorkspaceAgent) -> dict[str, Any]:
         "metadata": metadata_items(agent, now),
         "log_sources": [source.to_json() for source in agent.log_sources],
         "scripts": [
-            {key: script.get(key) for key in _SCRIPT_FIELDS} for script in agent.definition.get("scripts") or []
+            {key: script.get(key) for key in _SCRIPT_FIELDS} | {"icon": safe_icon_url(script.get("icon"))}
+            for script in agent.definition.get("scripts") or []
         ],
     }
 

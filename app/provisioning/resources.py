@@ -14,6 +14,7 @@ from app.agents.presenter import agent_json
 from app.columns import IdColumn, UTCDateTime, new_id, utcnow
 from app.errors import InvalidInput
 from app.extensions import db
+from app.safe_urls import safe_icon_url
 
 
 class WorkspaceResource(db.Model):  # type: ignore[name-defined,misc]
@@ -44,7 +45,7 @@ class WorkspaceResource(db.Model):  # type: ignore[name-defined,misc]
             "kind": self.kind,
             "lifecycle": self.lifecycle,
             "hide": self.hide,
-            "icon": self.icon,
+            "icon": safe_icon_url(self.icon),
             "daily_cost": self.daily_cost,
             "agents": [agent_json(agent) for agent in self.agents],
             "metadata": [
