@@ -24,8 +24,23 @@ HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
     "transfer-encoding", "upgrade", "host", "content-length",
 }  # fmt: skip
-# The dashboard's own credentials never reach an app.
-SESSION_COOKIES = ("slipway_session", "session", "remember_token")
+# The dashboard's own credentials never reach an app: every header Slipway takes a credential from
+# (app/auth/access.py, app/agents/agent_api.py, app/provisioning/daemon_api.py), and every Slipway-* header,
+# which covers the provisioner's (PSK, key) and any added later.
+CREDENTIAL_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "slipway-session-token", "coder-session-token", "slipway-agent-token"}
+)
+SLIPWAY_HEADER_PREFIX = "slipway-"
+# Cookies Slipway sets or reads: the Flask session (SESSION_COOKIE_NAME, which also carries the CSRF token and
+# the OIDC state), Flask's default session name and Flask-Login's remember cookie. An app neither sees nor sets
+# them: a shared app that set its owner's session in a viewer's browser would sign the viewer in as its owner.
+SLIPWAY_COOKIES = frozenset({"slipway_session", "session", "remember_token"})
+# Response headers that act on the whole origin, which path apps share with the dashboard: wiping its storage
+# and cookies (signing the viewer out), widening a service worker's scope to the dashboard's pages, or pinning
+# its transport policy. The deployment decides these, never an app.
+ORIGIN_WIDE_HEADERS = frozenset(
+    {"clear-site-data", "service-worker-allowed", "strict-transport-security", "set-cookie2"}
+)
 CHUNK = 64 * 1024
 SANDBOX = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
 
@@ -69,12 +84,12 @@ def upstream_headers(request: Request, target: AppTarget, *, websocket: bool) ->
     headers = {
         name: value
         for name, value in request.headers.items()
-        if name.lower() not in HOP_BY_HOP and name.lower() != "authorization"
+        if name.lower() not in HOP_BY_HOP and not is_credential_header(name)
     }
     cookies = [
         part.strip()
         for part in request.headers.get("Cookie", "").split(";")
-        if part.strip() and part.strip().split("=", 1)[0] not in SESSION_COOKIES
+        if part.strip() and not is_slipway_cookie(part.split("=", 1)[0])
     ]
     headers.pop("Cookie", None)
     if cookies:
@@ -88,6 +103,15 @@ def upstream_headers(request: Request, target: AppTarget, *, websocket: bool) ->
         headers["Connection"] = "Upgrade"
         headers["Upgrade"] = "websocket"
     return headers
+
+
+def is_credential_header(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in CREDENTIAL_HEADERS or lowered.startswith(SLIPWAY_HEADER_PREFIX)
+
+
+def is_slipway_cookie(name: str) -> bool:
+    return name.strip().lower() in SLIPWAY_COOKIES
 
 
 def upstream_path(target: AppTarget, rest: str, query: bytes) -> str:
@@ -142,14 +166,35 @@ def _response_headers(
     app_origins = {f"{target.scheme}://{target.host}:{target.port}", f"{target.scheme}://{target.host}"}
     for name, value in items:
         lowered = name.lower()
-        if lowered in HOP_BY_HOP - {"content-length"}:
+        if lowered in HOP_BY_HOP - {"content-length"} or lowered in ORIGIN_WIDE_HEADERS:
             continue
         if lowered == "location":
             value = _rewrite_location(value, app_origins, target.base_path, prefix)
+        if lowered == "set-cookie":
+            scoped = scoped_cookie(value, prefix)
+            if scoped is None:
+                continue
+            value = scoped
         headers.append((name, value))
     if sandbox:
         headers.append(("Content-Security-Policy", SANDBOX))
     return headers
+
+
+def scoped_cookie(set_cookie: str, app_prefix: str) -> str | None:
+    """The app's cookie, confined to the app's own path on the dashboard's origin (``Path`` forced to the app's
+    prefix, no ``Domain``); None for a cookie the app may not set: one of Slipway's, or one without a name, which
+    browsers send as its bare value (``=slipway_session=x`` would come back as ``slipway_session=x``)."""
+    pair, *attributes = set_cookie.split(";")
+    name, equals, _ = pair.partition("=")
+    if not equals or not name.strip() or is_slipway_cookie(name):
+        return None
+    kept = [
+        attribute.strip()
+        for attribute in attributes
+        if attribute.strip() and attribute.split("=", 1)[0].strip().lower() not in ("path", "domain")
+    ]
+    return "; ".join([pair.strip(), *kept, f"Path={app_prefix}"])
 
 
 def _rewrite_location(location: str, app_origins: set[str], base_path: str, prefix: str) -> str:
