@@ -6,7 +6,9 @@ One deployment and one workspace serve the module: every test here only reads th
 
 from __future__ import annotations
 
+import http.client
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -30,6 +32,18 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     finally:
         deployment.server.stop()
         stop_workspaces(deployment.workspaces_root)
+
+
+def raw_get(deployment: Deployment, target: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    """GET with the request target exactly as given (HTTP clients normalise `%2e%2e` and friends)."""
+    address = urlsplit(deployment.url)
+    connection = http.client.HTTPConnection(address.hostname or "", address.port, timeout=30)
+    try:
+        connection.request("GET", target, headers=headers or {})
+        reply = connection.getresponse()
+        return reply.status, reply.read().decode()
+    finally:
+        connection.close()
 
 
 def test_an_app_cannot_set_slipway_cookies_or_cookies_outside_its_path(deployment: Deployment) -> None:
@@ -82,3 +96,13 @@ def test_slipway_credentials_never_reach_the_app(deployment: Deployment) -> None
     only_tokens = {"Slipway-Session-Token": carol, "Coder-Session-Token": carol}
     reply = httpx.get(f"{deployment.url}{APP}headers", headers=only_tokens, timeout=30)
     assert reply.status_code == 200 and carol not in reply.text
+
+
+def test_the_app_gets_its_path_and_query_as_the_client_sent_them(deployment: Deployment) -> None:
+    status, body = raw_get(deployment, f"{APP}a%3Fb/%2e%2e/c?x=%20y&z=%3F")
+    assert status == 200 and body == "dev server ok path=/a%3Fb/%2e%2e/c?x=%20y&z=%3F cookie=", body
+    status, body = raw_get(deployment, f"{APP}with%20space/a%2Fb%23hash")
+    assert status == 200 and body == "dev server ok path=/with%20space/a%2Fb%23hash cookie=", body
+    # The prefix may be spelt otherwise (the agent's name left out, letters escaped): the app's part is still raw.
+    status, body = raw_get(deployment, "/@alice/shared/apps/d%65v/x%3Fy")
+    assert status == 200 and body == "dev server ok path=/x%3Fy cookie=", body

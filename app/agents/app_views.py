@@ -8,7 +8,7 @@ from werkzeug.wrappers import Response
 
 from app.agents import proxy
 from app.agents.access import AgentContext, ensure_reachable
-from app.agents.apps import app_path, check_app_access, find_app, sandboxed_for
+from app.agents.apps import check_app_access, find_app, sandboxed_for
 from app.auth.access import api_user, bearer_token, page_user
 from app.errors import BadGateway, Conflict, Forbidden, NotFound
 from app.extensions import csrf, db
@@ -53,14 +53,14 @@ def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -
         ensure_reachable(AgentContext(target.agent, target.build, target.workspace))
     except Conflict as exc:
         raise BadGateway(f"App {target.name} is not reachable.", detail=exc.message) from exc
-    prefix = app_path(target.workspace.owner.username, target.workspace.name, target.agent.name, target.slug)
+    requested = proxy.app_request_path(request.environ, owner, workspace_and_agent, slug, rest)
     sandbox = sandboxed_for(target, person)
     client = get_redis()
     db.session.remove()  # the response may stream for long: hold no database connection
     try:
         if is_websocket_request(request.environ):
-            return proxy.proxy_websocket(client, target, request, rest)
-        return proxy.proxy_http(client, target, request, rest, prefix=prefix, sandbox=sandbox)
+            return proxy.proxy_websocket(client, target, request, requested)
+        return proxy.proxy_http(client, target, request, requested, sandbox=sandbox)
     except proxy.AppUnavailable as exc:
         raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc
 

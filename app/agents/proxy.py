@@ -8,10 +8,14 @@ spliced byte for byte between the browser's socket and the tunnel once the app a
 from __future__ import annotations
 
 import http.client
+import re
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote_to_bytes
 
 import redis
 from flask import Request, Response, stream_with_context
@@ -43,6 +47,52 @@ ORIGIN_WIDE_HEADERS = frozenset(
 )
 CHUNK = 64 * 1024
 SANDBOX = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
+
+
+# What may stay as it is in a request line to the app: printable ASCII. Anything else the client sent raw (bytes
+# over 0x7f) is percent-encoded, which http.client requires and which names the same resource.
+_REQUEST_LINE_SAFE = "".join(chr(code) for code in range(0x21, 0x7F))
+# A cookie's Path ends at ";" and some parsers split headers at ",".
+_COOKIE_PATH_SAFE = _REQUEST_LINE_SAFE.replace(";", "").replace(",", "")
+_ABSOLUTE_FORM = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
+
+
+@dataclass(frozen=True)
+class AppRequestPath:
+    """The request's path split at the app's prefix, as the client sent it (still percent-encoded): the app gets
+    ``%3F`` as part of its path, never as the start of a query, and ``%2e%2e`` as written, never as ``..``."""
+
+    prefix: str  # /@owner/workspace.agent/apps/slug/ as the client wrote it: where the app's cookies belong
+    rest: str  # the app's own path after the prefix, without its leading slash
+    query: str
+
+
+def app_request_path(
+    environ: Mapping[str, Any], owner: str, workspace_and_agent: str, slug: str, decoded_rest: str
+) -> AppRequestPath:
+    """Split the raw request target (gunicorn's ``RAW_URI``, Werkzeug's ``REQUEST_URI``) where the route split the
+    decoded path."""
+    route = [f"@{owner}", workspace_and_agent, "apps", slug]
+    raw = str(environ.get("RAW_URI") or environ.get("REQUEST_URI") or "")
+    absolute = _ABSOLUTE_FORM.match(raw)
+    path, _, query = (raw[absolute.end() :] if absolute else raw).partition("?")
+    segments = path.split("/")
+    if len(segments) >= 6 and segments[0] == "" and [_decoded(part) for part in segments[1:5]] == route:
+        prefix = "/".join(segments[:5]) + "/"
+        return AppRequestPath(_quoted(prefix, _COOKIE_PATH_SAFE), _quoted("/".join(segments[5:])), _quoted(query))
+    # Another WSGI server, or a request line that does not split where the route did (an encoded slash in the
+    # prefix): encode again what was decoded, rather than hand the app a decoded "?".
+    prefix = "/" + "/".join(quote(part, safe="@") for part in route) + "/"
+    return AppRequestPath(prefix, quote(decoded_rest, safe="/"), _quoted(str(environ.get("QUERY_STRING") or "")))
+
+
+def _decoded(segment: str) -> str:
+    """A raw segment as Werkzeug decodes it (WSGI strings carry the request's bytes as latin-1)."""
+    return unquote_to_bytes(segment.encode("latin-1", "replace")).decode("utf-8", "replace")
+
+
+def _quoted(raw: str, safe: str = _REQUEST_LINE_SAFE) -> str:
+    return quote(raw, safe=safe, encoding="latin-1", errors="replace")
 
 
 class AppUnavailable(Exception):
@@ -114,13 +164,13 @@ def is_slipway_cookie(name: str) -> bool:
     return name.strip().lower() in SLIPWAY_COOKIES
 
 
-def upstream_path(target: AppTarget, rest: str, query: bytes) -> str:
-    path = f"{target.base_path}/{rest}"
-    return f"{path}?{query.decode('latin-1')}" if query else path
+def upstream_path(target: AppTarget, requested: AppRequestPath) -> str:
+    path = f"{target.base_path}/{requested.rest}"
+    return f"{path}?{requested.query}" if requested.query else path
 
 
 def proxy_http(
-    client: redis.Redis, target: AppTarget, request: Request, rest: str, *, prefix: str, sandbox: bool
+    client: redis.Redis, target: AppTarget, request: Request, requested: AppRequestPath, *, sandbox: bool
 ) -> Response:
     connection = TunnelConnection(client, target.agent.id, target)
     conn = http.client.HTTPConnection(target.host, target.port, timeout=300)
@@ -135,7 +185,7 @@ def proxy_http(
     try:
         conn.request(
             request.method,
-            upstream_path(target, rest, request.query_string),
+            upstream_path(target, requested),
             body=body,  # type: ignore[arg-type]  # a stream or an iterable of bytes, both accepted
             headers=headers,
             encode_chunked=chunked,
@@ -155,7 +205,7 @@ def proxy_http(
             conn.close()
             connection.close()
 
-    answer = _response_headers(upstream.getheaders(), target, prefix, sandbox)
+    answer = _response_headers(upstream.getheaders(), target, requested.prefix, sandbox)
     return Response(stream_with_context(body_chunks()), status=upstream.status, headers=answer)
 
 
@@ -211,14 +261,14 @@ def _rewrite_location(location: str, app_origins: set[str], base_path: str, pref
     return prefix.rstrip("/") + location
 
 
-def proxy_websocket(client: redis.Redis, target: AppTarget, request: Request, rest: str) -> Response:
+def proxy_websocket(client: redis.Redis, target: AppTarget, request: Request, requested: AppRequestPath) -> Response:
     """Forward the upgrade; once the app answers 101, splice the browser's socket and the tunnel."""
     browser: socket.socket | None = request.environ.get("gunicorn.socket")
     if browser is None:
         raise AppUnavailable("WebSocket apps need the slipway server (gunicorn)")
     connection = TunnelConnection(client, target.agent.id, target)
     headers = upstream_headers(request, target, websocket=True)
-    head = f"GET {upstream_path(target, rest, request.query_string)} HTTP/1.1\r\n"
+    head = f"GET {upstream_path(target, requested)} HTTP/1.1\r\n"
     head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
     try:
         connection.socket.sendall(head.encode("latin-1"))
