@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import base64
 import itertools
+import re
 import threading
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from flask import Flask
@@ -417,3 +419,31 @@ def test_only_http_troubleshooting_urls_and_icons_are_shown(app: Flask, world: W
     shown = world.agent()
     assert shown["troubleshooting_url"] == "https://docs.example.com/agents"
     assert {item["icon"] for item in shown["apps"]} == {"/icon/code.svg"}
+
+
+def test_who_may_not_see_a_workspace_cannot_tell_whether_it_exists(app: Flask, world: World) -> None:
+    # carol's w1 exists (its app `web` is hers alone, it has one agent, `main`); w2 and nobody's w1 do not.
+    pairs = [
+        ("/@carol/w1.main/apps/web/", "/@carol/w2.main/apps/web/"),
+        ("/@carol/w1/apps/web/", "/@nobody/w1/apps/web/"),
+        ("/@carol/w1.other/apps/web/", "/@carol/w2.other/apps/web/"),
+        ("/@carol/w1/apps/nope/", "/@carol/w2/apps/nope/"),
+    ]
+    anonymous = app.test_client()
+    dave = app.test_client()
+    sign_in(dave, "dave@example.com", PASSWORD)
+    for existing, missing in pairs:
+        for path in (existing, missing):  # sent to sign in, wherever they were going
+            answer = anonymous.get(f"{path}page?q=1")
+            assert answer.status_code == 302, path
+            location = urlsplit(answer.headers["Location"])
+            assert location.path == "/login" and parse_qs(location.query) == {"next": [f"{path}page?q=1"]}
+        # The same page, but for the CSRF token every page carries.
+        seen = [dave.get(path) for path in (existing, missing)]
+        assert [answer.status_code for answer in seen] == [404, 404], (existing, missing)
+        texts = [re.sub(r"[\w-]{20,}\.[\w-]{6}\.[\w-]{20,}", "", answer.get_data(as_text=True)) for answer in seen]
+        assert texts[0] == texts[1], (existing, missing)
+    # Those who may see the workspace are still told what is missing.
+    carol = app.test_client()
+    sign_in(carol, "carol@example.com", PASSWORD)
+    assert "has no app &#39;nope&#39;" in carol.get("/@carol/w1/apps/nope/").get_data(as_text=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import http.client
 from collections.abc import Iterator
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -106,3 +106,23 @@ def test_the_app_gets_its_path_and_query_as_the_client_sent_them(deployment: Dep
     # The prefix may be spelt otherwise (the agent's name left out, letters escaped): the app's part is still raw.
     status, body = raw_get(deployment, "/@alice/shared/apps/d%65v/x%3Fy")
     assert status == 200 and body == "dev server ok path=/x%3Fy cookie=", body
+
+
+def test_anonymous_callers_cannot_tell_which_workspaces_exist(deployment: Deployment) -> None:
+    paths = [
+        "/@alice/shared/apps/nope/",  # the workspace exists, the app does not
+        "/@alice/shared.other/apps/dev/",  # nor this agent
+        "/@alice/ghost/apps/dev/",  # no such workspace
+        "/@nobody/ghost/apps/dev/",  # no such user
+    ]
+    for path in paths:
+        reply = httpx.get(f"{deployment.url}{path}", timeout=30)
+        assert reply.status_code == 302, path
+        location = urlsplit(reply.headers["location"])
+        assert location.path == "/login" and parse_qs(location.query) == {"next": [path]}, path
+    dave = deployment.people["dave"].auth
+    answers = {path: httpx.get(f"{deployment.url}{path}", headers=dave, timeout=30) for path in paths}
+    assert {answer.status_code for answer in answers.values()} == {404}
+    messages = {answer.text.split("<h1>", 1)[1].split("</h1>", 1)[0] for answer in answers.values()}
+    assert messages == {"There is no app &#39;nope&#39; here, or you may not open it.",
+                        "There is no app &#39;dev&#39; here, or you may not open it."}  # fmt: skip

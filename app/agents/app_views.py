@@ -8,7 +8,7 @@ from werkzeug.wrappers import Response
 
 from app.agents import proxy
 from app.agents.access import AgentContext, ensure_reachable
-from app.agents.apps import check_app_access, find_app, sandboxed_for
+from app.agents.apps import app_for, sandboxed_for
 from app.auth.access import api_user, bearer_token, page_user
 from app.errors import BadGateway, Conflict, Forbidden, NotFound
 from app.extensions import csrf, db
@@ -43,10 +43,9 @@ def app_root(owner: str, workspace_and_agent: str, slug: str) -> Response:
 def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -> Response:
     if current_app.config["SLIPWAY_SETTINGS"].disable_path_apps:
         raise NotFound("Path-based apps are turned off on this server (--disable-path-apps).")
-    target = find_app(owner, workspace_and_agent, slug)
     person = viewer()
     try:
-        check_app_access(target, person)
+        target = app_for(person, owner, workspace_and_agent, slug)
     except Forbidden:
         return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
     try:
