@@ -4,8 +4,11 @@ itself runs end to end in test_app_proxy_e2e.py)."""
 from __future__ import annotations
 
 import pytest
+from flask import Flask
 
-from app.agents.proxy import AppRequestPath, app_request_path, is_credential_header, scoped_cookie
+from app.agents.proxy import SLIPWAY_COOKIES, AppRequestPath, app_request_path, is_credential_header, scoped_cookie
+from tests.conftest import PASSWORD
+from tests.support.web import CSRF_PATTERN
 
 ROUTE = ("alice", "ws.main", "dev")
 
@@ -87,3 +90,18 @@ def test_an_apps_cookies_are_confined_to_its_path() -> None:
         scoped_cookie("a=b=c; PATH=/; Domain=.example.com; Secure;HttpOnly; SameSite=Strict; path=/x", PREFIX)
         == f"a=b=c; Secure; HttpOnly; SameSite=Strict; Path={PREFIX}"
     )
+
+
+@pytest.mark.usefixtures("personas")
+def test_every_cookie_slipway_sets_is_one_an_app_neither_sees_nor_sets(app: Flask) -> None:
+    browser = app.test_client()
+    answers = [browser.get("/login")]
+    token = CSRF_PATTERN.search(answers[0].get_data(as_text=True))
+    assert token is not None
+    form = {"email": "alice@example.com", "password": PASSWORD, "csrf_token": token.group(1)}
+    answers += [browser.post("/login", data=form), browser.get("/workspaces"), browser.get("/account")]
+    assert answers[1].status_code == 302  # signed in
+    names = {cookie.split("=", 1)[0] for answer in answers for cookie in answer.headers.getlist("Set-Cookie")}
+    assert names and names <= SLIPWAY_COOKIES, names
+    assert app.config["SESSION_COOKIE_NAME"] in SLIPWAY_COOKIES
+    assert app.config.get("REMEMBER_COOKIE_NAME", "remember_token") in SLIPWAY_COOKIES
