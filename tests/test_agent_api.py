@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import base64
 import itertools
+import re
 import threading
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from flask import Flask
@@ -19,6 +21,7 @@ from app.core.columns import utcnow
 from app.core.extensions import db
 from app.resources.models import WorkspaceAgent
 from app.workspaces import views as workspace_views
+from protocol.resources import Agent
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template
 from tests.support.web import sign_in
@@ -380,3 +383,69 @@ def test_the_workspace_stream_follows_its_agents_notices(
         done.set()
         response.close()
         reporter.join(timeout=10)
+
+
+def set_definition(app: Flask, agent_id: str, **fields: Any) -> None:
+    """Store fields in the agent's definition, as a template (or a member's own daemon) may send them."""
+    with app.app_context():
+        agent = db.session.get(WorkspaceAgent, agent_id)
+        assert agent is not None
+        agent.stored_definition = Agent.from_json({**agent.definition.to_json(), **fields})
+        db.session.commit()
+
+
+def test_only_http_troubleshooting_urls_and_icons_are_shown(app: Flask, world: World) -> None:
+    browser = app.test_client()
+    sign_in(browser, "carol@example.com", PASSWORD)
+    agent_id = world.agent()["id"]
+    page_path = f"/workspaces/{world.workspace['id']}"
+    panel_path = f"{page_path}/agents/{agent_id}/panel"
+    unsafe = (
+        "javascript:alert(document.cookie)", " JavaScript:alert(1)", "java\tscript:alert(1)",
+        "data:text/html,<script>alert(1)</script>", "vbscript:msgbox(1)",
+    )  # fmt: skip
+    for url in unsafe:
+        apps = [{**item, "icon": url} for item in AGENT["apps"]]
+        set_definition(app, agent_id, troubleshooting_url=url, apps=apps)
+        for path in (page_path, panel_path):  # the agent is not connected yet: unhealthy, so the link would show
+            text = browser.get(path).get_data(as_text=True)
+            assert "The agent has not connected yet." in text
+            assert "Troubleshooting" not in text and "script:" not in text.lower() and "data:" not in text, url
+        shown = world.agent()
+        assert shown["troubleshooting_url"] == "" and {item["icon"] for item in shown["apps"]} == {""}, url
+
+    apps = [{**item, "icon": "/icon/code.svg"} for item in AGENT["apps"]]
+    set_definition(app, agent_id, troubleshooting_url="https://docs.example.com/agents", apps=apps)
+    text = browser.get(panel_path).get_data(as_text=True)
+    assert '<a href="https://docs.example.com/agents" rel="noopener noreferrer">Troubleshooting</a>' in text
+    shown = world.agent()
+    assert shown["troubleshooting_url"] == "https://docs.example.com/agents"
+    assert {item["icon"] for item in shown["apps"]} == {"/icon/code.svg"}
+
+
+def test_who_may_not_see_a_workspace_cannot_tell_whether_it_exists(app: Flask, world: World) -> None:
+    # carol's w1 exists (its app `web` is hers alone, it has one agent, `main`); w2 and nobody's w1 do not.
+    pairs = [
+        ("/@carol/w1.main/apps/web/", "/@carol/w2.main/apps/web/"),
+        ("/@carol/w1/apps/web/", "/@nobody/w1/apps/web/"),
+        ("/@carol/w1.other/apps/web/", "/@carol/w2.other/apps/web/"),
+        ("/@carol/w1/apps/nope/", "/@carol/w2/apps/nope/"),
+    ]
+    anonymous = app.test_client()
+    dave = app.test_client()
+    sign_in(dave, "dave@example.com", PASSWORD)
+    for existing, missing in pairs:
+        for path in (existing, missing):  # sent to sign in, wherever they were going
+            answer = anonymous.get(f"{path}page?q=1")
+            assert answer.status_code == 302, path
+            location = urlsplit(answer.headers["Location"])
+            assert location.path == "/login" and parse_qs(location.query) == {"next": [f"{path}page?q=1"]}
+        # The same page, but for the CSRF token every page carries.
+        seen = [dave.get(path) for path in (existing, missing)]
+        assert [answer.status_code for answer in seen] == [404, 404], (existing, missing)
+        texts = [re.sub(r"[\w-]{20,}\.[\w-]{6}\.[\w-]{20,}", "", answer.get_data(as_text=True)) for answer in seen]
+        assert texts[0] == texts[1], (existing, missing)
+    # Those who may see the workspace are still told what is missing.
+    carol = app.test_client()
+    sign_in(carol, "carol@example.com", PASSWORD)
+    assert "has no app &#39;nope&#39;" in carol.get("/@carol/w1/apps/nope/").get_data(as_text=True)

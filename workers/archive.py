@@ -51,6 +51,7 @@ def extract_archive(data: bytes, destination: Path, limits: ArchiveLimits | None
         extractor.extract_tar(data)
     else:
         raise ArchiveError("the template archive is not a tar, tar.gz or zip file")
+    extractor.check_final_links()
 
 
 def _looks_like_tar(data: bytes) -> bool:
@@ -157,6 +158,19 @@ class _Extractor:
         if not self._inside(parent):
             raise ArchiveError(f"{name!r}: its parent directory leads outside the template through a symlink")
         return Path(parent) / relative.name
+
+    def check_final_links(self) -> None:
+        """Every symlink, judged by where it leads once the whole archive is out. Each was checked when it was made,
+        but a later entry can change what an earlier link goes through: ``l1 -> l2/..`` is inside while ``l2`` does
+        not exist, and leads out of the template once ``l2 -> .`` follows."""
+        for directory, dirnames, filenames in os.walk(self.root):  # symlinked directories are listed, not entered
+            for name in sorted(dirnames + filenames):
+                path = os.path.join(directory, name)
+                if os.path.islink(path) and not self._inside(os.path.realpath(path)):
+                    member, target = os.path.relpath(path, self.root), os.readlink(path)
+                    raise ArchiveError(
+                        f"{member!r}: symlink leads outside the template through other symlinks ({target!r})"
+                    )
 
     def _too_big(self, name: str) -> ArchiveError:
         return ArchiveError(f"{name!r}: file is larger than {self.limits.max_file_size} bytes")

@@ -8,7 +8,7 @@ from werkzeug.wrappers import Response
 
 from app.agents import proxy
 from app.agents.access import AgentContext, ensure_reachable
-from app.agents.apps import app_path, check_app_access, find_app, sandboxed_for
+from app.agents.apps import app_for, sandboxed_for
 from app.auth.access import api_user, bearer_token, page_user
 from app.core.errors import BadGateway, Conflict, Forbidden, NotFound
 from app.core.extensions import csrf, db
@@ -44,24 +44,23 @@ def app_root(owner: str, workspace_and_agent: str, slug: str) -> Response:
 def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -> Response:
     if current_app.config["SLIPWAY_SETTINGS"].disable_path_apps:
         raise NotFound("Path-based apps are turned off on this server (--disable-path-apps).")
-    target = find_app(owner, workspace_and_agent, slug)
     person = viewer()
     try:
-        check_app_access(target, person)
+        target = app_for(person, owner, workspace_and_agent, slug)
     except Forbidden:
         return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
     try:
         ensure_reachable(AgentContext(target.agent, target.build, target.workspace))
     except Conflict as exc:
         raise BadGateway(f"App {target.name} is not reachable.", detail=exc.message) from exc
-    prefix = app_path(target.workspace.owner.username, target.workspace.name, target.agent.name, target.slug)
+    requested = proxy.app_request_path(request.environ, owner, workspace_and_agent, slug, rest)
     sandbox = sandboxed_for(target, person)
     client, signing = get_redis(), signer()
     db.session.remove()  # the response may stream for long: hold no database connection
     try:
         if is_websocket_request(request.environ):
-            return proxy.proxy_websocket(client, signing, target, request, rest)
-        return proxy.proxy_http(client, signing, target, request, rest, prefix=prefix, sandbox=sandbox)
+            return proxy.proxy_websocket(client, signing, target, request, requested)
+        return proxy.proxy_http(client, signing, target, request, requested, sandbox=sandbox)
     except proxy.AppUnavailable as exc:
         raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc
 

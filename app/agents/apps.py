@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from sqlalchemy import func, select
 
@@ -13,7 +13,7 @@ from app.resources.models import WorkspaceAgent
 from app.resources.services import job_resources
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
-from app.workspaces.services import latest_build
+from app.workspaces.services import can_read, latest_build
 from protocol.resources import App
 
 SHARE_LEVELS = ("owner", "authenticated", "public")
@@ -44,13 +44,36 @@ class AppTarget:
 
 
 def app_path(owner: str, workspace: str, agent: str, slug: str) -> str:
+    """The app's address on the dashboard. Agent names and slugs come from the daemon: quoted, so that none can
+    add a segment, a query or a fragment to the link."""
+    owner, workspace, agent, slug = (quote(part, safe="") for part in (owner, workspace, agent, slug))
     return f"/@{owner}/{workspace}.{agent}/apps/{slug}/"
 
 
-def find_app(owner_name: str, workspace_and_agent: str, slug: str) -> AppTarget:
-    """The app at /@owner/workspace[.agent]/apps/slug/ of the workspace's current build, or NotFound."""
+def app_for(viewer: User | None, owner_name: str, workspace_and_agent: str, slug: str) -> AppTarget:
+    """The app at /@owner/workspace[.agent]/apps/slug/, if ``viewer`` may open it.
+
+    Whoever may not see the workspace learns nothing from the answer: an anonymous caller is sent to sign in
+    (:class:`Forbidden`) and anyone else gets one :class:`NotFound`, whether the workspace exists or not. Those who
+    may see it (its owner, admins) are told what is missing."""
     workspace_name, _, agent_name = workspace_and_agent.partition(".")
-    workspace = db.session.scalar(
+    workspace = _find_workspace(owner_name, workspace_name)
+    try:
+        if workspace is None:
+            raise NotFound(f"No workspace {owner_name}/{workspace_name}.")
+        target = find_app(workspace, agent_name, slug)
+        check_app_access(target, viewer)
+        return target
+    except (NotFound, Forbidden):
+        if workspace is not None and viewer is not None and can_read(viewer, workspace):
+            raise
+        if viewer is None:
+            raise Forbidden("Sign in to open this app.") from None
+        raise NotFound(f"There is no app {slug!r} here, or you may not open it.") from None
+
+
+def _find_workspace(owner_name: str, workspace_name: str) -> Workspace | None:
+    workspace: Workspace | None = db.session.scalar(
         select(Workspace)
         .join(User, User.id == Workspace.owner_id)
         .where(
@@ -59,8 +82,12 @@ def find_app(owner_name: str, workspace_and_agent: str, slug: str) -> AppTarget:
             Workspace.deleted.is_(False),
         )
     )
-    if workspace is None:
-        raise NotFound(f"No workspace {owner_name}/{workspace_name}.")
+    return workspace
+
+
+def find_app(workspace: Workspace, agent_name: str, slug: str) -> AppTarget:
+    """The app named ``slug`` of the workspace's current build (of its agent ``agent_name``, if named), or
+    NotFound saying what is missing."""
     build = latest_build(workspace)
     agents = [agent for resource in job_resources(build.job_id) for agent in resource.agents]
     if agent_name:

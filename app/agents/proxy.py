@@ -8,10 +8,14 @@ spliced byte for byte between the browser's socket and the tunnel once the app a
 from __future__ import annotations
 
 import http.client
+import re
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote_to_bytes
 
 import redis
 from flask import Request, Response, stream_with_context
@@ -26,10 +30,71 @@ HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
     "transfer-encoding", "upgrade", "host", "content-length",
 }  # fmt: skip
-# The dashboard's own credentials never reach an app.
-SESSION_COOKIES = ("slipway_session", "session", "remember_token")
+# The dashboard's own credentials never reach an app: every header Slipway takes a credential from
+# (app/auth/access.py, app/agents/agent_api.py, app/provisioning/daemon_api.py), and every Slipway-* header,
+# which covers the provisioner's (PSK, key) and any added later.
+CREDENTIAL_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "slipway-session-token", "coder-session-token", "slipway-agent-token"}
+)
+SLIPWAY_HEADER_PREFIX = "slipway-"
+# Cookies Slipway sets or reads: the Flask session (SESSION_COOKIE_NAME, which also carries the CSRF token and
+# the OIDC state), Flask's default session name and Flask-Login's remember cookie. An app neither sees nor sets
+# them: a shared app that set its owner's session in a viewer's browser would sign the viewer in as its owner.
+SLIPWAY_COOKIES = frozenset({"slipway_session", "session", "remember_token"})
+# Response headers that act on the whole origin, which path apps share with the dashboard: wiping its storage
+# and cookies (signing the viewer out), widening a service worker's scope to the dashboard's pages, or pinning
+# its transport policy. The deployment decides these, never an app.
+ORIGIN_WIDE_HEADERS = frozenset(
+    {"clear-site-data", "service-worker-allowed", "strict-transport-security", "set-cookie2"}
+)
 CHUNK = 64 * 1024
 SANDBOX = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
+
+
+# What may stay as it is in a request line to the app: printable ASCII. Anything else the client sent raw (bytes
+# over 0x7f) is percent-encoded, which http.client requires and which names the same resource.
+_REQUEST_LINE_SAFE = "".join(chr(code) for code in range(0x21, 0x7F))
+# A cookie's Path ends at ";" and some parsers split headers at ",".
+_COOKIE_PATH_SAFE = _REQUEST_LINE_SAFE.replace(";", "").replace(",", "")
+_ABSOLUTE_FORM = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
+
+
+@dataclass(frozen=True)
+class AppRequestPath:
+    """The request's path split at the app's prefix, as the client sent it (still percent-encoded): the app gets
+    ``%3F`` as part of its path, never as the start of a query, and ``%2e%2e`` as written, never as ``..``."""
+
+    prefix: str  # /@owner/workspace.agent/apps/slug/ as the client wrote it: where the app's cookies belong
+    rest: str  # the app's own path after the prefix, without its leading slash
+    query: str
+
+
+def app_request_path(
+    environ: Mapping[str, Any], owner: str, workspace_and_agent: str, slug: str, decoded_rest: str
+) -> AppRequestPath:
+    """Split the raw request target (gunicorn's ``RAW_URI``, Werkzeug's ``REQUEST_URI``) where the route split the
+    decoded path."""
+    route = [f"@{owner}", workspace_and_agent, "apps", slug]
+    raw = str(environ.get("RAW_URI") or environ.get("REQUEST_URI") or "")
+    absolute = _ABSOLUTE_FORM.match(raw)
+    path, _, query = (raw[absolute.end() :] if absolute else raw).partition("?")
+    segments = path.split("/")
+    if len(segments) >= 6 and segments[0] == "" and [_decoded(part) for part in segments[1:5]] == route:
+        prefix = "/".join(segments[:5]) + "/"
+        return AppRequestPath(_quoted(prefix, _COOKIE_PATH_SAFE), _quoted("/".join(segments[5:])), _quoted(query))
+    # Another WSGI server, or a request line that does not split where the route did (an encoded slash in the
+    # prefix): encode again what was decoded, rather than hand the app a decoded "?".
+    prefix = "/" + "/".join(quote(part, safe="@") for part in route) + "/"
+    return AppRequestPath(prefix, quote(decoded_rest, safe="/"), _quoted(str(environ.get("QUERY_STRING") or "")))
+
+
+def _decoded(segment: str) -> str:
+    """A raw segment as Werkzeug decodes it (WSGI strings carry the request's bytes as latin-1)."""
+    return unquote_to_bytes(segment.encode("latin-1", "replace")).decode("utf-8", "replace")
+
+
+def _quoted(raw: str, safe: str = _REQUEST_LINE_SAFE) -> str:
+    return quote(raw, safe=safe, encoding="latin-1", errors="replace")
 
 
 class AppUnavailable(Exception):
@@ -71,12 +136,12 @@ def upstream_headers(request: Request, target: AppTarget, *, websocket: bool) ->
     headers = {
         name: value
         for name, value in request.headers.items()
-        if name.lower() not in HOP_BY_HOP and name.lower() != "authorization"
+        if name.lower() not in HOP_BY_HOP and not is_credential_header(name)
     }
     cookies = [
         part.strip()
         for part in request.headers.get("Cookie", "").split(";")
-        if part.strip() and part.strip().split("=", 1)[0] not in SESSION_COOKIES
+        if part.strip() and not is_slipway_cookie(part.split("=", 1)[0])
     ]
     headers.pop("Cookie", None)
     if cookies:
@@ -92,13 +157,28 @@ def upstream_headers(request: Request, target: AppTarget, *, websocket: bool) ->
     return headers
 
 
-def upstream_path(target: AppTarget, rest: str, query: bytes) -> str:
-    path = f"{target.base_path}/{rest}"
-    return f"{path}?{query.decode('latin-1')}" if query else path
+def is_credential_header(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in CREDENTIAL_HEADERS or lowered.startswith(SLIPWAY_HEADER_PREFIX)
+
+
+def is_slipway_cookie(name: str) -> bool:
+    return name.strip().lower() in SLIPWAY_COOKIES
+
+
+def upstream_path(target: AppTarget, requested: AppRequestPath) -> str:
+    path = f"{target.base_path}/{requested.rest}"
+    return f"{path}?{requested.query}" if requested.query else path
 
 
 def proxy_http(
-    client: redis.Redis, signer: Signer, target: AppTarget, request: Request, rest: str, *, prefix: str, sandbox: bool
+    client: redis.Redis,
+    signer: Signer,
+    target: AppTarget,
+    request: Request,
+    requested: AppRequestPath,
+    *,
+    sandbox: bool,
 ) -> Response:
     connection = TunnelConnection(client, signer, target.agent.id, target)
     conn = http.client.HTTPConnection(target.host, target.port, timeout=300)
@@ -113,7 +193,7 @@ def proxy_http(
     try:
         conn.request(
             request.method,
-            upstream_path(target, rest, request.query_string),
+            upstream_path(target, requested),
             body=body,  # type: ignore[arg-type]  # a stream or an iterable of bytes, both accepted
             headers=headers,
             encode_chunked=chunked,
@@ -133,7 +213,7 @@ def proxy_http(
             conn.close()
             connection.close()
 
-    answer = _response_headers(upstream.getheaders(), target, prefix, sandbox)
+    answer = _response_headers(upstream.getheaders(), target, requested.prefix, sandbox)
     return Response(stream_with_context(body_chunks()), status=upstream.status, headers=answer)
 
 
@@ -144,14 +224,35 @@ def _response_headers(
     app_origins = {f"{target.scheme}://{target.host}:{target.port}", f"{target.scheme}://{target.host}"}
     for name, value in items:
         lowered = name.lower()
-        if lowered in HOP_BY_HOP - {"content-length"}:
+        if lowered in HOP_BY_HOP - {"content-length"} or lowered in ORIGIN_WIDE_HEADERS:
             continue
         if lowered == "location":
             value = _rewrite_location(value, app_origins, target.base_path, prefix)
+        if lowered == "set-cookie":
+            scoped = scoped_cookie(value, prefix)
+            if scoped is None:
+                continue
+            value = scoped
         headers.append((name, value))
     if sandbox:
         headers.append(("Content-Security-Policy", SANDBOX))
     return headers
+
+
+def scoped_cookie(set_cookie: str, app_prefix: str) -> str | None:
+    """The app's cookie, confined to the app's own path on the dashboard's origin (``Path`` forced to the app's
+    prefix, no ``Domain``); None for a cookie the app may not set: one of Slipway's, or one without a name, which
+    browsers send as its bare value (``=slipway_session=x`` would come back as ``slipway_session=x``)."""
+    pair, *attributes = set_cookie.split(";")
+    name, equals, _ = pair.partition("=")
+    if not equals or not name.strip() or is_slipway_cookie(name):
+        return None
+    kept = [
+        attribute.strip()
+        for attribute in attributes
+        if attribute.strip() and attribute.split("=", 1)[0].strip().lower() not in ("path", "domain")
+    ]
+    return "; ".join([pair.strip(), *kept, f"Path={app_prefix}"])
 
 
 def _rewrite_location(location: str, app_origins: set[str], base_path: str, prefix: str) -> str:
@@ -168,14 +269,16 @@ def _rewrite_location(location: str, app_origins: set[str], base_path: str, pref
     return prefix.rstrip("/") + location
 
 
-def proxy_websocket(client: redis.Redis, signer: Signer, target: AppTarget, request: Request, rest: str) -> Response:
+def proxy_websocket(
+    client: redis.Redis, signer: Signer, target: AppTarget, request: Request, requested: AppRequestPath
+) -> Response:
     """Forward the upgrade; once the app answers 101, splice the browser's socket and the tunnel."""
     browser: socket.socket | None = request.environ.get("gunicorn.socket")
     if browser is None:
         raise AppUnavailable("WebSocket apps need the slipway server (gunicorn)")
     connection = TunnelConnection(client, signer, target.agent.id, target)
     headers = upstream_headers(request, target, websocket=True)
-    head = f"GET {upstream_path(target, rest, request.query_string)} HTTP/1.1\r\n"
+    head = f"GET {upstream_path(target, requested)} HTTP/1.1\r\n"
     head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
     try:
         connection.socket.sendall(head.encode("latin-1"))

@@ -8,7 +8,13 @@ import markdown
 from markdown.treeprocessors import Treeprocessor
 from markupsafe import Markup
 
-SAFE_SCHEMES = ("http://", "https://", "mailto:", "#", "/")
+from app.core.safe_urls import safe_url
+
+
+def _is_safe_link(value: str) -> bool:
+    """http(s), a path on this server, an anchor on the page, or an email address (the one rule of app.safe_urls,
+    plus what a README's own links need)."""
+    return bool(safe_url(value, allow_path=True)) or value.startswith("#") or value.lower().startswith("mailto:")
 
 
 class _DropUnsafeLinks(Treeprocessor):
@@ -16,7 +22,7 @@ class _DropUnsafeLinks(Treeprocessor):
         for element in root.iter():
             for attribute in ("href", "src"):
                 value = element.get(attribute)
-                if value is not None and not value.strip().lower().startswith(SAFE_SCHEMES):
+                if value is not None and not _is_safe_link(value):
                     element.set(attribute, "#")
 
 

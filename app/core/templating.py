@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 
 from flask import Flask
 
+from app.core.safe_urls import safe_icon_url, safe_url
 from protocol.tags import format_tags
 
 
@@ -19,6 +20,9 @@ def init_app(app: Flask) -> None:
     app.jinja_env.filters["duration"] = duration
     app.jinja_env.filters["tags"] = format_tags
     app.jinja_env.filters["tag_flags"] = tag_flags
+    # Every URL a template, agent or daemon chose goes through one of these before it becomes a link or an image.
+    app.jinja_env.filters["safe_url"] = safe_url
+    app.jinja_env.filters["safe_icon_url"] = safe_icon_url
 
 
 def tag_flags(tags: Mapping[str, str]) -> str:

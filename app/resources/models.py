@@ -9,6 +9,7 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.core.columns import IdColumn, MessageColumn, MessageListColumn, UTCDateTime, new_id, rfc3339, utcnow
 from app.core.extensions import Model
+from app.core.safe_urls import safe_icon_url
 from protocol.codec import JsonObject
 from protocol.resources import Agent, App, MetadataItem
 
@@ -111,6 +112,6 @@ class AgentLogSource(Model):
             "id": self.id,
             "workspace_agent_id": self.agent_id,
             "display_name": self.display_name,
-            "icon": self.icon,
+            "icon": safe_icon_url(self.icon),
             "created_at": rfc3339(self.created_at),
         }

@@ -7,6 +7,7 @@ from datetime import datetime
 from flask import current_app
 
 from app.core.columns import rfc3339, utcnow
+from app.core.safe_urls import safe_icon_url, safe_url
 from app.resources.models import WorkspaceAgent, WorkspaceResource
 from app.resources.status import Health, agent_health, connection_status
 from protocol.codec import JSON, JsonObject
@@ -75,7 +76,8 @@ def agent_json(agent: WorkspaceAgent) -> JsonObject:
         "lifecycle_state": agent.lifecycle_state,
         "health": {"healthy": health.healthy, "reason": health.reason},
         "connection_timeout_seconds": agent.connection_timeout,
-        "troubleshooting_url": definition.troubleshooting_url,
+        # Chosen by the template (or whoever runs the agent): clients render it as a link, so only http(s).
+        "troubleshooting_url": safe_url(definition.troubleshooting_url),
         "created_at": rfc3339(agent.created_at),
         "first_connected_at": rfc3339(agent.first_connected_at),
         "last_connected_at": rfc3339(agent.last_connected_at),
@@ -90,7 +92,7 @@ def agent_json(agent: WorkspaceAgent) -> JsonObject:
                 "display_name": app.name,
                 "url": app.url,
                 "command": app.command,
-                "icon": app.icon,
+                "icon": safe_icon_url(app.icon),
                 "external": app.external,
                 "subdomain": app.subdomain,
                 "hidden": app.hidden,
@@ -103,7 +105,8 @@ def agent_json(agent: WorkspaceAgent) -> JsonObject:
         "metadata": list[JSON](metadata_items(agent, now)),
         "log_sources": [source.to_json() for source in agent.log_sources],
         "scripts": [
-            {key: value for key, value in script.to_json().items() if key not in ("id",)}
+            {key: value for key, value in script.to_json().items() if key != "id"}
+            | {"icon": safe_icon_url(script.icon)}
             for script in definition.scripts
         ],
     }
@@ -117,7 +120,7 @@ def resource_json(resource: WorkspaceResource) -> JsonObject:
         "kind": resource.kind,
         "lifecycle": resource.lifecycle,
         "hide": resource.hide,
-        "icon": resource.icon,
+        "icon": safe_icon_url(resource.icon),
         "daily_cost": resource.daily_cost,
         "agents": [agent_json(agent) for agent in resource.agents],
         "metadata": [

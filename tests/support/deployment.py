@@ -20,18 +20,40 @@ from tests.support.server import ServerProcess
 
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "local"
 # A server with a plain HTTP page and a WebSocket echo, run inside workspaces with the agent's own interpreter.
+# /headers answers the request's headers as JSON; /set-cookies answers the headers of APP_COOKIE_HEADERS.
 ECHO_SERVER = """
+import json
 import sys
 from websockets.http11 import Response
 from websockets.datastructures import Headers
 from websockets.sync.server import serve
 
+APP_COOKIE_HEADERS = [
+    ("Set-Cookie", "slipway_session=planted; Path=/; HttpOnly"),
+    ("Set-Cookie", "session=planted; Path=/"),
+    ("Set-Cookie", "remember_token=planted; Path=/; Max-Age=86400"),
+    ("Set-Cookie", " Slipway_Session =planted"),
+    ("Set-Cookie", "=slipway_session=planted; Path=/"),
+    ("Set-Cookie", "theme=dark; Path=/; Domain=127.0.0.1; SameSite=Lax"),
+    ("Set-Cookie", "pref=1"),
+    ("Set-Cookie", "deep=1; path=/sub; domain=.example.com; Max-Age=60; HttpOnly"),
+    ("Clear-Site-Data", '"cookies", "storage"'),
+    ("Service-Worker-Allowed", "/"),
+]
+
+def answer(body, content_type="text/plain", extra=()):
+    headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(body))), *extra])
+    return Response(200, "OK", headers, body)
+
 def page(connection, request):
     if request.headers.get("Upgrade", "").lower() == "websocket":
         return None
+    if request.path.startswith("/headers"):
+        return answer(json.dumps(list(request.headers.raw_items())).encode(), "application/json")
+    if request.path.startswith("/set-cookies"):
+        return answer(b"cookies set", extra=APP_COOKIE_HEADERS)
     cookie = request.headers.get("Cookie", "")
-    body = f"dev server ok path={request.path} cookie={cookie}".encode()
-    return Response(200, "OK", Headers({"Content-Type": "text/plain", "Content-Length": str(len(body))}), body)
+    return answer(f"dev server ok path={request.path} cookie={cookie}".encode())
 
 def echo(websocket):
     for message in websocket:

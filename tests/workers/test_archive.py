@@ -109,6 +109,51 @@ def test_symlink_whose_target_climbs_through_another_symlink_cannot_escape(dest:
     assert "outside" in refuse(data, dest, "'sub/c'")
 
 
+# Chains: each link is inside when it is made, and a later entry changes what it goes through. Only where every
+# link finally leads, once the whole archive is out, tells.
+CHAINS = {
+    "a later link makes an earlier one climb out": [("l1", "l2/.."), ("l2", ".")],
+    "two hops made later": [("l1", "l2/.."), ("l2", "l3"), ("l3", ".")],
+    "from a subdirectory": [("sub/l1", "../l2/.."), ("l2", ".")],
+    "through a chain of directory links": [("l1", "l2/l3/../.."), ("l2", "sub"), ("sub/l3", "..")],
+}
+
+
+@pytest.mark.parametrize("chain", CHAINS.values(), ids=CHAINS.keys())
+def test_symlink_chains_that_end_outside_are_refused(dest: Path, chain: list[tuple[str, str]]) -> None:
+    members = [special_member("sub", tarfile.DIRTYPE)]
+    members += [special_member(name, tarfile.SYMTYPE, target) for name, target in chain]
+    message = refuse(tar_bytes(*members), dest, f"'{chain[0][0]}'")
+    assert "leads outside the template" in message and repr(chain[0][1]) in message
+
+
+def test_a_file_replaced_by_a_link_cannot_make_an_earlier_link_climb_out(dest: Path) -> None:
+    # While l2 is a plain file, "l2/.." is the root; once a later entry of the same name makes l2 a link to ".",
+    # it is the root's parent.
+    data = tar_bytes(
+        file_member("l2"), special_member("l1", tarfile.SYMTYPE, "l2/.."), special_member("l2", tarfile.SYMTYPE, ".")
+    )
+    refuse(data, dest, "'l1'")
+
+
+def test_zip_symlink_chains_that_end_outside_are_refused(dest: Path) -> None:
+    link = stat.S_IFLNK | 0o777
+    refuse(zip_bytes(("l1", b"l2/..", link), ("l2", b".", link)), dest, "'l1'")
+
+
+def test_symlink_chains_that_stay_inside_are_kept(dest: Path) -> None:
+    data = tar_bytes(
+        special_member("sub", tarfile.DIRTYPE),
+        file_member("sub/main.tf", b"# here"),
+        special_member("l1", tarfile.SYMTYPE, "l2/main.tf"),
+        special_member("l2", tarfile.SYMTYPE, "l3"),
+        special_member("l3", tarfile.SYMTYPE, "sub"),
+        special_member("up", tarfile.SYMTYPE, "sub/.."),
+    )
+    extract_archive(data, dest)
+    assert (dest / "l1").read_bytes() == b"# here" and (dest / "up").resolve() == dest.resolve()
+
+
 def test_hard_link_to_outside_is_refused(dest: Path) -> None:
     data = tar_bytes(special_member("shadow", tarfile.LNKTYPE, "/etc/shadow"))
     assert "hard link" in refuse(data, dest, "'shadow'")
