@@ -43,3 +43,22 @@ class ApiKey(db.Model):  # type: ignore[name-defined,misc]
             "expires_at": rfc3339(self.expires_at),
             "last_used_at": rfc3339(self.last_used_at),
         }
+
+
+class BrowserSession(db.Model):  # type: ignore[name-defined,misc]
+    """A signed-in browser. Its cookie carries ``<lookup_id>-<secret>``; only a SHA-256 of the secret is stored, so
+    signing out (deleting the row) ends the session on the server, not just in the browser that asked."""
+
+    __tablename__ = "browser_sessions"
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    lookup_id: Mapped[str] = mapped_column(String(16), unique=True)
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Shown on the Account page so that a person can tell their browsers apart; never used to decide anything.
+    user_agent: Mapped[str] = mapped_column(String(255), default="")
+
+    user: Mapped[User] = relationship()

@@ -11,12 +11,11 @@ import logging
 
 from authlib.integrations.base_client.errors import MismatchingStateError, OAuthError
 from flask import Response, current_app, jsonify, redirect, render_template, request, session, url_for
-from flask_login import login_user
 from joserfc.errors import JoseError
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.auth import oidc
-from app.auth.access import page_user
+from app.auth.access import page_user, sign_in_browser
 from app.auth.tokens import issue_session_token
 from app.auth.views import safe_next
 from app.blueprints import api_blueprint, page_blueprint
@@ -74,7 +73,7 @@ def callback() -> WerkzeugResponse | tuple[str, int]:
     except Exception:  # network errors talking to the token or userinfo endpoints
         log.exception("OIDC sign-in failed")
         return _failure("The identity provider could not be reached. Try again later.", 502)
-    login_user(user)
+    sign_in_browser(user)
     session[ID_TOKEN_KEY] = token.get("id_token", "")
     return redirect(session.pop(NEXT_KEY, None) or url_for("workspaces.index"))
 

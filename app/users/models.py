@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import secrets
 from datetime import datetime
 from typing import Any
 
@@ -21,10 +20,6 @@ STATUS_ACTIVE = "active"
 STATUS_SUSPENDED = "suspended"
 
 
-def new_session_nonce() -> str:
-    return secrets.token_urlsafe(16)
-
-
 class User(db.Model):  # type: ignore[name-defined,misc]
     __tablename__ = "users"
 
@@ -37,13 +32,12 @@ class User(db.Model):  # type: ignore[name-defined,misc]
     login_type: Mapped[str] = mapped_column(String(16), default="password")
     # The identity provider's `sub` once the person signed in with OpenID Connect (links the two accounts).
     oidc_subject: Mapped[str | None] = mapped_column(String(255), unique=True)
-    # Part of the browser session id: rotating it signs the user out everywhere (password change, suspension).
-    session_nonce: Mapped[str] = mapped_column(String(32), default=new_session_nonce)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     last_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
-    # flask-login protocol, spelled out rather than inherited so the session id can carry the nonce.
+    # flask-login protocol, spelled out. Browser sessions are rows of their own (app/auth/browser_sessions.py): the
+    # id flask-login keeps in the cookie is the session's credential, set by app.auth.access.sign_in_browser.
     @property
     def is_authenticated(self) -> bool:
         return True
@@ -57,7 +51,7 @@ class User(db.Model):  # type: ignore[name-defined,misc]
         return False
 
     def get_id(self) -> str:
-        return f"{self.id}:{self.session_nonce}"
+        return self.id
 
     @property
     def all_roles(self) -> list[str]:

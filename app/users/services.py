@@ -8,6 +8,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from werkzeug.security import check_password_hash, generate_password_hash
 
+from app.auth.browser_sessions import delete_browser_sessions
 from app.auth.models import KIND_SESSION, ApiKey
 from app.columns import utcnow
 from app.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
@@ -19,7 +20,6 @@ from app.users.models import (
     STATUS_ACTIVE,
     STATUS_SUSPENDED,
     User,
-    new_session_nonce,
 )
 from app.validation import FieldErrors, check_email, check_password, check_username
 
@@ -141,6 +141,12 @@ def change_password(user: User, current_password: str, new_password: str) -> Non
 
 
 def end_sessions(user: User) -> None:
-    """Invalidate browser sessions (new nonce) and delete session tokens; named API tokens stay."""
-    user.session_nonce = new_session_nonce()
+    """Delete every browser session and session token of the user; named API tokens stay. The caller commits."""
+    delete_browser_sessions(user)
     db.session.execute(delete(ApiKey).where(ApiKey.user_id == user.id, ApiKey.kind == KIND_SESSION))
+
+
+def sign_out_everywhere(user: User) -> None:
+    """What "Sign out everywhere" does: the same as a password change, without changing the password."""
+    end_sessions(user)
+    db.session.commit()
