@@ -23,6 +23,7 @@ from app.blueprints import page_blueprint
 from app.errors import NotFound
 from app.provisioning.jobs import event_stream
 from app.provisioning.streams import agent_key, follow_lines, relay_for, sse_event, stream_cursor
+from app.security_headers import allow_inline_styles
 from app.users.models import User
 from app.workspaces.services import can_act
 
@@ -157,6 +158,7 @@ def log_stream(workspace_id: str, agent_id: str) -> Response:
 @bp.get("/workspaces/<workspace_id>/agents/<agent_id>/terminal")
 def terminal(workspace_id: str, agent_id: str) -> str:
     context = _context(workspace_id, agent_id, need="connect")
+    allow_inline_styles()  # xterm.js's renderer sizes and colours the terminal with <style> elements it adds
     # Werkzeug builds WebSocket rules as absolute ws:// URLs; the page picks ws or wss from its own address.
     socket_path = urlsplit(url_for("agents_api.tunnel", agent_id=agent_id)).path
     return render_template(
