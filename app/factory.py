@@ -18,7 +18,7 @@ from app.auth import views as auth_views
 from app.catalog import api as catalog_api
 from app.catalog import views as catalog_views
 from app.catalog.jobs import IMPORT_HANDLERS
-from app.core import errors, redis_client, templating
+from app.core import errors, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, htmx, migrate
 from app.provisioning import api as provisioning_api
@@ -48,6 +48,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     events.init_app(app)
     access.init_app(app)
     errors.init_app(app)
+    security_headers.init_app(app, settings)
     templating.init_app(app)
     oidc.init_app(app, settings)
     # What each kind of provisioner job is about; builds hand out the agent's init scripts.

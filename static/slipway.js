@@ -14,3 +14,14 @@
     }
   });
 })();
+
+// A form (or the button that submits it) with data-confirm asks before it goes: deleting a workspace or a key.
+// Inline handlers (onclick="return confirm(…)") would need 'unsafe-inline' in the Content-Security-Policy.
+document.addEventListener("submit", function (event) {
+  var submitter = event.submitter;
+  var asker = submitter && submitter.hasAttribute("data-confirm") ? submitter : event.target;
+  var question = asker.getAttribute && asker.getAttribute("data-confirm");
+  if (question && !window.confirm(question)) {
+    event.preventDefault();
+  }
+});

@@ -179,6 +179,9 @@ def test_apps_are_proxied_with_websockets_and_health(deployment: Deployment) -> 
     assert page.status_code == 200
     # The app sees its own path and cookies, never Slipway's session.
     assert page.text == "dev server ok path=/sub/page?q=1 cookie=theme=dark"
+    # It answers with its own headers: the dashboard's policy would break its pages. Slipway's page is Slipway's.
+    assert not {"content-security-policy", "x-frame-options", "x-content-type-options"} & set(page.headers.keys())
+    assert "script-src 'self'" in down.headers["content-security-policy"]
     ws_url = path.replace("http://", "ws://") + "echo"
     with connect(ws_url, additional_headers=auth) as websocket:
         for message in ("hello", b"\x00\x01binary"):

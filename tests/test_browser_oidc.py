@@ -1,8 +1,10 @@
 """The whole product in a real browser, signed in through a real OpenID provider: sign in at the provider's
-pages, land on the dashboard, upload the `local` example, publish it, create a workspace, watch it build."""
+pages, land on the dashboard, upload the `local` example, publish it, create a workspace, watch it build, and sign
+out at the provider too, all under the dashboard's Content-Security-Policy."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 from playwright.sync_api import Page
 
 from tests.conftest import PASSWORD
-from tests.support.browser import ARTIFACTS, browser_page
+from tests.support.browser import ARTIFACTS, browser_page, watch_for_problems
 from tests.support.deployment import stop_workspaces
 from tests.support.oidc import OidcProvider
 from tests.support.server import ServerProcess
@@ -44,6 +46,7 @@ def test_sign_in_with_the_provider_then_build_a_workspace(page: Page, tmp_path: 
                     f"{server.url}/api/v2/users/first",
                     json={"username": "alice", "email": "alice@example.com", "password": PASSWORD},
                 )
+                problems = watch_for_problems(page.context, origin=server.url)
                 page.goto(f"{server.url}/workspaces")
                 page.click("#oidc-sign-in")  # "Sign in with Example SSO"
                 page.wait_for_selector("input[name=login]")  # the provider's own page
@@ -70,6 +73,16 @@ def test_sign_in_with_the_provider_then_build_a_workspace(page: Page, tmp_path: 
                 page.wait_for_selector("#job-actions a", timeout=120_000)
                 assert page.locator("#job-status").inner_text().strip() == "running"
                 page.screenshot(path=str(ARTIFACTS / "oidc-workspace-built.png"), full_page=True)
+
+                # Sign-out posts to Slipway, which redirects the form on to the provider's end-session page: the
+                # policy's form-action must allow the provider, or Chromium stops the redirect.
+                page.get_by_role("button", name="Sign out", exact=True).click()
+                page.wait_for_url(re.compile(rf"^{re.escape(idp.issuer)}/session/end"))
+                page.get_by_role("button", name=re.compile("Yes, sign me out", re.IGNORECASE)).click()
+                page.wait_for_url(re.compile(rf"^{re.escape(server.url)}/login"))
+                page.goto(f"{server.url}/workspaces")
+                page.wait_for_url(re.compile(rf"^{re.escape(server.url)}/login\?next="))
+                assert problems == [], "\n".join(problems)
             finally:
                 # The workspace's process runs a real agent, which would retry the stopped server for ever.
                 stop_workspaces(tmp_path / "workspaces")

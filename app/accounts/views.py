@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from flask import current_app, flash, redirect, render_template, request, url_for
-from flask_login import login_user
 from werkzeug.wrappers import Response
 
-from app.auth.access import page_user, require_role
+from app.auth.access import current_browser_session_id, page_user, require_role, sign_in_browser
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
 from app.users import services
+from app.users.browser_sessions import end_browser_session_of, list_browser_sessions
 from app.users.models import ASSIGNABLE_ROLES, ROLE_OWNER
 from app.users.tokens import create_api_token, list_api_tokens, revoke_api_token
 from protocol.values import parse_duration
@@ -77,7 +77,14 @@ def account() -> str:
 
 
 def _account_page(**context: object) -> str:
-    return render_template("users/account.html", tokens=list_api_tokens(page_user()), **context)
+    user = page_user()
+    return render_template(
+        "users/account.html",
+        tokens=list_api_tokens(user),
+        browser_sessions=list_browser_sessions(user),
+        this_session_id=current_browser_session_id(),
+        **context,
+    )
 
 
 @bp.post("/account/password")
@@ -89,8 +96,8 @@ def change_password() -> Response | tuple[str, int]:
         services.change_password(user, request.form.get("current_password", ""), request.form.get("new_password", ""))
     except DomainError as error:
         return _account_page(password_error=error.message), error.status
-    # Every other session just ended; keep this one signed in with the new nonce.
-    login_user(user)
+    # Every session just ended, this one included: this browser starts a new one.
+    sign_in_browser(user)
     flash("Password changed. Your other sessions and session tokens were signed out.", "success")
     return redirect(url_for("users.account"))
 
@@ -120,4 +127,11 @@ def create_token() -> str | tuple[str, int]:
 def delete_token(token_id: str) -> Response:
     revoke_api_token(page_user(), token_id)
     flash("Token revoked.", "success")
+    return redirect(url_for("users.account"))
+
+
+@bp.post("/account/sessions/<session_id>/delete")
+def end_session(session_id: str) -> Response:
+    end_browser_session_of(page_user(), session_id)
+    flash("That browser was signed out.", "success")
     return redirect(url_for("users.account"))

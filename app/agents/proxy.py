@@ -23,6 +23,7 @@ from flask import Request, Response, stream_with_context
 from app.agents import tunnels
 from app.agents.apps import AppTarget
 from app.agents.tunnels import DialRequest
+from app.core.security_headers import ForeignResponse
 from app.core.signing import Signer
 from app.core.websocket import TakenOverResponse
 
@@ -214,7 +215,8 @@ def proxy_http(
             connection.close()
 
     answer = _response_headers(upstream.getheaders(), target, requested.prefix, sandbox)
-    return Response(stream_with_context(body_chunks()), status=upstream.status, headers=answer)
+    # The app's own headers, not the dashboard's: its pages would break under the dashboard's policy.
+    return ForeignResponse(stream_with_context(body_chunks()), status=upstream.status, headers=answer)
 
 
 def _response_headers(

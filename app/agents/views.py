@@ -19,6 +19,7 @@ from app.auth.access import page_user
 from app.auth.blueprints import page_blueprint
 from app.core.errors import NotFound
 from app.core.extensions import db
+from app.core.security_headers import allow_inline_styles
 from app.events import get_relay
 from app.events.relay import agent_key
 from app.events.sse import event_stream, sse_event, stream_cursor
@@ -171,6 +172,7 @@ def log_stream(workspace_id: str, agent_id: str) -> Response:
 @bp.get("/workspaces/<workspace_id>/agents/<agent_id>/terminal")
 def terminal(workspace_id: str, agent_id: str) -> str:
     context = _context(workspace_id, agent_id, need="connect")
+    allow_inline_styles()  # xterm.js's renderer sizes and colours the terminal with <style> elements it adds
     # Werkzeug builds WebSocket rules as absolute ws:// URLs; the page picks ws or wss from its own address.
     socket_path = urlsplit(url_for("agents_api.tunnel", agent_id=agent_id)).path
     return render_template(

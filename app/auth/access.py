@@ -6,17 +6,21 @@ from collections.abc import Callable
 from functools import wraps
 from typing import ParamSpec, TypeVar
 
-from flask import Flask, g, redirect, request, url_for
-from flask_login import current_user
+from flask import Flask, current_app, g, redirect, request, session, url_for
+from flask_login import current_user, login_user, logout_user
 from werkzeug.wrappers import Response
 
 from app.core.errors import Forbidden, Unauthorized
-from app.core.extensions import db, login_manager
+from app.core.extensions import login_manager
+from app.users.browser_sessions import end_browser_session, resolve_browser_session, start_browser_session
 from app.users.models import User
 from app.users.tokens import resolve_token
 
 P = ParamSpec("P")
 R = TypeVar("R")
+# Where flask-login keeps the id it hands back to the user loader. Ours is the browser session's credential rather
+# than the user's id, so that each browser can be signed out on its own (app/auth/browser_sessions.py).
+LOGIN_ID_KEY = "_user_id"
 
 
 def init_app(app: Flask) -> None:
@@ -24,19 +28,47 @@ def init_app(app: Flask) -> None:
     login_manager.login_view = "auth.login"
     login_manager.login_message = "Sign in to continue."
     login_manager.login_message_category = "info"
-    # "strong" protection would sign people out when their IP changes (mobile, VPN); the nonce covers theft.
+    # "strong" protection would sign people out when their IP changes (mobile, VPN); server-side sessions that
+    # sign-out deletes cover theft.
     login_manager.session_protection = "basic"
     login_manager.user_loader(load_session_user)
     login_manager.unauthorized_handler(_unauthorized)
 
 
-def load_session_user(session_id: str) -> User | None:
-    """The user behind a browser session, unless it was ended by a password change or suspension."""
-    user_id, _, nonce = session_id.partition(":")
-    user = db.session.get(User, user_id)
-    if user is None or user.session_nonce != nonce or not user.is_active:
+def load_session_user(credential: str) -> User | None:
+    """The user behind a browser session, unless it was signed out, expired or ended (password change, suspension)."""
+    browser_session = resolve_browser_session(credential)
+    if browser_session is None:
         return None
+    g.browser_session_id = browser_session.id
+    user: User = browser_session.user
     return user
+
+
+def sign_in_browser(user: User) -> None:
+    """Start a server-side session for ``user`` and hand its credential to this browser's cookie."""
+    credential = start_browser_session(
+        user,
+        lifetime_seconds=current_app.config["SLIPWAY_SETTINGS"].session_duration,
+        user_agent=request.user_agent.string,
+    )
+    login_user(user)
+    session[LOGIN_ID_KEY] = credential
+
+
+def sign_out_browser() -> None:
+    """End this browser's session on the server (a copy of its cookie stops working too), then forget it here."""
+    credential = session.get(LOGIN_ID_KEY)
+    if isinstance(credential, str):
+        end_browser_session(credential)
+    logout_user()
+
+
+def current_browser_session_id() -> str | None:
+    """The id of the session this request came with (to mark "this browser" among a person's sessions)."""
+    current_user._get_current_object()
+    session_id: str | None = g.get("browser_session_id")
+    return session_id
 
 
 def _unauthorized() -> Response:

@@ -14,12 +14,12 @@ from urllib.parse import parse_qs, urlsplit
 
 from authlib.integrations.base_client.errors import MismatchingStateError, OAuthError
 from flask import Response, current_app, flash, jsonify, redirect, render_template, request, session, url_for
-from flask_login import current_user, login_user
+from flask_login import current_user
 from joserfc.errors import JoseError
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.auth import oidc, oidc_links
-from app.auth.access import page_user
+from app.auth.access import page_user, sign_in_browser
 from app.auth.blueprints import api_blueprint, page_blueprint
 from app.auth.redirects import safe_next
 from app.core.config import Settings
@@ -104,7 +104,7 @@ def callback() -> WerkzeugResponse | tuple[str, int]:
     except Exception:  # network errors talking to the token or userinfo endpoints
         log.exception("OIDC sign-in failed")
         return _failure("The identity provider could not be reached. Try again later.", 502)
-    login_user(user)
+    sign_in_browser(user)
     session[ID_TOKEN_KEY] = token.get("id_token", "")
     return redirect(session.pop(NEXT_KEY, None) or url_for("workspaces.index"))
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from flask import current_app, flash, redirect, render_template, request, url_for
-from flask_login import current_user, login_user, logout_user
+from flask_login import current_user
 from werkzeug.wrappers import Response
 
 from app.auth import ratelimit
+from app.auth.access import page_user, sign_in_browser, sign_out_browser
 from app.auth.blueprints import page_blueprint
 from app.auth.oidc_views import forget_linking, provider_logout_url
 from app.auth.redirects import safe_next
@@ -30,16 +31,29 @@ def login() -> Response | str | tuple[str, int]:
         user = ratelimit.sign_in_with_password(settings, request.remote_addr or "unknown", email, password)
     except DomainError as error:
         return render_template("auth/login.html", email=email, error=error.message), error.status
-    login_user(user, remember=False)
+    sign_in_browser(user)
     return redirect(safe_next(request.args.get("next")))
 
 
 @bp.post("/logout")
 def logout() -> Response:
-    logout_user()
+    sign_out_browser()
     forget_linking()
+    return _signed_out("You have signed out.")
+
+
+@bp.post("/logout/everywhere")
+def logout_everywhere() -> Response:
+    """End every browser session and session token of the signed-in person (named API tokens stay)."""
+    services.sign_out_everywhere(page_user())
+    sign_out_browser()
+    forget_linking()
+    return _signed_out("You have signed out everywhere: every browser and CLI session of yours has ended.")
+
+
+def _signed_out(message: str) -> Response:
     provider_logout = provider_logout_url()  # signed in through the provider: end its session too
-    flash("You have signed out.", "info")
+    flash(message, "info")
     return redirect(provider_logout or url_for("auth.login"))
 
 
@@ -56,6 +70,6 @@ def setup() -> Response | str | tuple[str, int]:
     except DomainError as error:
         errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
         return render_template("auth/setup.html", form=form, errors=errors), error.status
-    login_user(user)
+    sign_in_browser(user)
     flash(f"Welcome, {user.username}. You are the owner of this Slipway deployment.", "success")
     return redirect(url_for("workspaces.index"))

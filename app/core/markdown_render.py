@@ -12,7 +12,7 @@ from app.core.safe_urls import safe_url
 
 
 def _is_safe_link(value: str) -> bool:
-    """http(s), a path on this server, an anchor on the page, or an email address (the one rule of app.safe_urls,
+    """http(s), a path on this server, an anchor on the page, or an email address (the one rule of app.core.safe_urls,
     plus what a README's own links need)."""
     return bool(safe_url(value, allow_path=True)) or value.startswith("#") or value.lower().startswith("mailto:")
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import secrets
 from datetime import datetime
 from typing import Any
 
@@ -21,10 +20,6 @@ STATUS_ACTIVE = "active"
 STATUS_SUSPENDED = "suspended"
 
 
-def new_session_nonce() -> str:
-    return secrets.token_urlsafe(16)
-
-
 class User(Model):
     __tablename__ = "users"
 
@@ -40,13 +35,12 @@ class User(Model):
     # Set by an owner ("Allow single sign-on linking"): until then, a sign-in through the provider whose verified
     # email matches links this account without its password. Cleared once linked; it expires by itself.
     oidc_link_allowed_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    # Part of the browser session id: rotating it signs the user out everywhere (password change, suspension).
-    session_nonce: Mapped[str] = mapped_column(String(32), default=new_session_nonce)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     last_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
-    # flask-login protocol, spelled out rather than inherited so the session id can carry the nonce.
+    # flask-login protocol, spelled out. Browser sessions are rows of their own (app/users/browser_sessions.py): the
+    # id flask-login keeps in the cookie is the session's credential, set by app.auth.access.sign_in_browser.
     @property
     def is_authenticated(self) -> bool:
         return True
@@ -60,7 +54,7 @@ class User(Model):
         return False
 
     def get_id(self) -> str:
-        return f"{self.id}:{self.session_nonce}"
+        return self.id
 
     @property
     def oidc_link_allowed(self) -> bool:
@@ -127,3 +121,22 @@ class ApiKey(Model):
             "expires_at": rfc3339(self.expires_at),
             "last_used_at": rfc3339(self.last_used_at),
         }
+
+
+class BrowserSession(Model):
+    """A signed-in browser. Its cookie carries ``<lookup_id>-<secret>``; only a SHA-256 of the secret is stored, so
+    signing out (deleting the row) ends the session on the server, not just in the browser that asked."""
+
+    __tablename__ = "browser_sessions"
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    lookup_id: Mapped[str] = mapped_column(String(16), unique=True)
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Shown on the Account page so that a person can tell their browsers apart; never used to decide anything.
+    user_agent: Mapped[str] = mapped_column(String(255), default="")
+
+    user: Mapped[User] = relationship()

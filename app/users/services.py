@@ -13,6 +13,7 @@ from app.core.columns import utcnow
 from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
 from app.core.extensions import db
 from app.core.validation import FieldErrors, check_email, check_password, check_username
+from app.users.browser_sessions import delete_browser_sessions
 from app.users.models import (
     ASSIGNABLE_ROLES,
     KIND_SESSION,
@@ -22,7 +23,6 @@ from app.users.models import (
     STATUS_SUSPENDED,
     ApiKey,
     User,
-    new_session_nonce,
 )
 
 # Checked against when the email is unknown, so a wrong email costs the same time as a wrong password.
@@ -178,6 +178,12 @@ def change_password(user: User, current_password: str, new_password: str) -> Non
 
 
 def end_sessions(user: User) -> None:
-    """Invalidate browser sessions (new nonce) and delete session tokens; named API tokens stay."""
-    user.session_nonce = new_session_nonce()
+    """Delete every browser session and session token of the user; named API tokens stay. The caller commits."""
+    delete_browser_sessions(user)
     db.session.execute(delete(ApiKey).where(ApiKey.user_id == user.id, ApiKey.kind == KIND_SESSION))
+
+
+def sign_out_everywhere(user: User) -> None:
+    """What "Sign out everywhere" does: the same as a password change, without changing the password."""
+    end_sessions(user)
+    db.session.commit()

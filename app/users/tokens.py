@@ -21,16 +21,26 @@ INVALID_TOKEN = "The session token is invalid or has expired. Sign in again."  #
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
-def _hash(secret: str) -> str:
+def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def new_credential() -> tuple[str, str]:
+    """A fresh ``(lookup_id, secret)``: the lookup id finds the row, the secret proves the holder."""
+    return secrets.token_hex(5), secrets.token_urlsafe(16)
+
+
+def split_credential(raw: str) -> tuple[str, str] | None:
+    """``(lookup_id, secret)`` of a ``<lookup_id>-<secret>`` credential, or None when it has not that shape."""
+    lookup_id, sep, secret = raw.strip().partition("-")
+    return (lookup_id, secret) if sep and lookup_id and secret else None
+
+
 def issue_token(user: User, *, kind: str, lifetime_seconds: int, name: str | None = None) -> tuple[ApiKey, str]:
-    lookup_id = secrets.token_hex(5)
-    secret = secrets.token_urlsafe(16)
+    lookup_id, secret = new_credential()
     key = ApiKey(
         lookup_id=lookup_id,
-        secret_hash=_hash(secret),
+        secret_hash=hash_secret(secret),
         user_id=user.id,
         kind=kind,
         name=name,
@@ -64,12 +74,13 @@ def create_api_token(
 
 def resolve_token(raw: str) -> User:
     """The active user owning this bearer token, or :class:`Unauthorized`."""
-    lookup_id, sep, secret = raw.strip().partition("-")
-    if not sep or not lookup_id or not secret:
+    parts = split_credential(raw)
+    if parts is None:
         raise Unauthorized(INVALID_TOKEN)
+    lookup_id, secret = parts
     # One query for key and user: this runs on every API call.
     key = db.session.scalar(select(ApiKey).options(joinedload(ApiKey.user)).where(ApiKey.lookup_id == lookup_id))
-    if key is None or not hmac.compare_digest(key.secret_hash, _hash(secret)):
+    if key is None or not hmac.compare_digest(key.secret_hash, hash_secret(secret)):
         raise Unauthorized(INVALID_TOKEN)
     now = utcnow()
     if key.expires_at <= now:

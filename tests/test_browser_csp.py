@@ -1,0 +1,220 @@
+"""Every main page of the dashboard in a real browser (Debian's chromium driven by Playwright) under the strict
+Content-Security-Policy: each is served with it, and none reports a violation or a JS error while it works (live
+logs over SSE, htmx updates, the web terminal over its WebSocket). Deleting still asks first, without inline code.
+
+One deployment (a real server with built-in daemons, the `local` example whose workspaces run the real agent, and a
+slow template whose build is watched live) serves the module.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Dialog, Page, Response, expect
+
+from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
+from tests.support.deployment import Deployment, start_deployment, stop_workspaces
+
+WAIT = 60_000  # ms: a build plus an agent starting on a busy machine
+SLOW_TEMPLATE = """
+terraform {
+  required_providers {
+    coder = { source = "coder/coder" }
+  }
+}
+data "coder_workspace" "me" {}
+resource "terraform_data" "slow" {
+  count = data.coder_workspace.me.start_count
+  provisioner "local-exec" {
+    # printf, so the markers appear only in the output, not in Terraform's echo of the command
+    command = "printf 'first%s\\n' -line-out; sleep 4; printf 'last%s\\n' -line-out"
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    tmp = tmp_path_factory.mktemp("browser-csp")
+    deployment = start_deployment(tmp)
+    try:
+        deployment.push_local()
+        slow = tmp / "slow"
+        slow.mkdir()
+        (slow / "main.tf").write_text(SLOW_TEMPLATE)
+        pushed = deployment.cli("alice", "templates", "push", "slow", "-d", str(slow))
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        yield deployment
+    finally:
+        deployment.server.stop()
+        stop_workspaces(deployment.workspaces_root)
+
+
+@pytest.fixture(scope="module")
+def agent(deployment: Deployment) -> dict[str, Any]:
+    """Alice's workspace `csp`, started, with its agent connected and ready (the terminal needs one)."""
+    deployment.create("alice", "csp")
+    return deployment.wait_ready("alice", "csp")
+
+
+@pytest.fixture
+def page() -> Iterator[Page]:
+    with browser_page() as opened:
+        yield opened
+
+
+@pytest.fixture
+def problems(page: Page) -> Iterator[list[str]]:
+    found = watch_for_problems(page.context)
+    yield found
+    assert found == [], "\n".join(found)
+
+
+def open_page(page: Page, url: str) -> Response:
+    """Load a page and check it came with the dashboard's strict policy."""
+    response = page.goto(url)
+    assert response is not None and response.status == 200, url
+    policy = response.headers.get("content-security-policy", "")
+    directives = {part.split()[0]: part.split()[1:] for part in policy.split(";") if part.strip()}
+    assert directives.get("script-src") == ["'self'"], f"{url}: {policy!r}"
+    assert directives.get("frame-ancestors") == ["'none'"], f"{url}: {policy!r}"
+    assert response.headers.get("x-frame-options") == "DENY"
+    return response
+
+
+def sign_in(page: Page, deployment: Deployment, person: str = "alice") -> None:
+    open_page(page, f"{deployment.url}/login")
+    sign_in_page(page, deployment.url, f"{person}@example.com")
+    expect(page).to_have_url(f"{deployment.url}/workspaces")
+
+
+def test_every_main_page_loads_under_the_policy(
+    deployment: Deployment, agent: dict[str, Any], page: Page, problems: list[str]
+) -> None:
+    sign_in(page, deployment)
+    url = deployment.url
+    workspace = deployment.workspace("alice", "csp")
+    with deployment.api("alice") as api:
+        version = api.get("/templates", params={"name": "local"}).json()[0]["active_version_id"]
+    pages = {
+        "/workspaces": "#workspace-table",
+        f"/workspaces/{workspace['id']}": ".agent-card .agent-lifecycle",
+        f"/builds/{workspace['latest_build']['id']}": ".log-line",
+        "/templates": "input[name=files]",  # the upload form
+        "/templates/local": "h1",
+        f"/templates/versions/{version}": ".log-line",
+        "/workspaces/new?template=local": "input[name=name]",
+        "/provisioners": "#provisioners-live",
+        "/users": "tr[id^=user-]",
+        "/account": "#session-table",
+        "/cli-auth": "form button",
+    }
+    for path, ready in pages.items():
+        open_page(page, url + path)
+        expect(page.locator(ready).first).to_be_visible()
+    # Live parts keep working: the workspace page's agent panel (SSE, htmx swaps) shows the agent as it is.
+    open_page(page, f"{url}/workspaces/{workspace['id']}")
+    expect(page.locator(".agent-card .agent-lifecycle")).to_have_text("ready")
+    expect(page.locator(".agent-card .agent-status")).to_have_text("connected")
+    page.screenshot(path=str(ARTIFACTS / "csp-workspace.png"), full_page=True)
+
+
+def test_a_build_log_streams_live_under_the_policy(deployment: Deployment, page: Page, problems: list[str]) -> None:
+    sign_in(page, deployment)
+    open_page(page, f"{deployment.url}/workspaces/new?template=slow")
+    page.fill("input[name=name]", "watched")
+    page.click("form.card button[type=submit]")
+    # The first line arrives while Terraform still sleeps: it came over the SSE stream, not with the page.
+    page.wait_for_selector("text=first-line-out", timeout=30_000)
+    assert page.locator("text=last-line-out").count() == 0
+    expect(page.locator("#job-actions a")).to_be_visible(timeout=WAIT)  # the end event replaced the actions
+    expect(page.locator("#job-status")).to_have_text("running")
+    expect(page.locator("text=last-line-out")).to_have_count(1)
+
+
+def test_the_web_terminal_works_under_the_policy(
+    deployment: Deployment, agent: dict[str, Any], page: Page, problems: list[str]
+) -> None:
+    sign_in(page, deployment)
+    workspace = deployment.workspace("alice", "csp")
+    response = open_page(page, f"{deployment.url}/workspaces/{workspace['id']}/agents/{agent['id']}/terminal")
+    # xterm.js draws with <style> elements it adds: this page alone allows inline styles (never inline scripts).
+    assert "style-src 'self' 'unsafe-inline'" in response.headers["content-security-policy"]
+    expect(page.locator("#terminal-state")).to_have_text("connected", timeout=30_000)  # its WebSocket is open
+    expect(page.locator(".xterm-rows")).to_have_text(re.compile(r"\S"), timeout=15_000)  # a prompt
+    page.keyboard.type("echo $((6*7))")
+    page.keyboard.press("Enter")
+    row = page.locator(".xterm-rows > div", has_text=re.compile(r"^\s*42\s*$"))
+    expect(row).to_have_count(1, timeout=15_000)
+    page.screenshot(path=str(ARTIFACTS / "csp-terminal.png"))
+
+
+def answer_dialogs(page: Page, answers: list[bool]) -> list[str]:
+    """Answer the next confirm() dialogs in turn (dismiss or accept); returns their messages as they come."""
+    asked: list[str] = []
+
+    def answer(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        if answers.pop(0):
+            dialog.accept()
+        else:
+            dialog.dismiss()
+
+    page.on("dialog", answer)
+    return asked
+
+
+def test_deleting_still_asks_first(deployment: Deployment, page: Page, problems: list[str], tmp_path: Path) -> None:
+    deployment.create("alice", "doomed")
+    sign_in(page, deployment)
+    workspace = deployment.workspace("alice", "doomed")
+    open_page(page, f"{deployment.url}/workspaces/{workspace['id']}")
+    asked = answer_dialogs(page, [False, True, False, True])
+
+    page.get_by_role("button", name="Delete").click()  # dismissed: nothing happens
+    expect(page.locator("h1")).to_have_text("doomed")
+    assert asked == ["Delete doomed? Its resources are destroyed."]
+    assert deployment.workspace("alice", "doomed")["latest_build"]["transition"] == "start"
+    page.get_by_role("button", name="Delete").click()  # accepted: the delete build starts
+    expect(page.locator("h1")).to_have_text("doomed · build #2 delete")
+    expect(page.locator("#job-status")).to_have_text("deleted", timeout=WAIT)
+
+    open_page(page, f"{deployment.url}/provisioners")
+    page.fill("input[name=name]", "short-lived")
+    page.click("#keys form.inline-form button[type=submit]")
+    row = page.locator("#key-table tr", has_text="short-lived")
+    row.get_by_role("button", name="Delete").click()  # dismissed
+    expect(row).to_have_count(1)
+    row.get_by_role("button", name="Delete").click()  # accepted
+    expect(page.locator("#key-table tr", has_text="short-lived")).to_have_count(0)
+    assert asked[2:] == ["Delete key short-lived? Daemons using it will stop."] * 2
+
+
+def test_htmx_updates_and_sign_out_everywhere_work_under_the_policy(
+    deployment: Deployment, page: Page, problems: list[str]
+) -> None:
+    sign_in(page, deployment)
+    assert page.context.browser is not None
+    other = page.context.browser.new_context().new_page()  # alice in a second browser
+    sign_in(other, deployment)
+    asked = answer_dialogs(page, [True, True])
+
+    open_page(page, f"{deployment.url}/users")
+    dave = page.locator("tr", has_text="dave@example.com")
+    dave.get_by_role("button", name="Suspend").click()  # hx-confirm, then an htmx post that swaps the row
+    expect(page.locator("tr", has_text="dave@example.com").locator(".badge")).to_have_text("suspended")
+    page.locator("tr", has_text="dave@example.com").get_by_role("button", name="Activate").click()
+    expect(page.locator("tr", has_text="dave@example.com").locator(".badge")).to_have_text("active")
+
+    open_page(page, f"{deployment.url}/account")
+    expect(page.locator("#session-table")).to_contain_text("this browser")
+    page.get_by_role("button", name="Sign out everywhere").click()
+    expect(page).to_have_url(f"{deployment.url}/login")
+    expect(page.locator(".flash")).to_contain_text("You have signed out everywhere")
+    assert asked[0].startswith("Suspend dave?") and asked[1].startswith("Sign out everywhere?")
+    other.goto(f"{deployment.url}/workspaces")
+    expect(other).to_have_url(re.compile(r"/login\?next="))
