@@ -100,7 +100,7 @@ class Supervisor:
             "--no-control-socket",
             "--worker-class", "gevent",
             "--workers", str(self.settings.web_workers),
-            "--worker-connections", "2000",
+            "--worker-connections", str(self.settings.web_worker_connections),
             "--bind", f"fd://{listener.fileno()}",
             "--graceful-timeout", "5",
             "--keep-alive", "30",
