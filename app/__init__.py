@@ -19,7 +19,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     app = Flask(__name__, template_folder=str(ROOT / "templates"), static_folder=str(ROOT / "static"))
     configure(app, settings)
 
-    from app import errors, health, metrics, redis_client, templating
+    from app import errors, health, limits, metrics, redis_client, templating
     from app.agents import agent_api, app_views
     from app.agents import api as agents_api
     from app.agents import bootstrap as agent_bootstrap
@@ -42,6 +42,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     csrf.init_app(app)
     htmx.init_app(app)
     redis_client.init_app(app)
+    limits.init_app(app)
     access.init_app(app)
     errors.init_app(app)
     templating.init_app(app)

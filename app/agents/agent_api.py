@@ -12,6 +12,7 @@ from app.blueprints import API_PREFIX, json_body
 from app.config import Settings
 from app.errors import NotFound
 from app.extensions import csrf, db
+from app.limits import live_connection
 from app.provisioning.streams import relay_for
 from app.redis_client import get_redis
 from app.websocket import WebSocket, serve_websocket
@@ -84,7 +85,7 @@ def control() -> Response:
     def run(websocket: WebSocket) -> None:
         ControlConnection(websocket, agent_id, relay_for(settings.redis_url), settings.agent_heartbeat_interval).serve()
 
-    return serve_websocket(run)
+    return serve_websocket(run, lifeline=True)
 
 
 @bp.get("/tunnels/<tunnel_id>", websocket=True)
@@ -95,7 +96,8 @@ def tunnel(tunnel_id: str) -> Response:
     if not tunnels.dialed_to(client, tunnel_id, _agent().id):
         raise NotFound("No tunnel with that id was dialed to this agent.")
     db.session.remove()
-    half = tunnels.agent_half(client, tunnel_id, error)
-    if error:
-        return serve_websocket(lambda websocket: websocket.close(1000, "The dial failure was passed on."))
-    return serve_websocket(lambda websocket: tunnels.relay(websocket, half))
+    with live_connection():  # before the user's half hears that this one is open
+        half = tunnels.agent_half(client, tunnel_id, error)
+        if error:
+            return serve_websocket(lambda websocket: websocket.close(1000, "The dial failure was passed on."))
+        return serve_websocket(lambda websocket: tunnels.relay(websocket, half))

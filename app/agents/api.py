@@ -18,6 +18,7 @@ from app.auth.access import api_user
 from app.blueprints import api_blueprint
 from app.errors import InvalidInput
 from app.extensions import db
+from app.limits import live_connection
 from app.provisioning.jobs import event_stream
 from app.provisioning.streams import agent_key, follow_lines, line_event, relay_for, sse_event, stream_cursor
 from app.redis_client import get_redis
@@ -115,13 +116,14 @@ def open_tunnel(agent_id: str, wanted: dict[str, Any]) -> Response:
     """Dial, then serve the request's WebSocket as the user's half (used by the web terminal page too)."""
     client = get_redis()
     db.session.remove()  # a tunnel may stay open for hours: hold no database connection
-    half = tunnels.dial(client, agent_id, wanted)
+    with live_connection():  # before dialing: a refused tunnel must not have the agent dial back
+        half = tunnels.dial(client, agent_id, wanted)
 
-    def run(websocket: WebSocket) -> None:
-        failure = tunnels.wait_open(half)
-        if failure is not None:
-            websocket.close(*failure)
-            return
-        tunnels.relay(websocket, half)
+        def run(websocket: WebSocket) -> None:
+            failure = tunnels.wait_open(half)
+            if failure is not None:
+                websocket.close(*failure)
+                return
+            tunnels.relay(websocket, half)
 
-    return serve_websocket(run)
+        return serve_websocket(run)

@@ -12,6 +12,7 @@ from app.agents.apps import app_path, check_app_access, find_app, sandboxed_for
 from app.auth.access import api_user, bearer_token, page_user
 from app.errors import BadGateway, Conflict, Forbidden, NotFound
 from app.extensions import csrf, db
+from app.limits import live_connection, until_closed
 from app.redis_client import get_redis
 from app.users.models import User
 from app.websocket import is_websocket_request
@@ -57,12 +58,14 @@ def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -
     sandbox = sandboxed_for(target, person)
     client = get_redis()
     db.session.remove()  # the response may stream for long: hold no database connection
-    try:
-        if is_websocket_request(request.environ):
-            return proxy.proxy_websocket(client, target, request, rest)
-        return proxy.proxy_http(client, target, request, rest, prefix=prefix, sandbox=sandbox)
-    except proxy.AppUnavailable as exc:
-        raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc
+    # A live connection (app/limits.py) until the app's answer has been passed on: it may stream for hours.
+    with live_connection():
+        try:
+            if is_websocket_request(request.environ):
+                return proxy.proxy_websocket(client, target, request, rest)
+            return until_closed(proxy.proxy_http(client, target, request, rest, prefix=prefix, sandbox=sandbox))
+        except proxy.AppUnavailable as exc:
+            raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc
 
 
 # The same paths take WebSocket upgrades (Werkzeug matches those only against rules marked websocket).

@@ -19,6 +19,7 @@ from sqlalchemy import select, update
 from app.columns import utcnow
 from app.errors import InvalidInput
 from app.extensions import db
+from app.limits import live_stream
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob, ProvisionerJobLog
 from app.provisioning.tags import queue_name
 from app.redis_client import get_redis
@@ -162,7 +163,7 @@ def logs_response(job: ProvisionerJob) -> Response:
 def event_stream(events: Iterator[str]) -> Response:
     # no-cache and no proxy buffering: each event must reach the viewer as soon as it is written.
     return Response(
-        stream_with_context(events),
+        stream_with_context(live_stream(events)),  # a slot per stream, and a lifetime (app/limits.py)
         mimetype="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -20,6 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import redis
 
 from app.extensions import db
+from app.limits import resumed_stream
 from app.provisioning.jobs import AGENT_CONTROL_PREFIX, AGENT_EVENTS_PREFIX, LOG_CHANNEL_PREFIX, job_logs
 from app.provisioning.models import ACTIVE_STATUSES, ProvisionerJob, ProvisionerJobLog
 
@@ -342,6 +343,8 @@ def follow_changes(
         shown = {name: read() for name, read in readers.items()}
         rewatch()
         db.session.remove()
+        if resumed_stream():  # back after the stream's lifetime ended: what changed meanwhile was never sent
+            yield "".join(sse_event(name, "changed") for name in readers)
         quiet_since = time.monotonic()
         while True:
             notified = waiter.wait(poll_seconds or HEARTBEAT_SECONDS)
