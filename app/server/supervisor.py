@@ -98,7 +98,8 @@ class Supervisor:
         argv = [
             sys.executable, "-m", "gunicorn",
             "--no-control-socket",
-            "--worker-class", "gevent",
+            # gevent, with request-head timeouts and per-client connection limits (app/server/worker.py)
+            "--worker-class", "app.server.worker.GuardedGeventWorker",
             "--workers", str(self.settings.web_workers),
             "--worker-connections", str(self.settings.web_worker_connections),
             "--bind", f"fd://{listener.fileno()}",
