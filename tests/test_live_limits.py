@@ -66,7 +66,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         # the per-address limit).
         "SLIPWAY_MAX_CONNECTIONS_PER_CLIENT": "0",
     }
-    with ServerProcess(data, "--provisioner-daemons", "0", env=env) as server:
+    with ServerProcess(data, "--provisioner-daemons", "0", env=env, start_timeout=120) as server:
         owner = api_client(server.url, sign_up_owner(server.url, PASSWORD))
         version = new_version(owner)
         daemon = HttpDaemon(server.url, PSK)

@@ -38,7 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "--request-header-timeout", f"{HEADER_TIMEOUT_SECONDS}s",
         "--max-connections-per-client", str(PER_CLIENT),
     ]  # fmt: skip
-    with ServerProcess(tmp_path_factory.mktemp("slowloris") / "data", *flags) as running:
+    with ServerProcess(tmp_path_factory.mktemp("slowloris") / "data", *flags, start_timeout=120) as running:
         yield running
 
 
