@@ -154,10 +154,6 @@ class LiveSlots:
         except redis.RedisError as exc:  # the slot expires on its own: it is no longer renewed
             self._note_redis_failure(exc)
 
-    def held(self) -> int:
-        with self._lock:
-            return len(self._held)
-
     def renew(self) -> None:
         """Push back the expiry of every slot this process holds (XX: a slot released meanwhile stays gone)."""
         with self._lock:
