@@ -8,15 +8,17 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 
 import httpx
 import psutil
 import pytest
+import redis
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from app.limits import holders
 from tests.conftest import PASSWORD
 from tests.support.deployment import ECHO_SERVER, Deployment, start_deployment, stop_workspaces
 from tests.support.net import free_port
@@ -74,6 +76,13 @@ def open_when_free(url: str, headers: dict[str, str], timeout: float = 20) -> Cl
             time.sleep(0.1)
 
 
+def wait_until(check: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
 def fetch_through(tunnel: ClientConnection) -> bytes:
     """An HTTP request to the workspace's server, as raw bytes through the tunnel (binary frames)."""
     tunnel.send(b"GET /through-the-tunnel HTTP/1.1\r\nHost: workspace\r\nConnection: close\r\n\r\n")
@@ -86,38 +95,53 @@ def fetch_through(tunnel: ClientConnection) -> bytes:
 
 
 def test_a_persons_websockets_beyond_the_cap_are_refused_before_the_upgrade(deployment: Deployment) -> None:
+    with ExitStack() as stack:
+        refused_beyond_the_cap(deployment, stack)
+    deployment.wait_agent("carol", "ws", lambda a: a["status"] == "connected", 60, "connected again")
+
+
+def refused_beyond_the_cap(deployment: Deployment, stack: ExitStack) -> None:
     deployment.create("carol", "ws")
     agent = deployment.wait_ready("carol", "ws")
     port = free_port()
     deployment.start_server("carol", "ws", ECHO_SERVER, port)
     base = deployment.url.replace("http://", "ws://") + f"/api/v2/workspaceagents/{agent['id']}/tunnel"
     carol = deployment.people["carol"].auth
-    with ExitStack() as tunnels:
-        # Each tunnel has an agent half too; those count against the agent, so all three of carol's work.
-        for _ in range(PER_USER):
-            tunnel = tunnels.enter_context(open_when_free(f"{base}?service=tcp&port={port}", carol))
-            assert b"dev server ok path=/through-the-tunnel" in fetch_through(tunnel)
+    with deployment.api("carol") as api:
+        carol_id = api.get("/users/me").json()["id"]
+    ledger = redis.Redis(unix_socket_path=str(deployment.server.data_dir / "redis.sock"))
+    stack.callback(ledger.close)
+    # The `slipway ssh` sessions that started the server have ended and given their slots back (the agent's
+    # halves included), so the agent holds just its control connection.
+    wait_until(lambda: holders(ledger, f"user:{carol_id}") == 0 and holders(ledger, f"agent:{agent['id']}") == 1)
+    # Each tunnel has an agent half too; those count against the agent, so all three of carol's work.
+    tunnels = []
+    for _ in range(PER_USER):
+        tunnels.append(stack.enter_context(open_when_free(f"{base}?service=tcp&port={port}", carol)))
+        assert b"dev server ok path=/through-the-tunnel" in fetch_through(tunnels[-1])
 
-        with pytest.raises(InvalidStatus) as refused:
-            connect(f"{base}?service=tcp&port={port}", additional_headers=carol, open_timeout=30)
-        assert refused.value.response.status_code == 429
-        assert b"You have 3 live streams open (log streams, terminals, tunnels); close some tabs" in (
-            refused.value.response.body or b""
-        )
-        # The web terminal (the dashboard's cookie) draws on the same budget.
-        terminal = {"Cookie": session_cookie(deployment.url, "carol@example.com"), "Origin": deployment.url}
-        with pytest.raises(InvalidStatus) as refused_terminal:
-            connect(f"{base}?service=pty&rows=24&cols=80", additional_headers=terminal, open_timeout=30)
-        assert refused_terminal.value.response.status_code == 429
+    with pytest.raises(InvalidStatus) as refused:
+        connect(f"{base}?service=tcp&port={port}", additional_headers=carol, open_timeout=30)
+    assert refused.value.response.status_code == 429
+    assert b"You have 3 live streams open (log streams, terminals, tunnels); close some tabs" in (
+        refused.value.response.body or b""
+    )
+    # The web terminal (the dashboard's cookie) draws on the same budget.
+    terminal = {"Cookie": session_cookie(deployment.url, "carol@example.com"), "Origin": deployment.url}
+    with pytest.raises(InvalidStatus) as refused_terminal:
+        connect(f"{base}?service=pty&rows=24&cols=80", additional_headers=terminal, open_timeout=30)
+    assert refused_terminal.value.response.status_code == 429
 
-        # The agent is at its budget (its control connection and three tunnel halves), yet a control connection
-        # still gets in: people's tunnels can never lock an agent out. (This one takes over from the agent's,
-        # which then reconnects.)
-        rpc = deployment.url.replace("http://", "ws://") + "/api/v2/workspaceagents/me/rpc"
-        token = {"Slipway-Agent-Token": agent_token(deployment, "carol", "ws")}
-        with connect(rpc, additional_headers=token, open_timeout=30):
-            pass
-    deployment.wait_agent("carol", "ws", lambda a: a["status"] == "connected", 60, "connected again")
-    # Closed tunnels give their slots back.
-    with open_when_free(f"{base}?service=tcp&port={port}", carol) as again:
-        assert b"dev server ok" in fetch_through(again)
+    # A closed tunnel gives its slot back (once the server has seen it close).
+    tunnels.pop().close()
+    tunnels.append(stack.enter_context(open_when_free(f"{base}?service=tcp&port={port}", carol)))
+    assert b"dev server ok" in fetch_through(tunnels[-1])
+
+    # The agent is at its budget (its control connection and three tunnel halves), yet a control connection
+    # still gets in: people's tunnels can never lock an agent out. (This one takes over from the agent's,
+    # which then reconnects.)
+    rpc = deployment.url.replace("http://", "ws://") + "/api/v2/workspaceagents/me/rpc"
+    token = {"Slipway-Agent-Token": agent_token(deployment, "carol", "ws")}
+    assert holders(ledger, f"agent:{agent['id']}") == PER_AGENT
+    with connect(rpc, additional_headers=token, open_timeout=30):
+        pass
