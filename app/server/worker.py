@@ -127,14 +127,18 @@ def _send_and_close(sock: gsocket.socket, response: bytes) -> None:
         pass
 
 
-def client_key(addr: Any) -> str | None:
-    """Whose connection this is for the per-client limit: the IPv4 address, or the IPv6 /64 (one host's share)."""
+def peer_address(addr: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The client's IP address, or None for a unix socket peer (a local proxy) or an unparsable one."""
     if not isinstance(addr, tuple) or not addr:
-        return None  # a unix socket: a local proxy
+        return None
     try:
-        address = ipaddress.ip_address(str(addr[0]).split("%", 1)[0])
+        return ipaddress.ip_address(str(addr[0]).split("%", 1)[0])
     except ValueError:
-        return str(addr[0])
+        return None
+
+
+def client_key(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """Whose connection this is for the per-client limit: the IPv4 address, or the IPv6 /64 (one host's share)."""
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
             return str(address.ipv4_mapped)
@@ -189,17 +193,17 @@ class GuardedGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn is un
 
         return application
 
-    def _trusted(self, addr: Any) -> bool:
-        if self.trust_every_peer or not isinstance(addr, tuple):
-            return True
-        try:
-            address = ipaddress.ip_address(str(addr[0]).split("%", 1)[0])
-        except ValueError:
-            return False
-        return any(address in network for network in self.trusted_networks if network.version == address.version)
+    def _limited_key(self, addr: Any) -> str | None:
+        """The per-client key of a peer the limit applies to; None when it does not (off, or a trusted proxy)."""
+        address = peer_address(addr)
+        if self.per_client == 0 or self.trust_every_peer or address is None:
+            return None
+        if any(address in network for network in self.trusted_networks if network.version == address.version):
+            return None
+        return client_key(address)
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
-        key = None if self.per_client == 0 or self._trusted(addr) else client_key(addr)
+        key = self._limited_key(addr)
         if key is not None and self.open_by_client[key] >= self.per_client:
             if key not in self.refusing:  # one line while an address stays over the limit
                 self.refusing.add(key)
