@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import gc
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import redis
@@ -28,6 +26,7 @@ from app.limits import (
 )
 from tests.conftest import PASSWORD, Persona, make_settings
 from tests.support.daemon import FakeDaemon, import_template
+from tests.support.waiting import wait_until
 from tests.support.web import sign_in
 
 PER_USER = 2
@@ -51,15 +50,6 @@ def ledger(redis_server: str) -> Iterator[redis.Redis]:
     client.flushdb()
     yield client
     client.close()
-
-
-def wait_until(check: Any, timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
 
 
 def test_slots_are_shared_by_processes_and_refused_beyond_the_cap(ledger: redis.Redis) -> None:

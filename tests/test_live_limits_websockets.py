@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 
 import httpx
@@ -22,6 +22,7 @@ from app.limits import holders
 from tests.conftest import PASSWORD
 from tests.support.deployment import ECHO_SERVER, Deployment, start_deployment, stop_workspaces
 from tests.support.net import free_port
+from tests.support.waiting import wait_until
 
 PER_USER = 3
 PER_AGENT = 4  # its control connection and carol's three tunnels
@@ -74,13 +75,6 @@ def open_when_free(url: str, headers: dict[str, str], timeout: float = 20) -> Cl
             if exc.response.status_code != 429 or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def fetch_through(tunnel: ClientConnection) -> bytes:

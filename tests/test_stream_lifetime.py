@@ -18,6 +18,7 @@ from tests.support.browser import browser_page, sign_in_page
 from tests.support.http_daemon import HttpDaemon, api_client, new_version, sign_up_owner
 from tests.support.server import ServerProcess
 from tests.support.sse import events
+from tests.support.waiting import wait_until
 
 PSK = "lifetime-psk"
 CONNECTIONS_WANTED = 3  # the first connection and at least two resumed ones
@@ -83,15 +84,6 @@ class Follower:
             self.ended.set()
 
 
-def wait_until(check: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(check) and check():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_stream_ends_after_its_lifetime_and_the_client_resumes_without_loss_or_repeats(
     server: ServerProcess, owner_token: str
 ) -> None:
@@ -110,7 +102,7 @@ def test_a_stream_ends_after_its_lifetime_and_the_client_resumes_without_loss_or
         while len(follower.connections) < CONNECTIONS_WANTED:
             sent.append(f"line {len(sent)}")
             daemon.log(job_id, sent[-1])
-            wait_until(lambda: len(follower.outputs) >= len(sent) or follower.error, 15, f"{sent[-1]!r}")
+            wait_until(lambda: len(follower.outputs) >= len(sent) or follower.error, 15, repr(sent[-1]))
             assert follower.error is None, follower.error
             assert time.monotonic() < deadline, "the stream never ended for its lifetime"
         sent.append("the last line")
