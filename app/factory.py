@@ -18,7 +18,7 @@ from app.auth import views as auth_views
 from app.catalog import api as catalog_api
 from app.catalog import views as catalog_views
 from app.catalog.jobs import IMPORT_HANDLERS
-from app.core import errors, redis_client, security_headers, templating
+from app.core import errors, limits, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, htmx, migrate
 from app.provisioning import api as provisioning_api
@@ -45,6 +45,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     csrf.init_app(app)
     htmx.init_app(app)
     redis_client.init_app(app)
+    limits.init_app(app)
     events.init_app(app)
     access.init_app(app)
     errors.init_app(app)

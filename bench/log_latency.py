@@ -77,11 +77,13 @@ def produce(url: str, job_id: str, seconds: float, sent: list[int], started: thr
             daemon.post(f"/jobs/{job_id}/logs", json={"logs": batch}).raise_for_status()
             sent[0] += len(batch)
             time.sleep(0.25)
-        daemon.post(f"/jobs/{job_id}/complete", json={"resources": {}}).raise_for_status()
+        daemon.post(f"/jobs/{job_id}/complete", json={"template_import": {}}).raise_for_status()
 
 
 def run(clients: int, seconds: float) -> None:
-    server = Server(extra_args=("--provisioner-daemons", "0"), env={"SLIPWAY_PROVISIONER_DAEMON_PSK": PSK})
+    # All N viewers are one person here: lift the per-person cap on live streams (100 by default) above N.
+    env = {"SLIPWAY_PROVISIONER_DAEMON_PSK": PSK, "SLIPWAY_MAX_LIVE_CONNECTIONS_PER_USER": str(clients + 10)}
+    server = Server(extra_args=("--provisioner-daemons", "0"), env=env)
     server.start()
     try:
         base = server.url

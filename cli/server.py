@@ -74,6 +74,43 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "A job no daemon took within this is failed by the reaper. [default: 30m]",
     ),
     ("--web-workers", "SLIPWAY_WEB_WORKERS", "Web worker processes (gevent). [default: 2]"),
+    (
+        "--web-worker-connections",
+        "SLIPWAY_WEB_WORKER_CONNECTIONS",
+        "Connections each web worker serves at once. [default: 2000]",
+    ),
+    (
+        "--max-live-connections-per-user",
+        "SLIPWAY_MAX_LIVE_CONNECTIONS_PER_USER",
+        "Live streams and WebSockets one person may hold at once, on all replicas; beyond it 429. [default: 100]",
+    ),
+    (
+        "--max-live-connections-per-agent",
+        "SLIPWAY_MAX_LIVE_CONNECTIONS_PER_AGENT",
+        "Connections one workspace agent may hold (its control connection and tunnels). [default: 200]",
+    ),
+    (
+        "--max-live-connections",
+        "SLIPWAY_MAX_LIVE_CONNECTIONS",
+        "Live streams and WebSockets of everyone together, on all replicas (agents not counted). "
+        "[default: 3/4 of web workers x worker connections]",
+    ),
+    (
+        "--stream-max-lifetime",
+        "SLIPWAY_STREAM_MAX_LIFETIME",
+        "A live log or status stream ends after this and the client resumes where it was. [default: 30m]",
+    ),
+    (
+        "--request-header-timeout",
+        "SLIPWAY_REQUEST_HEADER_TIMEOUT",
+        "Time a client has to send a request's line and headers; stalled connections are closed. [default: 10s]",
+    ),
+    (
+        "--max-connections-per-client",
+        "SLIPWAY_MAX_CONNECTIONS_PER_CLIENT",
+        "Open connections one client address may hold in each web worker; 0 turns it off (e.g. behind a proxy "
+        "that limits clients itself). [default: 1/4 of worker connections]",
+    ),
     ("--terraform-path", "SLIPWAY_TERRAFORM_PATH", "Terraform for built-in daemons. [default: PATH, else bundled]"),
     (
         "--agent-wheelhouse",

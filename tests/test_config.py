@@ -47,6 +47,12 @@ def test_secret_from_file(tmp_path: Path) -> None:
         ("SESSION_DURATION", "0s"),
         ("LOGIN_FAILURE_WINDOW", "soon"),
         ("DATABASE_URL", "::::"),
+        ("WEB_WORKER_CONNECTIONS", "lots"),
+        ("MAX_LIVE_CONNECTIONS_PER_USER", "0"),
+        ("MAX_LIVE_CONNECTIONS", "-5"),
+        ("MAX_CONNECTIONS_PER_CLIENT", "-1"),
+        ("STREAM_MAX_LIFETIME", "forever"),
+        ("REQUEST_HEADER_TIMEOUT", "0s"),
     ],
 )
 def test_junk_is_refused_naming_the_variable(name: str, value: str) -> None:
@@ -62,3 +68,15 @@ def test_durations(text: str, seconds: int) -> None:
 def test_bad_duration() -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration("1w")
+
+
+def test_connection_limits_default_to_shares_of_the_worker_slots() -> None:
+    default = load_settings({})
+    assert (default.web_worker_connections, default.max_live_connections_per_user) == (2000, 100)
+    assert default.max_live_connections == 3000  # 3/4 of 2 workers x 2000: the rest for agents, health, sign-in
+    assert default.max_connections_per_client == 500  # 1/4 of a worker's slots
+    assert (default.stream_max_lifetime, default.request_header_timeout) == (1800, 10)
+    scaled = load_settings({"SLIPWAY_WEB_WORKERS": "4", "SLIPWAY_WEB_WORKER_CONNECTIONS": "1000"})
+    assert (scaled.max_live_connections, scaled.max_connections_per_client) == (3000, 250)
+    chosen = load_settings({"SLIPWAY_MAX_LIVE_CONNECTIONS": "10", "SLIPWAY_MAX_CONNECTIONS_PER_CLIENT": "0"})
+    assert (chosen.max_live_connections, chosen.max_connections_per_client) == (10, 0)

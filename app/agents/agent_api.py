@@ -10,6 +10,7 @@ from app.agents.manifest import build_manifest
 from app.core.config import Settings
 from app.core.errors import NotFound
 from app.core.extensions import csrf, db
+from app.core.limits import live_connection
 from app.core.redis_client import get_redis
 from app.core.signing import signer
 from app.core.validation import message_body
@@ -97,7 +98,7 @@ def control() -> Response:
     def run(websocket: WebSocket) -> None:
         ControlConnection(websocket, agent_id, relay, settings.agent_heartbeat_interval, settings.secret_key).serve()
 
-    return serve_websocket(run)
+    return serve_websocket(run, lifeline=True)
 
 
 @bp.get("/tunnels/<tunnel_id>", websocket=True)
@@ -108,7 +109,8 @@ def tunnel(tunnel_id: str) -> Response:
     if not tunnels.dialed_to(client, signer(), tunnel_id, _agent().id):
         raise NotFound("No tunnel with that id was dialed to this agent.")
     db.session.remove()
-    half = tunnels.agent_half(client, tunnel_id, error)
-    if error:
-        return serve_websocket(lambda websocket: websocket.close(1000, "The dial failure was passed on."))
-    return serve_websocket(lambda websocket: tunnels.relay(websocket, half))
+    with live_connection():  # before the user's half hears that this one is open
+        half = tunnels.agent_half(client, tunnel_id, error)
+        if error:
+            return serve_websocket(lambda websocket: websocket.close(1000, "The dial failure was passed on."))
+        return serve_websocket(lambda websocket: tunnels.relay(websocket, half))

@@ -17,6 +17,7 @@ from app.auth.access import api_user
 from app.auth.blueprints import api_blueprint
 from app.core.errors import InvalidInput
 from app.core.extensions import db
+from app.core.limits import live_connection
 from app.core.redis_client import get_redis
 from app.core.signing import signer
 from app.core.websocket import WebSocket, serve_websocket
@@ -120,13 +121,14 @@ def open_tunnel(agent_id: str, wanted: DialRequest) -> Response:
     """Dial, then serve the request's WebSocket as the user's half (used by the web terminal page too)."""
     client, signing = get_redis(), signer()
     db.session.remove()  # a tunnel may stay open for hours: hold no database connection
-    half = tunnels.dial(client, signing, agent_id, wanted)
+    with live_connection():  # before dialing: a refused tunnel must not have the agent dial back
+        half = tunnels.dial(client, signing, agent_id, wanted)
 
-    def run(websocket: WebSocket) -> None:
-        failure = tunnels.wait_open(half)
-        if failure is not None:
-            websocket.close(*failure)
-            return
-        tunnels.relay(websocket, half)
+        def run(websocket: WebSocket) -> None:
+            failure = tunnels.wait_open(half)
+            if failure is not None:
+                websocket.close(*failure)
+                return
+            tunnels.relay(websocket, half)
 
-    return serve_websocket(run)
+        return serve_websocket(run)

@@ -12,6 +12,7 @@ from app.agents.apps import app_for, sandboxed_for
 from app.auth.access import api_user, bearer_token, page_user
 from app.core.errors import BadGateway, Conflict, Forbidden, NotFound
 from app.core.extensions import csrf, db
+from app.core.limits import live_connection, until_closed
 from app.core.redis_client import get_redis
 from app.core.signing import signer
 from app.core.websocket import is_websocket_request
@@ -57,12 +58,14 @@ def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -
     sandbox = sandboxed_for(target, person)
     client, signing = get_redis(), signer()
     db.session.remove()  # the response may stream for long: hold no database connection
-    try:
-        if is_websocket_request(request.environ):
-            return proxy.proxy_websocket(client, signing, target, request, requested)
-        return proxy.proxy_http(client, signing, target, request, requested, sandbox=sandbox)
-    except proxy.AppUnavailable as exc:
-        raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc
+    # A live connection (app/core/limits.py) until the app's answer has been passed on: it may stream for hours.
+    with live_connection():
+        try:
+            if is_websocket_request(request.environ):
+                return proxy.proxy_websocket(client, signing, target, request, requested)
+            return until_closed(proxy.proxy_http(client, signing, target, request, requested, sandbox=sandbox))
+        except proxy.AppUnavailable as exc:
+            raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc
 
 
 # The same paths take WebSocket upgrades (Werkzeug matches those only against rules marked websocket).

@@ -41,6 +41,20 @@ class Settings:
     embedded_redis: bool = True
     provisioner_daemons: int = 3
     web_workers: int = 2
+    # Connection slots of each web worker (gunicorn --worker-connections): the ceiling every limit below protects.
+    web_worker_connections: int = 2000
+    # Live connections (SSE streams, WebSockets, proxied app requests) a person may hold at once, on all replicas.
+    max_live_connections_per_user: int = 100
+    # An agent's own budget (its control connection and its halves of tunnels): people's tabs never count here.
+    max_live_connections_per_agent: int = 200
+    # People's live connections on all replicas together; agents are not counted (they have their own budget).
+    max_live_connections: int = 3000
+    # A stream ends after this long (with a retry hint); the client resumes where it was (Last-Event-ID).
+    stream_max_lifetime: int = 1800
+    # Time a client has to send a request line and headers; a connection that stalls mid-head is closed (408).
+    request_header_timeout: int = 10
+    # Open connections one client address may hold in each web worker; 0 turns the limit off.
+    max_connections_per_client: int = 500
     secret_key: str = ""
     session_duration: int = 24 * 3600
     default_token_lifetime: int = 30 * 86400
@@ -120,6 +134,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     access_url = _parse_access_url(_get(env, "ACCESS_URL") or f"http://{address}")
     database_url = _parse_database_url(_get(env, "DATABASE_URL") or f"sqlite:///{data_dir / 'slipway.db'}")
     redis_url = _redis_url(env, "REDIS_URL")
+    web_workers = _int(env, "WEB_WORKERS", 2, minimum=1, maximum=64)
+    worker_connections = _int(env, "WEB_WORKER_CONNECTIONS", 2000, minimum=10, maximum=100_000)
     settings = Settings(
         address=address,
         access_url=access_url,
@@ -128,7 +144,20 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         redis_url=redis_url or f"unix://{data_dir / 'redis.sock'}",
         embedded_redis=not redis_url,
         provisioner_daemons=_int(env, "PROVISIONER_DAEMONS", 3, minimum=0, maximum=64),
-        web_workers=_int(env, "WEB_WORKERS", 2, minimum=1, maximum=64),
+        web_workers=web_workers,
+        web_worker_connections=worker_connections,
+        max_live_connections_per_user=_int(env, "MAX_LIVE_CONNECTIONS_PER_USER", 100, minimum=1, maximum=100_000),
+        max_live_connections_per_agent=_int(env, "MAX_LIVE_CONNECTIONS_PER_AGENT", 200, minimum=1, maximum=100_000),
+        # Three quarters of this server's slots: the rest stays free for agents, /healthz and sign-in.
+        max_live_connections=_int(
+            env, "MAX_LIVE_CONNECTIONS", web_workers * worker_connections * 3 // 4, minimum=1, maximum=10_000_000
+        ),
+        stream_max_lifetime=_duration(env, "STREAM_MAX_LIFETIME", "30m"),
+        request_header_timeout=_duration(env, "REQUEST_HEADER_TIMEOUT", "10s"),
+        # A quarter of a worker's slots: one address (or IPv6 /64) can never take the rest.
+        max_connections_per_client=_int(
+            env, "MAX_CONNECTIONS_PER_CLIENT", worker_connections // 4, minimum=0, maximum=100_000
+        ),
         secret_key=_secret(env, "SECRET_KEY"),
         session_duration=_duration(env, "SESSION_DURATION", "24h"),
         default_token_lifetime=_duration(env, "DEFAULT_TOKEN_LIFETIME", "30d"),

@@ -23,6 +23,7 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import CLOSED, OPEN, Protocol, Side
 
 from app.core.errors import InvalidInput
+from app.core.limits import live_connection
 
 HANDSHAKE_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 RECEIVE_BYTES = 256 * 1024
@@ -219,11 +220,15 @@ def accept_websocket(environ: dict[str, Any]) -> WebSocket:
     return WebSocket(sock)
 
 
-def serve_websocket(handler: Callable[[WebSocket], None]) -> Response:
-    """Take the request's connection over as a WebSocket and run ``handler`` on it until it returns."""
-    websocket = accept_websocket(request.environ)
-    try:
-        handler(websocket)
-    finally:
-        websocket.close(CLOSE_GOING_AWAY)
+def serve_websocket(handler: Callable[[WebSocket], None], *, lifeline: bool = False) -> Response:
+    """Take the request's connection over as a WebSocket and run ``handler`` on it until it returns.
+
+    It holds a live connection slot (app/limits.py) throughout: beyond its holder's cap it is refused with 429
+    before the upgrade. ``lifeline`` marks an agent's control connection (see ``AGENT_LIFELINE_RESERVE``)."""
+    with live_connection(lifeline=lifeline):
+        websocket = accept_websocket(request.environ)
+        try:
+            handler(websocket)
+        finally:
+            websocket.close(CLOSE_GOING_AWAY)
     return TakenOverResponse()

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from flask import Response, stream_with_context
 
 from app.core.errors import InvalidInput
+from app.core.limits import live_stream
 from protocol.values import parse_int
 
 # Sent first: it opens the stream through proxies at once and tells EventSource how soon to come back.
@@ -28,7 +29,7 @@ def sse_event(event: str, data: str, event_id: int | None = None) -> str:
 def event_stream(events: Iterator[str]) -> Response:
     # no-cache and no proxy buffering: each event must reach the viewer as soon as it is written.
     return Response(
-        stream_with_context(events),
+        stream_with_context(live_stream(events)),  # a slot per stream, and a lifetime (app/core/limits.py)
         mimetype="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

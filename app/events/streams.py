@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from app.core.extensions import db
+from app.core.limits import resumed_stream
 from app.events.relay import ANY_JOB, HEARTBEAT_SECONDS, EventRelay, Fetch, Line
 from app.events.sse import HEARTBEAT, STREAM_PREAMBLE, sse_event
 
@@ -125,6 +126,8 @@ def follow_changes(
         shown = {name: read() for name, read in readers.items()}
         rewatch()
         db.session.remove()
+        if resumed_stream():  # back after the stream's lifetime ended: what changed meanwhile was never sent
+            yield "".join(sse_event(name, "changed") for name in readers)
         quiet_since = time.monotonic()
         while True:
             notified = waiter.wait(poll_seconds or HEARTBEAT_SECONDS)

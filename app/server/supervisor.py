@@ -98,9 +98,10 @@ class Supervisor:
         argv = [
             sys.executable, "-m", "gunicorn",
             "--no-control-socket",
-            "--worker-class", "gevent",
+            # gevent, with request-head timeouts and per-client connection limits (app/server/worker.py)
+            "--worker-class", "app.server.worker.GuardedGeventWorker",
             "--workers", str(self.settings.web_workers),
-            "--worker-connections", "2000",
+            "--worker-connections", str(self.settings.web_worker_connections),
             "--bind", f"fd://{listener.fileno()}",
             "--graceful-timeout", "5",
             "--keep-alive", "30",

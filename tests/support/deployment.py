@@ -218,7 +218,9 @@ def stop_workspaces(root: Path) -> None:
             pass
 
 
-def start_deployment(tmp: Path, *extra_args: str, env: dict[str, str] | None = None) -> Deployment:
+def start_deployment(
+    tmp: Path, *extra_args: str, env: dict[str, str] | None = None, start_timeout: float = 30.0
+) -> Deployment:
     server = ServerProcess(
         tmp / "data",
         "--provisioner-daemons",
@@ -226,5 +228,5 @@ def start_deployment(tmp: Path, *extra_args: str, env: dict[str, str] | None = N
         *extra_args,
         env={"SLIPWAY_AGENT_HEARTBEAT_INTERVAL": "1s", **(env or {})},
     )
-    server.start()
+    server.start(start_timeout)
     return Deployment(server, tmp).sign_up()

@@ -18,7 +18,10 @@ SLIPWAY = str(Path(sys.executable).with_name("slipway"))
 
 
 class ServerProcess:
-    def __init__(self, data_dir: Path, *extra_args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *extra_args: str, env: dict[str, str] | None = None, start_timeout: float = 30.0
+    ) -> None:
+        self.start_timeout = start_timeout  # for `with`: a machine shared with other test runs can be slow
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir
@@ -84,7 +87,7 @@ class ServerProcess:
         return self.log_path.read_text()
 
     def __enter__(self) -> ServerProcess:
-        return self.start()
+        return self.start(self.start_timeout)
 
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         if self.process is not None and self.process.poll() is None:
