@@ -256,9 +256,12 @@ def prepare_data_dir(settings: Settings) -> list[str]:
         probe = data_dir / ".write-test"
         probe.write_text("ok")
         probe.unlink()
-        tightened = tighten_data_dir(data_dir)
     except OSError as exc:
         raise StartupError(f"data dir {data_dir} is not writable: {exc.strerror}") from exc
+    try:
+        tightened = tighten_data_dir(data_dir)
+    except OSError as exc:
+        raise StartupError(f"cannot make {exc.filename} private (chmod): {exc.strerror}") from exc
     if not tightened:
         return []
     return [f"slipway: {tightened} path(s) in {data_dir} were open to other users; made them private (0700/0600)."]
@@ -269,7 +272,7 @@ def tighten_data_dir(data_dir: Path) -> int:
     the secret key and Redis's files are no other user's business. Returns how many paths were changed."""
     changed = 0
     for path in [data_dir, *data_dir.iterdir()]:
-        info = path.lstat()
+        info = path.stat() if path == data_dir else path.lstat()
         if stat.S_ISDIR(info.st_mode):
             private = 0o700
         elif stat.S_ISREG(info.st_mode):

@@ -124,6 +124,7 @@ class ServerProcess:
 def run_server_once(*args: str) -> subprocess.CompletedProcess[str]:
     """`slipway server ARGS` to its end, for settings and setups it refuses with one line."""
     # Built-in daemons are planned before the database is reached: their cache dir goes with the tests' files.
+    prepare_daemon_user()
     env = {**os.environ, "SLIPWAY_PROVISIONER_CACHE_DIR": str(fresh_cache_dir())}
     return subprocess.run(  # noqa: S603 - our own command
         [SLIPWAY, "server", *args], capture_output=True, text=True, timeout=60, env=env, check=False
