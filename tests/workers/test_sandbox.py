@@ -1,0 +1,77 @@
+"""The Landlock sandbox of built-in daemons: the rules it builds, and what a confined process can still do."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from workers.sandbox import READ_ONLY, SandboxPolicy, grants_except, landlock_abi
+
+
+def test_rules_allow_everything_beside_the_protected_path_and_nothing_above_it(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "a" / "data").mkdir(parents=True)
+    (root / "a" / "beside").mkdir()
+    (root / "a" / "file").write_text("x")
+    (root / "c").mkdir()
+    (root / "to-a").symlink_to(root / "a")  # would open the protected path's parent up again
+    (root / "to-data").symlink_to(root / "a" / "data")
+    rules = grants_except(str(root), READ_ONLY, {str(root / "a" / "data")})
+    assert sorted(path for path, _ in rules) == sorted(str(root / name) for name in ("a/beside", "a/file", "c"))
+    assert {rights for _, rights in rules} == {READ_ONLY}
+
+
+def test_rules_for_a_root_outside_or_inside_the_protected_path(tmp_path: Path) -> None:
+    (tmp_path / "data" / "inner").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    protected = {str(tmp_path / "data")}
+    assert grants_except(str(tmp_path / "other"), READ_ONLY, protected) == [(str(tmp_path / "other"), READ_ONLY)]
+    assert grants_except(str(tmp_path / "data" / "inner"), READ_ONLY, protected) == []
+
+
+CONFINED = """
+import json, os, sys
+from workers.sandbox import SandboxPolicy, confine
+base = sys.argv[1]
+confine(SandboxPolicy.from_env(sys.argv[2]))
+def attempt(action):
+    try:
+        action()
+        return "allowed"
+    except OSError as exc:
+        return exc.strerror
+print(json.dumps({
+    "read protected": attempt(lambda: open(base + "/data/secret").read()),
+    "list protected": attempt(lambda: os.listdir(base + "/data")),
+    "write protected": attempt(lambda: open(base + "/data/new", "w").close()),
+    "write writable": attempt(lambda: open(base + "/cache/new", "w").close()),
+    "write elsewhere": attempt(lambda: open(base + "/elsewhere/new", "w").close()),
+    "read elsewhere": attempt(lambda: open(base + "/elsewhere/file").read()),
+    "signal the parent": attempt(lambda: os.kill(os.getppid(), 0)),
+}))
+"""
+
+
+def test_a_confined_process_cannot_touch_the_protected_path(tmp_path: Path) -> None:
+    assert landlock_abi() >= 1, "this test needs a kernel with Landlock, as CI's has"
+    for name in ("data", "cache", "elsewhere"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "data" / "secret").write_text("s3cret")
+    (tmp_path / "elsewhere" / "file").write_text("fine")
+    policy = SandboxPolicy(protected=(str(tmp_path / "data"),), writable=(str(tmp_path / "cache"),))
+    result = subprocess.run(  # noqa: S603 - our own interpreter and script
+        [sys.executable, "-c", CONFINED, str(tmp_path), policy.to_env()],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent.parent,
+    )
+    outcomes = json.loads(result.stdout)
+    denied = "Permission denied"
+    assert outcomes["read protected"] == outcomes["list protected"] == outcomes["write protected"] == denied
+    assert outcomes["write elsewhere"] == denied  # read-only outside the writable roots
+    assert outcomes["write writable"] == outcomes["read elsewhere"] == "allowed"
+    assert outcomes["signal the parent"] == ("Operation not permitted" if landlock_abi() >= 6 else "allowed")
+    assert not (tmp_path / "data" / "new").exists()
