@@ -10,7 +10,9 @@ be created directly in them.
 Two more things keep a template away from the daemon's own secrets (its pre-shared key and Redis password, in
 its environment): the daemon is made non-dumpable, so a process of the same user cannot read its /proc files or
 ptrace it, and Landlock itself refuses a confined process any ptrace or /proc access to the unconfined server
-processes. From ABI 6 on, signals to processes outside the sandbox are refused too.
+processes. Signals are deliberately not scoped (ABI 6 could): every daemon start is a Landlock domain of its
+own, and the stop build of a workspace that is a local process (examples/local) may run on another daemon than
+the one that started it, yet must be able to signal it.
 
 Only the standard library: ctypes and the raw syscall numbers (x86-64 and arm64 share them).
 """
@@ -45,7 +47,6 @@ _MAKE_AND_REMOVE = sum(1 << bit for bit in range(4, 13))  # remove dir/file, mak
 REFER = 1 << 13  # ABI 2
 TRUNCATE = 1 << 14  # ABI 3
 IOCTL_DEV = 1 << 15  # ABI 5
-_SCOPE_SIGNAL = 1 << 1  # ABI 6
 READ_ONLY = EXECUTE | READ_FILE | READ_DIR
 # Rights that make sense on a file (anything else is refused by the kernel for a non-directory).
 _FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
@@ -103,12 +104,8 @@ def _handled_rights(abi: int) -> int:
     return rights
 
 
-def _ruleset_attr(abi: int, handled: int) -> bytes:
-    # struct landlock_ruleset_attr grew with the ABI; an older kernel refuses a larger struct with non-zero tails.
-    if abi >= 6:
-        return struct.pack("=QQQ", handled, 0, _SCOPE_SIGNAL)
-    if abi >= 4:
-        return struct.pack("=QQ", handled, 0)
+def _ruleset_attr(handled: int) -> bytes:
+    # Only the first field of struct landlock_ruleset_attr (file system rights), which every ABI accepts.
     return struct.pack("=Q", handled)
 
 
@@ -198,7 +195,7 @@ def confine(policy: SandboxPolicy) -> int:
         rules = grants_except("/", READ_ONLY, protected)
         for root in policy.writable:
             rules += grants_except(root, handled, protected)
-    attr = _ruleset_attr(abi, handled)
+    attr = _ruleset_attr(handled)
     ruleset = int(libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(len(attr)), 0))
     if ruleset < 0:
         raise SandboxError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
