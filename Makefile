@@ -39,13 +39,14 @@ $(VENV)/.agent-bundle: pyproject.toml | $(VENV)/.installed
 	else echo "warning: the agent bundle could not be built (see $(VENV)/agent-bundle.log); run 'make agent-bundle' later"; fi
 	@touch $@
 
-system-deps: ## install what the tests need from Debian: PostgreSQL, chromium, npm, OpenSSH's client, rsync
+system-deps: ## install what the tests need from Debian: PostgreSQL, chromium, npm, OpenSSH's client, rsync, acl
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
 	command -v scp >/dev/null || missing="$$missing openssh-client"; \
 	command -v rsync >/dev/null || missing="$$missing rsync"; \
+	command -v setfacl >/dev/null || missing="$$missing acl"; \
 	if [ -n "$$missing" ]; then \
 		echo "Installing with apt-get:$$missing"; \
 		$(APT) update -qq && $(APT) install -y -qq --no-install-recommends $$missing >/dev/null; \

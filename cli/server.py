@@ -73,6 +73,17 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "SLIPWAY_PROVISIONER_PENDING_TIMEOUT",
         "A job no daemon took within this is failed by the reaper. [default: 30m]",
     ),
+    (
+        "--provisioner-user",
+        "SLIPWAY_PROVISIONER_USER",
+        "Server run as root: the unprivileged user built-in daemons run as. [default: slipway-provisioner, created]",
+    ),
+    (
+        "--provisioner-cache-dir",
+        "SLIPWAY_PROVISIONER_CACHE_DIR",
+        "Built-in daemons' plugins and work dirs, outside the data dir. [default: /var/cache/slipway/provisioner-ID "
+        "as root, else $XDG_CACHE_HOME/slipway/provisioner-ID]",
+    ),
     ("--web-workers", "SLIPWAY_WEB_WORKERS", "Web worker processes (gevent). [default: 2]"),
     (
         "--web-worker-connections",

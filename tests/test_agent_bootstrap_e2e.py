@@ -29,6 +29,7 @@ from tests.support.agent_bundle import (
     wait_for_exec,
     wait_for_output,
 )
+from tests.support.daemon_user import daemon_writable_dir
 from tests.support.server import ServerProcess
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "local"
@@ -168,7 +169,7 @@ def test_local_example_runs_the_agent_and_stops_it_gracefully(tmp_path: Path) ->
         assert httpx.post(f"{server.url}/api/v2/users/first", json=first).status_code == 201
         login = run_cli("login", server.url, "--email", "alice@example.com", env=env, input_text=f"{PASSWORD}\n")
         assert login.returncode == 0, login.stderr
-        root = tmp_path / "workspaces"
+        root = daemon_writable_dir("workspaces")
         pushed = run_cli(
             "templates", "push", "local", "-d", str(EXAMPLE), "--variable", f"workspaces_root={root}", env=env
         )

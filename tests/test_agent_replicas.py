@@ -28,7 +28,7 @@ def test_ssh_and_apps_work_when_user_and_agent_reach_different_replicas(tmp_path
         shared = {
             "SLIPWAY_SECRET_KEY": SECRET,
             "SLIPWAY_DATABASE_URL": f"sqlite:///{data / 'slipway.db'}",
-            "SLIPWAY_REDIS_URL": f"unix://{data / 'redis.sock'}",
+            "SLIPWAY_REDIS_URL": deployment.server.redis_url,
             "SLIPWAY_AGENT_HEARTBEAT_INTERVAL": "1s",
         }
         with ServerProcess(tmp_path / "b", "--provisioner-daemons", "0", env=shared) as replica_b:

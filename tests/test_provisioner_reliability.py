@@ -102,7 +102,7 @@ def test_redis_flushed_with_twenty_pending_jobs_all_finish(
     server: ServerProcess, owner: httpx.Client, tmp_path: Path
 ) -> None:
     jobs = [push_import(owner)["job"]["id"] for _ in range(20)]
-    connection = redis.Redis(unix_socket_path=str(server.data_dir / "redis.sock"))
+    connection = redis.Redis.from_url(server.redis_url)
     connection.flushall()
     assert connection.dbsize() == 0
     connection.close()

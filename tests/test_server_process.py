@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.support.net import free_port
-from tests.support.server import SLIPWAY, ServerProcess
+from tests.support.server import SLIPWAY, ServerProcess, run_server_once
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -49,10 +49,6 @@ def test_server_keeps_data_across_restarts(tmp_path: Path) -> None:
         assert login.status_code == 201
 
 
-def _run_server(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([SLIPWAY, "server", *args], capture_output=True, text=True, timeout=60, env=env, check=False)
-
-
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -66,7 +62,7 @@ def _run_server(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     ],
 )
 def test_bad_setting_stops_with_one_clear_line(tmp_path: Path, args: list[str], expected: str) -> None:
-    result = _run_server("--data-dir", str(tmp_path), *args)
+    result = run_server_once("--data-dir", str(tmp_path), *args)
     assert result.returncode != 0
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert expected in result.stderr
@@ -78,7 +74,7 @@ def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        result = _run_server("--data-dir", str(tmp_path), "--address", f"127.0.0.1:{port}")
+        result = run_server_once("--data-dir", str(tmp_path), "--address", f"127.0.0.1:{port}")
     assert result.returncode != 0
     assert result.stderr.strip() == f"slipway: cannot listen on 127.0.0.1:{port}: address already in use"
 
@@ -86,14 +82,14 @@ def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
 def test_unwritable_data_dir_is_one_clear_line(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    result = _run_server("--data-dir", str(blocker / "data"))
+    result = run_server_once("--data-dir", str(blocker / "data"))
     assert result.returncode != 0
     assert result.stderr.startswith(f"slipway: data dir {blocker / 'data'} is not writable")
     assert result.stderr.strip().count("\n") == 0
 
 
 def test_unreachable_database_is_one_clear_line(tmp_path: Path) -> None:
-    result = _run_server(
+    result = run_server_once(
         "--data-dir", str(tmp_path), "--address", f"127.0.0.1:{free_port()}",
         "--database-url", f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/nothing",
     )  # fmt: skip

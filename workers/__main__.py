@@ -7,8 +7,34 @@ import os
 import sys
 from pathlib import Path
 
+from protocol.codec import ProtocolError
+from protocol.sandbox import SANDBOX_ENV, SandboxPolicy
 from workers.client import psk_credential
 from workers.daemon import DaemonConfig, run_daemon
+from workers.sandbox import SandboxError, confine, make_undumpable
+
+log = logging.getLogger("slipway.provisioner")
+
+
+def enter_sandbox() -> None:
+    """Before any job: keep the templates this daemon runs away from the server's data (see workers/sandbox.py)."""
+    # Our environment holds the daemon's key and Redis password: no process of this user may read it in /proc.
+    make_undumpable()
+    raw = os.environ.pop(SANDBOX_ENV, "")
+    if not raw:
+        return
+    try:
+        policy = SandboxPolicy.loads(raw)
+    except ProtocolError as exc:  # only `slipway server` sets it: a mismatch of versions, never run unconfined
+        sys.exit(f"slipway provisioner daemon: cannot read {SANDBOX_ENV}: {exc}")
+    if tmp := os.environ.get("TMPDIR"):
+        Path(tmp).mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        confine(policy)
+    except SandboxError as exc:
+        if policy.required:
+            sys.exit(f"slipway provisioner daemon: refusing to run templates unconfined: {exc}")
+        log.warning("Landlock is not available (%s); the daemon's own user keeps it away from the server's data", exc)
 
 
 def main() -> None:
@@ -24,6 +50,7 @@ def main() -> None:
         )
     except KeyError as exc:
         sys.exit(f"slipway provisioner daemon: {exc.args[0]} is not set")
+    enter_sandbox()
     sys.exit(run_daemon(config))
 
 

@@ -40,14 +40,19 @@ def host_target() -> str:
     return f"{platform.system().lower()}_{_GOARCH.get(machine, machine)}"
 
 
-def launcher_script(python: str = sys.executable) -> str:
+def launcher_script(python: str = sys.executable, home: Path | None = None) -> str:
     """The plugin executable: the daemon's own interpreter running workers.coder_provider from this checkout.
 
     `-I` (isolated) keeps Terraform's working directory, which holds the template's files, and PYTHON* variables
-    out of the import path; the project root is put on the path explicitly instead.
+    out of the import path; the project root is put on the path explicitly instead. `home`: the provider's HOME,
+    where the `tf` package caches its TLS certificate (~/.cache/tf-python-provider); a sandboxed daemon may not
+    write to the user's own home.
     """
+    set_home = f"os.environ['HOME'] = {json.dumps(str(home))}\n" if home is not None else ""
     body = (
+        "import os\n"
         "import sys\n"
+        f"{set_home}"
         f"sys.path.insert(0, {json.dumps(str(_PROJECT_ROOT))})\n"
         "from workers.coder_provider import main\n"
         "main()\n"
@@ -95,7 +100,7 @@ def install_coder_provider(cache_dir: Path) -> Path:
     """Install (or confirm) the provider mirror under `cache_dir`; return the CLI config for TF_CLI_CONFIG_FILE."""
     base = Path(cache_dir).resolve() / "coder-provider"
     mirror = base / "mirror"
-    script = launcher_script()
+    script = launcher_script(home=base / "home")
     package = mirror / PROVIDER_SOURCE
     for version in MIRRORED_VERSIONS:
         _write_if_changed(package / version / host_target() / f"terraform-provider-coder_v{version}", script, 0o755)

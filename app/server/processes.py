@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import pwd
 import signal
 import subprocess
 import time
@@ -20,17 +21,37 @@ def _die_with_parent() -> None:
 
 
 def spawn(
-    argv: Sequence[str], *, env: dict[str, str] | None = None, pass_fds: Sequence[int] = ()
+    argv: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
+    stdin_data: bytes | None = None,
+    user: pwd.struct_passwd | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    umask: int = -1,
 ) -> subprocess.Popen[bytes]:
+    """Start a child in a session of its own; `stdin_data` is written to its stdin, which is then closed;
+    `user` runs it as that account (uid, primary and supplementary groups), which needs root."""
     # A session of its own keeps the terminal's Ctrl-C away from children: the supervisor decides the order
     # in which things stop (web first, Redis last), instead of everything dying at once.
-    return subprocess.Popen(  # noqa: S603 - argv is built by us, never from user input
+    process = subprocess.Popen(  # noqa: S603 - argv is built by us, never from user input
         list(argv),
         env=env,
         pass_fds=tuple(pass_fds),
+        stdin=subprocess.PIPE if stdin_data is not None else None,
         start_new_session=True,
-        preexec_fn=_die_with_parent,
+        cwd=cwd,
+        umask=umask,
+        # After the switch of user (which clears a parent-death signal), so it holds for the new user too.
+        preexec_fn=_die_with_parent,  # before threads start; only calls prctl
+        user=None if user is None else user.pw_uid,
+        group=None if user is None else user.pw_gid,
+        extra_groups=None if user is None else os.getgrouplist(user.pw_name, user.pw_gid),
     )
+    if stdin_data is not None and process.stdin is not None:
+        with process.stdin:
+            process.stdin.write(stdin_data)
+    return process
 
 
 def stop(processes: Sequence[subprocess.Popen[bytes]], *, grace: float) -> None:

@@ -12,20 +12,29 @@ import os
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import FrameType
+from urllib.parse import urlsplit
 
 import redis
 from flask_migrate import upgrade
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from app.core.config import Settings, ensure_secret_key
-from app.server.embedded_redis import EmbeddedRedisError, start_embedded_redis
+from app.server.builtin_daemons import DaemonLaunch, DaemonSetupError, plan_daemon_launch
+from app.server.embedded_redis import (
+    EmbeddedRedisError,
+    embedded_redis_password,
+    embedded_redis_url,
+    start_embedded_redis,
+)
 from app.server.processes import spawn, stop
 
 log = logging.getLogger("slipway.server")
@@ -57,15 +66,20 @@ class Supervisor:
     daemons: list[BuiltinDaemon] = field(default_factory=list)
     redis_process: subprocess.Popen[bytes] | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
+    daemon_launch: DaemonLaunch | None = None
+    # The Redis URL built-in daemons get: the server's own, or a loopback port when they run as another user.
+    daemon_redis_url: str = ""
+    # The umask the server was started with, given back to the daemons (files of the server itself are private).
+    inherited_umask: int = 0o022
 
     def run(self) -> int:
         listener = None
+        self.inherited_umask = os.umask(0o077)
         try:
-            prepare_data_dir(self.settings)
-            # A fresh internal key each run: only the daemons started here can use it.
-            self.settings = replace(ensure_secret_key(self.settings), builtin_daemon_psk=secrets.token_urlsafe(32))
+            self._prepare_secrets()
             listener = open_listener(self.settings)
-            self._start_redis()
+            redis_port = self._plan_daemons()
+            self._start_redis(redis_port)
             first_user_needed = migrate_database(self.settings)
             self._start_web(listener)
             self.daemons = [BuiltinDaemon(f"builtin-{n + 1}") for n in range(self.settings.provisioner_daemons)]
@@ -77,11 +91,44 @@ class Supervisor:
             if listener is not None:
                 listener.close()
             self.shutdown()
+            os.umask(self.inherited_umask)
 
-    def _start_redis(self) -> None:
+    def _prepare_secrets(self) -> None:
+        for notice in prepare_data_dir(self.settings):
+            self.echo(notice)
+        # A fresh internal key each run: only the daemons started here can use it.
+        self.settings = replace(ensure_secret_key(self.settings), builtin_daemon_psk=secrets.token_urlsafe(32))
+        if self.settings.embedded_redis:
+            password = embedded_redis_password(self.settings.data_dir)
+            self.settings = replace(self.settings, redis_url=embedded_redis_url(self.settings.data_dir, password))
+        self.daemon_redis_url = self.settings.redis_url
+
+    def _plan_daemons(self) -> int | None:
+        """Prepare the built-in daemons' user, cache dir and sandbox; the loopback port the embedded Redis must
+        also listen on when they run as another user (the data dir, with Redis's socket, is closed to them)."""
+        if not self.settings.provisioner_daemons:
+            return None
+        settings = self.settings
+        separate_user = os.geteuid() == 0
+        redis_port = free_loopback_port() if separate_user and settings.embedded_redis else None
+        redis_socket = None if settings.embedded_redis else _unix_socket_path(settings.redis_url)
+        try:
+            self.daemon_launch = plan_daemon_launch(settings, redis_socket=redis_socket, echo=self.echo)
+        except DaemonSetupError as exc:
+            raise StartupError(str(exc)) from exc
+        if redis_port is not None:
+            password = embedded_redis_password(settings.data_dir)
+            self.daemon_redis_url = f"redis://:{password}@127.0.0.1:{redis_port}/0"
+        return redis_port
+
+    def _start_redis(self, tcp_port: int | None) -> None:
         if self.settings.embedded_redis:
             try:
-                self.redis_process = start_embedded_redis(self.settings.data_dir)
+                self.redis_process = start_embedded_redis(
+                    self.settings.data_dir,
+                    password=embedded_redis_password(self.settings.data_dir),
+                    tcp_port=tcp_port,
+                )
             except EmbeddedRedisError as exc:
                 raise StartupError(str(exc)) from exc
             return
@@ -111,20 +158,29 @@ class Supervisor:
         self.children.append(spawn(argv, env=env, pass_fds=[listener.fileno()]))
 
     def _start_daemon(self, daemon: BuiltinDaemon) -> None:
-        settings = self.settings
+        settings, launch = self.settings, self.daemon_launch
+        if launch is None:  # planned in run() whenever there are daemons
+            raise RuntimeError("built-in daemons were not planned")
         host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host  # noqa: S104 - a comparison
         host = "[::1]" if host == "::" else (f"[{host}]" if ":" in host else host)
         # Only what a daemon needs: it must not inherit the database URL or any other server secret.
-        env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
+        env = launch.environment(os.environ)
         env.update(
             SLIPWAY_URL=f"http://{host}:{settings.port}",
             SLIPWAY_PROVISIONER_DAEMON_PSK=settings.builtin_daemon_psk,
-            SLIPWAY_PROVISIONER_REDIS_URL=settings.redis_url,
+            SLIPWAY_PROVISIONER_REDIS_URL=self.daemon_redis_url,
             SLIPWAY_PROVISIONER_DAEMON_NAME=daemon.name,
-            SLIPWAY_PROVISIONER_CACHE_DIR=str(settings.data_dir / "provisioner-cache"),
+            SLIPWAY_PROVISIONER_CACHE_DIR=str(launch.cache_dir),
             SLIPWAY_TERRAFORM_PATH=settings.terraform_path,
         )
-        daemon.process = spawn([sys.executable, "-m", "workers"], env=env)
+        # -I: the working directory (the cache dir, which templates can write to) must never shadow a module.
+        daemon.process = spawn(
+            [sys.executable, "-I", "-m", "workers"],
+            env=env,
+            user=launch.user,
+            cwd=launch.cache_dir,
+            umask=self.inherited_umask,
+        )
 
     def _tend_daemons(self) -> None:
         now = time.monotonic()
@@ -156,8 +212,9 @@ class Supervisor:
     def _announce(self, first_user_needed: bool) -> None:
         url = self.settings.access_url
         self.echo(f"Slipway is running at {url}  (data in {self.settings.data_dir})")
-        if self.daemons:
-            self.echo(f"{len(self.daemons)} built-in provisioner daemon(s) run the builds.")
+        if self.daemons and self.daemon_launch is not None:
+            how = self.daemon_launch.description
+            self.echo(f"{len(self.daemons)} built-in provisioner daemon(s) run the builds, {how}.")
         if first_user_needed:
             self.echo(f"No users yet: open {url}/setup to create the first user (the owner).")
         self.echo("Press Ctrl-C to stop.")
@@ -192,15 +249,52 @@ class Supervisor:
         self.redis_process = None
 
 
-def prepare_data_dir(settings: Settings) -> None:
+def prepare_data_dir(settings: Settings) -> list[str]:
+    """Create the data dir (0700), or tighten an existing one; returns notices for the operator."""
     data_dir = settings.data_dir
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         probe = data_dir / ".write-test"
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
         raise StartupError(f"data dir {data_dir} is not writable: {exc.strerror}") from exc
+    try:
+        tightened = tighten_data_dir(data_dir)
+    except OSError as exc:
+        raise StartupError(f"cannot make {exc.filename} private (chmod): {exc.strerror}") from exc
+    if not tightened:
+        return []
+    return [f"slipway: {tightened} path(s) in {data_dir} were open to other users; made them private (0700/0600)."]
+
+
+def tighten_data_dir(data_dir: Path) -> int:
+    """Make the data dir 0700 and what lies directly in it private (directories 0700, files 0600): the database,
+    the secret key and Redis's files are no other user's business. Returns how many paths were changed."""
+    changed = 0
+    for path in [data_dir, *data_dir.iterdir()]:
+        info = path.stat() if path == data_dir else path.lstat()
+        if stat.S_ISDIR(info.st_mode):
+            private = 0o700
+        elif stat.S_ISREG(info.st_mode):
+            private = 0o600
+        else:
+            continue  # links are not followed; Redis recreates its socket with its own mode
+        if stat.S_IMODE(info.st_mode) & 0o077:
+            os.chmod(path, private)
+            changed += 1
+    return changed
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _unix_socket_path(url: str) -> Path | None:
+    parts = urlsplit(url)
+    return Path(parts.path) if parts.scheme == "unix" else None
 
 
 def open_listener(settings: Settings) -> socket.socket:

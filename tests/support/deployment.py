@@ -16,6 +16,7 @@ import httpx
 import psutil
 
 from tests.conftest import PASSWORD, PERSONA_ROLES, run_cli
+from tests.support.daemon_user import daemon_writable_dir
 from tests.support.server import ServerProcess
 
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "local"
@@ -79,15 +80,14 @@ class Person:
 class Deployment:
     server: ServerProcess
     tmp: Path
+    # Where the `local` example creates workspaces: a directory the daemons' user can write to, which (when
+    # they run confined by Landlock) exists before they start.
+    workspaces_root: Path = field(default_factory=lambda: daemon_writable_dir("workspaces"))
     people: dict[str, Person] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
         return self.server.url
-
-    @property
-    def workspaces_root(self) -> Path:
-        return self.tmp / "workspaces"
 
     def sign_up(self) -> Deployment:
         first = httpx.post(
@@ -219,14 +219,21 @@ def stop_workspaces(root: Path) -> None:
 
 
 def start_deployment(
-    tmp: Path, *extra_args: str, env: dict[str, str] | None = None, start_timeout: float = 30.0
+    tmp: Path,
+    *extra_args: str,
+    env: dict[str, str] | None = None,
+    user: str | None = None,
+    start_timeout: float = 90.0,
 ) -> Deployment:
+    """`user`: run the server as that user (its daemons then too, confined by Landlock)."""
+    workspaces_root = daemon_writable_dir("workspaces", user)
     server = ServerProcess(
         tmp / "data",
         "--provisioner-daemons",
         "2",
         *extra_args,
         env={"SLIPWAY_AGENT_HEARTBEAT_INTERVAL": "1s", **(env or {})},
+        user=user,
     )
     server.start(start_timeout)
-    return Deployment(server, tmp).sign_up()
+    return Deployment(server, tmp, workspaces_root).sign_up()

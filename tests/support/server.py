@@ -4,22 +4,32 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 
 import psutil
 
+from tests.support.daemon_user import fresh_cache_dir, let_through, prepare_daemon_user
 from tests.support.net import free_port, wait_for_http
 
 SLIPWAY = str(Path(sys.executable).with_name("slipway"))
 
 
 class ServerProcess:
+    """`user`: run the server as that user rather than as the test's own."""
+
     def __init__(
-        self, data_dir: Path, *extra_args: str, env: dict[str, str] | None = None, start_timeout: float = 30.0
+        self,
+        data_dir: Path,
+        *extra_args: str,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        start_timeout: float = 90.0,
     ) -> None:
         self.start_timeout = start_timeout  # for `with`: a machine shared with other test runs can be slow
         self.port = free_port()
@@ -35,13 +45,34 @@ class ServerProcess:
             *extra_args,
         ]
         self.env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
+        # Outside pytest's 0700 tmp dirs (the daemons may run as another user), and never in the data dir.
+        self.env["SLIPWAY_PROVISIONER_CACHE_DIR"] = str(fresh_cache_dir())
         self.env.update(env or {})
+        self.user = None if user is None else pwd.getpwnam(user)
         self.process: subprocess.Popen[bytes] | None = None
         self.descendants: list[psutil.Process] = []
 
-    def start(self, timeout: float = 30.0) -> ServerProcess:
+    @property
+    def redis_url(self) -> str:
+        """The server's embedded Redis, with the password it keeps in its data dir."""
+        password = (self.data_dir / "redis_password").read_text().strip()
+        return f"unix://:{quote(password, safe='')}@{self.data_dir / 'redis.sock'}"
+
+    def start(self, timeout: float = 90.0) -> ServerProcess:
+        prepare_daemon_user()
+        account = self.user
+        if account is not None:
+            let_through(account.pw_name)
         with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen([SLIPWAY, *self.args], env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                [SLIPWAY, *self.args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                user=None if account is None else account.pw_uid,
+                group=None if account is None else account.pw_gid,
+                extra_groups=None if account is None else [],
+            )
         try:
             wait_for_http(f"{self.url}/healthz", timeout=timeout)
         except TimeoutError:
@@ -94,3 +125,11 @@ class ServerProcess:
             self.stop()
         for child in self.survivors():
             child.kill()
+
+
+def run_server_once(*args: str) -> subprocess.CompletedProcess[str]:
+    """`slipway server ARGS` to its end, for settings and setups it refuses with one line."""
+    # Built-in daemons are planned before the database is reached: their cache dir goes with the tests' files.
+    prepare_daemon_user()
+    env = {**os.environ, "SLIPWAY_PROVISIONER_CACHE_DIR": str(fresh_cache_dir())}
+    return subprocess.run([SLIPWAY, "server", *args], capture_output=True, text=True, timeout=60, env=env, check=False)

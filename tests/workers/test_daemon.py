@@ -46,7 +46,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def test_worker_refuses_jobs_naming_other_callables(server: ServerProcess, tmp_path: Path) -> None:
     canary = tmp_path / "canary"
     canary.write_text("still here")
-    redis_url = f"unix://{server.data_dir / 'redis.sock'}"
+    redis_url = server.redis_url
     connection = redis.Redis.from_url(redis_url)
     try:
         queue = Queue(UNTAGGED_QUEUE, connection=connection, serializer=JSONSerializer)
