@@ -79,6 +79,12 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "Server run as root: the unprivileged user built-in daemons run as. [default: slipway-provisioner, created]",
     ),
     (
+        "--provisioner-grant-access",
+        "SLIPWAY_PROVISIONER_GRANT_ACCESS",
+        "Server run as root: let the provisioner user traverse (ACL u:USER:x, each printed) the directories that "
+        "keep it from Slipway's interpreter and code, rather than refuse to start. [default: off]",
+    ),
+    (
         "--provisioner-cache-dir",
         "SLIPWAY_PROVISIONER_CACHE_DIR",
         "Built-in daemons' plugins and work dirs, outside the data dir. [default: /var/cache/slipway/provisioner-ID "
@@ -165,7 +171,12 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
 # Given several times; they reach the settings joined with commas.
 REPEATABLE = {"--oidc-email-domain", "--oidc-role-mapping", "--provisioner-trust-redis"}
 # Switches without a value.
-SWITCHES = {"--oidc-ignore-email-verified", "--disable-password-auth", "--disable-path-apps"}
+SWITCHES = {
+    "--oidc-ignore-email-verified",
+    "--disable-password-auth",
+    "--disable-path-apps",
+    "--provisioner-grant-access",
+}
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -77,6 +77,9 @@ class Settings:
     terraform_path: str = ""
     # Built-in daemons of a server run as root run as this unprivileged user ("": slipway-provisioner, created).
     provisioner_user: str = ""
+    # Server run as root: let that user traverse (ACL u:user:x) the directories between it and Slipway's
+    # interpreter and code, instead of refusing to start (`make run` asks for it).
+    provisioner_grant_access: bool = False
     # Where built-in daemons keep plugins and work dirs; outside the data dir, which they must not reach.
     # None: /var/cache/slipway/provisioner-<id> as root, else $XDG_CACHE_HOME/slipway/provisioner-<id>.
     provisioner_cache_dir: Path | None = None
@@ -182,6 +185,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         provisioner_heartbeat_interval=_duration(env, "PROVISIONER_HEARTBEAT_INTERVAL", "10s"),
         terraform_path=_get(env, "TERRAFORM_PATH"),
         provisioner_user=_get(env, "PROVISIONER_USER"),
+        provisioner_grant_access=_bool(env, "PROVISIONER_GRANT_ACCESS", False),
         provisioner_cache_dir=_path_or_none(env, "PROVISIONER_CACHE_DIR"),
         secret_files=tuple(
             Path(path).expanduser().absolute()

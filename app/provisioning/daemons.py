@@ -4,7 +4,7 @@ heartbeat), complete, fail.
 Daemons hold no database credentials; they reach these services over HTTP (``daemon_api.py``). Every call checks
 that the daemon owns the job it talks about, so a confused or stale daemon can do no harm.
 
-Redis access is the server's to give (DESIGN.md "What Redis is trusted with"): built-in daemons, and daemons whose
+Redis access is the server's to give (README, "What Redis is trusted with"): built-in daemons, and daemons whose
 credential kind the operator named in ``--provisioner-trust-redis``, get the Redis address and their queue names;
 every other daemon waits for jobs over HTTP (:func:`wait_for_job`), woken by the same queue notices.
 """
