@@ -48,6 +48,8 @@ class EncryptedColumn(TypeDecorator[T]):
 class EncryptedBytes(EncryptedColumn[bytes]):
     """Bytes such as a Terraform state."""
 
+    cache_ok = True  # SQLAlchemy asks every subclass to say so
+
     def to_plaintext(self, value: bytes) -> bytes:
         return value
 
@@ -58,6 +60,8 @@ class EncryptedBytes(EncryptedColumn[bytes]):
 class EncryptedText(EncryptedColumn[str]):
     """A string such as an OAuth access or refresh token."""
 
+    cache_ok = True  # SQLAlchemy asks every subclass to say so
+
     def to_plaintext(self, value: str) -> bytes:
         return value.encode()
 
@@ -67,6 +71,8 @@ class EncryptedText(EncryptedColumn[str]):
 
 class EncryptedMessageColumn(EncryptedColumn[M]):
     """A protocol message (as :class:`app.core.columns.MessageColumn`), encrypted."""
+
+    cache_ok = True  # SQLAlchemy asks every subclass to say so
 
     def __init__(self, message: type[M]) -> None:
         super().__init__()
@@ -81,6 +87,8 @@ class EncryptedMessageColumn(EncryptedColumn[M]):
 
 class EncryptedMessageListColumn(EncryptedColumn[tuple[M, ...]]):
     """A list of protocol messages (as :class:`app.core.columns.MessageListColumn`), encrypted."""
+
+    cache_ok = True  # SQLAlchemy asks every subclass to say so
 
     def __init__(self, message: type[M]) -> None:
         super().__init__()

@@ -1,6 +1,8 @@
-"""secrets in the database are encrypted: template versions' variable values, builds' Terraform state and agents'
-definitions (env, scripts), with a table of the keys that encrypted them; sensitive variable defaults and sensitive
-resource metadata values are no longer kept
+"""secrets in the database are encrypted (variable values, Terraform state, agent definitions); the keys table
+
+Encrypted: template versions' user variable values, builds' Terraform state and agents' definitions (their env
+and scripts; the env, startup_script and shutdown_script columns that repeated them are dropped). No longer kept:
+sensitive variables' defaults and sensitive resource metadata values.
 
 Revision ID: 0009
 Revises: 0008
