@@ -139,7 +139,8 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
     (
         "--secret-key",
         "SLIPWAY_SECRET_KEY",
-        "Signs browser sessions; also SLIPWAY_SECRET_KEY_FILE. [default: generated]",
+        "Signs browser sessions (and derives the encryption key when none is given); also SLIPWAY_SECRET_KEY_FILE. "
+        "[default: generated]",
     ),
     (
         "--encryption-keys",

@@ -201,6 +201,9 @@ def test_the_readme_rotation_procedure_with_real_servers(tmp_path: Path) -> None
     missing = slipway(data, "server", "encryption", "rotate", keys=b64(OLD))
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
     assert missing.stderr.startswith(f"slipway: the database holds secrets encrypted with key {NEW_ID}")
+    elsewhere = slipway(tmp_path / "typo", "server", "encryption", "status", keys=b64(NEW))
+    assert elsewhere.returncode == 1 and "holds no secret_key: give the server's --data-dir" in elsewhere.stderr
+    assert not (tmp_path / "typo").exists()
     bad = slipway(data, "server", "encryption", "status", keys="nope!")
     assert bad.returncode == 1
     assert (

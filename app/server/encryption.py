@@ -23,6 +23,9 @@ def _database(settings: Settings) -> Iterator[None]:
     Every failure becomes one line for the operator; an interrupted batch is rolled back."""
     from app.factory import create_app
 
+    if not settings.secret_key and not (settings.data_dir / "secret_key").is_file():
+        # ensure_secret_key would make a new one, whose derived key reads nothing: a mistyped --data-dir, surely.
+        raise StartupError(f"{settings.data_dir} holds no secret_key: give the server's --data-dir or --secret-key")
     app = create_app(ensure_secret_key(settings))
     with app.app_context():
         try:
