@@ -285,11 +285,7 @@ def owned_running_job(daemon: ProvisionerDaemon, job_id: str) -> ProvisionerJob:
 def append_logs(daemon: ProvisionerDaemon, job_id: str, batch: LogBatch) -> LogBatchReply:
     """Store a batch of log lines (capped per job) and bump the heartbeat; the reply says if it was canceled."""
     job = owned_running_job(daemon, job_id)
-    secrets = sorted(
-        {value for value in handlers_for(job).secrets(job) if len(value) >= MIN_SECRET_CHARS},
-        key=len,
-        reverse=True,
-    )
+    secrets = job_secrets(job)
     rows = [_log_row(job, line, secrets) for line in batch.logs]
     kept = [row for row in rows if row is not None]
     job.updated_at = utcnow()
@@ -298,6 +294,13 @@ def append_logs(daemon: ProvisionerDaemon, job_id: str, batch: LogBatch) -> LogB
     if kept:
         publish_job_notice(job.id)
     return LogBatchReply(canceled=job.canceled_at is not None)
+
+
+def job_secrets(job: ProvisionerJob) -> list[str]:
+    """The secret values a job's output must not show, longest first."""
+    return sorted(
+        {value for value in handlers_for(job).secrets(job) if len(value) >= MIN_SECRET_CHARS}, key=len, reverse=True
+    )
 
 
 def mask_secrets(text: str, secrets: Sequence[str]) -> str:
@@ -343,7 +346,10 @@ def fail_job(daemon: ProvisionerDaemon, job_id: str, failure: JobFailure) -> Non
     if job.canceled_at is not None:
         finish_job(job)
         return
-    error = failure.error or "The provisioner daemon reported a failure without a message."
+    # Terraform's error can quote what the log showed masked (a command line, a variable's value).
+    error = (
+        mask_secrets(failure.error, job_secrets(job)) or "The provisioner daemon reported a failure without a message."
+    )
     finish_job(job, error=error, error_code=failure.error_code or None)
 
 
