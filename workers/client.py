@@ -67,6 +67,7 @@ class ProvisionerClient:
         """POST with retries while the server is unreachable or restarting (5xx); other errors raise."""
         deadline = time.monotonic() + self.retry_for
         delay = 0.05
+        reported = ""
         headers = {DAEMON_HEADER: self.daemon_id} if self.daemon_id else {}
         content = body.dumps() if body is not None else "{}"
         headers["Content-Type"] = "application/json"
@@ -82,7 +83,9 @@ class ProvisionerClient:
                 problem = str(exc) or exc.__class__.__name__
             if time.monotonic() + delay > deadline:
                 raise ConnectionError(f"cannot reach {self.url}: {problem}")
-            log.warning("provisionerd call %s failed (%s); retrying in %.1f s", path, problem, delay)
+            if problem != reported:  # once per kind of trouble, not once per retry
+                log.warning("provisionerd call %s failed (%s); retrying up to %.0f s", path, problem, self.retry_for)
+                reported = problem
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
         if response.status_code >= 400:
