@@ -47,22 +47,32 @@ def init_app(app: Flask, settings: Settings) -> None:
 
 
 def check_keys(keyring: Keyring) -> None:
-    """Refuse keys that cannot read the database's data; then record the encrypting key (the start-up check)."""
+    """Refuse keys that cannot read the database's data; then record the encrypting key (the start-up check).
+
+    A configured key that differs from the recorded one of its id is named first, whatever the ids: it is the
+    more surprising problem, and the answer must not depend on how random key ids happen to sort."""
+    missing: list[str] = []
     for record in db.session.scalars(
         select(EncryptionKeyRecord).where(EncryptionKeyRecord.revoked_at.is_(None)).order_by(EncryptionKeyRecord.key_id)
     ):
         known = next((key for key in keyring.keys if key.key_id == record.key_id), None)
         if known is None:
-            raise KeyProblem(
-                f"the database holds secrets encrypted with key {record.key_id}, which is not configured: add it "
-                "to --encryption-keys (SLIPWAY_ENCRYPTION_KEYS), or restore the secret key it was derived from "
-                "(see README, 'Secrets in the database')"
-            )
-        if known.digest != record.digest:
+            missing.append(record.key_id)
+        elif known.digest != record.digest:
             raise KeyProblem(
                 f"encryption key {record.key_id} is not the key of that id that encrypted the database's secrets "
                 "(another key with the same short id): configure the original key"
             )
+    if missing:
+        if len(missing) == 1:
+            which = f"key {missing[0]}, which is not configured: add it"
+        else:
+            which = f"keys {', '.join(missing)}, which are not configured: add them"
+        raise KeyProblem(
+            f"the database holds secrets encrypted with {which} "
+            "to --encryption-keys (SLIPWAY_ENCRYPTION_KEYS), or restore the secret key it was derived from "
+            "(see README, 'Secrets in the database')"
+        )
     register_key(keyring)
 
 
