@@ -9,6 +9,7 @@ from pathlib import Path
 
 from agent.terminal import PtyProcess
 from tests.agent.support import pid_alive, run
+from tests.support.waiting import wait_until
 
 
 async def read_all(pty: PtyProcess) -> str:
@@ -83,19 +84,17 @@ def test_output_ends_although_a_background_job_holds_the_terminal(tmp_path: Path
             cols=80,
         )
         try:
-            return await asyncio.wait_for(read_all(pty), 10)
+            return await asyncio.wait_for(read_all(pty), 60)
         finally:
             await pty.hang_up()
 
     assert "started" in run(scenario())
     background = int(pid_file.read_text())
-    for _ in range(100):  # the terminal's hang-up reaches the job the shell left behind
-        if not pid_alive(background):
-            break
-        run(asyncio.sleep(0.05))
-    else:
+    try:  # the terminal's hang-up reaches the job the shell left behind
+        wait_until(lambda: not pid_alive(background), what="the background job to end with its terminal")
+    except AssertionError:
         os.kill(background, signal.SIGKILL)
-        raise AssertionError("the background job outlived its terminal")
+        raise
 
 
 def test_hang_up_ends_a_running_shell(tmp_path: Path) -> None:
