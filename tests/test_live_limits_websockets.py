@@ -103,7 +103,7 @@ def refused_beyond_the_cap(deployment: Deployment, stack: ExitStack) -> None:
     carol = deployment.people["carol"].auth
     with deployment.api("carol") as api:
         carol_id = api.get("/users/me").json()["id"]
-    ledger = redis.Redis(unix_socket_path=str(deployment.server.data_dir / "redis.sock"))
+    ledger = redis.Redis.from_url(deployment.server.redis_url)
     stack.callback(ledger.close)
     # The `slipway ssh` sessions that started the server have ended and given their slots back (the agent's
     # halves included), so the agent holds just its control connection.
