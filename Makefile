@@ -58,10 +58,12 @@ tests/oidc/node_modules/.installed: tests/oidc/package-lock.json
 
 oidc-deps: system-deps tests/oidc/node_modules/.installed ## the OpenID provider the tests sign in with (npm oidc-provider, Node 22)
 
+# As root, the built-in daemons run as the user slipway-provisioner, which must get through to this venv: when
+# it sits under a closed directory (/root is 0700), the server lets that user traverse it and prints each change.
 run: install ## run Slipway on http://127.0.0.1:3000 (SQLite and an embedded Redis in the data dir)
-	$(BIN)/slipway server
+	$(BIN)/slipway server --provisioner-grant-access
 
-lint: install-dev ## ruff, formatting and mypy --strict
+lint: install-dev ## ruff, formatting, mypy --strict and the import contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy app workers cli agent protocol

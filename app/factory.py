@@ -18,7 +18,7 @@ from app.auth import views as auth_views
 from app.catalog import api as catalog_api
 from app.catalog import views as catalog_views
 from app.catalog.jobs import IMPORT_HANDLERS
-from app.core import errors, limits, redis_client, security_headers, templating
+from app.core import encryption_keys, errors, limits, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, htmx, migrate
 from app.provisioning import api as provisioning_api
@@ -41,6 +41,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     configure(app, settings)
 
     db.init_app(app)
+    encryption_keys.init_app(app, settings)
     migrate.init_app(app, db, directory=str(MIGRATIONS_DIR))
     csrf.init_app(app)
     htmx.init_app(app)

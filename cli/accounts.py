@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import click
 
-from cli.client import SlipwayClient, authenticated_client, output_option, print_table
+from cli.client import (
+    SlipwayClient,
+    authenticated_client,
+    decoded,
+    decoded_list,
+    output_option,
+    print_json,
+    print_table,
+)
 from cli.config import ClientConfig, forget_config, load_config, save_config
+from protocol.codec import JSON
+from protocol.publicapi import ApiToken, AuthMethods, ErrorBody, NewApiToken, SessionToken, User
 from protocol.values import parse_duration  # the same duration syntax as the server's settings
 
 
@@ -23,14 +32,16 @@ def login(url: str, token: str | None, email: str | None) -> None:
         url = f"http://{url}"
     if not token:
         token = _browser_login(url) if _password_disabled(url) else _password_login(url, email)
-    user = SlipwayClient(url, token).get("/api/v2/users/me")
+    user = SlipwayClient(url, token).get_one(User, "/api/v2/users/me")
     path = save_config(ClientConfig(url=url, token=token))
-    click.echo(f"Signed in to {url} as {user['username']} ({', '.join(user['roles'])}). Session saved in {path}.")
+    click.echo(f"Signed in to {url} as {user.username} ({', '.join(user.roles)}). Session saved in {path}.")
 
 
 def _password_disabled(url: str) -> bool:
-    methods = SlipwayClient(url).request("GET", "/api/v2/users/authmethods", expect=(200, 404))
-    return bool(methods) and not methods["password"]["enabled"]
+    answer = SlipwayClient(url).request("GET", "/api/v2/users/authmethods", expect=(200, 404))
+    if answer is None:
+        return False
+    return not decoded(AuthMethods, answer, "GET /api/v2/users/authmethods").password.enabled
 
 
 def _browser_login(url: str) -> str:
@@ -42,18 +53,18 @@ def _browser_login(url: str) -> str:
 
 def _password_login(url: str, email: str | None) -> str:
     anonymous = SlipwayClient(url)
-    first = anonymous.request("GET", "/api/v2/users/first", expect=(200, 404))
-    if first is not None and first.get("message", "").startswith("No user"):
+    answer = anonymous.request("GET", "/api/v2/users/first", expect=(200, 404))
+    first = decoded(ErrorBody, answer, "GET /api/v2/users/first")
+    if first.message.startswith("No user"):
         click.echo("This server has no users yet. Create the first user (the owner).")
         username = click.prompt("Username")
         email = click.prompt("Email")
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
-        anonymous.post("/api/v2/users/first", {"username": username, "email": email, "password": password})
+        anonymous.post(User, "/api/v2/users/first", {"username": username, "email": email, "password": password})
     else:
         email = email or click.prompt("Email")
         password = click.prompt("Password", hide_input=True)
-    reply = anonymous.post("/api/v2/users/login", {"email": email, "password": password})
-    return str(reply["session_token"])
+    return anonymous.post(SessionToken, "/api/v2/users/login", {"email": email, "password": password}).session_token
 
 
 @click.command()
@@ -70,8 +81,8 @@ def logout() -> None:
 def whoami() -> None:
     """Show who you are signed in as."""
     client = authenticated_client()
-    user = client.get("/api/v2/users/me")
-    click.echo(f"{user['username']} <{user['email']}> on {client.url} — roles: {', '.join(user['roles'])}")
+    user = client.get_one(User, "/api/v2/users/me")
+    click.echo(f"{user.username} <{user.email}> on {client.url} — roles: {', '.join(user.roles)}")
 
 
 @click.group()
@@ -83,12 +94,20 @@ def users() -> None:
 @output_option
 def users_list(output: str) -> None:
     """List every user."""
-    rows = authenticated_client().get("/api/v2/users")
+    answer = authenticated_client().get("/api/v2/users")
     if output == "json":
-        click.echo(json.dumps(rows, indent=2))
+        print_json(answer)
         return
-    for row in rows:
-        row["roles"] = ",".join(role for role in row["roles"] if role != "member") or "member"
+    rows = [
+        {
+            "username": user.username,
+            "email": user.email,
+            "roles": ",".join(role for role in user.roles if role != "member") or "member",
+            "status": user.status,
+            "created_at": user.created_at,
+        }
+        for user in decoded_list(User, answer, "GET /api/v2/users")
+    ]
     print_table(rows, ["username", "email", "roles", "status", "created_at"])
 
 
@@ -100,9 +119,9 @@ def users_list(output: str) -> None:
 def users_create(username: str, email: str, password: str, roles: tuple[str, ...]) -> None:
     """Create a user who signs in with a password."""
     user = authenticated_client().post(
-        "/api/v2/users", {"username": username, "email": email, "password": password, "roles": list(roles)}
+        User, "/api/v2/users", {"username": username, "email": email, "password": password, "roles": list(roles)}
     )
-    click.echo(f"Created {user['username']} ({', '.join(user['roles'])}).")
+    click.echo(f"Created {user.username} ({', '.join(user.roles)}).")
 
 
 @click.group()
@@ -115,24 +134,24 @@ def tokens() -> None:
 @click.option("--lifetime", help="How long it is valid, e.g. 90s, 12h, 30d (server default when omitted).")
 def tokens_create(name: str, lifetime: str | None) -> None:
     """Create an API token and print it (it is shown only once)."""
-    body: dict[str, object] = {"name": name}
+    body: dict[str, JSON] = {"name": name}
     if lifetime:
         try:
             body["lifetime_seconds"] = parse_duration(lifetime)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--lifetime") from exc
-    reply = authenticated_client().post("/api/v2/users/me/tokens", body)
-    click.echo(reply["token"])
+    click.echo(authenticated_client().post(NewApiToken, "/api/v2/users/me/tokens", body).token)
 
 
 @tokens.command("list")
 @output_option
 def tokens_list(output: str) -> None:
     """List your API tokens (never their secrets)."""
-    rows = authenticated_client().get("/api/v2/users/me/tokens")
+    answer = authenticated_client().get("/api/v2/users/me/tokens")
     if output == "json":
-        click.echo(json.dumps(rows, indent=2))
+        print_json(answer)
         return
+    rows = [token.to_json() for token in decoded_list(ApiToken, answer, "GET /api/v2/users/me/tokens")]
     print_table(rows, ["id", "name", "created_at", "expires_at", "last_used_at"])
 
 
@@ -141,8 +160,9 @@ def tokens_list(output: str) -> None:
 def tokens_remove(name_or_id: str) -> None:
     """Revoke one of your API tokens, by name or id."""
     client = authenticated_client()
-    matches = [row for row in client.get("/api/v2/users/me/tokens") if name_or_id in (row["id"], row["name"])]
+    mine = client.get_list(ApiToken, "/api/v2/users/me/tokens")
+    matches = [token for token in mine if name_or_id in (token.id, token.name)]
     if not matches:
         raise click.ClickException(f"You have no token named {name_or_id!r}.")
-    client.request("DELETE", f"/api/v2/users/me/tokens/{matches[0]['id']}")
-    click.echo(f"Revoked token {matches[0]['name']}.")
+    client.request("DELETE", f"/api/v2/users/me/tokens/{matches[0].id}")
+    click.echo(f"Revoked token {matches[0].name}.")

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TypeVar
 
 import click
 import httpx
 
 from cli.config import ClientConfig, load_config
 from cli.sse import parse_events
+from protocol.codec import JSON, Message, ProtocolError, decode_list
+from protocol.publicapi import ErrorBody, Validation
+
+M = TypeVar("M", bound=Message)
 
 TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
 
 class ApiError(click.ClickException):
-    def __init__(self, status: int, message: str, validations: list[dict[str, str]] | None = None):
-        details = "".join(f"\n  {item['field']}: {item['detail']}" for item in validations or [])
+    def __init__(self, status: int, message: str, validations: Sequence[Validation] = ()):
+        details = "".join(f"\n  {item.field}: {item.detail}" for item in validations)
         super().__init__(f"{message}{details}")
         self.status = status
 
@@ -32,11 +37,12 @@ class SlipwayClient:
         method: str,
         path: str,
         *,
-        json: Any = None,
+        json: JSON = None,
         content: bytes | None = None,
         headers: dict[str, str] | None = None,
         expect: tuple[int, ...] = (200, 201, 204),
-    ) -> Any:
+    ) -> JSON:
+        """The answer's JSON as it came (``--output json`` prints it unchanged); ``None`` for an empty answer."""
         try:
             response = self._http.request(method, path, json=json, content=content, headers=headers)
         except httpx.HTTPError as exc:
@@ -45,7 +51,8 @@ class SlipwayClient:
             raise _error_from(response)
         if response.status_code == 204 or not response.content:
             return None
-        return response.json()
+        answer: JSON = response.json()
+        return answer
 
     def stream_events(self, path: str) -> Iterator[tuple[str, str]]:
         """Server-Sent Events from ``path`` as (event, data) pairs; no read timeout (heartbeats keep it alive)."""
@@ -56,23 +63,50 @@ class SlipwayClient:
                 raise _error_from(response)
             yield from parse_events(response.iter_lines())
 
-    def get(self, path: str) -> Any:
+    def get(self, path: str) -> JSON:
         return self.request("GET", path)
 
-    def post(self, path: str, body: Any) -> Any:
-        return self.request("POST", path, json=body)
+    def get_one(self, message: type[M], path: str) -> M:
+        return decoded(message, self.get(path), f"GET {path}")
+
+    def get_list(self, message: type[M], path: str) -> list[M]:
+        return decoded_list(message, self.get(path), f"GET {path}")
+
+    def post(self, message: type[M], path: str, body: JSON) -> M:
+        return decoded(message, self.request("POST", path, json=body), f"POST {path}")
+
+
+def decoded(message: type[M], answer: JSON, call: str) -> M:
+    """The server's answer read as ``message`` (public API types, protocol/publicapi.py); one clear error if not."""
+    try:
+        return message.from_json(answer)
+    except ProtocolError as exc:
+        raise _not_understood(call, exc) from exc
+
+
+def decoded_list(message: type[M], answer: JSON, call: str) -> list[M]:
+    try:
+        return decode_list(message, answer)
+    except ProtocolError as exc:
+        raise _not_understood(call, exc) from exc
+
+
+def _not_understood(call: str, problem: ProtocolError) -> click.ClickException:
+    return click.ClickException(
+        f"the server's answer to {call} is not what this CLI understands ({problem}); is the CLI much older or "
+        "newer than the server?"
+    )
 
 
 def _error_from(response: httpx.Response) -> ApiError:
     try:
-        body = response.json()
-        message = body.get("message") or response.reason_phrase
-        validations = body.get("validations")
-    except ValueError:
-        message, validations = f"{response.status_code} {response.reason_phrase}", None
+        body = ErrorBody.from_json(response.json())
+    except (ValueError, ProtocolError):  # not JSON, or not ours (a proxy's error page)
+        body = ErrorBody()
+    message = body.message or f"{response.status_code} {response.reason_phrase}"
     if response.status_code == 401:
         message += " (run `slipway login <url>`)"
-    return ApiError(response.status_code, message, validations)
+    return ApiError(response.status_code, message, body.validations)
 
 
 def authenticated_client() -> SlipwayClient:
@@ -84,13 +118,21 @@ def authenticated_client() -> SlipwayClient:
     return SlipwayClient(config.url, config.token)
 
 
-def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
+def print_table(rows: Sequence[Mapping[str, object]], columns: list[str]) -> None:
     """Aligned columns, like `coder list`; ``--output json`` callers print the raw rows instead."""
-    cells = [[str(row.get(column, "") if row.get(column) is not None else "") for column in columns] for row in rows]
+    cells = [[_cell(row.get(column)) for column in columns] for row in rows]
     widths = [max([len(column)] + [len(line[i]) for line in cells]) for i, column in enumerate(columns)]
     click.echo("  ".join(column.upper().ljust(widths[i]) for i, column in enumerate(columns)).rstrip())
     for line in cells:
         click.echo("  ".join(value.ljust(widths[i]) for i, value in enumerate(line)).rstrip())
+
+
+def _cell(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def print_json(answer: JSON) -> None:
+    click.echo(json.dumps(answer, indent=2))
 
 
 def key_value_pairs(values: tuple[str, ...] | list[str], what: str) -> dict[str, str]:

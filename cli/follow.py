@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
 
 import click
 import httpx
@@ -12,18 +10,19 @@ import httpx
 from cli.client import SlipwayClient
 from protocol.codec import ProtocolError
 from protocol.logs import JobLog, LogStreamEnd
+from protocol.publicapi import Job
 
 LEVEL_COLOURS = {"error": "red", "warn": "yellow", "debug": "bright_black", "trace": "bright_black"}
 RECONNECT_DELAYS = (0.5, 1.0, 2.0, 5.0)
 
 
-def follow_job(client: SlipwayClient, logs_path: str, job: Mapping[str, Any] | None = None) -> LogStreamEnd:
+def follow_job(client: SlipwayClient, logs_path: str, job: Job | None = None) -> LogStreamEnd:
     """Print lines as the server stores them until the job ends; returns how it ended.
 
     A dropped connection (a server restart, a proxy timeout) resumes after the last line printed.
     """
-    if job is not None and job.get("status") == "pending" and job.get("queue_position"):
-        click.secho(f"Queued (position {job['queue_position']}); waiting for a provisioner daemon…", fg="bright_black")
+    if job is not None and job.status == "pending" and job.queue_position:
+        click.secho(f"Queued (position {job.queue_position}); waiting for a provisioner daemon…", fg="bright_black")
     cursor, stage, failures = 0, None, 0
     while True:
         try:

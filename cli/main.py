@@ -1,57 +1,85 @@
-"""The `slipway` command: the server, and a client for everything the API offers."""
+"""The `slipway` command: the server, and a client for everything the API offers.
+
+Each command's module is imported only when that command runs: `slipway ssh` (an SSH ProxyCommand), a
+workspace's `GIT_ASKPASS` or `slipway --version` must not pay for the server or every other command.
+"""
 
 from __future__ import annotations
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
 
 import click
 
-from cli import accounts, port_forward, provisionerd, provisioners, ssh, templates, workspaces
-from cli.agent import agent
-from cli.agent_bundle import agent_bundle
-from cli.server import server
+# name -> "module:attribute", in the order `slipway --help` lists them.
+COMMANDS = {
+    "server": "cli.server:server",
+    "login": "cli.accounts:login",
+    "logout": "cli.accounts:logout",
+    "whoami": "cli.accounts:whoami",
+    "users": "cli.accounts:users",
+    "tokens": "cli.accounts:tokens",
+    "templates": "cli.templates:templates",
+    "create": "cli.workspaces:create",
+    "start": "cli.workspaces:start",
+    "stop": "cli.workspaces:stop",
+    "delete": "cli.workspaces:delete",
+    "list": "cli.workspaces:list_workspaces",
+    "show": "cli.workspaces:show",
+    "logs": "cli.workspaces:logs",
+    "ssh": "cli.ssh:ssh",
+    "config-ssh": "cli.ssh:config_ssh",
+    "port-forward": "cli.port_forward:port_forward",
+    "provisioner": "cli.provisioners:provisioner",
+    "provisionerd": "cli.provisionerd:provisionerd",
+    "agent": "cli.agent:agent",
+    "agent-bundle": "cli.agent_bundle:agent_bundle",
+}
 
 
-def _version() -> str:
+class LazyGroup(click.Group):
+    """A group whose commands are imported when they are asked for (and all of them for `--help`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, _, attribute = target.partition(":")
+        command = getattr(importlib.import_module(module), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        return command
+
+
+def _print_version(ctx: click.Context, _: click.Parameter, wanted: bool) -> None:
+    if not wanted or ctx.resilient_parsing:
+        return
     try:
-        return version("slipway")
+        number = version("slipway")
     except PackageNotFoundError:  # running from a checkout that was never installed
-        return "0.0.0+unknown"
+        number = "0.0.0+unknown"
+    click.echo(f"slipway, version {number}")
+    ctx.exit()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(_version(), "--version", "-V", prog_name="slipway")
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.option(
+    "--version",
+    "-V",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 def cli() -> None:
     """Slipway: self-hosted cloud development workspaces.
 
     Client commands use the login saved by `slipway login`, or SLIPWAY_URL and SLIPWAY_SESSION_TOKEN.
     """
-
-
-cli.add_command(server)
-cli.add_command(accounts.login)
-cli.add_command(accounts.logout)
-cli.add_command(accounts.whoami)
-cli.add_command(accounts.users)
-cli.add_command(accounts.tokens)
-cli.add_command(templates.templates)
-cli.add_command(provisioners.provisioner)
-cli.add_command(provisionerd.provisionerd)
-cli.add_command(agent)
-cli.add_command(agent_bundle)
-cli.add_command(ssh.ssh)
-cli.add_command(ssh.config_ssh)
-cli.add_command(port_forward.port_forward)
-for command in (
-    workspaces.create,
-    workspaces.start,
-    workspaces.stop,
-    workspaces.delete,
-    workspaces.show,
-    workspaces.logs,
-):
-    cli.add_command(command)
-cli.add_command(workspaces.list_workspaces, name="list")
 
 
 def main() -> None:

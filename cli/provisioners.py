@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from collections.abc import Callable
+from typing import TypeVar
 
 import click
 
-from cli.client import authenticated_client, key_value_pairs, output_option, print_table
+from cli.client import (
+    authenticated_client,
+    decoded,
+    decoded_list,
+    key_value_pairs,
+    output_option,
+    print_json,
+    print_table,
+)
+from protocol.codec import Message
+from protocol.publicapi import Job, NewProvisionerKey, ProvisionerDaemon, ProvisionerKey
 from protocol.tags import format_tags  # the same words the dashboard uses
 
+M = TypeVar("M", bound=Message)
 
-def _show(rows: list[dict[str, Any]], output: str, columns: list[str]) -> None:
+
+def _show(path: str, output: str, message: type[M], row: Callable[[M], dict[str, object]], columns: list[str]) -> None:
+    """GET ``path``: its answer as it came with ``--output json``, else a table of ``row(item)`` per item."""
+    answer = authenticated_client().get(path)
     if output == "json":
-        click.echo(json.dumps(rows, indent=2))
+        print_json(answer)
         return
-    for row in rows:
-        row["tags"] = format_tags(row.get("tags") or {})
-    print_table(rows, columns)
+    print_table([row(item) for item in decoded_list(message, answer, f"GET {path}")], columns)
 
 
 @click.group()
@@ -30,10 +42,19 @@ def provisioner() -> None:
 @output_option
 def list_daemons(status: str | None, output: str) -> None:
     """List provisioner daemons: tags, status (offline after 90 s of silence), current job."""
-    rows = authenticated_client().get("/api/v2/provisionerdaemons" + (f"?status={status}" if status else ""))
-    for row in rows:
-        row["current"] = (row.get("current_job") or {}).get("title", "")
-    _show(rows, output, ["name", "key_name", "status", "tags", "version", "last_seen_at", "current"])
+
+    def row(daemon: ProvisionerDaemon) -> dict[str, object]:
+        current = daemon.current_job.title if daemon.current_job else ""
+        return {**daemon.to_json(), "tags": format_tags(daemon.tags), "current": current}
+
+    path = "/api/v2/provisionerdaemons" + (f"?status={status}" if status else "")
+    _show(
+        path,
+        output,
+        ProvisionerDaemon,
+        row,
+        ["name", "key_name", "status", "tags", "version", "last_seen_at", "current"],
+    )
 
 
 @provisioner.group()
@@ -55,19 +76,22 @@ def jobs() -> None:
 def list_jobs(statuses: tuple[str, ...], limit: int, output: str) -> None:
     """List jobs, newest first, with their queue position and how many daemons could take them."""
     query = "&".join([f"limit={limit}", *(f"status={status}" for status in statuses)])
-    rows = authenticated_client().get(f"/api/v2/provisionerjobs?{query}")
-    for row in rows:
-        row["title"] = row.get("metadata", {}).get("title", "")
-        row["queue"] = f"{row['queue_position']}/{row['queue_size']}" if row["queue_position"] else ""
-    _show(rows, output, ["id", "title", "status", "tags", "queue", "available_workers", "worker_name", "created_at"])
+
+    def row(job: Job) -> dict[str, object]:
+        queue = f"{job.queue_position}/{job.queue_size}" if job.queue_position else ""
+        return {**job.to_json(), "title": job.metadata.title, "tags": format_tags(job.tags), "queue": queue}
+
+    columns = ["id", "title", "status", "tags", "queue", "available_workers", "worker_name", "created_at"]
+    _show(f"/api/v2/provisionerjobs?{query}", output, Job, row, columns)
 
 
 @jobs.command("cancel")
 @click.argument("job_id")
 def cancel_job(job_id: str) -> None:
     """Cancel a pending or running job (admins: any job; members: their own workspace builds)."""
-    job = authenticated_client().request("PATCH", f"/api/v2/provisionerjobs/{job_id}/cancel")
-    click.echo(f"Job {job['id']} is {job['status']}.")
+    path = f"/api/v2/provisionerjobs/{job_id}/cancel"
+    job = decoded(Job, authenticated_client().request("PATCH", path), f"PATCH {path}")
+    click.echo(f"Job {job.id} is {job.status}.")
 
 
 @provisioner.group()
@@ -81,20 +105,24 @@ def keys() -> None:
 def create_key(name: str, tags: tuple[str, ...]) -> None:
     """Create a key and print its secret (shown only once)."""
     reply = authenticated_client().post(
-        "/api/v2/provisionerkeys", {"name": name, "tags": key_value_pairs(tags, "--tag values")}
+        NewProvisionerKey, "/api/v2/provisionerkeys", {"name": name, "tags": key_value_pairs(tags, "--tag values")}
     )
     click.echo(
-        f"Created provisioner key {reply['name']} ({format_tags(reply['tags'])}). Copy it now; it is not shown again:",
+        f"Created provisioner key {reply.name} ({format_tags(reply.tags)}). Copy it now; it is not shown again:",
         err=True,
     )
-    click.echo(reply["key"])
+    click.echo(reply.key)
 
 
 @keys.command("list")
 @output_option
 def list_keys(output: str) -> None:
     """List provisioner keys (never their secrets)."""
-    _show(authenticated_client().get("/api/v2/provisionerkeys"), output, ["name", "tags", "created_at"])
+
+    def row(key: ProvisionerKey) -> dict[str, object]:
+        return {**key.to_json(), "tags": format_tags(key.tags)}
+
+    _show("/api/v2/provisionerkeys", output, ProvisionerKey, row, ["name", "tags", "created_at"])
 
 
 @keys.command("delete")

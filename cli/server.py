@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from app.core.config import Settings
 
 SERVER_FLAGS: list[tuple[str, str, str]] = [
     ("--address", "SLIPWAY_ADDRESS", "HOST:PORT to listen on. [default: 127.0.0.1:3000]"),
@@ -79,6 +82,12 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "Server run as root: the unprivileged user built-in daemons run as. [default: slipway-provisioner, created]",
     ),
     (
+        "--provisioner-grant-access",
+        "SLIPWAY_PROVISIONER_GRANT_ACCESS",
+        "Server run as root: let the provisioner user traverse (ACL u:USER:x, each printed) the directories that "
+        "keep it from Slipway's interpreter and code, rather than refuse to start. [default: off]",
+    ),
+    (
         "--provisioner-cache-dir",
         "SLIPWAY_PROVISIONER_CACHE_DIR",
         "Built-in daemons' plugins and work dirs, outside the data dir. [default: /var/cache/slipway/provisioner-ID "
@@ -136,7 +145,14 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
     (
         "--secret-key",
         "SLIPWAY_SECRET_KEY",
-        "Signs browser sessions; also SLIPWAY_SECRET_KEY_FILE. [default: generated]",
+        "Signs browser sessions (and derives the encryption key when none is given); also SLIPWAY_SECRET_KEY_FILE. "
+        "[default: generated]",
+    ),
+    (
+        "--encryption-keys",
+        "SLIPWAY_ENCRYPTION_KEYS",
+        "Comma-separated base64 keys (32 bytes: openssl rand -base64 32) that encrypt secrets in the database; the "
+        "first encrypts, all decrypt. Also SLIPWAY_ENCRYPTION_KEYS_FILE. [default: derived from the secret key]",
     ),
     (
         "--session-duration",
@@ -165,40 +181,65 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
 # Given several times; they reach the settings joined with commas.
 REPEATABLE = {"--oidc-email-domain", "--oidc-role-mapping", "--provisioner-trust-redis"}
 # Switches without a value.
-SWITCHES = {"--oidc-ignore-email-verified", "--disable-password-auth", "--disable-path-apps"}
+SWITCHES = {
+    "--oidc-ignore-email-verified",
+    "--disable-password-auth",
+    "--disable-path-apps",
+    "--provisioner-grant-access",
+}
 
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _flag_options(function: F) -> F:
-    for flag, envvar, help_text in reversed(SERVER_FLAGS):
-        if flag in SWITCHES:
-            option = click.option(flag, is_flag=True, default=None, envvar=envvar, show_envvar=True, help=help_text)
-        elif flag in REPEATABLE:
-            # No envvar here: the variable is read by the settings as one comma-separated value.
-            option = click.option(flag, multiple=True, help=f"{help_text}  [env var: {envvar}, comma-separated]")
-        else:
-            option = click.option(flag, envvar=envvar, show_envvar=True, help=help_text)
-        function = option(function)
-    return function
+    return _options_of(flag for flag, _, _ in SERVER_FLAGS)(function)
 
 
-@click.command()
-@_flag_options
-def server(**flags: str | bool | tuple[str, ...] | None) -> None:
-    """Run the Slipway server: web dashboard and API, embedded Redis, and built-in provisioner daemons."""
-    from app.core.config import SettingsError, load_settings
-    from app.server.supervisor import StartupError, Supervisor
+def _options_of(flags: Iterable[str]) -> Callable[[F], F]:
+    """Click options for these server flags, each with its variable."""
+    wanted = set(flags)
 
+    def decorate(function: F) -> F:
+        for flag, envvar, help_text in reversed(SERVER_FLAGS):
+            if flag not in wanted:
+                continue
+            if flag in SWITCHES:
+                option = click.option(flag, is_flag=True, default=None, envvar=envvar, show_envvar=True, help=help_text)
+            elif flag in REPEATABLE:
+                # No envvar here: the variable is read by the settings as one comma-separated value.
+                option = click.option(flag, multiple=True, help=f"{help_text}  [env var: {envvar}, comma-separated]")
+            else:
+                option = click.option(flag, envvar=envvar, show_envvar=True, help=help_text)
+            function = option(function)
+        return function
+
+    return decorate
+
+
+def _export(flags: dict[str, str | bool | tuple[str, ...] | None]) -> None:
+    """Put the flags given into the environment: the settings (and every child process) read them there."""
     for flag, envvar, _ in SERVER_FLAGS:
-        value = flags[flag.lstrip("-").replace("-", "_")]
+        value = flags.get(flag.lstrip("-").replace("-", "_"))
         if isinstance(value, tuple):
             value = ",".join(value) or None
         elif isinstance(value, bool):
             value = "true" if value else None
         if value is not None:
-            os.environ[envvar] = value  # children (web workers, daemons) read the same settings
+            os.environ[envvar] = value
+
+
+@click.group(invoke_without_command=True)
+@_flag_options
+@click.pass_context
+def server(ctx: click.Context, /, **flags: str | bool | tuple[str, ...] | None) -> None:
+    """Run the Slipway server: web dashboard and API, embedded Redis, and built-in provisioner daemons."""
+    _export(flags)
+    if ctx.invoked_subcommand is not None:
+        return
+    from app.core.config import SettingsError, load_settings
+    from app.server.supervisor import StartupError, Supervisor
+
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = load_settings()
@@ -207,3 +248,52 @@ def server(**flags: str | bool | tuple[str, ...] | None) -> None:
         click.echo(f"slipway: {exc}", err=True)
         sys.exit(2)
     sys.exit(code)
+
+
+# What the encryption commands need to reach the database and its keys; the server's other flags work too.
+ENCRYPTION_FLAGS = ("--data-dir", "--database-url", "--secret-key", "--encryption-keys")
+
+
+@server.group()
+def encryption() -> None:
+    """Secrets in the database: which keys encrypt them, and rotation onto the first key.
+
+    Give the same database and keys as the server (flags here or before `encryption`, or SLIPWAY_* variables).
+    """
+
+
+@encryption.command()
+@_options_of(ENCRYPTION_FLAGS)
+def status(**flags: str | None) -> None:
+    """List the keys and how many encrypted values each holds."""
+    from app.server.encryption import print_status
+
+    _run_encryption_command(flags, lambda settings: print_status(settings, click.echo))
+
+
+@encryption.command()
+@_options_of(ENCRYPTION_FLAGS)
+@click.option("--batch-size", type=click.IntRange(1, 10_000), default=200, show_default=True, help="Values per commit.")
+def rotate(batch_size: int, **flags: str | None) -> None:
+    """Re-encrypt every secret with the first key, then revoke the keys nothing uses any more.
+
+    Safe to interrupt and to run again; servers may keep running meanwhile.
+    """
+    from app.server.encryption import run_rotation
+
+    _run_encryption_command(flags, lambda settings: run_rotation(settings, click.echo, batch_size))
+
+
+def _run_encryption_command(flags: dict[str, str | None], command: Callable[[Settings], None]) -> None:
+    from app.core.config import SettingsError, load_settings
+    from app.server.supervisor import StartupError
+
+    _export(dict(flags))
+    try:
+        command(load_settings())
+    except (SettingsError, StartupError) as exc:
+        click.echo(f"slipway: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("slipway: interrupted; what was done is kept, run the command again to carry on", err=True)
+        sys.exit(130)

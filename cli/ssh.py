@@ -29,6 +29,7 @@ from cli.tunnel import (
     pump,
     write_all,
 )
+from protocol.publicapi import Workspace
 
 if TYPE_CHECKING:
     import asyncssh
@@ -382,7 +383,8 @@ def config_ssh(ssh_config_file: Path, dry_run: bool, yes: bool) -> None:
     """
     path = ssh_config_file.expanduser().absolute()
     shown = _display(path)
-    names = sorted(workspace["name"] for workspace in authenticated_client().get("/api/v2/workspaces?owner=me"))
+    mine = authenticated_client().get_list(Workspace, "/api/v2/workspaces?owner=me")
+    names = sorted(workspace.name for workspace in mine)
     block = render_block(names, slipway_executable())
     existing = read_config(path)
     updated = merge_block(existing, block, shown)

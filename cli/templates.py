@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import click
 
-from cli.client import authenticated_client, key_value_pairs, print_table
+from cli.client import (
+    SlipwayClient,
+    authenticated_client,
+    decoded,
+    decoded_list,
+    key_value_pairs,
+    print_json,
+    print_table,
+)
 from cli.follow import follow_job, report
+from protocol.codec import JSON
+from protocol.publicapi import Template, TemplateVersion, UploadedFile
 
 
 @click.group()
@@ -46,37 +54,44 @@ def push(
     client = authenticated_client()
     archive = pack_directory(directory)
     click.echo(f"Uploading {directory} ({len(archive) / 1024:.1f} KiB)...")
-    uploaded = client.request("POST", "/api/v2/files", content=archive, headers={"Content-Type": "application/x-tar"})
-    existing = client.get(f"/api/v2/templates?name={name}")
-    body: dict[str, Any] = {
-        "file_id": uploaded["id"],
+    answer = client.request("POST", "/api/v2/files", content=archive, headers={"Content-Type": "application/x-tar"})
+    uploaded = decoded(UploadedFile, answer, "POST /api/v2/files")
+    existing = _template_named(client, name)
+    body: dict[str, JSON] = {
+        "file_id": uploaded.id,
         "name": version_name,
         "provisioner_tags": key_value_pairs(tags, "--provisioner-tag values"),
         "user_variable_values": [
             {"name": k, "value": v} for k, v in key_value_pairs(variables, "--variable values").items()
         ],
     }
-    if existing:
-        body["template_id"] = existing[0]["id"]
-    version = client.post("/api/v2/templateversions", body)
-    end = follow_job(client, f"/api/v2/templateversions/{version['id']}/logs", version["job"])
-    report(end, f"Import of {name} ({version['name']})")
-    if not existing:
-        client.post("/api/v2/templates", {"name": name, "version_id": version["id"]})
-        click.echo(f"Created template {name} with version {version['name']}.")
+    if existing is not None:
+        body["template_id"] = existing.id
+    version = client.post(TemplateVersion, "/api/v2/templateversions", body)
+    end = follow_job(client, f"/api/v2/templateversions/{version.id}/logs", version.job)
+    report(end, f"Import of {name} ({version.name})")
+    if existing is None:
+        client.post(Template, "/api/v2/templates", {"name": name, "version_id": version.id})
+        click.echo(f"Created template {name} with version {version.name}.")
     elif activate:
-        client.request("PATCH", f"/api/v2/templates/{existing[0]['id']}/versions", json={"id": version["id"]})
-        click.echo(f"Version {version['name']} is now the active version of {name}.")
+        client.request("PATCH", f"/api/v2/templates/{existing.id}/versions", json={"id": version.id})
+        click.echo(f"Version {version.name} is now the active version of {name}.")
+
+
+def _template_named(client: SlipwayClient, name: str) -> Template | None:
+    found = client.get_list(Template, f"/api/v2/templates?name={name}")
+    return found[0] if found else None
 
 
 @templates.command("list")
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def list_templates(output: str) -> None:
     """List templates."""
-    rows = authenticated_client().get("/api/v2/templates")
+    answer = authenticated_client().get("/api/v2/templates")
     if output == "json":
-        click.echo(json.dumps(rows, indent=2))
+        print_json(answer)
         return
+    rows = [template.to_json() for template in decoded_list(Template, answer, "GET /api/v2/templates")]
     print_table(rows, ["name", "display_name", "active_version_id", "created_at"])
 
 
@@ -90,17 +105,16 @@ def versions() -> None:
 def list_versions(name: str) -> None:
     """List the versions of template NAME, newest first."""
     client = authenticated_client()
-    found = client.get(f"/api/v2/templates?name={name}")
-    if not found:
+    template = _template_named(client, name)
+    if template is None:
         raise click.ClickException(f"No template named {name!r}.")
-    active = found[0]["active_version_id"]
     rows = [
         {
-            "name": v["name"],
-            "status": v["job"]["status"],
-            "active": "yes" if v["id"] == active else "",
-            "created_at": v["created_at"],
+            "name": version.name,
+            "status": version.job.status,
+            "active": "yes" if version.id == template.active_version_id else "",
+            "created_at": version.created_at,
         }
-        for v in client.get(f"/api/v2/templates/{found[0]['id']}/versions")
+        for version in client.get_list(TemplateVersion, f"/api/v2/templates/{template.id}/versions")
     ]
     print_table(rows, ["name", "status", "active", "created_at"])

@@ -12,7 +12,7 @@ import os
 import select
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import click
@@ -24,6 +24,7 @@ from cli.config import load_config
 from cli.workspaces import find_workspace
 from protocol.agentapi import EOF_MESSAGE, TunnelControl
 from protocol.codec import ProtocolError
+from protocol.publicapi import Workspace, WorkspaceAgent, WorkspaceResource
 
 CHUNK_SIZE = 256 * 1024  # fewer, larger frames: each one costs the relay a Redis round trip
 OPEN_TIMEOUT_SECONDS = 30.0
@@ -117,10 +118,10 @@ def find_agent(client: SlipwayClient, argument: str) -> AgentTarget:
         workspace = find_workspace(client, workspace_name)
         require_running(workspace)
         agent = choose_agent(workspace_name, agents_of(client, workspace), agent_name)
-        if agent.get("status") != "connecting":
+        if agent.status != "connecting":
             break
         if not announced:
-            click.echo(f"Waiting for agent {agent['name']} of {workspace_name} to connect...", err=True)
+            click.echo(f"Waiting for agent {agent.name} of {workspace_name} to connect...", err=True)
             announced = True
         time.sleep(AGENT_POLL_SECONDS)
     problem = agent_problem(workspace_name, agent)
@@ -129,11 +130,11 @@ def find_agent(client: SlipwayClient, argument: str) -> AgentTarget:
     note = lifecycle_note(workspace_name, agent)
     if note:
         click.echo(note, err=True)
-    return AgentTarget(workspace=workspace_name, agent=str(agent["name"]), agent_id=str(agent["id"]))
+    return AgentTarget(workspace=workspace_name, agent=agent.name, agent_id=agent.id)
 
 
-def require_running(workspace: dict[str, Any]) -> None:
-    name, status = workspace["name"], workspace.get("status", "unknown")
+def require_running(workspace: Workspace) -> None:
+    name, status = workspace.name, workspace.status or "unknown"
     if status == "running":
         return
     if status in STILL_BUILDING:
@@ -144,21 +145,21 @@ def require_running(workspace: dict[str, Any]) -> None:
     raise click.ClickException(f"workspace {name} is {status}: run `slipway start {name}`")
 
 
-def agents_of(client: SlipwayClient, workspace: dict[str, Any]) -> list[dict[str, Any]]:
-    build = workspace["latest_build"]
-    resources = build.get("resources")
+def agents_of(client: SlipwayClient, workspace: Workspace) -> list[WorkspaceAgent]:
+    build = workspace.latest_build
+    resources = build.resources
     if resources is None:  # servers that list a build's resources only on their own endpoint
-        resources = client.get(f"/api/v2/workspacebuilds/{build['id']}/resources")
-    return [agent for resource in resources for agent in resource.get("agents") or []]
+        resources = tuple(client.get_list(WorkspaceResource, f"/api/v2/workspacebuilds/{build.id}/resources"))
+    return [agent for resource in resources for agent in resource.agents]
 
 
-def choose_agent(workspace: str, agents: list[dict[str, Any]], wanted: str | None) -> dict[str, Any]:
-    names = ", ".join(sorted(str(agent["name"]) for agent in agents))
+def choose_agent(workspace: str, agents: list[WorkspaceAgent], wanted: str | None) -> WorkspaceAgent:
+    names = ", ".join(sorted(agent.name for agent in agents))
     if not agents:
         raise click.ClickException(f"workspace {workspace} has no agent: its template declares no coder_agent")
     if wanted is not None:
         for agent in agents:
-            if agent["name"] == wanted:
+            if agent.name == wanted:
                 return agent
         raise click.ClickException(f"workspace {workspace} has no agent named {wanted!r} (its agents: {names})")
     if len(agents) > 1:
@@ -168,22 +169,21 @@ def choose_agent(workspace: str, agents: list[dict[str, Any]], wanted: str | Non
     return agents[0]
 
 
-def agent_problem(workspace: str, agent: dict[str, Any]) -> str | None:
-    status = agent.get("status")
-    if status == "disconnected":
-        return f"agent {agent['name']} of {workspace} is disconnected: is the workspace's machine still up?"
-    if status == "timeout":
-        what = "lost its connection long ago" if agent.get("first_connected_at") else "never connected"
+def agent_problem(workspace: str, agent: WorkspaceAgent) -> str | None:
+    if agent.status == "disconnected":
+        return f"agent {agent.name} of {workspace} is disconnected: is the workspace's machine still up?"
+    if agent.status == "timeout":
+        what = "lost its connection long ago" if agent.first_connected_at else "never connected"
         return (
-            f"agent {agent['name']} of {workspace} {what} (timed out): "
+            f"agent {agent.name} of {workspace} {what} (timed out): "
             f"check `slipway logs {workspace}`, then `slipway stop {workspace}` and `slipway start {workspace}`"
         )
     return None
 
 
-def lifecycle_note(workspace: str, agent: dict[str, Any]) -> str | None:
+def lifecycle_note(workspace: str, agent: WorkspaceAgent) -> str | None:
     """A warning worth a line on stderr: the connection works, but the workspace may not be ready yet."""
-    state = agent.get("lifecycle_state")
+    state = agent.lifecycle_state
     if state in ("created", "starting"):
         return f"Note: {workspace} is still starting up (its startup scripts have not finished)."
     if state in ("start_error", "start_timeout"):

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import click
 
-from cli.client import SlipwayClient, authenticated_client, print_table
+from cli.client import SlipwayClient, authenticated_client, decoded_list, print_json, print_table
 from cli.follow import follow_job, report
-from protocol.logs import LogStreamEnd
+from protocol.codec import JSON
+from protocol.logs import JobLog, LogStreamEnd
+from protocol.publicapi import (
+    AgentLog,
+    BuildParameter,
+    Template,
+    Workspace,
+    WorkspaceBuild,
+    WorkspaceResource,
+)
 
 
-def find_workspace(client: SlipwayClient, name: str) -> dict[str, Any]:
-    found: list[dict[str, Any]] = client.get(f"/api/v2/workspaces?owner=me&name={name}")
+def find_workspace(client: SlipwayClient, name: str) -> Workspace:
+    found = client.get_list(Workspace, f"/api/v2/workspaces?owner=me&name={name}")
     if not found:
         raise click.ClickException(f"You have no workspace named {name!r} (see `slipway list`).")
     return found[0]
 
 
-def _parameters(values: tuple[str, ...]) -> list[dict[str, str]]:
-    parsed = []
+def _parameters(values: tuple[str, ...]) -> list[JSON]:
+    parsed: list[JSON] = []
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -29,8 +35,8 @@ def _parameters(values: tuple[str, ...]) -> list[dict[str, str]]:
     return parsed
 
 
-def _follow_build(client: SlipwayClient, build: dict[str, Any], what: str) -> None:
-    report(follow_job(client, f"/api/v2/workspacebuilds/{build['id']}/logs", build["job"]), what)
+def _follow_build(client: SlipwayClient, build: WorkspaceBuild, what: str) -> None:
+    report(follow_job(client, f"/api/v2/workspacebuilds/{build.id}/logs", build.job), what)
 
 
 parameter_option = click.option(
@@ -45,14 +51,15 @@ parameter_option = click.option(
 def create(name: str, template: str, parameters: tuple[str, ...]) -> None:
     """Create workspace NAME from a template and follow its first build."""
     client = authenticated_client()
-    found = client.get(f"/api/v2/templates?name={template}")
+    found = client.get_list(Template, f"/api/v2/templates?name={template}")
     if not found:
         raise click.ClickException(f"No template named {template!r} (see `slipway templates list`).")
     workspace = client.post(
+        Workspace,
         "/api/v2/workspaces",
-        {"template_id": found[0]["id"], "name": name, "rich_parameter_values": _parameters(parameters)},
+        {"template_id": found[0].id, "name": name, "rich_parameter_values": _parameters(parameters)},
     )
-    _follow_build(client, workspace["latest_build"], f"Workspace {name}")
+    _follow_build(client, workspace.latest_build, f"Workspace {name}")
 
 
 def _transition_command(transition: str, verb: str, progressive: str) -> click.Command:
@@ -62,8 +69,8 @@ def _transition_command(transition: str, verb: str, progressive: str) -> click.C
     def command(name: str, parameters: tuple[str, ...]) -> None:
         client = authenticated_client()
         workspace = find_workspace(client, name)
-        body = {"transition": transition, "rich_parameter_values": _parameters(parameters)}
-        build = client.post(f"/api/v2/workspaces/{workspace['id']}/builds", body)
+        body: JSON = {"transition": transition, "rich_parameter_values": _parameters(parameters)}
+        build = client.post(WorkspaceBuild, f"/api/v2/workspaces/{workspace.id}/builds", body)
         _follow_build(client, build, f"{progressive} {name}")
 
     return command
@@ -78,19 +85,19 @@ delete = _transition_command("delete", "Delete", "Deleting")
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def list_workspaces(output: str) -> None:
     """List your workspaces (admins: everyone's)."""
-    rows = authenticated_client().get("/api/v2/workspaces")
+    answer = authenticated_client().get("/api/v2/workspaces")
     if output == "json":
-        click.echo(json.dumps(rows, indent=2))
+        print_json(answer)
         return
     table = [
         {
-            "name": r["name"],
-            "owner": r["owner_name"],
-            "template": r["template_name"],
-            "status": r["status"],
-            "build": r["latest_build"]["build_number"],
+            "name": workspace.name,
+            "owner": workspace.owner_name,
+            "template": workspace.template_name,
+            "status": workspace.status,
+            "build": workspace.latest_build.build_number,
         }
-        for r in rows
+        for workspace in decoded_list(Workspace, answer, "GET /api/v2/workspaces")
     ]
     print_table(table, ["name", "owner", "template", "status", "build"])
 
@@ -101,19 +108,19 @@ def show(name: str) -> None:
     """Show workspace NAME: status, parameters, resources and agents."""
     client = authenticated_client()
     workspace = find_workspace(client, name)
-    build = workspace["latest_build"]
-    click.echo(f"{workspace['name']}  ({workspace['template_name']}, owner {workspace['owner_name']})")
-    click.echo(f"status: {workspace['status']}   build #{build['build_number']} {build['transition']}")
-    click.echo(f"version: {build['template_version_name']}")
-    if build["job"].get("error"):
-        click.echo(f"error: {build['job']['error']}")
-    for parameter in client.get(f"/api/v2/workspacebuilds/{build['id']}/parameters"):
-        click.echo(f"parameter {parameter['name']} = {parameter['value']}")
-    for resource in client.get(f"/api/v2/workspacebuilds/{build['id']}/resources"):
-        click.echo(f"resource {resource['type']}.{resource['name']} ({resource['kind']})")
-        for agent in resource["agents"]:
-            platform = f"{agent['os']}/{agent['arch']}"
-            click.echo(f"  agent {agent['name']}: {agent['status']}, {agent['lifecycle_state']} ({platform})")
+    build = workspace.latest_build
+    click.echo(f"{workspace.name}  ({workspace.template_name}, owner {workspace.owner_name})")
+    click.echo(f"status: {workspace.status}   build #{build.build_number} {build.transition}")
+    click.echo(f"version: {build.template_version_name}")
+    if build.job.error:
+        click.echo(f"error: {build.job.error}")
+    for parameter in client.get_list(BuildParameter, f"/api/v2/workspacebuilds/{build.id}/parameters"):
+        click.echo(f"parameter {parameter.name} = {parameter.value}")
+    for resource in client.get_list(WorkspaceResource, f"/api/v2/workspacebuilds/{build.id}/resources"):
+        click.echo(f"resource {resource.type}.{resource.name} ({resource.kind})")
+        for agent in resource.agents:
+            platform = f"{agent.os}/{agent.arch}"
+            click.echo(f"  agent {agent.name}: {agent.status}, {agent.lifecycle_state} ({platform})")
 
 
 @click.command()
@@ -124,43 +131,41 @@ def logs(name: str, follow: bool, build_number: int | None) -> None:
     """Print the log of a build of workspace NAME; exit non-zero when that build failed or was canceled."""
     client = authenticated_client()
     workspace = find_workspace(client, name)
-    build = workspace["latest_build"]
+    build = workspace.latest_build
     if build_number is not None:
-        builds = client.get(f"/api/v2/workspaces/{workspace['id']}/builds")
-        matches = [item for item in builds if item["build_number"] == build_number]
+        builds = client.get_list(WorkspaceBuild, f"/api/v2/workspaces/{workspace.id}/builds")
+        matches = [item for item in builds if item.build_number == build_number]
         if not matches:
             raise click.ClickException(f"{name} has no build #{build_number}.")
         build = matches[0]
-    path = f"/api/v2/workspacebuilds/{build['id']}/logs"
+    path = f"/api/v2/workspacebuilds/{build.id}/logs"
+    what = f"Build #{build.build_number} ({build.transition})"
     if follow:
-        report(follow_job(client, path, build["job"]), f"Build #{build['build_number']} ({build['transition']})")
-        _print_agent_logs(client, build["id"])
+        report(follow_job(client, path, build.job), what)
+        _print_agent_logs(client, build.id)
         return
     stage = None
-    for line in client.get(path):
-        if line["stage"] != stage:
-            stage = line["stage"]
+    for line in client.get_list(JobLog, path):
+        if line.stage != stage:
+            stage = line.stage
             click.secho(f"==> {stage}", bold=True)
-        if line["output"]:
-            click.echo(f"    {line['output']}")
-    job = client.get(f"/api/v2/workspacebuilds/{build['id']}")["job"]
-    _print_agent_logs(client, build["id"])
-    if job["status"] in ("failed", "canceled"):
-        report(
-            LogStreamEnd(status=job["status"], error=job.get("error") or ""),
-            f"Build #{build['build_number']} ({build['transition']})",
-        )
+        if line.output:
+            click.echo(f"    {line.output}")
+    job = client.get_one(WorkspaceBuild, f"/api/v2/workspacebuilds/{build.id}").job
+    _print_agent_logs(client, build.id)
+    if job.status in ("failed", "canceled"):
+        report(LogStreamEnd(status=job.status, error=job.error or ""), what)
 
 
 def _print_agent_logs(client: SlipwayClient, build_id: str) -> None:
     """After a build's own log, what its agents' scripts printed (startup scripts first, as Coder's CLI does)."""
-    for resource in client.get(f"/api/v2/workspacebuilds/{build_id}/resources"):
-        for agent in resource["agents"]:
-            sources = {source["id"]: source["display_name"] for source in agent["log_sources"]}
+    for resource in client.get_list(WorkspaceResource, f"/api/v2/workspacebuilds/{build_id}/resources"):
+        for agent in resource.agents:
+            sources = {source.id: source.display_name for source in agent.log_sources}
             shown = None
-            for line in client.get(f"/api/v2/workspaceagents/{agent['id']}/logs"):
-                heading = f"==> Agent {agent['name']}: {sources.get(line['source_id'], 'agent')}"
+            for line in client.get_list(AgentLog, f"/api/v2/workspaceagents/{agent.id}/logs"):
+                heading = f"==> Agent {agent.name}: {sources.get(line.source_id or '', 'agent')}"
                 if heading != shown:
                     shown = heading
                     click.secho(heading, bold=True)
-                click.echo(f"    {line['output']}")
+                click.echo(f"    {line.output}")

@@ -32,9 +32,22 @@ def run_migrations_online() -> None:
     configure_args = dict(current_app.extensions["migrate"].configure_args)
     configure_args.setdefault("process_revision_directives", skip_empty_revisions)
     with database.engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=database.metadata, **configure_args)
-        with context.begin_transaction():
-            context.run_migrations()
+        # Batch mode rebuilds a SQLite table by copy, drop and rename, and with foreign keys on, dropping the old
+        # table deletes the rows that reference it ON DELETE CASCADE (0008 emptied job logs and resources so). The
+        # pragma does nothing inside a transaction: off before the migrations, on again after.
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            connection.commit()
+        try:
+            context.configure(connection=connection, target_metadata=database.metadata, **configure_args)
+            with context.begin_transaction():
+                context.run_migrations()
+        finally:
+            if sqlite:
+                connection.rollback()
+                connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+                connection.commit()
 
 
 if context.is_offline_mode():

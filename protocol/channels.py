@@ -1,5 +1,5 @@
 """Every name Slipway uses in Redis, in one place: queues that wake daemons, and the notices and messages its
-web processes pass to one another. Redis is trusted with none of their meaning (DESIGN.md "What Redis is trusted
+web processes pass to one another. Redis is trusted with none of their meaning (README, "What Redis is trusted
 with"): a notice only says "look in the database", and a dial is signed by the server."""
 
 from __future__ import annotations

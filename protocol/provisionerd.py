@@ -50,9 +50,16 @@ class Registered(Message):
 
 
 class WaitForJob(Message):
-    """``POST /jobs/wait``: hold the request until a job this daemon may run is acquired for it, or timeout."""
+    """``POST /jobs/wait``: hold the request until a job this daemon may run is pending, or timeout."""
 
     timeout_seconds: Annotated[int, Bounds(0, WAIT_SECONDS_MAX)] = 25
+
+
+class JobOffer(Message):
+    """The answer to a wait: a pending job the daemon may run. Only offered, like a queue entry: the daemon then
+    acquires it (another may have been quicker), so a daemon that went away while it waited takes nothing with it."""
+
+    job_id: str
 
 
 class NameValue(Message):

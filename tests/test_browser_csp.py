@@ -18,23 +18,9 @@ from playwright.sync_api import Dialog, Page, Response, expect
 
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
 from tests.support.deployment import Deployment, start_deployment, stop_workspaces
+from tests.support.templates import SLOW_TEMPLATE
 
 WAIT = 60_000  # ms: a build plus an agent starting on a busy machine
-SLOW_TEMPLATE = """
-terraform {
-  required_providers {
-    coder = { source = "coder/coder" }
-  }
-}
-data "coder_workspace" "me" {}
-resource "terraform_data" "slow" {
-  count = data.coder_workspace.me.start_count
-  provisioner "local-exec" {
-    # printf, so the markers appear only in the output, not in Terraform's echo of the command
-    command = "printf 'first%s\\n' -line-out; sleep 4; printf 'last%s\\n' -line-out"
-  }
-}
-"""
 
 
 @pytest.fixture(scope="module")

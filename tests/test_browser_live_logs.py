@@ -13,22 +13,7 @@ from playwright.sync_api import Page
 from tests.conftest import PASSWORD, run_cli
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page
 from tests.support.server import ServerProcess
-
-SLOW_TEMPLATE = """
-terraform {
-  required_providers {
-    coder = { source = "coder/coder" }
-  }
-}
-data "coder_workspace" "me" {}
-resource "terraform_data" "slow" {
-  count = data.coder_workspace.me.start_count
-  provisioner "local-exec" {
-    # printf, so the markers appear only in the output, not in Terraform's echo of the command
-    command = "printf 'first%s\\n' -line-out; sleep 4; printf 'last%s\\n' -line-out"
-  }
-}
-"""
+from tests.support.templates import SLOW_TEMPLATE
 
 
 @pytest.fixture

@@ -16,9 +16,13 @@ from flask.testing import FlaskClient
 
 from app.agents.tunnels import DialRequest, signed_dial, verified_dial
 from app.core.signing import Signer
+from app.events import get_relay
+from app.events.relay import queue_key
 from protocol.agentapi import Dial
+from protocol.tags import daemon_queue_names
 from tests.conftest import Persona
 from tests.support.daemon import PSK_HEADERS, FakeDaemon, push_version
+from tests.support.waiting import wait_until
 
 WAIT = "/jobs/wait"
 
@@ -76,22 +80,54 @@ class Waiter(threading.Thread):
         self.took = time.monotonic() - began
 
 
-def test_a_waiting_daemon_gets_the_job_as_soon_as_it_is_queued(
+def start_waiting(app: Flask, daemons: list[FakeDaemon], timeout: int) -> list[Waiter]:
+    """Waits that have begun (each watches its queue), so a job queued next reaches them by its notice."""
+    waiters = [Waiter(app, daemon, timeout) for daemon in daemons]
+    for waiter in waiters:
+        waiter.start()
+    with app.app_context():
+        relay = get_relay()
+        key = queue_key(daemon_queue_names({"scope": "organization", "owner": ""}, "any")[0])
+        wait_until(lambda: relay.watching(key), 30, "the waits to begin")
+    return waiters
+
+
+def status_of(client: FlaskClient, job_id: str, persona: Persona) -> str:
+    return str(client.get(f"/api/v2/provisionerjobs/{job_id}", headers=persona.auth).json["status"])
+
+
+def test_a_waiting_daemon_is_offered_the_job_as_soon_as_it_is_queued(
     app: Flask, client: FlaskClient, personas: dict[str, Persona]
 ) -> None:
     daemon = FakeDaemon(client)
-    waiter = Waiter(app, daemon, timeout=60)
-    waiter.start()
-    time.sleep(0.5)  # let the wait start, so the job is handed over by its notice (not found at the first look)
+    (waiter,) = start_waiting(app, [daemon], timeout=60)
     version = push_version(client, personas["bob"])
     waiter.join(timeout=60)
     assert waiter.reply is not None and waiter.reply.status_code == 200, waiter.reply
-    job = waiter.reply.json
-    assert job["id"] == version["job"]["id"] and job["type"] == "template_version_import"
-    assert job["template_import"]["template_version_id"] == version["id"]
+    assert waiter.reply.json == {"job_id": version["job"]["id"]}
     assert waiter.took < 30  # woken by the queue notice, well before its 60 s timeout
-    shown = client.get(f"/api/v2/provisionerjobs/{job['id']}", headers=personas["bob"].auth).json
+    # Offered, not taken: the daemon acquires it as from a queue.
+    assert status_of(client, version["job"]["id"], personas["bob"]) == "pending"
+    job = daemon.call(f"/jobs/{version['job']['id']}/acquire")
+    assert job.status_code == 200 and job.json["template_import"]["template_version_id"] == version["id"]
+    shown = client.get(f"/api/v2/provisionerjobs/{version['job']['id']}", headers=personas["bob"].auth).json
     assert shown["status"] == "running" and shown["worker_id"] == daemon.id
+
+
+def test_a_daemon_that_leaves_while_waiting_takes_no_job_with_it(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    """A wait answered after its daemon stopped (killed, or its connection lost) must not leave the job "running"
+    on nobody until the hang timeout: once the short offer lease runs out, the next daemon gets it."""
+    gone = FakeDaemon(client, "gone")
+    (waiter,) = start_waiting(app, [gone], timeout=60)
+    job_id = push_version(client, personas["bob"])["job"]["id"]
+    waiter.join(timeout=60)
+    assert waiter.reply.status_code == 200  # answered, but nobody reads it: "gone" never acquires
+    assert status_of(client, job_id, personas["bob"]) == "pending"
+    successor = FakeDaemon(client, "successor")
+    assert successor.call(WAIT, {"timeout_seconds": 60}).json == {"job_id": job_id}
+    assert successor.call(f"/jobs/{job_id}/acquire").status_code == 200
 
 
 def test_a_wait_with_no_job_ends_empty(app: Flask, client: FlaskClient) -> None:
@@ -102,16 +138,17 @@ def test_a_wait_with_no_job_ends_empty(app: Flask, client: FlaskClient) -> None:
     assert too_long.status_code == 400 and too_long.json["validations"][0]["field"] == "timeout_seconds"
 
 
-def test_a_waiting_daemon_gets_only_jobs_its_tags_allow(client: FlaskClient, personas: dict[str, Persona]) -> None:
-    push_version(client, personas["bob"])
+def test_a_waiting_daemon_is_offered_only_jobs_its_tags_allow(
+    client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    plain_job = push_version(client, personas["bob"])["job"]
     gpu_job = push_version(client, personas["bob"], {"gpu": "a100"})["job"]
     plain = FakeDaemon(client, "plain")
-    first = plain.call(WAIT, {"timeout_seconds": 1})
-    assert first.status_code == 200 and first.json["tags"] == {"scope": "organization", "owner": ""}
+    assert plain.call(WAIT, {"timeout_seconds": 1}).json == {"job_id": plain_job["id"]}
+    assert plain.call(f"/jobs/{plain_job['id']}/acquire").status_code == 200
     assert plain.call(WAIT, {"timeout_seconds": 1}).status_code == 204  # the gpu job is not for it
     gpu = FakeDaemon(client, "gpu", {"gpu": "a100"})
-    taken = gpu.call(WAIT, {"timeout_seconds": 1})
-    assert taken.status_code == 200 and taken.json["id"] == gpu_job["id"]
+    assert gpu.call(WAIT, {"timeout_seconds": 1}).json == {"job_id": gpu_job["id"]}
 
 
 def test_a_user_scoped_daemon_waits_only_for_its_owners_jobs(client: FlaskClient, personas: dict[str, Persona]) -> None:
@@ -122,21 +159,33 @@ def test_a_user_scoped_daemon_waits_only_for_its_owners_jobs(client: FlaskClient
     bobs = FakeDaemon(client, "bobs", {"scope": "user"}, credential=bob.auth)
     mine = push_version(client, bob, {"scope": "user"})["job"]
     assert carols.call(WAIT, {"timeout_seconds": 1}).status_code == 204
-    assert bobs.call(WAIT, {"timeout_seconds": 1}).json["id"] == mine["id"]
+    assert bobs.call(WAIT, {"timeout_seconds": 1}).json == {"job_id": mine["id"]}
 
 
-def test_two_waiting_daemons_never_get_the_same_job(
+def test_daemons_waiting_together_are_offered_different_jobs(
     app: Flask, client: FlaskClient, personas: dict[str, Persona]
 ) -> None:
-    waiters = [Waiter(app, FakeDaemon(client, f"d{n}"), timeout=3) for n in range(2)]
-    for waiter in waiters:
-        waiter.start()
-    time.sleep(0.5)
-    push_version(client, personas["bob"])
+    """Without the offer lease every waiting daemon would be offered the oldest job, and all but one would come
+    back for the next: a round trip per job per daemon when many builds start at once."""
+    daemons = [FakeDaemon(client, f"d{n}") for n in range(3)]
+    waiters = start_waiting(app, daemons, timeout=60)
+    job_ids = {push_version(client, personas["bob"])["job"]["id"] for _ in daemons}
     for waiter in waiters:
         waiter.join(timeout=60)
-    statuses = sorted(waiter.reply.status_code for waiter in waiters)
-    assert statuses == [200, 204]
+    assert {waiter.reply.json["job_id"] for waiter in waiters} == job_ids
+    # The same daemon asking again (its answer lost) is offered its job again; the others are not.
+    first = waiters[0].reply.json["job_id"]
+    assert daemons[0].call(WAIT, {"timeout_seconds": 1}).json == {"job_id": first}
+
+
+def test_a_job_offered_twice_is_acquired_once(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    """The lease is only a courtesy between waiting daemons: acquiring decides, in the database."""
+    job_id = push_version(client, personas["bob"])["job"]["id"]
+    daemons = [FakeDaemon(client, f"d{n}") for n in range(2)]
+    assert daemons[0].call(WAIT, {"timeout_seconds": 1}).json == {"job_id": job_id}
+    assert daemons[1].call(WAIT, {"timeout_seconds": 0}).status_code == 204  # on offer to d0 for now
+    statuses = sorted(daemon.call(f"/jobs/{job_id}/acquire").status_code for daemon in daemons)
+    assert statuses == [200, 409]
 
 
 # -- what is read back from Redis ------------------------------------------------------------------------------

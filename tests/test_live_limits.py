@@ -6,7 +6,6 @@ would fill every slot without the caps: then /healthz and sign-in stop answering
 
 from __future__ import annotations
 
-import selectors
 import socket
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ import pytest
 
 from tests.conftest import PASSWORD
 from tests.support.http_daemon import HttpDaemon, api_client, new_version, sign_up_owner
+from tests.support.net import read_all_at_once
 from tests.support.server import ServerProcess
 
 PSK = "live-limits-psk"
@@ -115,32 +115,14 @@ def flood(port: int, request: bytes, count: int, timeout: float = 60) -> Flood:
     sockets = [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
     for sock in sockets:
         sock.sendall(request)
-        sock.setblocking(False)
-    received = {sock: b"" for sock in sockets}
-    closed: set[socket.socket] = set()
-    selector = selectors.DefaultSelector()
-    for sock in sockets:
-        selector.register(sock, selectors.EVENT_READ)
 
-    def settled(sock: socket.socket) -> bool:
+    def settled(data: bytes, closed: bool) -> bool:
         # A stream once its first bytes came; a refusal once the server closed the connection.
-        return sock in closed or (received[sock].startswith(b"HTTP/1.1 200") and b": connected" in received[sock])
+        return closed or (data.startswith(b"HTTP/1.1 200") and b": connected" in data)
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not all(settled(sock) for sock in sockets):
-        for key, _ in selector.select(timeout=1):
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
-            try:
-                data = sock.recv(65536)
-            except ConnectionResetError:
-                data = b""
-            received[sock] += data
-            if not data:
-                closed.add(sock)
-                selector.unregister(sock)
-    selector.close()
-    streams = [sock for sock in sockets if sock not in closed and settled(sock)]
+    reads = read_all_at_once(sockets, settled, timeout)
+    received, closed = reads.received, reads.closed
+    streams = [sock for sock in sockets if sock not in closed and settled(received[sock], False)]
     for sock in sockets:
         sock.setblocking(True)
         if sock in closed:

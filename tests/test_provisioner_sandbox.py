@@ -9,14 +9,19 @@ connects. These tests run as root, as CI does: the second server is started as `
 
 from __future__ import annotations
 
+import os
+import pwd
 import stat
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.support.daemon_user import AS_ROOT, DAEMON_USER, daemon_writable_dir
+from app.server.builtin_daemons import DaemonSetupError, first_blocked_for, plan_daemon_launch
+from tests.conftest import make_settings
+from tests.support.daemon_user import AS_ROOT, DAEMON_USER, daemon_writable_dir, shared_dir
 from tests.support.deployment import Deployment, start_deployment, stop_workspaces
 from tests.support.server import ServerProcess, run_server_once
 
@@ -204,3 +209,36 @@ def test_a_cache_dir_the_daemon_user_cannot_reach_is_one_clear_line(tmp_path: Pa
     assert result.stderr.startswith(expected + f"{closed} (mode 0700) is closed to it"), result.stderr
     assert f"setfacl -m u:{DAEMON_USER}:x {closed}" in result.stderr
     assert result.stderr.strip().count("\n") == 0
+
+
+def test_grant_access_lets_the_daemon_user_through_and_nothing_more(tmp_path: Path) -> None:
+    # What `make run` does as root when Slipway sits under a directory closed to other users (/root is 0700).
+    closed = shared_dir() / f"closed-{tmp_path.name}"
+    (closed / "inside").mkdir(parents=True)
+    closed.chmod(0o700)
+    (closed / "secret").write_text("root's own")
+    (closed / "secret").chmod(0o600)
+    cache_dir = closed / "inside" / "cache"
+    settings = make_settings(
+        tmp_path / "data",
+        f"sqlite:///{tmp_path / 'data' / 'slipway.db'}",
+        "redis://127.0.0.1:1/0",
+        provisioner_cache_dir=str(cache_dir),
+    )
+    with pytest.raises(DaemonSetupError, match=f"{closed} \\(mode 0700\\) is closed to it.*--provisioner-grant-access"):
+        plan_daemon_launch(settings, redis_socket=None, echo=lambda line: None)
+
+    said: list[str] = []
+    launch = plan_daemon_launch(replace(settings, provisioner_grant_access=True), redis_socket=None, echo=said.append)
+    assert launch.user is not None and launch.user.pw_name == DAEMON_USER
+    assert said == [f"slipway: let {DAEMON_USER} traverse {closed} (ACL u:{DAEMON_USER}:x)."]
+    account = pwd.getpwnam(DAEMON_USER)
+    assert first_blocked_for(account, [("the cache dir", cache_dir, os.R_OK | os.W_OK | os.X_OK)]) is None
+    # Traversal only: it still cannot list the directory or read what the files' own modes keep from it.
+    assert first_blocked_for(account, [("the secret", closed / "secret", os.R_OK)]) == (
+        "the secret",
+        str(closed / "secret"),
+        str(closed / "secret"),
+    )
+    assert first_blocked_for(account, [("the listing", closed, os.R_OK)]) is not None
+    assert stat.S_IMODE(closed.stat().st_mode) == 0o710  # the mode shows the ACL's mask: x for the one user

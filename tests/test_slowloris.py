@@ -8,7 +8,6 @@ loopback addresses (127.0.0.2 and up; the server listens on 127.0.0.1) than the 
 
 from __future__ import annotations
 
-import selectors
 import socket
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.support.net import read_all_at_once
 from tests.support.server import ServerProcess
 
 HEADER_TIMEOUT_SECONDS = 2
@@ -51,27 +51,10 @@ def connect_from(source: str, port: int) -> socket.socket:
 
 def answers_until_closed(sockets: list[socket.socket], timeout: float) -> dict[socket.socket, bytes]:
     """What the server sent on each socket, once it has closed them all (or ``timeout`` passed)."""
-    received = {sock: b"" for sock in sockets}
-    selector = selectors.DefaultSelector()
-    for sock in sockets:
-        sock.setblocking(False)
-        selector.register(sock, selectors.EVENT_READ)
-    open_sockets, deadline = set(sockets), time.monotonic() + timeout
-    while open_sockets and time.monotonic() < deadline:
-        for key, _ in selector.select(timeout=0.5):
-            sock = key.fileobj
-            assert isinstance(sock, socket.socket)
-            try:
-                data = sock.recv(65536)
-            except ConnectionResetError:
-                data = b""
-            received[sock] += data
-            if not data:
-                open_sockets.discard(sock)
-                selector.unregister(sock)
-    selector.close()
-    assert not open_sockets, f"{len(open_sockets)} connections were still open after {timeout:.0f} s"
-    return received
+    reads = read_all_at_once(sockets, lambda _data, closed: closed, timeout)
+    still_open = len(sockets) - len(reads.closed)
+    assert not still_open, f"{still_open} connections were still open after {timeout:.0f} s"
+    return reads.received
 
 
 def read_response(sock: socket.socket) -> bytes:

@@ -16,6 +16,7 @@ from protocol.provisionerd import (
     AcquiredJob,
     JobCompletion,
     JobFailure,
+    JobOffer,
     LogBatch,
     LogBatchReply,
     Registered,
@@ -104,10 +105,10 @@ class ProvisionerClient:
     def acquire(self, job_id: str) -> AcquiredJob:
         return AcquiredJob.from_json(self.call(f"/jobs/{job_id}/acquire"))
 
-    def wait_for_job(self, timeout_seconds: int) -> AcquiredJob | None:
-        """A job acquired for this daemon, or None when none came within ``timeout_seconds`` (ask again)."""
+    def wait_for_job(self, timeout_seconds: int) -> JobOffer | None:
+        """A pending job to acquire, or None when none came within ``timeout_seconds`` (ask again)."""
         reply = self.call("/jobs/wait", WaitForJob(timeout_seconds=timeout_seconds), timeout=timeout_seconds + 30)
-        return None if reply is None else AcquiredJob.from_json(reply)
+        return None if reply is None else JobOffer.from_json(reply)
 
     def post_logs(self, job_id: str, batch: LogBatch) -> bool:
         """Send a batch (also the heartbeat); True when the job was canceled."""

@@ -80,7 +80,7 @@ class JobSource(Protocol):
 
 
 class HttpJobSource:
-    """Waits for jobs with ``POST /jobs/wait``: the server acquires a job for this daemon and hands it over."""
+    """Waits for jobs with ``POST /jobs/wait``: the server offers a pending job, which the daemon acquires."""
 
     def __init__(self, runner: JobRunner, signals: DaemonSignals, *, burst: bool = False) -> None:
         self.runner = runner
@@ -101,10 +101,11 @@ class HttpJobSource:
     def serve(self) -> None:
         self.signals.install()
         outage_logged = False
+        refused_offer: str | None = None
         try:
             while not self._stop and self.signals.refusal is None:
                 try:
-                    job = self.runner.client.wait_for_job(0 if self.burst else WAIT_SECONDS)
+                    offer = self.runner.client.wait_for_job(0 if self.burst else WAIT_SECONDS)
                 except ConnectionError as exc:  # the server is away: wait for it, never give up
                     if not outage_logged:
                         log.warning("waiting for the server: %s", exc)
@@ -121,10 +122,15 @@ class HttpJobSource:
                 if outage_logged:
                     log.info("the server answers again")
                     outage_logged = False
-                if job is not None:
-                    self.runner.run_acquired(job)
-                elif self.burst:
-                    return
+                if offer is None:
+                    if self.burst:
+                        return
+                    continue
+                # Another daemon may acquire it first: then the next wait offers the next job at once. The same
+                # job offered again after a refusal would mean the server and this daemon disagree: slow down.
+                if offer.job_id == refused_offer:
+                    time.sleep(REGISTER_RETRY_SECONDS)
+                refused_offer = None if self.runner.run_job_id(offer.job_id) else offer.job_id
         except DaemonStopped:
             return
 

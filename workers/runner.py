@@ -62,8 +62,9 @@ class JobRunner:
             log.warning("killing Terraform of job %s", active.job_id)
             active.force()
 
-    def run_job_id(self, job_id: str) -> None:
-        """The RQ path: the queue said "job <id>"; acquire it (or learn it is not ours) and run it."""
+    def run_job_id(self, job_id: str) -> bool:
+        """A queue entry or the server's offer said "job <id>": acquire it (or learn it is not ours) and run it.
+        False when it was not acquired."""
         self._busy.set()
         try:
             try:
@@ -73,16 +74,9 @@ class JobRunner:
                     self.on_fatal(exc.message)
                 else:  # taken by another daemon, canceled, or not ours to run: the server's word is final
                     log.info("job %s not acquired: %s", job_id, exc.message)
-                return
+                return False
             self._run(job)
-        finally:
-            self._busy.clear()
-
-    def run_acquired(self, job: AcquiredJob) -> None:
-        """The HTTP path: the server acquired ``job`` for this daemon while it waited."""
-        self._busy.set()
-        try:
-            self._run(job)
+            return True
         finally:
             self._busy.clear()
 

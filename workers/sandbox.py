@@ -136,6 +136,21 @@ def grants_except(root: str, rights: int, protected: set[str]) -> list[tuple[str
     return rules
 
 
+def running_code_paths() -> list[str]:
+    """Where this process's interpreter and modules live: it imports more of them after confinement.
+
+    The walk from / cannot see these when they lie in a directory the daemon may traverse but not list, beside
+    the data dir (a server run as root from /root, with its data dir in /root/.local/share: the daemon's user
+    gets only "x" on /root), so they are named here."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths.update(entry for entry in sys.path if entry and os.path.isabs(entry))
+    for name in ("workers", "protocol"):  # an editable install's code may be found by a finder, not sys.path
+        module = sys.modules.get(name)
+        if module is not None and module.__file__:
+            paths.add(os.path.dirname(os.path.dirname(module.__file__)))
+    return sorted(path for path in _resolved(paths) if os.path.exists(path))
+
+
 def _add_rule(libc: ctypes.CDLL, ruleset: int, path: str, rights: int, handled: int) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -169,6 +184,8 @@ def confine(policy: SandboxPolicy) -> int:
         rules = grants_except("/", READ_ONLY, protected)
         for root in policy.writable:
             rules += grants_except(root, handled, protected)
+    for root in running_code_paths():
+        rules += grants_except(root, READ_ONLY, protected)
     attr = _ruleset_attr(handled)
     ruleset = int(libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(len(attr)), 0))
     if ruleset < 0:

@@ -10,7 +10,7 @@ from app.auth.blueprints import api_blueprint
 from app.core.columns import rfc3339
 from app.core.config import Settings
 from app.core.errors import InvalidInput, NotFound
-from app.core.validation import FieldErrors, json_body, string_field
+from app.core.validation import FieldErrors, json_body, string_field, whole_number_field
 from app.users import services
 from app.users.models import ROLE_OWNER
 from app.users.tokens import (
@@ -119,9 +119,7 @@ def _roles_field(value: object, errors: FieldErrors) -> list[str] | None:
 def create_token() -> tuple[Response, int]:
     body, errors = json_body(), FieldErrors()
     name = string_field(body, "name", errors)
-    lifetime = body.get("lifetime_seconds")
-    if lifetime is not None and (not isinstance(lifetime, int) or isinstance(lifetime, bool)):
-        errors.add("lifetime_seconds", "Must be a whole number of seconds.")
+    lifetime = whole_number_field(body, "lifetime_seconds", errors)
     errors.raise_if_any()
     settings = _settings()
     key, secret = create_api_token(

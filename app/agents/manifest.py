@@ -12,7 +12,7 @@ from protocol.agentapi import Manifest
 
 def environment(agent: WorkspaceAgent) -> dict[str, str]:
     """``coder_agent.env`` with the ``coder_env`` resources applied by their merge strategy (paths join with ':')."""
-    merged = dict(agent.env)
+    merged = dict(agent.definition.env)
     for item in agent.definition.envs:
         if not item.name:
             continue

@@ -11,7 +11,7 @@ from app.auth.blueprints import api_blueprint
 from app.catalog import services
 from app.catalog.models import TemplateVersion
 from app.core.errors import TooLarge
-from app.core.validation import FieldErrors, json_body, name_values, string_field
+from app.core.validation import FieldErrors, json_body, name_values, string_field, string_map_field
 from app.files.services import MAX_ARCHIVE_BYTES, store_file
 from app.provisioning.jobs import cancel_job
 from app.provisioning.log_api import logs_response
@@ -52,9 +52,7 @@ def create_version() -> tuple[Response, int]:
     file_id = string_field(body, "file_id", errors)
     template_id = string_field(body, "template_id", errors, required=False) or None
     name = string_field(body, "name", errors, required=False)
-    tags = body.get("provisioner_tags") or {}
-    if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
-        errors.add("provisioner_tags", "Must be an object of strings.")
+    tags = string_map_field(body, "provisioner_tags", errors)
     values = name_values(body, "user_variable_values", errors)
     errors.raise_if_any()
     version = services.create_version(

@@ -49,7 +49,10 @@ def import_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
             raise InvalidInput(f"Parameter {parameter.name!r}: {exc}") from None
     version = version_for_job(job)
     version.readme = result.readme[:MAX_README_CHARS]
-    version.variables = result.variables
+    # A sensitive variable's default is a secret the server never needs (the daemon reads it from the template).
+    version.variables = tuple(
+        replace(variable, default_value="") if variable.sensitive else variable for variable in result.variables
+    )
     version.parameters = result.parameters
     store_resources(job.id, "start", result.resources.start)
     store_resources(job.id, "stop", result.resources.stop)

@@ -6,6 +6,7 @@ from sqlalchemy import ForeignKey, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.core.columns import IdColumn, MessageListColumn, UTCDateTime, new_id, rfc3339, utcnow
+from app.core.encrypted_columns import EncryptedMessageListColumn
 from app.core.extensions import Model
 from app.provisioning.models import ProvisionerJob
 from protocol.codec import JSON as JsonValue
@@ -51,9 +52,13 @@ class TemplateVersion(Model):
     job_id: Mapped[str] = mapped_column(ForeignKey("provisioner_jobs.id"), unique=True)
     created_by: Mapped[str] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    # Values the uploader gave for Terraform variables; sensitive ones are never returned by the API.
-    user_variable_values: Mapped[tuple[NameValue, ...]] = mapped_column(MessageListColumn(NameValue), default=())
-    # Filled in by the import job: Terraform variables and rich parameters of this version.
+    # Values the uploader gave for Terraform variables, never returned by the API. Which are sensitive is known
+    # only once the import has read them, so all are encrypted.
+    user_variable_values: Mapped[tuple[NameValue, ...]] = mapped_column(
+        EncryptedMessageListColumn(NameValue), default=()
+    )
+    # Filled in by the import job: Terraform variables (a sensitive one without its default, which the server
+    # never needs: the daemon reads it from the template) and rich parameters of this version.
     variables: Mapped[tuple[TemplateVariable, ...]] = mapped_column(MessageListColumn(TemplateVariable), default=())
     parameters: Mapped[tuple[RichParameter, ...]] = mapped_column(MessageListColumn(RichParameter), default=())
 

@@ -69,7 +69,7 @@ class MessageColumn(TypeDecorator[M]):
         return None if value is None else value.to_json()
 
     def process_result_value(self, value: Any, dialect: Dialect) -> M | None:
-        return None if value is None else _decode_stored(self.message, value)
+        return None if value is None else decode_stored(self.message, value)
 
 
 class MessageListColumn(TypeDecorator[tuple[M, ...]]):
@@ -88,11 +88,11 @@ class MessageListColumn(TypeDecorator[tuple[M, ...]]):
     def process_result_value(self, value: Any, dialect: Dialect) -> tuple[M, ...] | None:
         if value is None:
             return None
-        decoded = (_decode_stored(self.message, item) for item in (value if isinstance(value, list) else []))
+        decoded = (decode_stored(self.message, item) for item in (value if isinstance(value, list) else []))
         return tuple(item for item in decoded if item is not None)
 
 
-def _decode_stored(message: type[M], value: object) -> M | None:
+def decode_stored(message: type[M], value: object) -> M | None:
     """What the server stored came through the same message type, so this fails only for a row an older release
     wrote differently: the page must still render, so the value is logged and left out."""
     try:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from app.core.crypto import parse_keys
 from protocol.agent_bundle import default_agent_wheelhouse
 from protocol.values import parse_duration, parse_int
 
@@ -56,6 +57,9 @@ class Settings:
     # Open connections one client address may hold in each web worker; 0 turns the limit off.
     max_connections_per_client: int = 500
     secret_key: str = ""
+    # Keys that encrypt secrets in the database (base64, 32 bytes): the first encrypts, all decrypt. Empty: a key
+    # derived from the secret key (app/core/crypto.py).
+    encryption_keys: tuple[bytes, ...] = field(default=(), repr=False)
     session_duration: int = 24 * 3600
     default_token_lifetime: int = 30 * 86400
     max_token_lifetime: int = 365 * 86400
@@ -77,6 +81,9 @@ class Settings:
     terraform_path: str = ""
     # Built-in daemons of a server run as root run as this unprivileged user ("": slipway-provisioner, created).
     provisioner_user: str = ""
+    # Server run as root: let that user traverse (ACL u:user:x) the directories between it and Slipway's
+    # interpreter and code, instead of refusing to start (`make run` asks for it).
+    provisioner_grant_access: bool = False
     # Where built-in daemons keep plugins and work dirs; outside the data dir, which they must not reach.
     # None: /var/cache/slipway/provisioner-<id> as root, else $XDG_CACHE_HOME/slipway/provisioner-<id>.
     provisioner_cache_dir: Path | None = None
@@ -166,6 +173,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             env, "MAX_CONNECTIONS_PER_CLIENT", worker_connections // 4, minimum=0, maximum=100_000
         ),
         secret_key=_secret(env, "SECRET_KEY"),
+        encryption_keys=_encryption_keys(env),
         session_duration=_duration(env, "SESSION_DURATION", "24h"),
         default_token_lifetime=_duration(env, "DEFAULT_TOKEN_LIFETIME", "30d"),
         max_token_lifetime=_duration(env, "MAX_TOKEN_LIFETIME", "365d"),
@@ -182,10 +190,11 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         provisioner_heartbeat_interval=_duration(env, "PROVISIONER_HEARTBEAT_INTERVAL", "10s"),
         terraform_path=_get(env, "TERRAFORM_PATH"),
         provisioner_user=_get(env, "PROVISIONER_USER"),
+        provisioner_grant_access=_bool(env, "PROVISIONER_GRANT_ACCESS", False),
         provisioner_cache_dir=_path_or_none(env, "PROVISIONER_CACHE_DIR"),
         secret_files=tuple(
             Path(path).expanduser().absolute()
-            for name in ("SECRET_KEY", "PROVISIONER_DAEMON_PSK", "OIDC_CLIENT_SECRET")
+            for name in ("SECRET_KEY", "ENCRYPTION_KEYS", "PROVISIONER_DAEMON_PSK", "OIDC_CLIENT_SECRET")
             if (path := _get(env, name + "_FILE"))
         ),
         agent_wheelhouse=Path(_get(env, "AGENT_WHEELHOUSE") or default_agent_wheelhouse()).expanduser(),
@@ -249,6 +258,13 @@ def _trusted_credentials(env: Mapping[str, str]) -> tuple[str, ...]:
             f"got {unknown[0]!r}"
         )
     return kinds
+
+
+def _encryption_keys(env: Mapping[str, str]) -> tuple[bytes, ...]:
+    try:
+        return parse_keys(_secret(env, "ENCRYPTION_KEYS"))
+    except ValueError as exc:
+        raise SettingsError(f"{PREFIX}ENCRYPTION_KEYS: {exc}") from None
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:

@@ -7,11 +7,12 @@ answer the JSON error shape of API.md; pages render ``errors/error.html`` with t
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from flask import Flask, Response, jsonify, render_template, request
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
+
+from protocol.codec import JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +26,9 @@ class DomainError(Exception):
         self.detail = detail
         self.validations = validations or []
 
-    def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"message": self.message}
+    def to_json(self) -> JsonObject:
+        """API.md's error body (protocol.publicapi.ErrorBody is how clients read it)."""
+        body: JsonObject = {"message": self.message}
         if self.detail:
             body["detail"] = self.detail
         if self.validations:

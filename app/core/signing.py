@@ -1,6 +1,6 @@
 """Signatures on what the server puts in Redis for itself (dials, tunnel records): Redis is shared with daemons
 the operator trusts and reachable by whoever can reach its port, so the server believes nothing read back from it
-that it cannot verify as its own (DESIGN.md "What Redis is trusted with")."""
+that it cannot verify as its own (README "What Redis is trusted with")."""
 
 from __future__ import annotations
 

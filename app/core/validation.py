@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import TypeVar
 
 from flask import request
 
 from app.core.errors import InvalidInput
-from protocol.codec import Message, ProtocolError, loads
+from protocol.codec import JSON, JsonObject, Message, ProtocolError, loads
 from protocol.provisionerd import NameValue
 from protocol.values import MAX_INT64, parse_int
 
@@ -50,7 +51,7 @@ def check_password(errors: FieldErrors, password: str, field: str = "password") 
         errors.add(field, "Use at most 256 characters.")
 
 
-def json_body() -> dict[str, Any]:
+def json_body() -> JsonObject:
     """The request body as a JSON object, read strictly — no NaN, nothing nested deeper than a message can be —
     or a 400 that says what is wrong. Content-Type is not required: `curl -d` sends form headers with JSON."""
     try:
@@ -85,7 +86,7 @@ def query_int(name: str, default: int, *, minimum: int = 0, maximum: int = MAX_I
         ) from None
 
 
-def string_field(body: dict[str, Any], name: str, errors: FieldErrors, *, required: bool = True) -> str:
+def string_field(body: Mapping[str, JSON], name: str, errors: FieldErrors, *, required: bool = True) -> str:
     value = body.get(name)
     if value is None:
         if required:
@@ -100,7 +101,27 @@ def string_field(body: dict[str, Any], name: str, errors: FieldErrors, *, requir
     return value
 
 
-def name_values(body: dict[str, Any], name: str, errors: FieldErrors) -> list[NameValue]:
+def string_map_field(body: Mapping[str, JSON], name: str, errors: FieldErrors) -> dict[str, str]:
+    """An optional ``{key: text}`` object (tags); ``{}`` when absent."""
+    raw = body.get(name) or {}
+    if not isinstance(raw, Mapping) or not all(isinstance(value, str) for value in raw.values()):
+        errors.add(name, "Must be an object of strings.")
+        return {}
+    return {str(key): str(value) for key, value in raw.items()}
+
+
+def whole_number_field(body: Mapping[str, JSON], name: str, errors: FieldErrors) -> int | None:
+    """An optional whole number (``true`` is not one); None when absent."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        errors.add(name, "Must be a whole number.")
+        return None
+    return value
+
+
+def name_values(body: Mapping[str, JSON], name: str, errors: FieldErrors) -> list[NameValue]:
     """``[{name, value}]`` (variable or parameter values); a number or boolean value is taken as its text."""
     raw = body.get(name) or []
     if not isinstance(raw, list) or not all(

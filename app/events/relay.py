@@ -123,6 +123,11 @@ class EventRelay:
             self._waiters[job_id].add(waiter)
         return waiter
 
+    def watching(self, key: str) -> bool:
+        """Whether anything in this process waits for notices on ``key``."""
+        with self._lock:
+            return bool(self._waiters.get(key))
+
     def unwatch(self, job_id: str, waiter: threading.Event) -> None:
         with self._lock:
             watchers = self._waiters.get(job_id)

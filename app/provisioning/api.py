@@ -6,7 +6,7 @@ from flask import Response, jsonify, request
 
 from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
-from app.core.validation import FieldErrors, json_body, query_int, string_field
+from app.core.validation import FieldErrors, json_body, query_int, string_field, string_map_field
 from app.provisioning import keys, overview
 from app.provisioning.jobs import cancel_job
 from app.provisioning.presenter import job_json
@@ -45,10 +45,7 @@ def cancel(job_id: str) -> Response:
 def create_key() -> tuple[Response, int]:
     body, errors = json_body(), FieldErrors()
     name = string_field(body, "name", errors)
-    tags = body.get("tags") or {}
-    if not isinstance(tags, dict) or not all(isinstance(value, str) for value in tags.values()):
-        errors.add("tags", "Must be an object of strings.")
-        tags = {}
+    tags = string_map_field(body, "tags", errors)
     errors.raise_if_any()
     key, secret = keys.create_key(api_user(), name, tags)
     return jsonify({**key.to_json(), "key": secret}), 201

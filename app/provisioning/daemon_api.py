@@ -11,6 +11,7 @@ from app.auth.access import bearer_token
 from app.core.config import Settings
 from app.core.errors import InvalidInput, Unauthorized
 from app.core.extensions import csrf
+from app.core.redis_client import get_redis
 from app.core.validation import message_body
 from app.events import get_relay
 from app.provisioning import daemons
@@ -105,13 +106,12 @@ def heartbeat() -> Response:
 
 @bp.post("/jobs/wait")
 def wait() -> Response:
-    """A job acquired for this daemon (200), or 204 when none came within the timeout: ask again."""
+    """A pending job this daemon may run, to acquire (200), or 204 when none came within the timeout: ask again."""
     wanted = message_body(WaitForJob)
     daemon, settings = _daemon(), _settings()
     daemons.heartbeat(daemon)
     queues = daemon_queue_names(daemon.tags, settings.provisioner_untagged_jobs)
-    daemon_id = daemon.id
-    return _reply(daemons.wait_for_job(daemon_id, queues, wanted.timeout_seconds, get_relay(), settings))
+    return _reply(daemons.wait_for_job(daemon.id, queues, wanted.timeout_seconds, get_relay(), get_redis()))
 
 
 @bp.post("/jobs/<job_id>/acquire")

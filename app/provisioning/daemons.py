@@ -4,9 +4,10 @@ heartbeat), complete, fail.
 Daemons hold no database credentials; they reach these services over HTTP (``daemon_api.py``). Every call checks
 that the daemon owns the job it talks about, so a confused or stale daemon can do no harm.
 
-Redis access is the server's to give (DESIGN.md "What Redis is trusted with"): built-in daemons, and daemons whose
+Redis access is the server's to give (README, "What Redis is trusted with"): built-in daemons, and daemons whose
 credential kind the operator named in ``--provisioner-trust-redis``, get the Redis address and their queue names;
-every other daemon waits for jobs over HTTP (:func:`wait_for_job`), woken by the same queue notices.
+every other daemon waits for jobs over HTTP (:func:`wait_for_job`), woken by the same queue notices. Either way a
+daemon is only told which job to try: it acquires it itself, and the database decides who gets it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import redis
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import InstrumentedAttribute
 
@@ -36,6 +38,7 @@ from protocol.provisionerd import (
     AcquiredJob,
     JobCompletion,
     JobFailure,
+    JobOffer,
     LogBatch,
     LogBatchReply,
     Registered,
@@ -51,8 +54,11 @@ TRUNCATED_MARKER = " … [line truncated]"
 DAEMON_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$")
 # A waiting daemon's request re-checks the database this often even without a notice (one may have been lost).
 WAIT_RECHECK_SECONDS = 5.0
-# How many of the oldest matching jobs one attempt tries to claim (another daemon may take some first).
-CLAIM_CANDIDATES = 20
+# An offered job is kept from other waiting daemons this long: ample for the offered one to acquire it.
+OFFER_LEASE_MILLISECONDS = 5_000
+OFFER_LEASE_PREFIX = "slipway:job-offer:"
+# How many of the oldest pending jobs one look considers, when the first ones are on offer to other daemons.
+OFFER_CANDIDATES = 50
 
 
 @dataclass(frozen=True)
@@ -212,10 +218,16 @@ def _payload(job_id: str, settings: Settings) -> AcquiredJob:
 
 
 def wait_for_job(
-    daemon_id: str, queues: Sequence[str], timeout: float, relay: EventRelay, settings: Settings
-) -> AcquiredJob | None:
-    """The HTTP path: claim the oldest job on one of ``queues`` for the daemon, waiting up to ``timeout`` seconds
-    for one to be queued. No database connection is held while waiting."""
+    daemon_id: str, queues: Sequence[str], timeout: float, relay: EventRelay, leases: redis.Redis
+) -> JobOffer | None:
+    """The HTTP path: the oldest job pending on one of ``queues`` that no other waiting daemon was just offered,
+    waiting up to ``timeout`` seconds for one to be queued. No database connection is held while waiting.
+
+    A job is offered, not claimed: whether the daemon still listens when the answer goes out cannot be known, and a
+    job claimed for a daemon that left would sit "running" until the hang timeout. The short offer lease keeps
+    daemons waiting together from all being offered the same job (only one could acquire it; the others would
+    come back for the next, one round per job); if the offered daemon went away, the lease runs out and the job is
+    offered again."""
     waiter = threading.Event()
     for name in queues:
         relay.watch(queue_key(name), waiter)
@@ -223,10 +235,21 @@ def wait_for_job(
     try:
         while True:
             waiter.clear()  # before looking, so a job queued meanwhile wakes the next wait at once
-            claimed = _claim_next(daemon_id, queues)
-            if claimed is not None:
-                return _payload(claimed, settings)
+            pending = db.session.scalars(
+                select(ProvisionerJob.id)
+                .where(
+                    ProvisionerJob.queue.in_(queues),
+                    ProvisionerJob.started_at.is_(None),
+                    ProvisionerJob.completed_at.is_(None),
+                    ProvisionerJob.canceled_at.is_(None),
+                )
+                .order_by(ProvisionerJob.created_at, ProvisionerJob.id)
+                .limit(OFFER_CANDIDATES)
+            ).all()
             db.session.remove()
+            for job_id in pending:
+                if _lease_offer(leases, job_id, daemon_id):
+                    return JobOffer(job_id=job_id)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
@@ -236,28 +259,14 @@ def wait_for_job(
             relay.unwatch(queue_key(name), waiter)
 
 
-def _claim_next(daemon_id: str, queues: Sequence[str]) -> str | None:
-    candidates = db.session.scalars(
-        select(ProvisionerJob.id)
-        .where(
-            ProvisionerJob.queue.in_(queues),
-            ProvisionerJob.started_at.is_(None),
-            ProvisionerJob.completed_at.is_(None),
-            ProvisionerJob.canceled_at.is_(None),
-        )
-        .order_by(ProvisionerJob.created_at, ProvisionerJob.id)
-        .limit(CLAIM_CANDIDATES)
-    ).all()
-    daemon = db.session.get(ProvisionerDaemon, daemon_id)
-    if daemon is None:
-        return None
-    for job_id in candidates:
-        if _claim(daemon, job_id):
-            return job_id
-        daemon = db.session.get(ProvisionerDaemon, daemon_id)  # the rollback expired it
-        if daemon is None:
-            return None
-    return None
+def _lease_offer(leases: redis.Redis, job_id: str, daemon_id: str) -> bool:
+    """Whether ``job_id`` may be offered to ``daemon_id``: no one else holds its lease (the same daemon asking
+    again, after a lost answer, gets it again)."""
+    key = f"{OFFER_LEASE_PREFIX}{job_id}"
+    if leases.set(key, daemon_id, nx=True, px=OFFER_LEASE_MILLISECONDS):
+        return True
+    holder = leases.get(key)
+    return holder is None or holder == daemon_id.encode()
 
 
 def owned_running_job(daemon: ProvisionerDaemon, job_id: str) -> ProvisionerJob:
@@ -274,7 +283,7 @@ def owned_running_job(daemon: ProvisionerDaemon, job_id: str) -> ProvisionerJob:
 def append_logs(daemon: ProvisionerDaemon, job_id: str, batch: LogBatch) -> LogBatchReply:
     """Store a batch of log lines (capped per job) and bump the heartbeat; the reply says if it was canceled."""
     job = owned_running_job(daemon, job_id)
-    secrets = secret_needles(handlers_for(job).secrets(job))
+    secrets = job_secrets(job)
     rows = [_log_row(job, line, secrets) for line in batch.logs]
     kept = [row for row in rows if row is not None]
     job.updated_at = utcnow()
@@ -283,6 +292,11 @@ def append_logs(daemon: ProvisionerDaemon, job_id: str, batch: LogBatch) -> LogB
     if kept:
         publish_job_notice(job.id)
     return LogBatchReply(canceled=job.canceled_at is not None)
+
+
+def job_secrets(job: ProvisionerJob) -> tuple[str, ...]:
+    """What a job's output must not show: its secret values and their encoded forms (app/provisioning/masking.py)."""
+    return secret_needles(handlers_for(job).secrets(job))
 
 
 def _log_row(job: ProvisionerJob, line: LogLine, secrets: tuple[str, ...]) -> ProvisionerJobLog | None:
@@ -322,7 +336,10 @@ def fail_job(daemon: ProvisionerDaemon, job_id: str, failure: JobFailure) -> Non
     if job.canceled_at is not None:
         finish_job(job)
         return
-    error = failure.error or "The provisioner daemon reported a failure without a message."
+    # Terraform's error can quote what the log showed masked (a command line, a variable's value).
+    error = (
+        mask_secrets(failure.error, job_secrets(job)) or "The provisioner daemon reported a failure without a message."
+    )
     finish_job(job, error=error, error_code=failure.error_code or None)
 
 

@@ -7,7 +7,8 @@ from datetime import datetime
 from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from app.core.columns import IdColumn, MessageColumn, MessageListColumn, UTCDateTime, new_id, rfc3339, utcnow
+from app.core.columns import IdColumn, MessageListColumn, UTCDateTime, new_id, rfc3339, utcnow
+from app.core.encrypted_columns import EncryptedMessageColumn
 from app.core.extensions import Model
 from app.core.safe_urls import safe_icon_url
 from protocol.codec import JsonObject
@@ -32,6 +33,7 @@ class WorkspaceResource(Model):
     hide: Mapped[bool] = mapped_column(Boolean, default=False)
     icon: Mapped[str] = mapped_column(String(255), default="")
     daily_cost: Mapped[int] = mapped_column(Integer, default=0)
+    # Sensitive items are kept without their value, which nothing shows.
     metadata_items: Mapped[tuple[MetadataItem, ...]] = mapped_column(MessageListColumn(MetadataItem), default=())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
@@ -47,14 +49,12 @@ class WorkspaceAgent(Model):
     os: Mapped[str] = mapped_column(String(16))
     arch: Mapped[str] = mapped_column(String(16))
     directory: Mapped[str] = mapped_column(Text, default="")
-    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
-    startup_script: Mapped[str] = mapped_column(Text, default="")
-    shutdown_script: Mapped[str] = mapped_column(Text, default="")
     connection_timeout: Mapped[int] = mapped_column(Integer, default=120)
-    # The agent as the template defines it (metadata blocks, apps, scripts, display apps…), without its token;
-    # each script carries the id of the log source its output goes to.
+    # The agent as the template defines it (env, scripts, metadata blocks, apps, display apps…), without its
+    # token; each script carries the id of the log source its output goes to. Encrypted: templates hand secrets
+    # to their workspaces through the agent's env and scripts.
     stored_definition: Mapped[Agent | None] = mapped_column(
-        "definition", MessageColumn(Agent), nullable=False, default=Agent
+        "definition", EncryptedMessageColumn(Agent), nullable=False, default=Agent
     )
     # SHA-256 of the agent token from the build's state: the agent authenticates with the token itself.
     token_hash: Mapped[str | None] = mapped_column(String(64), index=True)

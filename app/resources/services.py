@@ -33,7 +33,8 @@ def store_resources(job_id: str, transition: str, resources: Sequence[Resource])
                 hide=resource.hide,
                 icon=resource.icon[:255],
                 daily_cost=resource.daily_cost,
-                metadata_items=resource.metadata,
+                # A sensitive value is never shown (only "*****"), so it need not be stored at all.
+                metadata_items=tuple(replace(item, value="") if item.sensitive else item for item in resource.metadata),
                 agents=agents,
             )
         )
@@ -46,9 +47,6 @@ def _agent_row(agent: Agent) -> WorkspaceAgent:
         os=agent.os[:16],
         arch=agent.arch[:16],
         directory=agent.dir,
-        env=dict(agent.env),
-        startup_script=agent.startup_script,
-        shutdown_script=agent.shutdown_script,
         connection_timeout=agent.connection_timeout,
         token_hash=hashlib.sha256(agent.token.encode()).hexdigest() if agent.token else None,
     )

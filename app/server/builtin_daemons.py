@@ -12,13 +12,17 @@ and a template admin must not become an owner by reading the secret key or rewri
 
 from __future__ import annotations
 
+import errno
+import functools
 import hashlib
 import importlib.util
 import json
+import operator
 import os
 import pwd
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -116,7 +120,11 @@ def plan_daemon_launch(
     if as_root:
         account = provisioner_account(settings.provisioner_user, echo)
         _prepare_owned_dir(cache_dir, account)
-        problem = unreachable_for(account, _needed_paths(settings, cache_dir, redis_socket))
+        needed = _needed_paths(settings, cache_dir, redis_socket)
+        if settings.provisioner_grant_access:
+            for directory in grant_traversal(account, needed):
+                echo(f"slipway: let {account.pw_name} traverse {directory} (ACL u:{account.pw_name}:x).")
+        problem = unreachable_for(account, needed)
         if problem:
             raise DaemonSetupError(problem)
         # The user's own permissions already keep it out; Landlock adds a second wall where the kernel has it.
@@ -245,7 +253,41 @@ def _needed_paths(settings: Settings, cache_dir: Path, redis_socket: Path | None
 
 
 def unreachable_for(account: pwd.struct_passwd, needed: list[tuple[str, Path, int]]) -> str | None:
-    """The first of `needed` the account cannot use, as a one-line explanation with the fix; None when all work.
+    """The first of `needed` the account cannot use, as a one-line explanation with the fix; None when all work."""
+    blocked = first_blocked_for(account, needed)
+    if blocked is None:
+        return None
+    what, path, blocker = blocked
+    try:
+        mode = f"mode {stat.S_IMODE(os.stat(blocker).st_mode):04o}"
+    except OSError:
+        mode = "missing"
+    name = account.pw_name
+    return (
+        f"the provisioner user {name} cannot reach {what} at {path}: {blocker} ({mode}) is closed to it. Let it "
+        f"through (`setfacl -m u:{name}:x {blocker}` or `chmod o+x {blocker}`, or start the server with "
+        "--provisioner-grant-access), install Slipway where that user can read it, choose another user with "
+        "--provisioner-user, or run no built-in daemons (--provisioner-daemons 0)"
+    )
+
+
+def grant_traversal(account: pwd.struct_passwd, needed: list[tuple[str, Path, int]]) -> list[Path]:
+    """Let the account through every directory above `needed` that stops it (ACL u:account:x, nothing more:
+    it can then open a path it knows, never list a directory or read a file the file's own mode keeps from it).
+    Returns the directories changed; a path whose own mode is the obstacle is left for the operator."""
+    granted: list[Path] = []
+    while (blocked := first_blocked_for(account, needed)) is not None:
+        _, path, blocker = blocked
+        directory = Path(blocker)
+        if blocker == path or directory in granted or not directory.is_dir():
+            break
+        add_acl_entry(directory, account.pw_uid, ACL_EXECUTE)
+        granted.append(directory)
+    return granted
+
+
+def first_blocked_for(account: pwd.struct_passwd, needed: list[tuple[str, Path, int]]) -> tuple[str, str, str] | None:
+    """(what, path, the path that stops it) for the first of `needed` the account cannot use, else None.
 
     The check runs in a forked child that has become the account, so the kernel decides (ACLs included).
     """
@@ -268,17 +310,40 @@ def unreachable_for(account: pwd.struct_passwd, needed: list[tuple[str, Path, in
     if blocked is None:
         return None
     what, path, blocker = blocked
+    return str(what), str(path), str(blocker)
+
+
+# POSIX access ACLs as the kernel stores them in the system.posix_acl_access attribute (acl_ea.h): a version,
+# then (tag, permissions, id) entries sorted by tag and id. Written here so that no `acl` package is needed.
+_ACL_XATTR = "system.posix_acl_access"
+_ACL_VERSION = 2
+_ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK, _ACL_OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+_ACL_UNDEFINED_ID = 0xFFFFFFFF
+ACL_EXECUTE = 1
+
+
+def add_acl_entry(path: Path, uid: int, permissions: int) -> None:
+    """Add `permissions` for the user `uid` to `path`'s access ACL, keeping every entry it has (as
+    `setfacl -m u:<uid>:<perms>` does, the mask widened to let them through)."""
     try:
-        mode = f"mode {stat.S_IMODE(os.stat(blocker).st_mode):04o}"
-    except OSError:
-        mode = "missing"
-    name = account.pw_name
-    return (
-        f"the provisioner user {name} cannot reach {what} at {path}: {blocker} ({mode}) is closed to it. Let it "
-        f"through (`setfacl -m u:{name}:x {blocker}` or `chmod o+x {blocker}`), install "
-        "Slipway where that user can read it, choose another user with --provisioner-user, or run no built-in "
-        "daemons (--provisioner-daemons 0)"
+        raw = os.getxattr(path, _ACL_XATTR)
+        entries = {(tag, ident): perm for tag, perm, ident in struct.iter_unpack("<HHI", raw[4:])}
+    except OSError as exc:
+        if exc.errno != errno.ENODATA:
+            raise
+        mode = stat.S_IMODE(path.stat().st_mode)  # no ACL yet: the mode is the minimal one
+        entries = {
+            (_ACL_USER_OBJ, _ACL_UNDEFINED_ID): mode >> 6 & 7,
+            (_ACL_GROUP_OBJ, _ACL_UNDEFINED_ID): mode >> 3 & 7,
+            (_ACL_OTHER, _ACL_UNDEFINED_ID): mode & 7,
+        }
+    entries[(_ACL_USER, uid)] = entries.get((_ACL_USER, uid), 0) | permissions
+    group_class = [perm for (tag, _), perm in entries.items() if tag in (_ACL_USER, _ACL_GROUP, _ACL_GROUP_OBJ)]
+    entries[(_ACL_MASK, _ACL_UNDEFINED_ID)] = functools.reduce(operator.or_, group_class, 0)
+    packed = struct.pack("<I", _ACL_VERSION) + b"".join(
+        struct.pack("<HHI", tag, perm, ident) for (tag, ident), perm in sorted(entries.items())
     )
+    os.setxattr(path, _ACL_XATTR, packed)
 
 
 def _first_blocked(needed: list[tuple[str, Path, int]]) -> list[str] | None:

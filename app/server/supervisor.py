@@ -318,6 +318,8 @@ def open_listener(settings: Settings) -> socket.socket:
 
 def migrate_database(settings: Settings) -> bool:
     """Apply migrations; returns True when the database has no user yet."""
+    from app.core.crypto import current_keyring
+    from app.core.encryption_keys import KeyProblem, check_keys
     from app.factory import create_app
     from app.users.services import user_count
 
@@ -325,7 +327,11 @@ def migrate_database(settings: Settings) -> bool:
     try:
         with app.app_context():
             upgrade()
+            # Before serving: no row may be encrypted with a key this server lacks.
+            check_keys(current_keyring())
             return user_count() == 0
+    except KeyProblem as exc:
+        raise StartupError(str(exc)) from exc
     except OperationalError as exc:
         raise StartupError(f"cannot use the database: {exc.orig}".splitlines()[0]) from exc
     except SQLAlchemyError as exc:

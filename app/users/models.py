@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import JSON, ForeignKey, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.core.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
 from app.core.extensions import Model
+from protocol.codec import JsonObject
 
 ROLE_OWNER = "owner"
 ROLE_TEMPLATE_ADMIN = "template-admin"
@@ -75,7 +75,7 @@ class User(Model):
     def is_template_admin(self) -> bool:
         return self.has_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "id": self.id,
             "username": self.username,
@@ -112,7 +112,7 @@ class ApiKey(Model):
 
     user: Mapped[User] = relationship()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "id": self.id,
             "name": self.name,

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Boolean, ForeignKey, Index, Integer, LargeBinary, String, UniqueConstraint, text
+from sqlalchemy import Boolean, ForeignKey, Index, Integer, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.catalog.models import Template, TemplateVersion
 from app.core.columns import IdColumn, MessageListColumn, UTCDateTime, new_id, utcnow
+from app.core.encrypted_columns import EncryptedBytes
 from app.core.extensions import Model
 from app.provisioning.models import ProvisionerJob
 from app.users.models import User
@@ -52,8 +53,9 @@ class WorkspaceBuild(Model):
     template_version_id: Mapped[str] = mapped_column(ForeignKey("template_versions.id"))
     job_id: Mapped[str] = mapped_column(ForeignKey("provisioner_jobs.id"), unique=True)
     initiator_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
-    # Raw terraform.tfstate bytes, handed to the next build (kept when an apply failed part-way).
-    state: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # Raw terraform.tfstate bytes, handed to the next build (kept when an apply failed part-way). Encrypted: it
+    # holds the agents' tokens and whatever secrets providers keep there. Loaded only when a build job needs it.
+    state: Mapped[bytes | None] = mapped_column(EncryptedBytes(), deferred=True)
     parameters: Mapped[tuple[NameValue, ...]] = mapped_column(MessageListColumn(NameValue), default=())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 

@@ -5,10 +5,10 @@ at once instead of a failed build minutes later."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from app.core.errors import InvalidInput
 from app.core.validation import FieldErrors, name_values
+from protocol.codec import JSON
 from protocol.parameters import ParameterError, RichParameter, check_value
 from protocol.provisionerd import NameValue
 
@@ -47,7 +47,7 @@ def resolve_parameters(
     return tuple(resolved)
 
 
-def parameter_values_field(body: dict[str, Any], name: str = "rich_parameter_values") -> dict[str, str]:
+def parameter_values_field(body: Mapping[str, JSON], name: str = "rich_parameter_values") -> dict[str, str]:
     errors = FieldErrors()
     values = name_values(body, name, errors)
     if errors.items:

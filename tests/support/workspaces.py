@@ -15,7 +15,7 @@ class WorkspaceBuilder:
         self.api = api
         self.daemon = daemon
         version = new_version(api)
-        self._finish(version["job"]["id"], [])
+        self._finish(version["job"]["id"], {"template_import": {}})
         template = api.post("/templates", json={"name": template_name, "version_id": version["id"]})
         assert template.status_code == 201, template.text
         self.template_id = template.json()["id"]
@@ -41,15 +41,15 @@ class WorkspaceBuilder:
             }
             for agent in agents
         ]
-        self._finish(workspace["latest_build"]["job"]["id"], resources)
+        self._finish(workspace["latest_build"]["job"]["id"], {"workspace_build": {"resources": resources}})
         return workspace
 
     def stop(self, workspace: dict[str, Any]) -> None:
         build = self.api.post(f"/workspaces/{workspace['id']}/builds", json={"transition": "stop"})
         assert build.status_code == 201, build.text
-        self._finish(build.json()["job"]["id"], [])
+        self._finish(build.json()["job"]["id"], {"workspace_build": {}})
 
-    def _finish(self, job_id: str, resources: list[dict[str, Any]]) -> None:
+    def _finish(self, job_id: str, completion: dict[str, Any]) -> None:
         assert self.daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
-        completed = self.daemon.call(f"/jobs/{job_id}/complete", {"workspace_build": {"resources": resources}})
+        completed = self.daemon.call(f"/jobs/{job_id}/complete", completion)
         assert completed.status_code == 204, completed.text

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from protocol.sandbox import SandboxPolicy
+from tests.support.daemon_user import AS_ROOT, DAEMON_USER, REPO, prepare_daemon_user, shared_dir
 from workers.sandbox import READ_ONLY, grants_except, landlock_abi
 
 
@@ -114,3 +117,34 @@ def test_a_daemon_can_stop_what_another_daemon_started(tmp_path: Path) -> None:
             assert sleeper.wait(timeout=30) == -15
         finally:
             sleeper.kill()
+
+
+PROBE = """
+import sys
+from protocol.sandbox import SandboxPolicy
+from workers.sandbox import confine
+confine(SandboxPolicy.loads(sys.argv[1]))
+import probe_after_confinement
+print(probe_after_confinement.ANSWER)
+"""
+
+
+def test_code_beside_the_data_dir_still_loads_when_the_daemon_cannot_list_their_parent() -> None:
+    """`make run` as root: the data dir is /root/.local/share/slipway, and the interpreter may live in /root too
+    (pyenv), where the daemon's user may traverse but not list. Modules imported after confinement must load."""
+    prepare_daemon_user()
+    home = shared_dir() / f"home-{uuid.uuid4().hex[:8]}"
+    (home / "data").mkdir(parents=True)
+    (home / "code").mkdir()
+    (home / "code" / "probe_after_confinement.py").write_text("ANSWER = 42\n")
+    home.chmod(0o711 if AS_ROOT else 0o311)  # traversable, not listable (by the daemon's user; root lists anyway)
+    policy = SandboxPolicy(protected=(str(home / "data"),), writable=None)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, policy.dumps()],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"PYTHONPATH": f"{REPO}{os.pathsep}{home / 'code'}"},
+        user=DAEMON_USER if AS_ROOT else None,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "42", result.stderr

@@ -1,0 +1,187 @@
+"""What clients read of the public HTTP API (API.md), typed: the CLI decodes every answer it uses into these.
+
+The server's objects carry more fields than these (API.md: "anything may be added"; unknown fields are ignored
+when reading), so each class lists only what a client of ours reads. Statuses and kinds stay plain strings:
+a newer server may add values, which an older CLI should show rather than refuse. Times are RFC 3339 strings,
+``None`` where the server has none yet. ``tests/test_public_api_contract.py`` decodes the server's real answers
+into these classes, so the two sides cannot drift apart unnoticed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from protocol.codec import Message
+
+
+class User(Message):
+    id: str
+    username: str
+    email: str = ""
+    roles: tuple[str, ...] = ()
+    status: str = ""
+    login_type: str = ""
+    created_at: str | None = None
+
+
+class SessionToken(Message):
+    session_token: str
+
+
+class AuthMethod(Message):
+    enabled: bool = False
+
+
+class AuthMethods(Message):
+    password: AuthMethod = AuthMethod()
+    oidc: AuthMethod = AuthMethod()
+
+
+class NewApiToken(Message):
+    """``POST /users/me/tokens``: the only answer that carries the secret."""
+
+    id: str
+    name: str
+    token: str
+    expires_at: str | None = None
+
+
+class ApiToken(Message):
+    id: str
+    name: str | None = None
+    created_at: str | None = None
+    expires_at: str | None = None
+    last_used_at: str | None = None
+
+
+class UploadedFile(Message):
+    id: str
+
+
+class JobMetadata(Message):
+    title: str = ""
+
+
+class Job(Message):
+    id: str
+    type: str = ""
+    status: str
+    error: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    created_at: str | None = None
+    queue_position: int | None = None
+    queue_size: int | None = None
+    available_workers: int | None = None
+    worker_name: str | None = None
+    metadata: JobMetadata = JobMetadata()
+
+
+class Template(Message):
+    id: str
+    name: str
+    display_name: str = ""
+    active_version_id: str | None = None
+    created_at: str | None = None
+
+
+class TemplateVersion(Message):
+    id: str
+    name: str
+    template_id: str | None = None
+    created_at: str | None = None
+    job: Job
+
+
+class AgentLogSource(Message):
+    id: str
+    display_name: str = ""
+
+
+class WorkspaceAgent(Message):
+    id: str
+    name: str
+    os: str = ""
+    arch: str = ""
+    status: str = ""
+    lifecycle_state: str = ""
+    first_connected_at: str | None = None
+    log_sources: tuple[AgentLogSource, ...] = ()
+
+
+class WorkspaceResource(Message):
+    id: str = ""
+    name: str
+    type: str
+    kind: str = ""
+    agents: tuple[WorkspaceAgent, ...] = ()
+
+
+class WorkspaceBuild(Message):
+    id: str
+    build_number: int
+    transition: str
+    status: str = ""
+    template_version_name: str = ""
+    job: Job
+    # Listed with the build by this server; absent from servers that list them only on their own endpoint.
+    resources: tuple[WorkspaceResource, ...] | None = None
+
+
+class Workspace(Message):
+    id: str
+    name: str
+    owner_name: str = ""
+    template_name: str = ""
+    status: str = ""
+    latest_build: WorkspaceBuild
+
+
+class BuildParameter(Message):
+    name: str
+    value: str
+
+
+class AgentLog(Message):
+    source_id: str | None = None
+    output: str = ""
+
+
+class CurrentJob(Message):
+    title: str = ""
+
+
+class ProvisionerDaemon(Message):
+    name: str
+    key_name: str | None = None
+    status: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+    version: str = ""
+    last_seen_at: str | None = None
+    current_job: CurrentJob | None = None
+
+
+class ProvisionerKey(Message):
+    name: str
+    tags: dict[str, str] = field(default_factory=dict)
+    created_at: str | None = None
+
+
+class NewProvisionerKey(Message):
+    """``POST /provisionerkeys``: the only answer that carries the key."""
+
+    name: str
+    tags: dict[str, str] = field(default_factory=dict)
+    key: str
+
+
+class Validation(Message):
+    field: str = ""
+    detail: str = ""
+
+
+class ErrorBody(Message):
+    """Every refusal: ``{message, detail?, validations?}`` (API.md, "Errors")."""
+
+    message: str = ""
+    detail: str | None = None
+    validations: tuple[Validation, ...] = ()

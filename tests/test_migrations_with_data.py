@@ -1,0 +1,218 @@
+"""Migrations on a deployment with data. 0009: rows written at revision 0008 are encrypted in place and read back
+through the app (nothing lost, agent logs kept), and the downgrade gives the plaintext back. And a table that
+Alembic's batch mode rebuilds on SQLite (0008) keeps the rows of other tables that reference it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+from flask_migrate import downgrade, upgrade
+from sqlalchemy import select
+
+from app.agents.manifest import environment
+from app.catalog.models import TemplateVersion
+from app.core.crypto import EncryptionKey
+from app.core.encryption_keys import EncryptionKeyRecord
+from app.core.extensions import db
+from app.factory import create_app
+from app.resources.models import WorkspaceAgent, WorkspaceResource
+from app.workspaces.models import WorkspaceBuild
+from protocol.provisionerd import NameValue, TemplateVariable
+from protocol.resources import MetadataItem
+from tests.conftest import close_app, make_settings
+from tests.support.postgres import PostgresCluster
+
+KEY = os.urandom(32)
+SECRET = "variable-secret-64be1f0a"
+STATE = b'{"version": 4, "resources": [{"attributes": {"token": "agent-token-0d9c2a71"}}]}'
+IDS = {name: str(uuid.uuid4()) for name in ("user", "file", "import", "build_job", "version", "template")}
+IDS.update({name: str(uuid.uuid4()) for name in ("workspace", "build", "resource", "agent", "legacy", "source")})
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_database(
+    request: pytest.FixtureRequest, tmp_path: Path, postgres: PostgresCluster, redis_server: str
+) -> Iterator[Flask]:
+    """An app (its first key: KEY) on a database no migration has touched yet."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'slipway.db'}"
+    else:
+        name = f"migration_{uuid.uuid4().hex[:12]}"
+        postgres.execute(f"CREATE DATABASE {name}")
+        url = postgres.url(name)
+    app = create_app(make_settings(tmp_path, url, redis_server, encryption_keys=base64.b64encode(KEY).decode()))
+    yield app
+    close_app(app)
+    if request.param == "postgresql":
+        postgres.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def insert(connection: sa.Connection, table_name: str, **values: Any) -> None:
+    """Insert a row at revision 0008, with a placeholder for every required column the test does not care about."""
+    table = sa.Table(table_name, sa.MetaData(), autoload_with=connection)
+    for column in table.columns:
+        if (
+            column.name in values
+            or column.nullable
+            or column.server_default is not None
+            or column.autoincrement is True
+        ):
+            continue
+        if isinstance(column.type, sa.Integer) and column.primary_key:
+            continue
+        values[column.name] = placeholder(column.type)
+    connection.execute(table.insert().values(values))
+
+
+def placeholder(column_type: sa.types.TypeEngine[Any]) -> object:
+    if isinstance(column_type, sa.JSON):
+        return {}
+    if isinstance(column_type, sa.Boolean):
+        return False
+    if isinstance(column_type, sa.Integer):
+        return 0
+    if isinstance(column_type, sa.DateTime):
+        return datetime.now(UTC)
+    if isinstance(column_type, sa.LargeBinary):
+        return b""
+    return "x"
+
+
+def write_rows_at_0008(connection: sa.Connection) -> None:
+    insert(connection, "users", id=IDS["user"], username="alice", email="alice@example.com", roles=["owner"])
+    insert(connection, "files", id=IDS["file"], sha256="0" * 64, data=b"tar", created_by=IDS["user"])
+    for job in ("import", "build_job"):
+        insert(connection, "provisioner_jobs", id=IDS[job], file_id=IDS["file"], initiator_id=IDS["user"])
+    insert(
+        connection, "template_versions", id=IDS["version"], job_id=IDS["import"], created_by=IDS["user"],
+        user_variable_values=[{"name": "db_password", "value": SECRET}],
+        variables=[
+            {"name": "db_password", "sensitive": True, "default_value": "default-secret-9e1b"},
+            {"name": "region", "default_value": "eu"},
+        ],
+    )  # fmt: skip
+    insert(connection, "templates", id=IDS["template"], name="dev", created_by=IDS["user"])
+    insert(connection, "workspaces", id=IDS["workspace"], name="w1", owner_id=IDS["user"], template_id=IDS["template"])
+    insert(
+        connection, "workspace_builds", id=IDS["build"], workspace_id=IDS["workspace"], build_number=1,
+        transition="start", template_version_id=IDS["version"], job_id=IDS["build_job"], initiator_id=IDS["user"],
+        state=STATE,
+    )  # fmt: skip
+    insert(
+        connection, "workspace_resources", id=IDS["resource"], job_id=IDS["build_job"], transition="start",
+        kind="computational",
+        metadata_items=[
+            {"key": "password", "value": "metadata-secret-5f", "sensitive": True}, {"key": "region", "value": "eu"}
+        ],
+    )  # fmt: skip
+    insert(
+        connection, "workspace_agents", id=IDS["agent"], resource_id=IDS["resource"], name="main",
+        env={"A": "1"}, startup_script="echo hi",
+        definition={"name": "main", "env": {"A": "1"}, "startup_script": "echo hi", "apps": [{"slug": "web"}]},
+    )  # fmt: skip
+    # An older row whose definition lacks what only the dropped columns held.
+    insert(
+        connection, "workspace_agents", id=IDS["legacy"], resource_id=IDS["resource"], name="legacy",
+        env={"LEGACY": "yes"}, startup_script="echo legacy", shutdown_script="echo bye", definition={"name": "legacy"},
+    )  # fmt: skip
+    insert(connection, "workspace_agent_log_sources", id=IDS["source"], agent_id=IDS["agent"], display_name="Startup")
+    for number in range(3):
+        insert(
+            connection, "workspace_agent_logs", agent_id=IDS["agent"], source_id=IDS["source"], output=f"line {number}"
+        )
+
+
+def raw(connection: sa.Connection, statement: str, **params: str) -> Any:
+    return connection.execute(sa.text(statement), params).scalar_one()
+
+
+def test_upgrade_encrypts_rows_written_at_0008_and_downgrade_restores_them(empty_database: Flask) -> None:
+    app = empty_database
+    key_id = EncryptionKey(KEY).key_id
+    with app.app_context():
+        upgrade(revision="0008")
+        with db.engine.begin() as connection:
+            write_rows_at_0008(connection)
+        upgrade()
+
+        with db.engine.connect() as connection:
+            stored_state = bytes(raw(connection, "SELECT state FROM workspace_builds"))
+            stored_values = bytes(raw(connection, "SELECT user_variable_values FROM template_versions"))
+            assert stored_state.startswith(f"enc1:{key_id}:".encode()) and b"agent-token" not in stored_state
+            assert stored_values.startswith(f"enc1:{key_id}:".encode()) and SECRET.encode() not in stored_values
+            assert raw(connection, "SELECT count(*) FROM workspace_agent_logs") == 3, "agent logs must survive"
+
+        # Read back through the app.
+        assert db.session.get(WorkspaceBuild, IDS["build"]).state == STATE  # type: ignore[union-attr]
+        version = db.session.get(TemplateVersion, IDS["version"])
+        assert version is not None
+        assert version.user_variable_values == (NameValue(name="db_password", value=SECRET),)
+        assert version.variables == (
+            TemplateVariable(name="db_password", sensitive=True, default_value=""),
+            TemplateVariable(name="region", default_value="eu"),
+        )
+        resource = db.session.get(WorkspaceResource, IDS["resource"])
+        assert resource is not None and resource.metadata_items == (
+            MetadataItem(key="password", value="", sensitive=True),
+            MetadataItem(key="region", value="eu"),
+        )
+        agent = db.session.get(WorkspaceAgent, IDS["agent"])
+        legacy = db.session.get(WorkspaceAgent, IDS["legacy"])
+        assert agent is not None and legacy is not None
+        assert environment(agent) == {"A": "1"} and agent.definition.startup_script == "echo hi"
+        assert agent.definition.apps[0].slug == "web" and len(agent.log_sources) == 1
+        assert environment(legacy) == {"LEGACY": "yes"}
+        assert (legacy.definition.startup_script, legacy.definition.shutdown_script) == ("echo legacy", "echo bye")
+        assert db.session.scalars(select(EncryptionKeyRecord.key_id)).all() == [key_id]
+        db.session.remove()
+
+        downgrade(revision="0008")
+        with db.engine.connect() as connection:
+            assert bytes(raw(connection, "SELECT state FROM workspace_builds")) == STATE
+            values = raw(connection, "SELECT user_variable_values FROM template_versions")
+            assert (json.loads(values) if isinstance(values, str) else values) == [
+                {"name": "db_password", "value": SECRET}
+            ]
+            env = raw(connection, "SELECT env FROM workspace_agents WHERE id = :id", id=IDS["legacy"])
+            assert (json.loads(env) if isinstance(env, str) else env) == {"LEGACY": "yes"}
+            assert raw(connection, "SELECT startup_script FROM workspace_agents WHERE id = :id", id=IDS["legacy"]) == (
+                "echo legacy"
+            )
+            definition = raw(connection, "SELECT definition FROM workspace_agents WHERE id = :id", id=IDS["agent"])
+            assert (json.loads(definition) if isinstance(definition, str) else definition)["apps"] == [{"slug": "web"}]
+            assert raw(connection, "SELECT count(*) FROM workspace_agent_logs") == 3
+            assert "encryption_keys" not in sa.inspect(connection).get_table_names()
+
+        # And up again: the cycle loses nothing.
+        upgrade()
+        assert db.session.get(WorkspaceBuild, IDS["build"]).state == STATE  # type: ignore[union-attr]
+        db.session.remove()
+
+
+def test_a_table_rebuilt_on_sqlite_keeps_the_rows_that_reference_it(empty_database: Flask) -> None:
+    """0008 rebuilds provisioner_jobs (batch mode: copy, drop, rename): the drop must not cascade to the jobs' logs
+    and resources, and foreign keys are enforced again afterwards."""
+    with empty_database.app_context():
+        upgrade(revision="0007")
+        with db.engine.begin() as connection:
+            insert(connection, "users", id=IDS["user"], username="alice", email="alice@example.com", roles=[])
+            insert(connection, "files", id=IDS["file"], sha256="0" * 64, data=b"tar", created_by=IDS["user"])
+            insert(connection, "provisioner_jobs", id=IDS["import"], file_id=IDS["file"], initiator_id=IDS["user"])
+            insert(connection, "provisioner_job_logs", job_id=IDS["import"], output="hello")
+            insert(connection, "workspace_resources", id=IDS["resource"], job_id=IDS["import"], transition="start")
+        upgrade(revision="0008")
+        with db.engine.connect() as connection:
+            assert raw(connection, "SELECT count(*) FROM provisioner_job_logs") == 1
+            assert raw(connection, "SELECT count(*) FROM workspace_resources") == 1
+            if connection.dialect.name == "sqlite":
+                assert raw(connection, "PRAGMA foreign_keys") == 1
