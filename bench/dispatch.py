@@ -11,9 +11,10 @@ timestamps (created_at, started_at, completed_at). Prints p50/p95/max for both w
 `burst` ("30 provisioners let 30 users start workspaces at the same time"): a template whose apply sleeps 3 s, N
 `slipway provisionerd start` processes, N workspaces created together. Prints the time from the first submission
 until every build is running (target <= 2 s), the total wall time, and the same builds on one daemon.
+Daemons wait over HTTP (the default for daemons the server does not trust with Redis) unless `--redis`.
 
     .venv/bin/python bench/dispatch.py pickup [--jobs 50] [--concurrent 5] [--rounds 4]
-    .venv/bin/python bench/dispatch.py burst [--daemons 30] [--rounds 3] [--skip-single] [--postgres]
+    .venv/bin/python bench/dispatch.py burst [--daemons 30] [--rounds 3] [--skip-single] [--postgres] [--redis]
 """
 
 from __future__ import annotations
@@ -115,9 +116,11 @@ def burst(api: httpx.Client, template_id: str, count: int, label: str) -> tuple[
     return all_running.total_seconds(), all_done.total_seconds(), longest_wait.total_seconds()
 
 
-def scenario(daemons: int, builds: int, rounds: int, database_url: str = "") -> list[tuple[float, float, float]]:
+def scenario(
+    daemons: int, builds: int, rounds: int, database_url: str = "", redis: bool = False
+) -> list[tuple[float, float, float]]:
     scratch = Path(tempfile.mkdtemp(prefix="slipway-bench-dispatch-"))
-    env = {"SLIPWAY_PROVISIONER_DAEMON_PSK": PSK}
+    env = {"SLIPWAY_PROVISIONER_DAEMON_PSK": PSK, **PICKUP_WAYS["Redis (RQ)" if redis else "HTTP long-poll"]}
     if database_url:
         env["SLIPWAY_DATABASE_URL"] = database_url
     server = Server(env=env).start()
@@ -160,6 +163,7 @@ def main() -> None:
     burst.add_argument("--rounds", type=int, default=3)
     burst.add_argument("--skip-single", action="store_true", help="Skip the one-daemon comparison.")
     burst.add_argument("--postgres", action="store_true", help="A throwaway PostgreSQL instead of SQLite.")
+    burst.add_argument("--redis", action="store_true", help="Daemons on Redis (RQ) instead of HTTP long-poll.")
     args = parser.parse_args()
     if args.scenario == "pickup":
         report_pickup(args.jobs, args.concurrent, args.rounds)
@@ -175,7 +179,7 @@ def main() -> None:
     store = "PostgreSQL" if args.postgres else "SQLite"
     print(f"{args.daemons} builds of a template whose apply sleeps 3 s ({store}, embedded Redis)")
     try:
-        report(args.daemons, args.rounds, args.skip_single, database_url)
+        report(args.daemons, args.rounds, args.skip_single, database_url, args.redis)
     finally:
         if cluster is not None:
             cluster.stop()
@@ -272,14 +276,14 @@ def pickups(timings: list[tuple[datetime, datetime, datetime]]) -> tuple[list[fl
     return alone, queued
 
 
-def report(daemons: int, rounds: int, skip_single: bool, database_url: str) -> None:
-    many = scenario(daemons, daemons, rounds, database_url)
+def report(daemons: int, rounds: int, skip_single: bool, database_url: str, redis: bool = False) -> None:
+    many = scenario(daemons, daemons, rounds, database_url, redis)
     running = statistics.median(result[0] for result in many)
     wall = statistics.median(result[1] for result in many)
     print(f"{daemons} daemons: all running after {running:.2f} s (median of {len(many)}; target <= 2 s)")
     print(f"{daemons} daemons: total wall {wall:.1f} s (median)")
     if not skip_single:
-        one = scenario(1, daemons, 1, database_url)
+        one = scenario(1, daemons, 1, database_url, redis)
         print(f"1 daemon:   total wall {one[0][1]:.1f} s -> speed-up {one[0][1] / wall:.1f}x")
 
 
