@@ -16,16 +16,18 @@ from app.agents import views as agent_views
 from app.auth import access, oidc, oidc_views
 from app.auth import views as auth_views
 from app.catalog import api as catalog_api
+from app.catalog import storage
 from app.catalog import views as catalog_views
 from app.catalog.jobs import IMPORT_HANDLERS
 from app.core import encryption_keys, errors, limits, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, htmx, migrate
 from app.provisioning import api as provisioning_api
-from app.provisioning import daemon_api, jobs
+from app.provisioning import daemon_api, jobs, maintenance
 from app.provisioning import views as provisioning_views
 from app.workspaces import api as workspaces_api
 from app.workspaces import sections
+from app.workspaces import services as workspace_services
 from app.workspaces import views as workspace_views
 from app.workspaces.jobs import build_handlers
 from protocol.provisionerd import JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD
@@ -58,6 +60,9 @@ def create_app(settings: Settings | None = None) -> Flask:
         app,
         {JOB_TEMPLATE_IMPORT: IMPORT_HANDLERS, JOB_WORKSPACE_BUILD: build_handlers(bootstrap.agent_scripts)},
     )
+    # Template archives stay while workspaces are on their versions; the maintenance loop frees the others.
+    storage.init_app(app, workspace_services.versions_in_use)
+    maintenance.init_app(app, [storage.free_unused_archives])
     # What the workspace page shows besides the workspace itself: a panel per agent.
     sections.init_app(app, [agent_views.AGENTS_SECTION])
     for blueprint in (

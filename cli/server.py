@@ -131,6 +131,11 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "Open connections one client address may hold in each web worker; 0 turns it off (e.g. behind a proxy "
         "that limits clients itself). [default: 1/4 of worker connections]",
     ),
+    (
+        "--template-storage-quota",
+        "SLIPWAY_TEMPLATE_STORAGE_QUOTA",
+        "Template archives each person may keep, e.g. 500MiB or 2GiB; 0 means no limit. [default: 1GiB]",
+    ),
     ("--terraform-path", "SLIPWAY_TERRAFORM_PATH", "Terraform for built-in daemons. [default: PATH, else bundled]"),
     (
         "--agent-wheelhouse",

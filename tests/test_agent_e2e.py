@@ -7,22 +7,33 @@ purpose (killing its agent, stopping it) use workspaces of their own.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
+import redis
 from websockets.sync.client import connect
 
+from protocol.agentapi import Dial
+from protocol.channels import AGENT_CONTROL_CHANNEL_PREFIX, TUNNEL_KEY_PREFIX
 from tests.support.deployment import ECHO_SERVER, Deployment, start_deployment, stop_workspaces
 from tests.support.net import free_port
+from tests.support.provisionerd import DaemonProcess
 from tests.support.server import SLIPWAY
+from tests.support.waiting import wait_until
+
+# What the server logs when a control message for an agent is not one it may pass on.
+UNSIGNED_DIAL_DROPPED = "dropped a control message that the server did not sign"
+REPLAYED_DIAL_DROPPED = "dropped a dial it had already passed on"
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +173,82 @@ def test_port_forward_reaches_a_server_inside_the_workspace(deployment: Deployme
             forward.send_signal(signal.SIGINT)
         assert forward.wait(timeout=10) == 0
         assert "Traceback" not in forward.stderr.read()
+
+
+def test_a_members_daemon_gets_no_redis_and_waits_for_jobs_over_http(deployment: Deployment, tmp_path: Path) -> None:
+    """Security audit finding 1 began here: a member's user-scoped daemon was handed the server's own Redis."""
+    carol = deployment.people["carol"]
+    registration = httpx.post(
+        f"{deployment.url}/api/v2/provisionerd/register",
+        json={"name": "carols-probe", "tags": {"scope": "user"}},
+        headers=carol.auth,
+    )
+    assert registration.status_code == 201, registration.text
+    assert registration.json()["redis_url"] is None and registration.json()["queues"] == []
+    env = {"SLIPWAY_SESSION_TOKEN": carol.token}
+    with DaemonProcess(deployment.url, "carols-laptop", tmp_path, "--tag", "scope=user", env=env) as daemon:
+        with deployment.api("alice") as api:
+            listed = daemon.wait_registered(api)
+        assert listed["tags"]["scope"] == "user" and listed["status"] == "idle"
+        wait_until(lambda: "waiting for jobs over HTTP" in daemon.log(), what="the daemon to wait over HTTP")
+        assert "listening on" not in daemon.log()  # no RQ worker: it never reached Redis
+
+
+def next_message(subscription: redis.client.PubSub, timeout: float = 10) -> bytes:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        message = subscription.get_message(timeout=0.5)
+        if message is not None:
+            return bytes(message["data"])
+    raise AssertionError("nothing was published on the channel")
+
+
+def test_dials_forged_or_replayed_through_redis_reach_no_agent(deployment: Deployment, ws1: str) -> None:
+    """Someone holding the Redis URL and password (a host the operator trusted with it, or its leaked address)
+    publishes dials for alice's agent: as the server used to accept them (a plain dial and a tunnel record naming
+    the agent), with a guessed signature, and a genuine signed dial captured off the channel and replayed. The
+    server drops each one, the agent runs nothing and opens no tunnel, and alice's own sessions keep working."""
+    agent_id = deployment.agent("alice", ws1)["id"]
+    marker = deployment.directory("alice", ws1) / "forged-dial-ran"
+    channel = AGENT_CONTROL_CHANNEL_PREFIX + agent_id
+    dropped_before = deployment.server.log().count(UNSIGNED_DIAL_DROPPED)
+    replays_before = deployment.server.log().count(REPLAYED_DIAL_DROPPED)
+    with redis.Redis.from_url(deployment.server.redis_url) as attacker:
+        listener = attacker.pubsub(ignore_subscribe_messages=True)
+        listener.subscribe(channel)
+        assert deployment.cli("alice", "ssh", ws1, "true").returncode == 0
+        captured = next_message(listener)
+        listener.close()
+        genuine_tunnel = Dial.loads(json.loads(captured)["dial"]).tunnel_id
+
+        old_style, guessed = str(uuid.uuid4()), str(uuid.uuid4())
+        run_marker = {"service": "pty", "command": f"touch {marker}"}
+        attacker.set(f"{TUNNEL_KEY_PREFIX}{old_style}:agent", agent_id, ex=60)
+        attacker.set(f"{TUNNEL_KEY_PREFIX}{guessed}:agent", f"{agent_id}.{'0' * 64}", ex=60)
+        forged = [
+            json.dumps({"type": "dial", "tunnel_id": old_style, "host": "127.0.0.1", "port": 0, "rows": 24,
+                        "cols": 80, **run_marker}),
+            json.dumps({"dial": Dial(tunnel_id=guessed, **run_marker).dumps(),
+                        "issued_at": f"{time.time():.3f}", "signature": "0" * 64}),
+        ]  # fmt: skip
+        for message in (*forged, captured):
+            assert attacker.publish(channel, message) >= 1  # the server's processes received it
+        wait_until(
+            lambda: (
+                deployment.server.log().count(UNSIGNED_DIAL_DROPPED) >= dropped_before + 2
+                and deployment.server.log().count(REPLAYED_DIAL_DROPPED) >= replays_before + 1
+            ),
+            what="the server to drop the forged and the replayed dials",
+        )
+        # A genuine session after them: the agent has had every earlier dial by the time it ends.
+        again = deployment.cli("alice", "ssh", ws1, "echo still works")
+        assert again.returncode == 0 and again.stdout.strip() == "still works", again.stderr
+        assert not marker.exists()
+        for tunnel_id in (old_style, guessed):
+            assert attacker.llen(f"{TUNNEL_KEY_PREFIX}{tunnel_id}:to-user") == 0
+        # The agent's half announces itself with an "o" frame: the genuine one was taken by alice's session.
+        frames = attacker.lrange(f"{TUNNEL_KEY_PREFIX}{genuine_tunnel}:to-user", 0, -1)
+        assert not [frame for frame in frames if frame[:1] == b"o"], frames
 
 
 def test_apps_are_proxied_with_websockets_and_health(deployment: Deployment) -> None:

@@ -195,7 +195,7 @@ def test_only_dials_the_server_signed_for_this_agent_recently_pass() -> None:
     signer = Signer("server-secret")
     dial = DialRequest(service="pty").for_tunnel("t1")
     message = signed_dial(signer, "agent-1", dial).encode()
-    assert Dial.loads(verified_dial(signer, "agent-1", message) or "") == dial
+    assert verified_dial(signer, "agent-1", message) == dial
     # What someone with write access to Redis could publish: unsigned, for another agent, with another key, late.
     assert verified_dial(signer, "agent-1", dial.dumps().encode()) is None
     assert verified_dial(signer, "agent-2", message) is None
@@ -206,6 +206,20 @@ def test_only_dials_the_server_signed_for_this_agent_recently_pass() -> None:
     tampered["dial"] = DialRequest(service="ssh").for_tunnel("t1").dumps()
     assert verified_dial(signer, "agent-1", json.dumps(tampered).encode()) is None
     assert verified_dial(signer, "agent-1", b"not json") is None
+
+
+def test_a_control_connection_passes_each_signed_dial_on_once() -> None:
+    """A signed dial read off the channel and published again while fresh would hand its copier a second tunnel."""
+    from app.agents.control import ControlConnection
+
+    connection = ControlConnection(None, "agent-1", None, heartbeat_seconds=15, secret_key="server-secret")  # type: ignore[arg-type]
+    signer = Signer("server-secret")
+    first = signed_dial(signer, "agent-1", DialRequest(service="ssh").for_tunnel("t1")).encode()
+    connection._queue_dial(first)
+    connection._queue_dial(first)
+    connection._queue_dial(signed_dial(signer, "agent-1", DialRequest(service="ssh").for_tunnel("t2")).encode())
+    passed = [Dial.loads(connection.dials.get_nowait()).tunnel_id for _ in range(connection.dials.qsize())]
+    assert passed == ["t1", "t2"]
 
 
 @pytest.mark.parametrize("forged", ["{agent}", "{agent}.", "{agent}.0123abcd"])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import urllib.parse
+
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -35,6 +38,27 @@ def test_variable_values_are_redacted_before_storage(client: FlaskClient, person
     daemon.call(f"/jobs/{job_id}/acquire")
     daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"output": f"curl -H 'token: {SECRET}' in eu"}]})
     assert _outputs(client, bob, version["id"]) == ["curl -H 'token: ********' in eu"]
+
+
+def test_encoded_and_recased_values_are_redacted_too(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    """What `upper(var.token)`, `base64encode(var.token)`, `urlencode(var.token)` and a hex dump print."""
+    bob = personas["bob"]
+    daemon = FakeDaemon(client)
+    secret = "s3cr3t token/value"
+    version = _version(client, bob, [{"name": "api_token", "value": secret}])
+    job_id = version["job"]["id"]  # type: ignore[index]
+    daemon.call(f"/jobs/{job_id}/acquire")
+    printed = [
+        secret.upper(),
+        base64.b64encode(secret.encode()).decode(),
+        urllib.parse.quote_plus(secret),
+        secret.encode().hex(),
+        base64.b64encode(b"Bearer " + secret.encode()).decode(),
+    ]
+    daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"output": f"token: {form}"} for form in printed]})
+    outputs = _outputs(client, bob, version["id"])
+    # Inside a longer base64 value, what stays are the characters that mix in the bytes around it ("Bearer ").
+    assert outputs == ["token: ********"] * 4 + ["token: QmVhcmVyIH********Q=="]
 
 
 def test_long_lines_are_truncated_and_the_log_is_capped(

@@ -3,7 +3,9 @@
 While the connection is open the server pings the agent every heartbeat interval and stamps
 ``last_connected_at``; an agent that stops answering for two intervals is closed and marked disconnected.
 Dials are published on Redis by whichever process a user reached, signed; the process holding this connection
-receives them through its one subscription, checks the signature, and writes the dial here.
+receives them through its one subscription, checks the signature, and writes the dial here, once: whoever can
+read the channel could otherwise replay a fresh signed dial and be handed a second tunnel (an SSH connection
+needs no password once the server has dialed it).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import threading
 import time
 
 from app.agents import services
-from app.agents.tunnels import verified_dial
+from app.agents.tunnels import DIAL_FRESH_SECONDS, verified_dial
 from app.core.columns import new_id
 from app.core.extensions import db
 from app.core.signing import Signer
@@ -40,6 +42,8 @@ class ControlConnection:
         self.heartbeat_seconds = heartbeat_seconds
         self.connection_id = new_id()
         self.dials: queue.Queue[str] = queue.Queue(maxsize=MAX_PENDING_DIALS)
+        # Tunnels whose dial this connection passed on, until their dials are too old to pass anyway.
+        self.passed_on: dict[str, float] = {}
         self.closed = threading.Event()
 
     def serve(self) -> None:
@@ -58,14 +62,28 @@ class ControlConnection:
             db.session.remove()
 
     def _queue_dial(self, message: bytes) -> None:
+        """Called by the relay's one thread, for each message published for this agent."""
         dial = verified_dial(self.signer, self.agent_id, message)
         if dial is None:
             log.warning("agent %s: dropped a control message that the server did not sign", self.agent_id)
             return
+        if not self._first_dial_of(dial.tunnel_id):
+            log.warning("agent %s: dropped a dial it had already passed on (tunnel %s)", self.agent_id, dial.tunnel_id)
+            return
         try:
-            self.dials.put_nowait(dial)
+            self.dials.put_nowait(dial.dumps())
         except queue.Full:
             log.warning("agent %s is not taking dials; dropping one", self.agent_id)
+
+    def _first_dial_of(self, tunnel_id: str) -> bool:
+        now = time.monotonic()
+        # A dial verifies from up to the freshness window before its issued_at (another replica's clock may be
+        # ahead) until the window after it: remember it for both.
+        self.passed_on = {tunnel: until for tunnel, until in self.passed_on.items() if until > now}
+        if tunnel_id in self.passed_on:
+            return False
+        self.passed_on[tunnel_id] = now + 2 * DIAL_FRESH_SECONDS
+        return True
 
     def _read(self) -> None:
         """Drain what the agent sends (pongs, close); the control protocol has no other agent messages."""

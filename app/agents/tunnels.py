@@ -41,6 +41,8 @@ ALIVE_TTL_SECONDS = 30
 ALIVE_EVERY_SECONDS = 10.0
 STALL_SECONDS = 60.0
 DIAL_TIMEOUT_SECONDS = 15.0
+# How long a signed dial is good for (clocks of replicas may differ a little); older ones are dropped as replays.
+DIAL_FRESH_SECONDS = DIAL_TIMEOUT_SECONDS + 5
 CLOSE_NORMAL = 1000
 
 
@@ -243,19 +245,20 @@ def signed_dial(signer: Signer, agent_id: str, dial: Dial, issued_at: float | No
     return json.dumps({"dial": body, "issued_at": issued, "signature": signer.sign("dial", agent_id, issued, body)})
 
 
-def verified_dial(signer: Signer, agent_id: str, message: bytes) -> str | None:
-    """The dial to pass on to the agent (its JSON), when ``message`` is one the server signed for this agent
-    within the dial timeout; None for anything else (forged, for another agent, replayed late, malformed)."""
+def verified_dial(signer: Signer, agent_id: str, message: bytes) -> Dial | None:
+    """The dial to pass on to the agent, when ``message`` is one the server signed for this agent within
+    :data:`DIAL_FRESH_SECONDS`; None for anything else (forged, for another agent, replayed late, malformed).
+    A copy replayed while still fresh passes here: the control connection drops dials it already passed on."""
     try:
         data = json.loads(message)
         body, issued, signature = data["dial"], data["issued_at"], data["signature"]
         if not (isinstance(body, str) and isinstance(issued, str) and isinstance(signature, str)):
             return None
-        fresh = abs(time.time() - float(issued)) <= DIAL_TIMEOUT_SECONDS + 5
-        Dial.loads(body)  # what the agent gets is a well-formed dial
+        fresh = abs(time.time() - float(issued)) <= DIAL_FRESH_SECONDS
+        dial = Dial.loads(body)  # what the agent gets is a well-formed dial
     except (ValueError, KeyError, TypeError, ProtocolError):
         return None
-    return body if fresh and signer.verify(signature, "dial", agent_id, issued, body) else None
+    return dial if fresh and signer.verify(signature, "dial", agent_id, issued, body) else None
 
 
 def wait_open(half: TunnelHalf, timeout: float = DIAL_TIMEOUT_SECONDS) -> tuple[int, str] | None:

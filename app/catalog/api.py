@@ -8,11 +8,11 @@ from flask import Response, jsonify, request
 
 from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
-from app.catalog import services
+from app.catalog import services, storage
 from app.catalog.models import TemplateVersion
 from app.core.errors import TooLarge
 from app.core.validation import FieldErrors, json_body, name_values, string_field, string_map_field
-from app.files.services import MAX_ARCHIVE_BYTES, store_file
+from app.files.services import MAX_ARCHIVE_BYTES
 from app.provisioning.jobs import cancel_job
 from app.provisioning.log_api import logs_response
 from app.provisioning.presenter import jobs_json
@@ -32,8 +32,15 @@ def upload_file() -> tuple[Response, int]:
     request.max_content_length = MAX_ARCHIVE_BYTES + 1024
     if request.content_length is not None and request.content_length > MAX_ARCHIVE_BYTES:
         raise TooLarge(f"The archive is larger than {MAX_ARCHIVE_BYTES // (1024 * 1024)} MiB.")
-    stored = store_file(api_user(), request.get_data(cache=False))
+    stored = storage.store_archive(api_user(), request.get_data(cache=False), storage.configured_quota())
     return jsonify({"id": stored.id, "hash": stored.sha256}), 201
+
+
+@bp.get("/users/me/template-storage")
+@require_role(*ADMINS)
+def template_storage() -> Response:
+    """What the caller's template archives take of their quota (``quota_bytes`` 0: no limit)."""
+    return jsonify(storage.storage_usage(api_user(), storage.configured_quota()).to_json())
 
 
 def versions_json(versions: Sequence[TemplateVersion]) -> list[JsonObject]:
@@ -100,6 +107,12 @@ def cancel_version(version_id: str) -> Response:
     version = _readable_version(version_id)
     cancel_job(version.job)
     return jsonify(version_json(version))
+
+
+@bp.post("/templateversions/<version_id>/archive")
+@require_role(*ADMINS)
+def archive_version(version_id: str) -> Response:
+    return jsonify(version_json(storage.archive_version(_readable_version(version_id))))
 
 
 @bp.post("/templates")

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from app.catalog.models import Template, TemplateVersion
 from app.core.errors import InvalidInput, NotFound
 from app.core.extensions import db
-from app.files.services import get_file
+from app.files.services import archive_bytes
 from app.provisioning.jobs import JobHandlers, JobSubject
 from app.provisioning.models import ProvisionerJob
 from app.resources.services import store_resources
@@ -32,7 +32,7 @@ def import_payload(job: ProvisionerJob, base: AcquiredJob) -> AcquiredJob:
     version = version_for_job(job)
     body = ImportJob(
         template_version_id=version.id,
-        archive=get_file(job.file_id).data,
+        archive=archive_bytes(job.file_id),
         user_variable_values=version.user_variable_values,
     )
     return replace(base, template_import=body)

@@ -50,8 +50,11 @@ class TemplateVersion(Model):
     name: Mapped[str] = mapped_column(String(64))
     readme: Mapped[str] = mapped_column(Text, default="")
     job_id: Mapped[str] = mapped_column(ForeignKey("provisioner_jobs.id"), unique=True)
-    created_by: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    created_by: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # An archived version is kept for its history (log, resources) but builds no new workspace, and its archive
+    # no longer counts against its creator's storage quota (the maintenance loop frees it once nothing needs it).
+    archived_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Values the uploader gave for Terraform variables, never returned by the API. Which are sensitive is known
     # only once the import has read them, so all are encrypted.
     user_variable_values: Mapped[tuple[NameValue, ...]] = mapped_column(
@@ -71,5 +74,6 @@ class TemplateVersion(Model):
             "template_id": self.template_id,
             "created_at": rfc3339(self.created_at),
             "readme": self.readme,
+            "archived": self.archived_at is not None,
             "job": self.job.to_json(**job_extra),
         }

@@ -12,7 +12,7 @@ from app.catalog.models import Template, TemplateVersion
 from app.core.errors import Conflict, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
-from app.files.services import get_file
+from app.files.services import usable_file
 from app.provisioning.jobs import dispatch, new_job
 from app.provisioning.models import SUCCEEDED
 from app.users.models import User
@@ -40,7 +40,7 @@ def create_version(
     provisioner_tags: dict[str, str] | None = None,
     user_variable_values: Sequence[NameValue] = (),
 ) -> TemplateVersion:
-    stored = get_file(file_id)
+    stored = usable_file(file_id)
     if template_id is not None:
         get_template(template_id)
     try:
@@ -75,6 +75,8 @@ def get_version(version_id: str) -> TemplateVersion:
 def create_template(actor: User, name: str, version_id: str, display_name: str = "", description: str = "") -> Template:
     name = check_template_name(name)
     version = get_version(version_id)
+    if version.archived_at is not None:
+        raise InvalidInput(f"Template version {version.name} is archived: push the template again.")
     if version.job.status != SUCCEEDED:
         raise InvalidInput(f"The version's import has not succeeded (it is {version.job.status}).")
     if version.template_id is not None:
@@ -131,6 +133,8 @@ def promote_version(template: Template, version_id: str) -> Template:
     version = get_version(version_id)
     if version.template_id != template.id:
         raise InvalidInput("That version belongs to another template.")
+    if version.archived_at is not None:
+        raise InvalidInput(f"Template version {version.name} is archived: it cannot be made active.")
     if version.job.status != SUCCEEDED:
         raise InvalidInput(f"Only a version whose import succeeded can be active (this one is {version.job.status}).")
     template.active_version_id = version.id

@@ -9,11 +9,11 @@ from werkzeug.wrappers import Response
 
 from app.auth.access import page_user, require_role
 from app.auth.blueprints import page_blueprint
-from app.catalog import services
+from app.catalog import services, storage
 from app.core.errors import DomainError, InvalidInput
 from app.core.markdown_render import render_markdown
 from app.core.templating import tar_of_uploads
-from app.files.services import MAX_ARCHIVE_BYTES, store_file
+from app.files.services import MAX_ARCHIVE_BYTES
 from app.provisioning.log_html import log_page_context, page_stream
 from app.resources.services import job_resources
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
@@ -26,7 +26,13 @@ ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
 
 @bp.get("/templates")
 def index() -> str:
-    return render_template("catalog/index.html", templates=services.list_templates(), form={}, errors={})
+    return render_template("catalog/index.html", **_index_context(), form={}, errors={})
+
+
+def _index_context() -> dict[str, object]:
+    user = page_user()
+    usage = storage.storage_usage(user, storage.configured_quota()) if user.is_template_admin else None
+    return {"templates": services.list_templates(), "storage": usage}
 
 
 @bp.post("/templates")
@@ -44,7 +50,7 @@ def upload() -> Response | tuple[str, int]:
         except TagError as exc:
             raise InvalidInput(str(exc)) from exc
         existing = services.list_templates(name)
-        stored = store_file(page_user(), archive)
+        stored = storage.store_archive(page_user(), archive, storage.configured_quota())
         version = services.create_version(
             page_user(),
             stored.id,
@@ -54,9 +60,7 @@ def upload() -> Response | tuple[str, int]:
         )
     except DomainError as error:
         errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
-        return render_template(
-            "catalog/index.html", templates=services.list_templates(), form=form, errors=errors
-        ), error.status
+        return render_template("catalog/index.html", **_index_context(), form=form, errors=errors), error.status
     return redirect(url_for("catalog.version", version_id=version.id, template_name=name))
 
 
@@ -107,6 +111,22 @@ def version_log_stream(version_id: str) -> Response:
     return page_stream(
         services.get_version(version_id).job, lambda job: job.status, job_status=True, follow_up=follow_up
     )
+
+
+@bp.post("/templates/versions/<version_id>/archive")
+@require_role(*ADMINS)
+def archive(version_id: str) -> Response:
+    """Archive a version from its template's page: it builds no new workspace and stops counting for storage."""
+    found = services.get_version(version_id)
+    template = services.get_template(found.template_id) if found.template_id else None
+    try:
+        storage.archive_version(found)
+        flash(f"Version {found.name} is archived; its archive no longer counts against your storage.", "success")
+    except DomainError as error:
+        flash(error.message, "error")
+    if template is None:
+        return redirect(url_for("catalog.index"))
+    return redirect(url_for("catalog.show", name=template.name))
 
 
 @bp.post("/templates/versions/<version_id>/publish")

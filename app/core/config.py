@@ -19,7 +19,7 @@ from sqlalchemy.exc import ArgumentError
 
 from app.core.crypto import parse_keys
 from protocol.agent_bundle import default_agent_wheelhouse
-from protocol.values import parse_duration, parse_int
+from protocol.values import parse_duration, parse_int, parse_size
 
 PREFIX = "SLIPWAY_"
 SUPPORTED_DATABASES = ("sqlite", "postgresql")
@@ -95,6 +95,8 @@ class Settings:
     agent_heartbeat_interval: int = 15
     # Path-based apps (/@owner/workspace.agent/apps/slug/) share the dashboard's origin; some operators refuse that.
     disable_path_apps: bool = False
+    # Bytes of template archives each person may keep (their uploads and their versions' archives); 0: no limit.
+    template_storage_quota: int = 1024**3
     # Single sign-on (OpenID Connect); enabled when an issuer and a client id are set.
     oidc_issuer_url: str = ""
     oidc_client_id: str = ""
@@ -200,6 +202,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         agent_wheelhouse=Path(_get(env, "AGENT_WHEELHOUSE") or default_agent_wheelhouse()).expanduser(),
         agent_heartbeat_interval=_duration(env, "AGENT_HEARTBEAT_INTERVAL", "15s"),
         disable_path_apps=_bool(env, "DISABLE_PATH_APPS", False),
+        template_storage_quota=_size(env, "TEMPLATE_STORAGE_QUOTA", "1GiB"),
     )
     return _with_oidc(settings, env)
 
@@ -351,6 +354,14 @@ def _duration(env: Mapping[str, str], name: str, default: str) -> int:
     if seconds <= 0:
         raise SettingsError(f"{PREFIX}{name} must be longer than zero")
     return seconds
+
+
+def _size(env: Mapping[str, str], name: str, default: str) -> int:
+    raw = _get(env, name) or default
+    try:
+        return parse_size(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{PREFIX}{name}: {exc}") from exc
 
 
 def _redis_url(env: Mapping[str, str], name: str) -> str:

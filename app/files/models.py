@@ -21,3 +21,21 @@ class File(Model):
     data: Mapped[bytes] = mapped_column(LargeBinary)
     created_by: Mapped[str] = mapped_column(ForeignKey("users.id"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Set when nothing needed the archive any more and its bytes were dropped (the row stays: jobs name it).
+    # Uploading the same archive again brings it back.
+    freed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    @property
+    def freed(self) -> bool:
+        return self.freed_at is not None
+
+
+class FileUpload(Model):
+    """Someone uploaded this archive (the latest time): the same archive uploaded by two people is one file with
+    two uploads, and it counts against the storage quota of each of them while they keep it."""
+
+    __tablename__ = "file_uploads"
+
+    file_id: Mapped[str] = mapped_column(ForeignKey("files.id", ondelete="CASCADE"), primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True)
+    uploaded_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

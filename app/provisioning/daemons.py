@@ -30,6 +30,7 @@ from app.core.extensions import db, rows_changed
 from app.events.notices import publish_job_notice
 from app.events.relay import EventRelay, queue_key
 from app.provisioning.jobs import handlers_for
+from app.provisioning.masking import mask_secrets, secret_needles
 from app.provisioning.models import RUNNING, ProvisionerDaemon, ProvisionerJob, ProvisionerJobLog, ProvisionerKey
 from app.users.models import User
 from protocol.logs import STAGE_CLEANUP, LogLine
@@ -50,9 +51,6 @@ log = logging.getLogger(__name__)
 MAX_JOB_LOG_BYTES = 1024 * 1024
 MAX_LINE_CHARS = 1024
 TRUNCATED_MARKER = " … [line truncated]"
-REDACTED = "********"
-# Shorter values ("1", "eu") would mask ordinary words all over the log while protecting nothing.
-MIN_SECRET_CHARS = 4
 DAEMON_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$")
 # A waiting daemon's request re-checks the database this often even without a notice (one may have been lost).
 WAIT_RECHECK_SECONDS = 5.0
@@ -296,20 +294,12 @@ def append_logs(daemon: ProvisionerDaemon, job_id: str, batch: LogBatch) -> LogB
     return LogBatchReply(canceled=job.canceled_at is not None)
 
 
-def job_secrets(job: ProvisionerJob) -> list[str]:
-    """The secret values a job's output must not show, longest first."""
-    return sorted(
-        {value for value in handlers_for(job).secrets(job) if len(value) >= MIN_SECRET_CHARS}, key=len, reverse=True
-    )
+def job_secrets(job: ProvisionerJob) -> tuple[str, ...]:
+    """What a job's output must not show: its secret values and their encoded forms (app/provisioning/masking.py)."""
+    return secret_needles(handlers_for(job).secrets(job))
 
 
-def mask_secrets(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:  # longest first, so a secret containing another is masked whole
-        text = text.replace(secret, REDACTED)
-    return text
-
-
-def _log_row(job: ProvisionerJob, line: LogLine, secrets: list[str]) -> ProvisionerJobLog | None:
+def _log_row(job: ProvisionerJob, line: LogLine, secrets: tuple[str, ...]) -> ProvisionerJobLog | None:
     output = mask_secrets(line.output, secrets)
     if len(output) > MAX_LINE_CHARS:
         output = output[: MAX_LINE_CHARS - len(TRUNCATED_MARKER)] + TRUNCATED_MARKER

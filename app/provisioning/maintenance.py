@@ -1,11 +1,14 @@
 """The maintenance loop `slipway server` runs: the reaper (jobs that stopped reporting) and the reconciler
-(pending jobs whose queue entry vanished, e.g. after a Redis restart)."""
+(pending jobs whose queue entry vanished, e.g. after a Redis restart), then the clean-ups other features add
+(freeing template archives nothing needs: ``app/catalog/storage.py``)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
+from flask import Flask, current_app
 from redis import Redis
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
@@ -25,6 +28,14 @@ log = logging.getLogger(__name__)
 RECONCILE_GRACE = timedelta(seconds=5)
 CANCEL_MARGIN = timedelta(seconds=60)
 FORGET_DAEMONS_AFTER = timedelta(days=7)
+EXTENSION_KEY = "slipway_maintenance_tasks"
+
+MaintenanceTask = Callable[[Settings], object]
+
+
+def init_app(app: Flask, tasks: Sequence[MaintenanceTask]) -> None:
+    """Clean-ups of features above this one, run by each maintenance pass after the job reaper's own."""
+    app.extensions[EXTENSION_KEY] = list(tasks)
 
 
 def reap_jobs(settings: Settings) -> int:
@@ -118,9 +129,12 @@ def forget_daemons() -> int:
 
 
 def run_maintenance(settings: Settings) -> None:
+    tasks: list[MaintenanceTask] = current_app.extensions.get(EXTENSION_KEY, [])
     try:
         reap_jobs(settings)
         reconcile_queues()
         forget_daemons()
+        for task in tasks:
+            task(settings)
     finally:
         db.session.remove()

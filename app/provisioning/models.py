@@ -33,7 +33,7 @@ class ProvisionerJob(Model):
     tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     # The RQ queue of the tag set (protocol.tags.queue_name): daemons waiting over HTTP find their jobs by it.
     queue: Mapped[str] = mapped_column(Text, index=True)
-    file_id: Mapped[str] = mapped_column(ForeignKey("files.id"))
+    file_id: Mapped[str] = mapped_column(ForeignKey("files.id"), index=True)
     initiator_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
     worker_id: Mapped[str | None] = mapped_column(ForeignKey("provisioner_daemons.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)

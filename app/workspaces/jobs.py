@@ -12,7 +12,7 @@ from sqlalchemy.orm import joinedload
 from app.catalog.services import sensitive_variable_values
 from app.core.errors import InvalidInput
 from app.core.extensions import db
-from app.files.services import get_file
+from app.files.services import archive_bytes
 from app.provisioning.jobs import JobHandlers, JobSubject
 from app.provisioning.models import ProvisionerJob
 from app.resources.services import store_resources
@@ -36,7 +36,7 @@ def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: Agen
     body = BuildJob(
         workspace_build_id=build.id,
         transition=build.transition,  # type: ignore[arg-type]  # one of TRANSITIONS, checked when it was created
-        archive=get_file(job.file_id).data,
+        archive=archive_bytes(job.file_id),
         state=build.state or b"",
         parameters=build.parameters,
         previous_parameters=earlier.parameters if earlier else (),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload
 
@@ -118,6 +118,29 @@ def latest_builds(workspaces: Sequence[Workspace]) -> dict[str, WorkspaceBuild]:
     return {build.workspace_id: build for build in db.session.scalars(query)}
 
 
+def versions_in_use() -> Select[str, str]:
+    """Every workspace there is (``owner/name`` as ``workspace``), by the ``template_version_id`` of its latest
+    build: the versions whose archives must stay, since stopping or deleting a workspace builds its version."""
+    newest = (
+        select(WorkspaceBuild.workspace_id, func.max(WorkspaceBuild.build_number).label("number"))
+        .group_by(WorkspaceBuild.workspace_id)
+        .subquery()
+    )
+    return (
+        select(
+            WorkspaceBuild.template_version_id.label("template_version_id"),
+            (User.username + "/" + Workspace.name).label("workspace"),
+        )
+        .join(
+            newest,
+            (WorkspaceBuild.workspace_id == newest.c.workspace_id) & (WorkspaceBuild.build_number == newest.c.number),
+        )
+        .join(Workspace, Workspace.id == WorkspaceBuild.workspace_id)
+        .join(User, User.id == Workspace.owner_id)
+        .where(Workspace.deleted.is_(False))
+    )
+
+
 def latest_build(workspace: Workspace) -> WorkspaceBuild:
     build: WorkspaceBuild | None = db.session.scalar(
         select(WorkspaceBuild)
@@ -196,6 +219,8 @@ def _usable_version(template: Template, version_id: str | None) -> TemplateVersi
         version = get_version(template.active_version_id)
     if version.template_id != template.id:
         raise InvalidInput("That version belongs to another template.")
+    if version.archived_at is not None:
+        raise InvalidInput(f"Template version {version.name} is archived: build from another version.")
     if version.job.status != SUCCEEDED:
         raise InvalidInput(f"That template version's import has not succeeded ({version.job.status}).")
     return version
