@@ -7,6 +7,7 @@ import os
 import signal
 from pathlib import Path
 
+from agent.processes import stop_passing_on_ignored_signals
 from agent.terminal import PtyProcess
 from tests.agent.support import pid_alive, run
 from tests.support.waiting import wait_until
@@ -73,6 +74,9 @@ def test_input_and_resize_reach_the_process(tmp_path: Path) -> None:
 
 
 def test_output_ends_although_a_background_job_holds_the_terminal(tmp_path: Path) -> None:
+    # As the agent runs terminals: a test run started under nohup would pass its ignored SIGHUP on to the job,
+    # which would then rightly outlive the terminal (what nohup is for).
+    stop_passing_on_ignored_signals()
     pid_file = tmp_path / "pid"
 
     async def scenario() -> str:
