@@ -25,7 +25,7 @@ from websockets.sync.client import connect
 
 from protocol.agentapi import Dial
 from protocol.channels import AGENT_CONTROL_CHANNEL_PREFIX, TUNNEL_KEY_PREFIX
-from tests.support.deployment import ECHO_SERVER, Deployment, start_deployment, stop_workspaces
+from tests.support.deployment import ECHO_SERVER, Deployment, running_deployment
 from tests.support.net import free_port
 from tests.support.provisionerd import DaemonProcess
 from tests.support.server import SLIPWAY
@@ -39,13 +39,9 @@ REPLAYED_DIAL_DROPPED = "dropped a dial it had already passed on"
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     tmp = tmp_path_factory.mktemp("agents")
-    deployment = start_deployment(tmp)
-    try:
+    with running_deployment(tmp) as deployment:
         deployment.push_local("agent_connection_timeout=6")
         yield deployment
-    finally:
-        deployment.server.stop()
-        stop_workspaces(deployment.workspaces_root)
 
 
 @pytest.fixture(scope="module")

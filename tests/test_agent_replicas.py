@@ -9,7 +9,7 @@ import httpx
 from websockets.sync.client import connect
 
 from tests.conftest import run_cli
-from tests.support.deployment import ECHO_SERVER, start_deployment, stop_workspaces
+from tests.support.deployment import ECHO_SERVER, running_deployment
 from tests.support.net import free_port
 from tests.support.server import ServerProcess
 
@@ -17,8 +17,7 @@ SECRET = "replicas-share-this-secret"
 
 
 def test_ssh_and_apps_work_when_user_and_agent_reach_different_replicas(tmp_path: Path) -> None:
-    deployment = start_deployment(tmp_path, env={"SLIPWAY_SECRET_KEY": SECRET})
-    try:
+    with running_deployment(tmp_path, env={"SLIPWAY_SECRET_KEY": SECRET}) as deployment:
         port = free_port()
         deployment.push_local()
         deployment.create("alice", "spread", f"dev_port={port}")
@@ -43,6 +42,3 @@ def test_ssh_and_apps_work_when_user_and_agent_reach_different_replicas(tmp_path
             with connect(socket_url, additional_headers=deployment.people["alice"].auth) as websocket:
                 websocket.send("across replicas")
                 assert websocket.recv(timeout=10) == "across replicas"
-    finally:
-        deployment.server.stop()
-        stop_workspaces(deployment.workspaces_root)

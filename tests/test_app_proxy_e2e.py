@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from tests.support.deployment import ECHO_SERVER, Deployment, start_deployment, stop_workspaces
+from tests.support.deployment import ECHO_SERVER, Deployment, running_deployment
 from tests.support.net import free_port
 
 APP = "/@alice/shared.main/apps/dev/"
@@ -21,17 +21,13 @@ APP = "/@alice/shared.main/apps/dev/"
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    deployment = start_deployment(tmp_path_factory.mktemp("app-proxy"))
-    try:
+    with running_deployment(tmp_path_factory.mktemp("app-proxy")) as deployment:
         deployment.push_local()
         port = free_port()
         deployment.create("alice", "shared", f"dev_port={port}", "dev_share=public")
         deployment.wait_ready("alice", "shared")
         deployment.start_server("alice", "shared", ECHO_SERVER, port)
         yield deployment
-    finally:
-        deployment.server.stop()
-        stop_workspaces(deployment.workspaces_root)
 
 
 def raw_get(deployment: Deployment, target: str, headers: dict[str, str] | None = None) -> tuple[int, str]:

@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page
-from tests.support.deployment import Deployment, start_deployment, stop_workspaces
+from tests.support.deployment import Deployment, running_deployment
 from tests.support.server import SLIPWAY
 
 WAIT = 60_000  # ms: a build plus an agent starting on a busy machine
@@ -26,13 +26,9 @@ WAIT = 60_000  # ms: a build plus an agent starting on a busy machine
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    deployment = start_deployment(tmp_path_factory.mktemp("browser-agents"))
-    try:
+    with running_deployment(tmp_path_factory.mktemp("browser-agents")) as deployment:
         deployment.push_local()
         yield deployment
-    finally:
-        deployment.server.stop()
-        stop_workspaces(deployment.workspaces_root)
 
 
 @pytest.fixture

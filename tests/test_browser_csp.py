@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import Dialog, Page, Response, expect
 
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
-from tests.support.deployment import Deployment, start_deployment, stop_workspaces
+from tests.support.deployment import Deployment, running_deployment
 from tests.support.templates import SLOW_TEMPLATE
 
 WAIT = 60_000  # ms: a build plus an agent starting on a busy machine
@@ -26,8 +26,7 @@ WAIT = 60_000  # ms: a build plus an agent starting on a busy machine
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     tmp = tmp_path_factory.mktemp("browser-csp")
-    deployment = start_deployment(tmp)
-    try:
+    with running_deployment(tmp) as deployment:
         deployment.push_local()
         slow = tmp / "slow"
         slow.mkdir()
@@ -35,9 +34,6 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         pushed = deployment.cli("alice", "templates", "push", "slow", "-d", str(slow))
         assert pushed.returncode == 0, pushed.stdout + pushed.stderr
         yield deployment
-    finally:
-        deployment.server.stop()
-        stop_workspaces(deployment.workspaces_root)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from app.core.limits import holders
 from tests.conftest import PASSWORD
-from tests.support.deployment import ECHO_SERVER, Deployment, start_deployment, stop_workspaces
+from tests.support.deployment import ECHO_SERVER, Deployment, running_deployment
 from tests.support.net import free_port
 from tests.support.waiting import wait_until
 
@@ -35,13 +35,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         "SLIPWAY_MAX_LIVE_CONNECTIONS_PER_USER": str(PER_USER),
         "SLIPWAY_MAX_LIVE_CONNECTIONS_PER_AGENT": str(PER_AGENT),
     }
-    deployment = start_deployment(tmp, env=env, start_timeout=120)
-    try:
+    with running_deployment(tmp, env=env, start_timeout=120) as deployment:
         deployment.push_local()
         yield deployment
-    finally:
-        deployment.server.stop()
-        stop_workspaces(deployment.workspaces_root)
 
 
 def agent_token(deployment: Deployment, owner: str, name: str) -> str:

@@ -22,7 +22,7 @@ import pytest
 from app.server.builtin_daemons import DaemonSetupError, first_blocked_for, plan_daemon_launch
 from tests.conftest import make_settings
 from tests.support.daemon_user import AS_ROOT, DAEMON_USER, daemon_writable_dir, shared_dir
-from tests.support.deployment import Deployment, start_deployment, stop_workspaces
+from tests.support.deployment import Deployment, running_deployment
 from tests.support.server import ServerProcess, run_server_once
 
 UNPRIVILEGED = "nobody"
@@ -118,12 +118,8 @@ def _assert_local_example_works(deployment: Deployment, expected_user: str) -> N
 @pytest.fixture(scope="module")
 def as_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     assert AS_ROOT, "these tests start servers as root and as another user, as CI does: run them as root"
-    deployment = start_deployment(tmp_path_factory.mktemp("sandbox-root"))
-    try:
+    with running_deployment(tmp_path_factory.mktemp("sandbox-root")) as deployment:
         yield deployment
-    finally:
-        deployment.server.stop()
-        stop_workspaces(deployment.workspaces_root)
 
 
 @pytest.fixture(scope="module")
@@ -132,12 +128,8 @@ def as_unprivileged_user() -> Iterator[Deployment]:
     # The server's user owns its files; pytest's own tmp dirs (0700, root's) are closed to it.
     tmp = daemon_writable_dir("sandbox-user", UNPRIVILEGED)
     env = {"HOME": str(tmp), "SLIPWAY_PROVISIONER_CACHE_DIR": str(tmp / "cache")}
-    deployment = start_deployment(tmp, env=env, user=UNPRIVILEGED)
-    try:
+    with running_deployment(tmp, env=env, user=UNPRIVILEGED) as deployment:
         yield deployment
-    finally:
-        deployment.server.stop()
-        stop_workspaces(deployment.workspaces_root)
 
 
 def test_server_run_as_root_runs_daemons_as_their_own_user(as_root: Deployment) -> None:

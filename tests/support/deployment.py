@@ -7,7 +7,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,20 @@ def start_deployment(
     )
     server.start(start_timeout)
     return Deployment(server, tmp, workspaces_root).sign_up()
+
+
+@contextmanager
+def running_deployment(
+    tmp: Path,
+    *extra_args: str,
+    env: dict[str, str] | None = None,
+    user: str | None = None,
+    start_timeout: float = 90.0,
+) -> Iterator[Deployment]:
+    """A deployment for the block; after it, its server stopped and whatever ran in its workspaces killed."""
+    deployment = start_deployment(tmp, *extra_args, env=env, user=user, start_timeout=start_timeout)
+    try:
+        yield deployment
+    finally:
+        deployment.server.stop()
+        stop_workspaces(deployment.workspaces_root)
