@@ -2,12 +2,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, String, Text
+from sqlalchemy import BigInteger, Boolean, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy.sql.expression import false, true
 
 from app.core.columns import IdColumn, MessageListColumn, UTCDateTime, new_id, rfc3339, utcnow
 from app.core.encrypted_columns import EncryptedMessageListColumn
 from app.core.extensions import Model
+from app.core.schedules import weekdays_from_mask
 from app.provisioning.models import ProvisionerJob
 from protocol.codec import JSON as JsonValue
 from protocol.codec import JsonObject
@@ -22,6 +24,7 @@ class Template(Model):
     name: Mapped[str] = mapped_column(String(32), unique=True)
     display_name: Mapped[str] = mapped_column(String(64), default="")
     description: Mapped[str] = mapped_column(Text, default="")
+    icon: Mapped[str] = mapped_column(String(256), default="")
     # use_alter: templates and versions point at each other.
     active_version_id: Mapped[str | None] = mapped_column(
         ForeignKey("template_versions.id", use_alter=True, name="fk_templates_active_version_id_template_versions")
@@ -30,13 +33,41 @@ class Template(Model):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
+    # Schedule (reference §2.4, §3.1). Durations in milliseconds, as in the API; 0 switches the feature off.
+    default_ttl_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    activity_bump_ms: Mapped[int] = mapped_column(BigInteger, default=3_600_000, server_default="3600000")
+    allow_user_autostart: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    allow_user_autostop: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    # The autostop requirement: a stop forced in the owner's quiet hours on these days (bit 0 = Monday … bit 6 =
+    # Sunday; 0 = none), every ``weeks`` weeks.
+    autostop_requirement_days: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    autostop_requirement_weeks: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    failure_ttl_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    time_til_dormant_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    time_til_dormant_autodelete_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # Policy: every start by a non-admin builds the active version.
+    require_active_version: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
     def to_json(self) -> JsonObject:
         return {
             "id": self.id,
             "name": self.name,
             "display_name": self.display_name or self.name,
             "description": self.description,
+            "icon": self.icon,
             "active_version_id": self.active_version_id,
+            "default_ttl_ms": self.default_ttl_ms,
+            "activity_bump_ms": self.activity_bump_ms,
+            "allow_user_autostart": self.allow_user_autostart,
+            "allow_user_autostop": self.allow_user_autostop,
+            "autostop_requirement": {
+                "days_of_week": weekdays_from_mask(self.autostop_requirement_days),
+                "weeks": self.autostop_requirement_weeks,
+            },
+            "failure_ttl_ms": self.failure_ttl_ms,
+            "time_til_dormant_ms": self.time_til_dormant_ms,
+            "time_til_dormant_autodelete_ms": self.time_til_dormant_autodelete_ms,
+            "require_active_version": self.require_active_version,
             "created_at": rfc3339(self.created_at),
             "updated_at": rfc3339(self.updated_at),
         }

@@ -38,6 +38,9 @@ class User(Model):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     last_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When the templates' autostop requirement stops this person's workspaces (a daily ``CRON_TZ=… M H * * *``);
+    # None = midnight UTC.
+    quiet_hours_schedule: Mapped[str | None] = mapped_column(String(128))
 
     # flask-login protocol, spelled out. Browser sessions are rows of their own (app/users/browser_sessions.py): the
     # id flask-login keeps in the cookie is the session's credential, set by app.auth.access.sign_in_browser.

@@ -10,12 +10,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import joinedload
 
 from app.catalog.services import sensitive_variable_values
+from app.core.columns import utcnow
 from app.core.errors import InvalidInput
 from app.core.extensions import db
 from app.files.services import archive_bytes
 from app.provisioning.jobs import JobHandlers, JobSubject
 from app.provisioning.models import ProvisionerJob
 from app.resources.services import store_resources
+from app.workspaces.deadlines import start_deadlines
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.services import build_for_job
 from protocol.provisionerd import AcquiredJob, BuildJob, BuildMetadata, JobCompletion, JobFailure
@@ -66,8 +68,13 @@ def build_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
     build = build_for_job(job)
     build.state = result.state or build.state
     store_resources(job.id, build.transition, result.resources)
+    workspace = build.workspace
+    if build.transition == "start":
+        build.deadline, build.max_deadline = start_deadlines(
+            workspace, workspace.template, workspace.owner, job.completed_at or utcnow()
+        )
     if build.transition == "delete":
-        build.workspace.deleted = True
+        workspace.deleted = True
 
 
 def build_fail(job: ProvisionerJob, failure: JobFailure) -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Boolean, ForeignKey, Index, Integer, String, UniqueConstraint, text
+from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.catalog.models import Template, TemplateVersion
@@ -14,6 +14,11 @@ from app.users.models import User
 from protocol.provisionerd import NameValue
 
 TRANSITIONS = ("start", "stop", "delete")
+# Why a build was queued: a person asked, or the lifecycle executor (app/lifecycle) did, for this reason.
+REASON_INITIATOR = "initiator"
+AUTOMATIC_REASONS = ("autostart", "autostop", "autoupdate", "failure_cleanup", "dormancy", "autodelete")
+BUILD_REASONS = (REASON_INITIATOR, *AUTOMATIC_REASONS)
+AUTOMATIC_UPDATES = ("never", "always")
 
 
 class Workspace(Model):
@@ -38,6 +43,18 @@ class Workspace(Model):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 
+    # Life after create (API.md "Workspace lifecycle").
+    automatic_updates: Mapped[str] = mapped_column(String(8), default="never", server_default="never")
+    # ``CRON_TZ=<zone> <min> <hour> * * <days>`` (app/core/schedules.py), and the next time it fires: the executor
+    # finds due workspaces by this indexed column, never by reading every schedule.
+    autostart_schedule: Mapped[str | None] = mapped_column(String(128))
+    next_start_at: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+    # Autostop after a start; None = the template's default_ttl_ms.
+    ttl_ms: Mapped[int | None] = mapped_column(BigInteger)
+    last_used_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    dormant_at: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+    deleting_at: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+
     owner: Mapped[User] = relationship()
     template: Mapped[Template] = relationship()
 
@@ -58,6 +75,11 @@ class WorkspaceBuild(Model):
     state: Mapped[bytes | None] = mapped_column(EncryptedBytes(), deferred=True)
     parameters: Mapped[tuple[NameValue, ...]] = mapped_column(MessageListColumn(NameValue), default=())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    reason: Mapped[str] = mapped_column(String(16), default=REASON_INITIATOR, server_default=REASON_INITIATOR)
+    # A succeeded start stops at ``deadline`` (completion + TTL, moved by activity and extend), and never later
+    # than ``max_deadline`` (the template's autostop requirement). Both None: no autostop.
+    deadline: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+    max_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     workspace: Mapped[Workspace] = relationship()
     job: Mapped[ProvisionerJob] = relationship()

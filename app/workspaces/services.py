@@ -17,7 +17,7 @@ from app.core.validation import USERNAME_PATTERN
 from app.provisioning.jobs import dispatch, new_job
 from app.provisioning.models import SUCCEEDED, ProvisionerJob
 from app.users.models import User
-from app.workspaces.models import TRANSITIONS, Workspace, WorkspaceBuild
+from app.workspaces.models import REASON_INITIATOR, TRANSITIONS, Workspace, WorkspaceBuild
 from app.workspaces.parameters import resolve_parameters
 from protocol.provisionerd import JOB_WORKSPACE_BUILD, NameValue
 from protocol.tags import normalise_tags
@@ -37,6 +37,12 @@ def status_for(job_status: str, transition: str) -> str:
     if job_status == SUCCEEDED:
         return DONE[transition]
     return job_status
+
+
+def is_outdated(workspace: Workspace, latest: WorkspaceBuild) -> bool:
+    """Its latest build used another version than the template's active one (reference §2.1)."""
+    active = workspace.template.active_version_id
+    return active is not None and latest.template_version_id != active
 
 
 def check_workspace_name(name: str) -> str:
@@ -188,7 +194,13 @@ def create_workspace(
 
 
 def create_build(
-    actor: User, workspace: Workspace, transition: str, parameters: dict[str, str], version_id: str | None = None
+    actor: User,
+    workspace: Workspace,
+    transition: str,
+    parameters: dict[str, str],
+    version_id: str | None = None,
+    *,
+    reason: str = REASON_INITIATOR,
 ) -> WorkspaceBuild:
     if transition not in TRANSITIONS:
         raise InvalidInput("transition must be start, stop or delete.")
@@ -200,8 +212,9 @@ def create_build(
     values = resolve_parameters(version.parameters, parameters, previous=previous_values)
     try:
         job = _queue_build(
-            actor, workspace, version, transition, values, state=previous.state, number=previous.build_number + 1
-        )
+            actor, workspace, version, transition, values,
+            state=previous.state, number=previous.build_number + 1, reason=reason,
+        )  # fmt: skip
         workspace.updated_at = utcnow()
         db.session.commit()
     except IntegrityError as exc:  # two builds raced for the same number (the flush in _queue_build hits it first)
@@ -228,14 +241,14 @@ def _usable_version(template: Template, version_id: str | None) -> TemplateVersi
 
 def _queue_build(
     actor: User, workspace: Workspace, version: TemplateVersion, transition: str,
-    values: tuple[NameValue, ...], *, state: bytes | None, number: int,
+    values: tuple[NameValue, ...], *, state: bytes | None, number: int, reason: str = REASON_INITIATOR,
 ) -> ProvisionerJob:  # fmt: skip
     # Builds run where the version was imported, on behalf of the workspace's owner (user-scoped tags).
     tags = normalise_tags(version.job.tags, workspace.owner_id)
     job = new_job(JOB_WORKSPACE_BUILD, file_id=version.job.file_id, initiator_id=actor.id, tags=tags, job_input={})
     build = WorkspaceBuild(
         workspace_id=workspace.id, build_number=number, transition=transition, template_version_id=version.id,
-        job=job, initiator_id=actor.id, state=state, parameters=values,
+        job=job, initiator_id=actor.id, state=state, parameters=values, reason=reason,
     )  # fmt: skip
     db.session.add(build)
     db.session.flush()
