@@ -23,6 +23,7 @@ from app.core import encryption_keys, errors, limits, redis_client, security_hea
 from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, htmx, migrate
 from app.lifecycle import models as lifecycle_models  # noqa: F401 - the executor's table, for migrations
+from app.notifications import models as notification_models  # noqa: F401 - for migrations
 from app.provisioning import api as provisioning_api
 from app.provisioning import daemon_api, jobs, maintenance
 from app.provisioning import views as provisioning_views

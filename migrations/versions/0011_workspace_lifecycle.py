@@ -25,6 +25,26 @@ def upgrade():
     sa.Column('tick_at', app.core.columns.UTCDateTime(timezone=True), nullable=True),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_lifecycle_ticks'))
     )
+    op.create_table('notifications',
+    sa.Column('id', sa.String(length=36), nullable=False),
+    sa.Column('user_id', sa.String(length=36), nullable=False),
+    sa.Column('event', sa.String(length=32), nullable=False),
+    sa.Column('title', sa.String(length=200), nullable=False),
+    sa.Column('body', sa.Text(), nullable=False),
+    sa.Column('link', sa.String(length=512), nullable=False),
+    sa.Column('workspace_id', sa.String(length=36), nullable=True),
+    sa.Column('dedupe_key', sa.String(length=128), nullable=True),
+    sa.Column('created_at', app.core.columns.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('read_at', app.core.columns.UTCDateTime(timezone=True), nullable=True),
+    sa.ForeignKeyConstraint(['user_id'], ['users.id'], name=op.f('fk_notifications_user_id_users'), ondelete='CASCADE'),
+    sa.ForeignKeyConstraint(['workspace_id'], ['workspaces.id'], name=op.f('fk_notifications_workspace_id_workspaces'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_notifications')),
+    sa.UniqueConstraint('dedupe_key', name=op.f('uq_notifications_dedupe_key'))
+    )
+    with op.batch_alter_table('notifications', schema=None) as batch_op:
+        batch_op.create_index('ix_notifications_user_id_created_at', ['user_id', 'created_at'], unique=False)
+        batch_op.create_index(batch_op.f('ix_notifications_workspace_id'), ['workspace_id'], unique=False)
+
     with op.batch_alter_table('templates', schema=None) as batch_op:
         batch_op.add_column(sa.Column('icon', sa.String(length=256), server_default='', nullable=False))
         batch_op.add_column(sa.Column('default_ttl_ms', sa.BigInteger(), server_default='0', nullable=False))
@@ -88,4 +108,5 @@ def downgrade():
                        'allow_user_autostop', 'allow_user_autostart', 'activity_bump_ms', 'default_ttl_ms', 'icon'):
             batch_op.drop_column(column)
 
+    op.drop_table('notifications')
     op.drop_table('lifecycle_ticks')
