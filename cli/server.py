@@ -41,6 +41,12 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "Built-in provisioner daemons; 0 disables. [default: 3]",
     ),
     (
+        "--lifecycle-interval",
+        "SLIPWAY_LIFECYCLE_INTERVAL",
+        "Seconds between ticks of the lifecycle executor (autostart, autostop, dormancy, ...); 0 disables it on "
+        "this replica. [default: 60]",
+    ),
+    (
         "--provisioner-daemon-psk",
         "SLIPWAY_PROVISIONER_DAEMON_PSK",
         "Pre-shared key external daemons may use (organization scope); also SLIPWAY_PROVISIONER_DAEMON_PSK_FILE.",

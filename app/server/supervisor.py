@@ -86,6 +86,8 @@ class Supervisor:
             self._announce(first_user_needed)
             maintenance = threading.Thread(target=self._maintain, name="maintenance", daemon=True)
             maintenance.start()
+            if self.settings.lifecycle_interval:
+                threading.Thread(target=self._run_lifecycle, name="lifecycle", daemon=True).start()
             return self._watch()
         finally:
             if listener is not None:
@@ -208,6 +210,24 @@ class Supervisor:
                     run_maintenance(self.settings)
             except Exception:  # the loop must outlive a database or Redis hiccup
                 log.exception("maintenance pass failed; retrying in %.0f s", MAINTENANCE_INTERVAL_SECONDS)
+
+    def _run_lifecycle(self) -> None:
+        """The lifecycle executor's loop; with several replicas, each ticks and one acts per minute."""
+        from app.core.extensions import db
+        from app.factory import create_app
+        from app.lifecycle.executor import run_tick
+
+        app = create_app(self.settings)
+        interval = self.settings.lifecycle_interval
+        while not self.stopping.wait(interval):
+            try:
+                with app.app_context():
+                    try:
+                        run_tick()
+                    finally:
+                        db.session.remove()
+            except Exception:  # the loop must outlive a database or Redis hiccup
+                log.exception("lifecycle tick failed; retrying in %d s", interval)
 
     def _announce(self, first_user_needed: bool) -> None:
         url = self.settings.access_url

@@ -202,26 +202,70 @@ def create_build(
     *,
     reason: str = REASON_INITIATOR,
 ) -> WorkspaceBuild:
-    if transition not in TRANSITIONS:
-        raise InvalidInput("transition must be start, stop or delete.")
-    previous = latest_build(workspace)
-    if previous.job.is_active:
-        raise Conflict("A build of this workspace is already active; wait for it or cancel it.")
-    version = _usable_version(workspace.template, version_id) if version_id else previous.template_version
-    previous_values = {item.name: item.value for item in previous.parameters}
-    values = resolve_parameters(version.parameters, parameters, previous=previous_values)
     try:
-        job = _queue_build(
-            actor, workspace, version, transition, values,
-            state=previous.state, number=previous.build_number + 1, reason=reason,
-        )  # fmt: skip
-        workspace.updated_at = utcnow()
+        job = queue_build(actor, workspace, transition, parameters, version_id, reason=reason)
         db.session.commit()
-    except IntegrityError as exc:  # two builds raced for the same number (the flush in _queue_build hits it first)
+    except IntegrityError as exc:  # two builds raced for the same number
         db.session.rollback()
         raise Conflict("A build of this workspace is already active; wait for it or cancel it.") from exc
     dispatch(job)
     return build_for_job(job)
+
+
+def queue_build(
+    actor: User,
+    workspace: Workspace,
+    transition: str,
+    parameters: dict[str, str],
+    version_id: str | None = None,
+    *,
+    reason: str = REASON_INITIATOR,
+    previous: WorkspaceBuild | None = None,
+) -> ProvisionerJob:
+    """Add the next build of ``workspace`` to the session (the caller commits, then dispatches the job): every
+    check a build must pass, so that a person's click and the lifecycle executor follow the same rules.
+    ``previous`` is the workspace's latest build when the caller already loaded it (with its state). A build that
+    raced another for the same number raises IntegrityError (here or at commit): the caller rolls back."""
+    if transition not in TRANSITIONS:
+        raise InvalidInput("transition must be start, stop or delete.")
+    previous = previous or latest_build(workspace)
+    if previous.job.is_active:
+        raise Conflict("A build of this workspace is already active; wait for it or cancel it.")
+    if transition == "start" and workspace.dormant_at is not None:
+        raise InvalidInput(
+            "This workspace is dormant: it was unused too long. Activate it first (PUT .../dormant "
+            '{"dormant": false}, or "Activate" on its page), then start it.'
+        )
+    if transition == "start":
+        version_id = version_for_start(actor, workspace, version_id)
+    version = _usable_version(workspace.template, version_id) if version_id else previous.template_version
+    previous_values = {item.name: item.value for item in previous.parameters}
+    values = resolve_parameters(version.parameters, parameters, previous=previous_values)
+    job = _queue_build(
+        actor, workspace, version, transition, values,
+        state=previous.state, number=previous.build_number + 1, reason=reason,
+    )  # fmt: skip
+    workspace.updated_at = utcnow()
+    return job
+
+
+def version_for_start(actor: User, workspace: Workspace, requested_version_id: str | None) -> str | None:
+    """The version a start builds: the template's active one when the workspace updates automatically or the
+    template requires it of non-admins; else the one asked for (None: the version of the latest build)."""
+    template = workspace.template
+    active = template.active_version_id
+    if active is None:
+        return requested_version_id
+    if template.require_active_version and not actor.is_template_admin:
+        if requested_version_id not in (None, active):
+            raise Forbidden(
+                f"Template {template.name} requires its active version: start without choosing a version, "
+                "or ask a template admin."
+            )
+        return active
+    if workspace.automatic_updates == "always" and requested_version_id is None:
+        return active
+    return requested_version_id
 
 
 def _usable_version(template: Template, version_id: str | None) -> TemplateVersion:
