@@ -22,6 +22,7 @@ from app.catalog.jobs import IMPORT_HANDLERS
 from app.core import encryption_keys, errors, limits, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, htmx, migrate
+from app.lifecycle import api as lifecycle_api
 from app.lifecycle import models as lifecycle_models  # noqa: F401 - the executor's table, for migrations
 from app.notifications import models as notification_models  # noqa: F401 - for migrations
 from app.provisioning import api as provisioning_api
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         accounts_api.bp,
         catalog_api.bp,
         workspaces_api.bp,
+        lifecycle_api.bp,
         daemon_api.bp,
         agent_api.bp,
         agents_api.bp,

@@ -1,0 +1,226 @@
+"""Who may set what about a workspace's life, and the checks: schedules, TTLs, dormancy, automatic updates, a
+template's schedule and policy, a person's quiet hours. Every bad value is a 400 naming its field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+
+from app.catalog.models import Template
+from app.core.columns import utcnow
+from app.core.errors import Forbidden, InvalidInput
+from app.core.extensions import db
+from app.core.schedules import ScheduleError, mask_from_weekdays, parse_schedule
+from app.core.validation import FieldErrors
+from app.users.models import User
+from app.workspaces.deadlines import DEFAULT_QUIET_HOURS, TTL_MAX, TTL_MIN
+from app.workspaces.models import AUTOMATIC_UPDATES, Workspace
+from app.workspaces.services import latest_build
+from protocol.codec import JSON
+
+MINUTE_MS = 60_000
+# The longest any template duration may be: ten years is "never" in practice, and keeps datetimes in range.
+DURATION_MAX_MS = 10 * 365 * 24 * 3_600_000
+EXTEND_MIN_AHEAD = timedelta(minutes=30)
+
+
+def _invalid(field: str, detail: str) -> InvalidInput:
+    return InvalidInput(detail, validations=[{"field": field, "detail": detail}])
+
+
+def set_autostart(workspace: Workspace, schedule: JSON, now: datetime | None = None) -> None:
+    if schedule is not None and not isinstance(schedule, str):
+        raise _invalid("schedule", "schedule must be a string or null.")
+    if not schedule:
+        workspace.autostart_schedule = workspace.next_start_at = None
+        db.session.commit()
+        return
+    if not workspace.template.allow_user_autostart:
+        raise Forbidden(f"Template {workspace.template.name} does not allow autostart schedules.")
+    try:
+        parsed = parse_schedule(schedule)
+    except ScheduleError as exc:
+        raise _invalid("schedule", str(exc)) from None
+    workspace.autostart_schedule = parsed.text
+    workspace.next_start_at = parsed.next_after(now or utcnow())
+    db.session.commit()
+
+
+def check_ttl(ttl_ms: JSON, field: str = "ttl_ms") -> int | None:
+    """A workspace TTL: None (the template's default) or 1 min … 30 days, truncated to whole minutes."""
+    if ttl_ms is None:
+        return None
+    if not isinstance(ttl_ms, int) or isinstance(ttl_ms, bool):
+        raise _invalid(field, f"{field} must be a whole number of milliseconds or null.")
+    if not TTL_MIN <= timedelta(milliseconds=ttl_ms) <= TTL_MAX:
+        raise _invalid(field, f"{field} must be between 1 minute (60000) and 30 days (2592000000).")
+    return ttl_ms - ttl_ms % MINUTE_MS
+
+
+def set_ttl(workspace: Workspace, ttl_ms: JSON) -> None:
+    checked = check_ttl(ttl_ms)
+    if checked is not None and not workspace.template.allow_user_autostop:
+        raise Forbidden(f"Template {workspace.template.name} sets the autostop of its workspaces.")
+    workspace.ttl_ms = checked
+    db.session.commit()
+
+
+def set_automatic_updates(workspace: Workspace, value: JSON) -> None:
+    if value not in AUTOMATIC_UPDATES:
+        raise _invalid("automatic_updates", "automatic_updates must be 'never' or 'always'.")
+    workspace.automatic_updates = str(value)
+    db.session.commit()
+
+
+def set_dormant(workspace: Workspace, dormant: JSON, now: datetime | None = None) -> None:
+    if not isinstance(dormant, bool):
+        raise _invalid("dormant", "dormant must be true or false.")
+    now = now or utcnow()
+    if dormant:
+        if workspace.dormant_at is None:
+            workspace.dormant_at = now
+            autodelete = workspace.template.time_til_dormant_autodelete_ms
+            workspace.deleting_at = now + timedelta(milliseconds=autodelete) if autodelete else None
+    else:
+        # Used now: otherwise the next tick would find it idle and make it dormant again.
+        workspace.dormant_at = workspace.deleting_at = None
+        workspace.last_used_at = now
+    db.session.commit()
+
+
+def extend_deadline(workspace: Workspace, deadline_text: JSON, now: datetime | None = None) -> datetime:
+    """Move a running workspace's autostop to ``deadline`` (at least 30 min ahead, never past max_deadline)."""
+    now = now or utcnow()
+    if not isinstance(deadline_text, str):
+        raise _invalid("deadline", "deadline must be an RFC 3339 time, e.g. 2026-11-24T18:00:00Z.")
+    try:
+        deadline = datetime.fromisoformat(deadline_text.replace("Z", "+00:00"))
+    except ValueError:
+        raise _invalid("deadline", "deadline must be an RFC 3339 time, e.g. 2026-11-24T18:00:00Z.") from None
+    if deadline.tzinfo is None:
+        raise _invalid("deadline", "deadline needs a time zone (Z or +hh:mm).")
+    build = latest_build(workspace)
+    if build.transition != "start" or build.job.status != "succeeded":
+        raise _invalid("deadline", "Only a running workspace has an autostop to extend.")
+    if deadline < now + EXTEND_MIN_AHEAD:
+        raise _invalid("deadline", "The new deadline must be at least 30 minutes from now.")
+    if build.max_deadline is not None and deadline > build.max_deadline:
+        raise _invalid(
+            "deadline", f"The template stops this workspace at {build.max_deadline:%Y-%m-%d %H:%M} UTC at the latest."
+        )
+    build.deadline = deadline
+    db.session.commit()
+    return deadline
+
+
+def set_quiet_hours(user: User, schedule: JSON) -> None:
+    if not isinstance(schedule, str) or not schedule.strip():
+        raise _invalid("schedule", "schedule must be a daily 'CRON_TZ=<zone> <minute> <hour> * * *'.")
+    try:
+        parsed = parse_schedule(schedule, daily_only=True)
+    except ScheduleError as exc:
+        raise _invalid("schedule", str(exc)) from None
+    user.quiet_hours_schedule = None if parsed.text == DEFAULT_QUIET_HOURS else parsed.text
+    db.session.commit()
+
+
+def quiet_hours_of(user: User) -> str:
+    return user.quiet_hours_schedule or DEFAULT_QUIET_HOURS
+
+
+# Durations in milliseconds: 0 turns the feature off, else at least a minute.
+_DURATIONS = (
+    "default_ttl_ms", "activity_bump_ms", "failure_ttl_ms", "time_til_dormant_ms", "time_til_dormant_autodelete_ms",
+)  # fmt: skip
+_FLAGS = ("allow_user_autostart", "allow_user_autostop", "require_active_version")
+_TEXTS = {"display_name": 64, "description": 4096, "icon": 256}
+
+
+def update_template(template: Template, body: Mapping[str, JSON]) -> Template:
+    """``PATCH /api/v2/templates/{id}``: only the fields given change; all are checked before any is."""
+    errors = FieldErrors()
+    changes: dict[str, object] = {}
+    known = {*_DURATIONS, *_FLAGS, *_TEXTS, "autostop_requirement"}
+    for unknown in sorted(set(body) - known):
+        errors.add(unknown, "Not a template setting.")
+    _texts(body, errors, changes)
+    _durations(body, errors, changes)
+    for name in _FLAGS:
+        if name in body:
+            if not isinstance(body[name], bool):
+                errors.add(name, "Must be true or false.")
+            else:
+                changes[name] = body[name]
+    if "autostop_requirement" in body:
+        _requirement(body["autostop_requirement"], errors, changes)
+    errors.raise_if_any("Some template settings are invalid.")
+    autodelete_changed = (
+        "time_til_dormant_autodelete_ms" in changes
+        and changes["time_til_dormant_autodelete_ms"] != template.time_til_dormant_autodelete_ms
+    )
+    for name, value in changes.items():
+        setattr(template, name, value)
+    if autodelete_changed:
+        _reschedule_deletions(template)
+    db.session.commit()
+    return template
+
+
+def _texts(body: Mapping[str, JSON], errors: FieldErrors, changes: dict[str, object]) -> None:
+    for name, limit in _TEXTS.items():
+        if name not in body:
+            continue
+        value = body[name]
+        if not isinstance(value, str) or len(value) > limit:
+            errors.add(name, f"Must be text of at most {limit} characters.")
+        elif name == "icon" and value and not value.startswith(("/", "https://", "http://")):
+            errors.add(name, "Use an https:// URL or a path on this server (/icon/...).")
+        else:
+            changes[name] = value.strip()
+
+
+def _durations(body: Mapping[str, JSON], errors: FieldErrors, changes: dict[str, object]) -> None:
+    for name in _DURATIONS:
+        if name not in body:
+            continue
+        value = body[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            errors.add(name, "Must be a whole number of milliseconds (0 turns it off).")
+        elif value and not MINUTE_MS <= value <= DURATION_MAX_MS:
+            errors.add(name, "Must be 0 (off) or between 1 minute (60000) and 10 years.")
+        else:
+            changes[name] = value
+
+
+def _requirement(raw: JSON, errors: FieldErrors, changes: dict[str, object]) -> None:
+    if not isinstance(raw, dict):
+        errors.add("autostop_requirement", "Must be {days_of_week: [monday, ...], weeks: n}.")
+        return
+    days = raw.get("days_of_week", [])
+    weeks = raw.get("weeks", 1)
+    if not isinstance(days, list) or not all(isinstance(day, str) for day in days):
+        errors.add("autostop_requirement.days_of_week", "Must be a list of day names (monday ... sunday).")
+    else:
+        try:
+            changes["autostop_requirement_days"] = mask_from_weekdays([str(day) for day in days])
+        except ScheduleError as exc:
+            errors.add("autostop_requirement.days_of_week", str(exc))
+    if not isinstance(weeks, int) or isinstance(weeks, bool) or not 1 <= weeks <= 16:
+        errors.add("autostop_requirement.weeks", "Must be a whole number of weeks from 1 to 16.")
+    else:
+        changes["autostop_requirement_weeks"] = weeks
+
+
+def _reschedule_deletions(template: Template) -> None:
+    """Dormant workspaces of the template are deleted per its new setting, counted from when they went dormant."""
+    dormant = db.session.scalars(
+        select(Workspace).where(
+            Workspace.template_id == template.id, Workspace.dormant_at.is_not(None), Workspace.deleted.is_(False)
+        )
+    ).all()
+    autodelete = template.time_til_dormant_autodelete_ms
+    for workspace in dormant:
+        assert workspace.dormant_at is not None  # noqa: S101 - selected for it
+        workspace.deleting_at = workspace.dormant_at + timedelta(milliseconds=autodelete) if autodelete else None
