@@ -6,8 +6,9 @@ from collections.abc import Mapping, Sequence
 
 from flask import Response, jsonify, request
 
-from app.auth.access import api_user
+from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
+from app.catalog.services import get_version
 from app.core.columns import rfc3339
 from app.core.errors import Forbidden, InvalidInput
 from app.core.validation import FieldErrors, json_body, string_field
@@ -17,7 +18,8 @@ from app.provisioning.presenter import jobs_json
 from app.resources.models import WorkspaceResource
 from app.resources.presenter import health_of, resource_json
 from app.resources.services import job_resources, jobs_resources
-from app.workspaces import services
+from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
+from app.workspaces import services, updates
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import parameter_values_field
 from protocol.codec import JsonObject
@@ -149,6 +151,13 @@ def create_build(workspace_id: str) -> tuple[Response, int]:
     workspace = services.get_workspace_for(user, workspace_id, need="act")
     build = services.create_build(user, workspace, transition, parameter_values_field(body), version_id)
     return jsonify(build_json(build)), 201
+
+
+@bp.get("/templateversions/<version_id>/promotion-check")
+@require_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
+def promotion_check(version_id: str) -> Response:
+    """Before promoting: the workspaces the version would leave outdated, and those needing new parameter values."""
+    return jsonify(updates.promotion_check(get_version(version_id)))
 
 
 @bp.get("/workspacebuilds/<build_id>")

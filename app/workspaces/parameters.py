@@ -27,7 +27,8 @@ def resolve_parameters(
         earlier = None if previous is None or parameter.ephemeral else previous.get(name)
         if name in requested:
             value = requested[name]
-            if previous is not None and name in previous and not parameter.mutable and value != previous[name]:
+            stored = None if previous is None else previous.get(name)
+            if stored is not None and value != stored and not parameter.mutable and _still_valid(parameter, stored):
                 errors.add(name, "This parameter is immutable: it cannot change after the workspace was created.")
                 continue
         elif earlier is not None:
@@ -45,6 +46,16 @@ def resolve_parameters(
         resolved.append(NameValue(name=name, value=value))
     errors.raise_if_any("Some parameter values are invalid.")
     return tuple(resolved)
+
+
+def _still_valid(parameter: RichParameter, value: str) -> bool:
+    """An immutable value the template's new version no longer accepts (its option was removed, say) must be
+    chosen again, or the workspace could never update."""
+    try:
+        check_value(parameter, value, None)
+    except ParameterError:
+        return False
+    return True
 
 
 def parameter_values_field(body: Mapping[str, JSON], name: str = "rich_parameter_values") -> dict[str, str]:
