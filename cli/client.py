@@ -24,6 +24,7 @@ class ApiError(click.ClickException):
         details = "".join(f"\n  {item.field}: {item.detail}" for item in validations)
         super().__init__(f"{message}{details}")
         self.status = status
+        self.validations = tuple(validations)
 
 
 class SlipwayClient:
@@ -74,6 +75,9 @@ class SlipwayClient:
 
     def post(self, message: type[M], path: str, body: JSON) -> M:
         return decoded(message, self.request("POST", path, json=body), f"POST {path}")
+
+    def put(self, path: str, body: JSON) -> JSON:
+        return self.request("PUT", path, json=body)
 
 
 def decoded(message: type[M], answer: JSON, call: str) -> M:

@@ -1,4 +1,4 @@
-"""`slipway templates push|list|versions list`."""
+"""`slipway templates push|list|edit|versions list`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from cli.client import (
     print_json,
     print_table,
 )
+from cli.durations import parse_duration
 from cli.follow import follow_job, report
 from protocol.codec import JSON
 from protocol.publicapi import Template, TemplateVersion, UploadedFile
@@ -118,3 +119,69 @@ def list_versions(name: str) -> None:
         for version in client.get_list(TemplateVersion, f"/api/v2/templates/{template.id}/versions")
     ]
     print_table(rows, ["name", "status", "active", "created_at"])
+
+
+def _milliseconds(text: str | None) -> int | None:
+    """A duration flag: ``8h``, ``30m``, ``0`` (off); None when the flag was not given."""
+    if text is None:
+        return None
+    return 0 if text.strip() in ("0", "off") else int(parse_duration(text).total_seconds() * 1000)
+
+
+@templates.command("edit")
+@click.argument("name")
+@click.option("--display-name", help="The name people see.")
+@click.option("--description", help="What the template is for.")
+@click.option("--icon", help="An https:// URL or a /path on this server.")
+@click.option("--default-ttl", help="Autostop after each start unless the workspace sets its own (8h; 0 = none).")
+@click.option("--activity-bump", help="How far open connections push the autostop (1h; 0 = not at all).")
+@click.option("--allow-user-autostart/--forbid-user-autostart", default=None, help="May people set autostart?")
+@click.option("--allow-user-autostop/--forbid-user-autostop", default=None, help="May people set their own TTL?")
+@click.option("--autostop-requirement-days", help="Days a stop is forced in the owner's quiet hours (mon,fri; `none`).")
+@click.option("--autostop-requirement-weeks", type=int, help="Every how many weeks the requirement applies.")
+@click.option("--failure-ttl", help="Stop a workspace whose start failed after this long (1h; 0 = never).")
+@click.option("--dormancy-threshold", help="Unused this long, a workspace goes dormant (30d; 0 = never).")
+@click.option("--dormancy-auto-deletion", help="Dormant this long, a workspace is deleted (14d; 0 = never).")
+@click.option(
+    "--require-active-version/--allow-old-versions", default=None, help="Must members start the active version?"
+)
+def edit(name: str, **flags: str | int | bool | None) -> None:
+    """Change template NAME's metadata, schedule and policy (only the flags given change)."""
+    client = authenticated_client()
+    template = _template_named(client, name)
+    if template is None:
+        raise click.ClickException(f"No template named {name!r} (see `slipway templates list`).")
+    body: dict[str, JSON] = {}
+    for flag, field in (("display_name", "display_name"), ("description", "description"), ("icon", "icon")):
+        if flags[flag] is not None:
+            body[field] = str(flags[flag])
+    durations = {
+        "default_ttl": "default_ttl_ms", "activity_bump": "activity_bump_ms", "failure_ttl": "failure_ttl_ms",
+        "dormancy_threshold": "time_til_dormant_ms", "dormancy_auto_deletion": "time_til_dormant_autodelete_ms",
+    }  # fmt: skip
+    for flag, field in durations.items():
+        value = flags[flag]
+        milliseconds = _milliseconds(value if isinstance(value, str) else None)
+        if milliseconds is not None:
+            body[field] = milliseconds
+    for flag in ("allow_user_autostart", "allow_user_autostop", "require_active_version"):
+        if flags[flag] is not None:
+            body[flag] = bool(flags[flag])
+    days, weeks = flags["autostop_requirement_days"], flags["autostop_requirement_weeks"]
+    if days is not None or weeks is not None:
+        names = [] if days in (None, "none") else [_day_name(day) for day in str(days).split(",") if day.strip()]
+        body["autostop_requirement"] = {"days_of_week": [*names], "weeks": int(weeks or 1)}
+    if not body:
+        raise click.UsageError("Give at least one setting to change (see --help).")
+    answer = client.request("PATCH", f"/api/v2/templates/{template.id}", json=body)
+    changed = decoded(Template, answer, "PATCH /api/v2/templates")
+    click.echo(f"Template {changed.name} updated: {', '.join(sorted(body))}.")
+
+
+_DAYS = {"mon": "monday", "tue": "tuesday", "wed": "wednesday", "thu": "thursday", "fri": "friday",
+         "sat": "saturday", "sun": "sunday"}  # fmt: skip
+
+
+def _day_name(text: str) -> str:
+    key = text.strip().lower()
+    return _DAYS.get(key[:3], key)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from cli.client import SlipwayClient, authenticated_client, decoded_list, print_json, print_table
+from cli.durations import human_duration, local_time
 from cli.follow import follow_job, report
 from protocol.codec import JSON
 from protocol.logs import JobLog, LogStreamEnd
@@ -25,7 +26,7 @@ def find_workspace(client: SlipwayClient, name: str) -> Workspace:
     return found[0]
 
 
-def _parameters(values: tuple[str, ...]) -> list[JSON]:
+def parse_parameters(values: tuple[str, ...]) -> list[JSON]:
     parsed: list[JSON] = []
     for item in values:
         key, sep, value = item.partition("=")
@@ -35,7 +36,7 @@ def _parameters(values: tuple[str, ...]) -> list[JSON]:
     return parsed
 
 
-def _follow_build(client: SlipwayClient, build: WorkspaceBuild, what: str) -> None:
+def follow_build(client: SlipwayClient, build: WorkspaceBuild, what: str) -> None:
     report(follow_job(client, f"/api/v2/workspacebuilds/{build.id}/logs", build.job), what)
 
 
@@ -57,9 +58,9 @@ def create(name: str, template: str, parameters: tuple[str, ...]) -> None:
     workspace = client.post(
         Workspace,
         "/api/v2/workspaces",
-        {"template_id": found[0].id, "name": name, "rich_parameter_values": _parameters(parameters)},
+        {"template_id": found[0].id, "name": name, "rich_parameter_values": parse_parameters(parameters)},
     )
-    _follow_build(client, workspace.latest_build, f"Workspace {name}")
+    follow_build(client, workspace.latest_build, f"Workspace {name}")
 
 
 def _transition_command(transition: str, verb: str, progressive: str) -> click.Command:
@@ -69,14 +70,13 @@ def _transition_command(transition: str, verb: str, progressive: str) -> click.C
     def command(name: str, parameters: tuple[str, ...]) -> None:
         client = authenticated_client()
         workspace = find_workspace(client, name)
-        body: JSON = {"transition": transition, "rich_parameter_values": _parameters(parameters)}
+        body: JSON = {"transition": transition, "rich_parameter_values": parse_parameters(parameters)}
         build = client.post(WorkspaceBuild, f"/api/v2/workspaces/{workspace.id}/builds", body)
-        _follow_build(client, build, f"{progressive} {name}")
+        follow_build(client, build, f"{progressive} {name}")
 
     return command
 
 
-start = _transition_command("start", "Start", "Starting")
 stop = _transition_command("stop", "Stop", "Stopping")
 delete = _transition_command("delete", "Delete", "Deleting")
 
@@ -94,12 +94,21 @@ def list_workspaces(output: str) -> None:
             "name": workspace.name,
             "owner": workspace.owner_name,
             "template": workspace.template_name,
-            "status": workspace.status,
+            "status": _status(workspace),
             "build": workspace.latest_build.build_number,
+            "outdated": "yes" if workspace.outdated else "",
+            "starts-at": local_time(workspace.next_start_at),
+            "stops-after": human_duration(workspace.ttl_ms),
         }
         for workspace in decoded_list(Workspace, answer, "GET /api/v2/workspaces")
     ]
-    print_table(table, ["name", "owner", "template", "status", "build"])
+    print_table(table, ["name", "owner", "template", "status", "build", "outdated", "starts-at", "stops-after"])
+
+
+def _status(workspace: Workspace) -> str:
+    if workspace.deleting_at:
+        return f"{workspace.status}, dormant, deleted {local_time(workspace.deleting_at)}"
+    return f"{workspace.status}, dormant" if workspace.dormant_at else workspace.status
 
 
 @click.command()

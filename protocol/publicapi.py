@@ -121,7 +121,11 @@ class WorkspaceBuild(Message):
     build_number: int
     transition: str
     status: str = ""
+    template_version_id: str = ""
     template_version_name: str = ""
+    reason: str = "initiator"
+    deadline: str | None = None
+    max_deadline: str | None = None
     job: Job
     # Listed with the build by this server; absent from servers that list them only on their own endpoint.
     resources: tuple[WorkspaceResource, ...] | None = None
@@ -134,6 +138,15 @@ class Workspace(Message):
     template_name: str = ""
     status: str = ""
     latest_build: WorkspaceBuild
+    outdated: bool = False
+    template_active_version_id: str | None = None
+    automatic_updates: str = "never"
+    autostart_schedule: str | None = None
+    ttl_ms: int | None = None
+    next_start_at: str | None = None
+    last_used_at: str | None = None
+    dormant_at: str | None = None
+    deleting_at: str | None = None
 
 
 class BuildParameter(Message):

@@ -189,7 +189,10 @@ def _due_actions(now: datetime, report: TickReport) -> list[_Action]:
     actions = []
     for workspace in candidates.values():
         build = latest.get(workspace.id)
-        if build is None or build.job.is_active:
+        if build is None:
+            continue
+        if build.job.is_active:  # never a second build; a scheduled start that came meanwhile is used up
+            _take_scheduled_start(workspace, now, report)
             continue
         action = _decide(workspace, build, now, report)
         if action is not None:
@@ -245,6 +248,9 @@ def _decide(workspace: Workspace, build: WorkspaceBuild, now: datetime, report: 
     """What is due for one workspace (its latest build idle), the most pressing first; None when nothing is."""
     template, status = workspace.template, build.job.status
     started = build.transition == "start" and status == SUCCEEDED
+    # A scheduled start that came while the workspace was running (or busy, or dormant) is used up, not kept for
+    # after the next stop: the schedule moves on whatever else happens.
+    start_due = _take_scheduled_start(workspace, now, report)
     if workspace.deleting_at is not None and workspace.deleting_at <= now and workspace.dormant_at is not None:
         return _Action(workspace, "delete", "autodelete")
     if workspace.dormant_at is None and template.time_til_dormant_ms > 0:
@@ -267,25 +273,33 @@ def _decide(workspace: Workspace, build: WorkspaceBuild, now: datetime, report: 
         completed = build.job.completed_at
         if completed is not None and completed + timedelta(milliseconds=template.failure_ttl_ms) <= now:
             return _Action(workspace, "stop", "failure_cleanup")
-    if workspace.autostart_schedule:
-        return _autostart(workspace, build, now, report)
+    if start_due is not None:
+        return _autostart(workspace, build, start_due, now, report)
     return None
 
 
-def _autostart(workspace: Workspace, build: WorkspaceBuild, now: datetime, report: TickReport) -> _Action | None:
+def _take_scheduled_start(workspace: Workspace, now: datetime, report: TickReport) -> datetime | None:
+    """The scheduled start that is due now (None if none), moving ``next_start_at`` to the one after."""
+    if not workspace.autostart_schedule:
+        return None
     try:
-        schedule = parse_schedule(workspace.autostart_schedule or "")
+        schedule = parse_schedule(workspace.autostart_schedule)
     except ScheduleError as exc:  # checked when set; a zone the tz database lost since
         report.skipped.append((workspace.id, f"autostart schedule no longer reads: {exc}"))
         workspace.next_start_at = None
         return None
     due = workspace.next_start_at
-    if due is None:  # set by a path that did not compute it: from now on
-        workspace.next_start_at = schedule.next_after(now)
-        return None
-    if due > now:
+    if due is None or due > now:
+        if due is None:  # set by a path that did not compute it: from now on
+            workspace.next_start_at = schedule.next_after(now)
         return None
     workspace.next_start_at = schedule.next_after(now)
+    return due
+
+
+def _autostart(
+    workspace: Workspace, build: WorkspaceBuild, due: datetime, now: datetime, report: TickReport
+) -> _Action | None:
     stopped = build.transition == "stop" and build.job.status == SUCCEEDED
     if not stopped or not workspace.template.allow_user_autostart:
         return None

@@ -1,0 +1,179 @@
+"""A workspace's life after create, end to end: a real server whose executor is off (`--lifecycle-interval 0`),
+driven by `run_tick(now)` from the test with a clock the test moves, and real Terraform builds of the `local`
+example run by the server's daemons; people use the CLI (`schedule`, `update`, `restart`, `templates edit`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from flask import Flask
+from sqlalchemy import update
+
+from app.core.config import load_settings
+from app.core.extensions import db
+from app.factory import create_app
+from app.lifecycle.executor import TickReport, run_tick
+from app.lifecycle.models import LifecycleTick
+from tests.conftest import close_app
+from tests.support.deployment import Deployment, running_deployment
+from tests.support.waiting import wait_until
+
+BUILD_TIMEOUT = 180.0
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    with running_deployment(tmp_path_factory.mktemp("lifecycle"), "--lifecycle-interval", "0") as deployment:
+        deployment.push_local()
+        yield deployment
+
+
+@pytest.fixture(scope="module")
+def executor_app(deployment: Deployment) -> Iterator[Flask]:
+    """The server's own database and Redis, for ticks with the test's clock."""
+    data_dir = deployment.server.data_dir
+    settings = load_settings({"SLIPWAY_DATA_DIR": str(data_dir), "SLIPWAY_REDIS_URL": deployment.server.redis_url})
+    app = create_app(settings)
+    yield app
+    close_app(app)
+
+
+def tick(app: Flask, at: datetime) -> TickReport:
+    """A tick at ``at``; the test's clock jumps back and forth, so the last minute acted on is forgotten first."""
+    with app.app_context():
+        try:
+            db.session.execute(update(LifecycleTick).values(tick_at=None))
+            db.session.commit()
+            return run_tick(at)
+        finally:
+            db.session.remove()
+
+
+def wait_status(deployment: Deployment, name: str, status: str) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    def reached() -> bool:
+        seen.update(deployment.workspace("carol", name))
+        return bool(seen["status"] == status)
+
+    wait_until(reached, BUILD_TIMEOUT, f"{name} {status}")
+    return seen
+
+
+def cli_ok(deployment: Deployment, *args: str, input_text: str | None = None) -> str:
+    result = deployment.cli("carol", *args, input_text=input_text)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return str(result.stdout)
+
+
+def at(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def test_schedules_set_from_the_cli_and_the_executor_stops_and_starts_for_real(
+    deployment: Deployment, executor_app: Flask
+) -> None:
+    edited = deployment.cli("alice", "templates", "edit", "local", "--default-ttl", "2h", "--activity-bump", "30m")
+    assert edited.returncode == 0, edited.stderr
+    assert "default_ttl_ms" in edited.stdout
+    deployment.create("carol", "sched")
+    running = wait_status(deployment, "sched", "running")
+    deadline = at(running["latest_build"]["deadline"])
+    assert (
+        timedelta(hours=1, minutes=58)
+        < deadline - at(running["latest_build"]["job"]["completed_at"])
+        <= timedelta(hours=2)
+    )
+
+    assert "Europe/Berlin" in cli_ok(deployment, "schedule", "start", "sched", "9:30AM", "Mon-Fri", "Europe/Berlin")
+    assert "after 8h" in cli_ok(deployment, "schedule", "stop", "sched", "8h")
+    shown = cli_ok(deployment, "schedule", "show", "sched")
+    assert "CRON_TZ=Europe/Berlin 30 9 * * mon-fri" in shown and "8h" in shown
+    listed = json.loads(cli_ok(deployment, "list", "-o", "json"))
+    mine = next(item for item in listed if item["name"] == "sched")
+    assert mine["ttl_ms"] == 8 * 3_600_000 and mine["next_start_at"]
+    assert "STOPS-AFTER" in cli_ok(deployment, "list")
+    bad = deployment.cli("carol", "schedule", "start", "sched", "9:30AM", "Mon-Fri", "Mars/Olympus")
+    assert bad.returncode == 1 and "Unknown time zone" in bad.stderr
+    extended = cli_ok(deployment, "schedule", "extend", "sched", "3h")
+    assert "stops at" in extended
+
+    # The deadline passes: the executor stops it, for real.
+    deadline = at(deployment.workspace("carol", "sched")["latest_build"]["deadline"])
+    report = tick(executor_app, deadline + timedelta(minutes=1))
+    assert [reason for _, reason in report.queued] == ["autostop"]
+    stopped = wait_status(deployment, "sched", "stopped")
+    assert stopped["latest_build"]["reason"] == "autostop"
+
+    # Its next start comes: started for real on the schedule.
+    next_start = at(stopped["next_start_at"])
+    report = tick(executor_app, next_start + timedelta(minutes=2))
+    assert [reason for _, reason in report.queued] == ["autostart"]
+    started = wait_status(deployment, "sched", "running")
+    assert started["latest_build"]["reason"] == "autostart"
+    assert at(started["next_start_at"]) > next_start
+
+
+def test_update_restart_and_autoupdate_with_real_builds(deployment: Deployment, executor_app: Flask) -> None:
+    deployment.create("carol", "upd")
+    first = wait_status(deployment, "upd", "running")
+    assert "already on the template's active version" in cli_ok(deployment, "update", "upd")
+    deployment.push_local()  # a new version, made active
+    outdated = deployment.workspace("carol", "upd")
+    assert outdated["outdated"] is True
+    assert "yes" in cli_ok(deployment, "list").split("upd", 1)[1].splitlines()[0]
+    cli_ok(deployment, "update", "upd")
+    updated = wait_status(deployment, "upd", "running")
+    assert updated["outdated"] is False
+    assert updated["latest_build"]["template_version_id"] != first["latest_build"]["template_version_id"]
+
+    restarted = cli_ok(deployment, "restart", "upd")
+    assert "Stopping upd" in restarted and "Starting upd" in restarted
+    assert wait_status(deployment, "upd", "running")["latest_build"]["transition"] == "start"
+
+    # Automatic updates: the next scheduled start builds the newest version, with reason autoupdate.
+    with deployment.api("carol") as api:
+        workspace_id = updated["id"]
+        assert (
+            api.put(f"/workspaces/{workspace_id}/autoupdates", json={"automatic_updates": "always"}).status_code == 204
+        )
+        assert (
+            api.put(f"/workspaces/{workspace_id}/autostart", json={"schedule": "CRON_TZ=UTC 0 6 * * *"}).status_code
+            == 204
+        )
+    cli_ok(deployment, "stop", "upd")
+    deployment.push_local()
+    next_start = at(deployment.workspace("carol", "upd")["next_start_at"])
+    report = tick(executor_app, next_start + timedelta(minutes=1))
+    assert (updated["id"], "autoupdate") in report.queued
+    autoupdated = wait_status(deployment, "upd", "running")
+    assert autoupdated["latest_build"]["reason"] == "autoupdate" and autoupdated["outdated"] is False
+
+
+def test_an_unused_workspace_goes_dormant_refuses_to_start_and_is_deleted(
+    deployment: Deployment, executor_app: Flask
+) -> None:
+    deployment.create("carol", "idle")
+    running = wait_status(deployment, "idle", "running")
+    edited = deployment.cli(
+        "alice", "templates", "edit", "local", "--dormancy-threshold", "1d", "--dormancy-auto-deletion", "2d"
+    )
+    assert edited.returncode == 0, edited.stderr
+    used = at(running["last_used_at"])
+    report = tick(executor_app, used + timedelta(days=1, minutes=1))
+    assert (running["id"], "dormancy") in report.queued
+    dormant = wait_status(deployment, "idle", "stopped")
+    assert dormant["dormant_at"] and dormant["deleting_at"]
+    assert "dormant" in cli_ok(deployment, "list").split("idle", 1)[1].splitlines()[0]
+    refused = deployment.cli("carol", "start", "idle")
+    assert refused.returncode == 1 and "dormant" in refused.stderr
+    report = tick(executor_app, at(dormant["deleting_at"]) + timedelta(minutes=1))
+    assert (running["id"], "autodelete") in report.queued
+    wait_until(lambda: "idle" not in cli_ok(deployment, "list"), BUILD_TIMEOUT, "idle deleted")
+    # The others on the template are not dormant: their last use is recent against the real clock.
+    with deployment.api("alice") as api:
+        api.patch(f"/templates/{running['template_id']}", json={"time_til_dormant_ms": 0})
