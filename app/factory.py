@@ -22,6 +22,7 @@ from app.catalog.jobs import IMPORT_HANDLERS
 from app.core import encryption_keys, errors, limits, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, htmx, migrate
+from app.lifecycle import activity
 from app.lifecycle import api as lifecycle_api
 from app.lifecycle import models as lifecycle_models  # noqa: F401 - the executor's table, for migrations
 from app.notifications import models as notification_models  # noqa: F401 - for migrations
@@ -65,7 +66,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     )
     # Template archives stay while workspaces are on their versions; the maintenance loop frees the others.
     storage.init_app(app, workspace_services.versions_in_use)
-    maintenance.init_app(app, [storage.free_unused_archives])
+    maintenance.init_app(app, [storage.free_unused_archives, activity.flush_activity])
     # What the workspace page shows besides the workspace itself: a panel per agent.
     sections.init_app(app, [agent_views.AGENTS_SECTION])
     for blueprint in (

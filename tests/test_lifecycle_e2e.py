@@ -5,8 +5,12 @@ example run by the server's daemons; people use the CLI (`schedule`, `update`, `
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +31,9 @@ BUILD_TIMEOUT = 180.0
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    with running_deployment(tmp_path_factory.mktemp("lifecycle"), "--lifecycle-interval", "0") as deployment:
+    tmp = tmp_path_factory.mktemp("lifecycle")
+    env = {"SLIPWAY_ACTIVITY_FLUSH_INTERVAL": "1"}
+    with running_deployment(tmp, "--lifecycle-interval", "0", env=env) as deployment:
         deployment.push_local()
         yield deployment
 
@@ -116,6 +122,37 @@ def test_schedules_set_from_the_cli_and_the_executor_stops_and_starts_for_real(
     started = wait_status(deployment, "sched", "running")
     assert started["latest_build"]["reason"] == "autostart"
     assert at(started["next_start_at"]) > next_start
+
+
+def test_an_open_ssh_session_marks_the_workspace_used_and_pushes_its_autostop(deployment: Deployment) -> None:
+    deployment.create("carol", "busy")
+    running = wait_status(deployment, "busy", "running")
+    deployment.wait_ready("carol", "busy")
+    # The template stops workspaces 2 h after a start; open connections push that to 3 h from now.
+    edited = deployment.cli("alice", "templates", "edit", "local", "--activity-bump", "3h")
+    assert edited.returncode == 0, edited.stderr
+    before_deadline, before_use = at(running["latest_build"]["deadline"]), at(running["last_used_at"])
+    command = [*ssh_command(deployment), "busy", "sleep 120"]
+    with subprocess.Popen(command, env=deployment.cli_env("carol"), stdout=subprocess.DEVNULL) as session:
+        try:
+
+            def bumped() -> bool:
+                workspace = deployment.workspace("carol", "busy")
+                return at(workspace["last_used_at"]) > before_use and at(
+                    workspace["latest_build"]["deadline"]
+                ) > before_deadline + timedelta(minutes=30)
+
+            wait_until(bumped, 60, "the session to count as use and bump the deadline")
+        finally:
+            session.kill()
+    deadline = at(deployment.workspace("carol", "busy")["latest_build"]["deadline"])
+    assert deadline <= datetime.now(UTC) + timedelta(hours=3, minutes=1)
+    deployment.cli("alice", "templates", "edit", "local", "--activity-bump", "30m")
+
+
+def ssh_command(deployment: Deployment) -> list[str]:
+    executable = shutil.which("slipway") or str(Path(sys.executable).parent / "slipway")
+    return [executable, "ssh"]
 
 
 def test_update_restart_and_autoupdate_with_real_builds(deployment: Deployment, executor_app: Flask) -> None:

@@ -25,6 +25,7 @@ from app.events import get_relay
 from app.events.relay import agent_key
 from app.events.sse import event_stream, log_cursor, sse_event, stream_cursor
 from app.events.streams import follow_lines, line_event
+from app.lifecycle import activity
 from app.resources.models import WorkspaceAgent
 from app.resources.presenter import agent_json
 from protocol.values import parse_int
@@ -114,11 +115,12 @@ def tunnel(agent_id: str) -> Response:
     context = get_agent_for(tunnel_user(), agent_id, need="connect")
     wanted = dial_request(request.args)
     ensure_reachable(context)
-    return open_tunnel(context.agent.id, wanted)
+    return open_tunnel(context.agent.id, context.workspace.id, wanted)
 
 
-def open_tunnel(agent_id: str, wanted: DialRequest) -> Response:
-    """Dial, then serve the request's WebSocket as the user's half (used by the web terminal page too)."""
+def open_tunnel(agent_id: str, workspace_id: str, wanted: DialRequest) -> Response:
+    """Dial, then serve the request's WebSocket as the user's half (SSH, port forwards and the web terminal alike:
+    while it is open, the workspace counts as used)."""
     client, signing = get_redis(), signer()
     db.session.remove()  # a tunnel may stay open for hours: hold no database connection
     with live_connection():  # before dialing: a refused tunnel must not have the agent dial back
@@ -129,6 +131,7 @@ def open_tunnel(agent_id: str, wanted: DialRequest) -> Response:
             if failure is not None:
                 websocket.close(*failure)
                 return
-            tunnels.relay(websocket, half)
+            with activity.open_connection(workspace_id, client):
+                tunnels.relay(websocket, half)
 
         return serve_websocket(run)

@@ -16,6 +16,7 @@ from app.core.limits import live_connection, until_closed
 from app.core.redis_client import get_redis
 from app.core.signing import signer
 from app.core.websocket import is_websocket_request
+from app.lifecycle import activity
 from app.users.models import User
 
 bp = Blueprint("apps", __name__)
@@ -55,6 +56,8 @@ def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -
     except Conflict as exc:
         raise BadGateway(f"App {target.name} is not reachable.", detail=exc.message) from exc
     requested = proxy.app_request_path(request.environ, owner, workspace_and_agent, slug, rest)
+    # App traffic counts as use (dormancy) but does not move the autostop (reference §2.4).
+    activity.mark_used(target.workspace.id, connection=False)
     sandbox = sandboxed_for(target, person)
     client, signing = get_redis(), signer()
     db.session.remove()  # the response may stream for long: hold no database connection
