@@ -36,7 +36,7 @@ from app.core.redis_client import get_redis
 from app.core.schedules import ScheduleError, parse_schedule
 from app.lifecycle.models import LifecycleTick
 from app.notifications import services as notifications
-from app.provisioning.jobs import dispatch
+from app.provisioning.jobs import dispatch_many
 from app.provisioning.models import FAILED, SUCCEEDED, ProvisionerJob
 from app.users.models import STATUS_ACTIVE, User
 from app.workspaces.models import Workspace, WorkspaceBuild
@@ -72,6 +72,7 @@ class TickReport:
 @dataclass
 class _Action:
     workspace: Workspace
+    latest: WorkspaceBuild
     transition: str
     reason: str
     version_id: str | None = None
@@ -97,9 +98,7 @@ def _tick(now: datetime, token: int) -> TickReport:
         return TickReport()
     db.session.commit()
     report = TickReport(acted=True)
-    jobs = _queue(now, token, report)
-    for job in jobs:
-        dispatch(job)
+    dispatch_many(_queue(now, token, report))
     if report.queued or report.skipped:
         log.info("%s", report.summary())
     return report
@@ -252,13 +251,13 @@ def _decide(workspace: Workspace, build: WorkspaceBuild, now: datetime, report: 
     # after the next stop: the schedule moves on whatever else happens.
     start_due = _take_scheduled_start(workspace, now, report)
     if workspace.deleting_at is not None and workspace.deleting_at <= now and workspace.dormant_at is not None:
-        return _Action(workspace, "delete", "autodelete")
+        return _Action(workspace, build, "delete", "autodelete")
     if workspace.dormant_at is None and template.time_til_dormant_ms > 0:
         dormant_from = workspace.last_used_at + timedelta(milliseconds=template.time_til_dormant_ms)
         if dormant_from <= now:
             _make_dormant(workspace, now)
             if build.transition != "delete" and not (build.transition == "stop" and status == SUCCEEDED):
-                return _Action(workspace, "stop", "dormancy")
+                return _Action(workspace, build, "stop", "dormancy")
             return None
         _warn(workspace, notifications.DORMANCY_WARNING, f"dormancy:{workspace.id}:{dormant_from.isoformat()}",
               f"{workspace.name} will go dormant at {dormant_from:%Y-%m-%d %H:%M} UTC unless it is used")  # fmt: skip
@@ -268,11 +267,11 @@ def _decide(workspace: Workspace, build: WorkspaceBuild, now: datetime, report: 
     if workspace.dormant_at is not None:
         return None
     if started and build.deadline is not None and build.deadline <= now:
-        return _Action(workspace, "stop", "autostop")
+        return _Action(workspace, build, "stop", "autostop")
     if build.transition == "start" and status == FAILED and template.failure_ttl_ms > 0:
         completed = build.job.completed_at
         if completed is not None and completed + timedelta(milliseconds=template.failure_ttl_ms) <= now:
-            return _Action(workspace, "stop", "failure_cleanup")
+            return _Action(workspace, build, "stop", "failure_cleanup")
     if start_due is not None:
         return _autostart(workspace, build, start_due, now, report)
     return None
@@ -315,7 +314,7 @@ def _autostart(
         return None
     version_id = version_for_start(workspace.owner, workspace, None)
     reason = "autoupdate" if version_id not in (None, build.template_version_id) else "autostart"
-    return _Action(workspace, "start", reason, version_id)
+    return _Action(workspace, build, "start", reason, version_id)
 
 
 def _make_dormant(workspace: Workspace, now: datetime) -> None:
@@ -389,7 +388,9 @@ def _queue_action(action: _Action, report: TickReport) -> ProvisionerJob | None:
     workspace = action.workspace
     owner: User = workspace.owner
     try:
-        job = queue_build(owner, workspace, action.transition, {}, action.version_id, reason=action.reason)
+        job = queue_build(
+            owner, workspace, action.transition, {}, action.version_id, reason=action.reason, previous=action.latest
+        )
     except DomainError as exc:
         report.skipped.append((workspace.id, f"{action.reason}: {exc.message}"))
         if action.transition == "start":

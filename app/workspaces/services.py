@@ -10,7 +10,7 @@ from sqlalchemy.orm import joinedload
 
 from app.catalog.models import Template, TemplateVersion
 from app.catalog.services import get_template, get_version
-from app.core.columns import utcnow
+from app.core.columns import new_id, utcnow
 from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
@@ -289,14 +289,18 @@ def _queue_build(
 ) -> ProvisionerJob:  # fmt: skip
     # Builds run where the version was imported, on behalf of the workspace's owner (user-scoped tags).
     tags = normalise_tags(version.job.tags, workspace.owner_id)
-    job = new_job(JOB_WORKSPACE_BUILD, file_id=version.job.file_id, initiator_id=actor.id, tags=tags, job_input={})
+    # Ids chosen here rather than at flush: the session writes many builds in one batch at commit (the executor).
+    build_id = new_id()
+    job = new_job(
+        JOB_WORKSPACE_BUILD, file_id=version.job.file_id, initiator_id=actor.id, tags=tags,
+        job_input={"workspace_build_id": build_id},
+    )  # fmt: skip
+    job.id = new_id()
     build = WorkspaceBuild(
-        workspace_id=workspace.id, build_number=number, transition=transition, template_version_id=version.id,
-        job=job, initiator_id=actor.id, state=state, parameters=values, reason=reason,
+        id=build_id, workspace_id=workspace.id, build_number=number, transition=transition,
+        template_version_id=version.id, job=job, initiator_id=actor.id, state=state, parameters=values, reason=reason,
     )  # fmt: skip
     db.session.add(build)
-    db.session.flush()
-    job.input = {"workspace_build_id": build.id}
     return job
 
 
