@@ -25,7 +25,8 @@ from app.core.extensions import csrf, db, htmx, migrate
 from app.lifecycle import activity
 from app.lifecycle import api as lifecycle_api
 from app.lifecycle import models as lifecycle_models  # noqa: F401 - the executor's table, for migrations
-from app.notifications import models as notification_models  # noqa: F401 - for migrations
+from app.notifications import api as notifications_api
+from app.notifications import delivery
 from app.provisioning import api as provisioning_api
 from app.provisioning import daemon_api, jobs, maintenance
 from app.provisioning import views as provisioning_views
@@ -66,7 +67,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     )
     # Template archives stay while workspaces are on their versions; the maintenance loop frees the others.
     storage.init_app(app, workspace_services.versions_in_use)
-    maintenance.init_app(app, [storage.free_unused_archives, activity.flush_activity])
+    maintenance.init_app(app, [storage.free_unused_archives, activity.flush_activity, delivery.enqueue_due])
     # What the workspace page shows besides the workspace itself: a panel per agent.
     sections.init_app(app, [agent_views.AGENTS_SECTION])
     for blueprint in (
@@ -81,6 +82,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         catalog_api.bp,
         workspaces_api.bp,
         lifecycle_api.bp,
+        notifications_api.bp,
         daemon_api.bp,
         agent_api.bp,
         agents_api.bp,

@@ -173,6 +173,22 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
     ("--oidc-issuer-url", "SLIPWAY_OIDC_ISSUER_URL", "OpenID Connect issuer; enables single sign-on."),
     ("--oidc-client-id", "SLIPWAY_OIDC_CLIENT_ID", "Client id registered with the identity provider."),
     ("--oidc-client-secret", "SLIPWAY_OIDC_CLIENT_SECRET", "Its client secret; also SLIPWAY_OIDC_CLIENT_SECRET_FILE."),
+    ("--email-smarthost", "SLIPWAY_EMAIL_SMARTHOST", "host:port of the SMTP server notifications are sent through."),
+    ("--email-from", "SLIPWAY_EMAIL_FROM", "The From address of notification emails."),
+    ("--email-tls", "SLIPWAY_EMAIL_TLS", "Connect to the smarthost over TLS (SMTPS, usually port 465)."),
+    ("--email-starttls", "SLIPWAY_EMAIL_STARTTLS", "Upgrade the SMTP connection with STARTTLS (usually port 587)."),
+    ("--email-username", "SLIPWAY_EMAIL_USERNAME", "SMTP AUTH user name."),
+    ("--email-password", "SLIPWAY_EMAIL_PASSWORD", "SMTP AUTH password; also SLIPWAY_EMAIL_PASSWORD_FILE."),
+    (
+        "--notifications-webhook-url",
+        "SLIPWAY_NOTIFICATIONS_WEBHOOK_URL",
+        "POST every notification as JSON to this http(s) URL.",
+    ),
+    (
+        "--notifications-webhook-secret",
+        "SLIPWAY_NOTIFICATIONS_WEBHOOK_SECRET",
+        "Signs webhook bodies (X-Slipway-Signature: sha256=<HMAC>); also SLIPWAY_NOTIFICATIONS_WEBHOOK_SECRET_FILE.",
+    ),
     ("--oidc-scopes", "SLIPWAY_OIDC_SCOPES", "Comma-separated scopes. [default: openid,profile,email]"),
     ("--oidc-email-domain", "SLIPWAY_OIDC_EMAIL_DOMAIN", "Only emails of this domain may sign in (repeatable)."),
     (
@@ -196,6 +212,8 @@ SWITCHES = {
     "--oidc-ignore-email-verified",
     "--disable-password-auth",
     "--disable-path-apps",
+    "--email-tls",
+    "--email-starttls",
     "--provisioner-grant-access",
 }
 

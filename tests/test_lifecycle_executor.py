@@ -170,6 +170,14 @@ def test_a_failed_start_is_cleaned_up_after_the_failure_ttl_and_never_again(worl
     # The cleanup stop failed too: a failed stop is reported, not retried in a loop.
     assert world.tick(now + timedelta(minutes=30)).queued == []
     assert [build["reason"] for build in world.builds(workspace_id)] == ["failure_cleanup", "initiator"]
+    # Each failure was told to the owner: the person's start, then the automatic cleanup.
+    assert world.events().count("build_failed") == 2
+    with world.app.app_context():
+        titles = [
+            row.title for row in db.session.scalars(select(Notification).where(Notification.event == "build_failed"))
+        ]
+        db.session.remove()
+    assert sorted(titles) == ["Start of ws failed", "Stop of ws failed (failure cleanup)"]
 
 
 def test_an_unused_workspace_goes_dormant_is_stopped_then_deleted(world: World) -> None:

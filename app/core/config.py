@@ -101,6 +101,15 @@ class Settings:
     disable_path_apps: bool = False
     # Bytes of template archives each person may keep (their uploads and their versions' archives); 0: no limit.
     template_storage_quota: int = 1024**3
+    # Notifications by email (SMTP, enabled by a smarthost) and by webhook (app/notifications/delivery.py).
+    email_smarthost: str = ""
+    email_from: str = ""
+    email_tls: bool = False
+    email_starttls: bool = False
+    email_username: str = ""
+    email_password: str = ""
+    notifications_webhook_url: str = ""
+    notifications_webhook_secret: str = ""
     # Single sign-on (OpenID Connect); enabled when an issuer and a client id are set.
     oidc_issuer_url: str = ""
     oidc_client_id: str = ""
@@ -202,7 +211,14 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         provisioner_cache_dir=_path_or_none(env, "PROVISIONER_CACHE_DIR"),
         secret_files=tuple(
             Path(path).expanduser().absolute()
-            for name in ("SECRET_KEY", "ENCRYPTION_KEYS", "PROVISIONER_DAEMON_PSK", "OIDC_CLIENT_SECRET")
+            for name in (
+                "SECRET_KEY",
+                "ENCRYPTION_KEYS",
+                "PROVISIONER_DAEMON_PSK",
+                "OIDC_CLIENT_SECRET",
+                "EMAIL_PASSWORD",
+                "NOTIFICATIONS_WEBHOOK_SECRET",
+            )  # fmt: skip
             if (path := _get(env, name + "_FILE"))
         ),
         agent_wheelhouse=Path(_get(env, "AGENT_WHEELHOUSE") or default_agent_wheelhouse()).expanduser(),
@@ -210,7 +226,34 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         disable_path_apps=_bool(env, "DISABLE_PATH_APPS", False),
         template_storage_quota=_size(env, "TEMPLATE_STORAGE_QUOTA", "1GiB"),
     )
-    return _with_oidc(settings, env)
+    return _with_notifications(_with_oidc(settings, env), env)
+
+
+def _with_notifications(settings: Settings, env: Mapping[str, str]) -> Settings:
+    smarthost = _get(env, "EMAIL_SMARTHOST")
+    if smarthost:
+        host, sep, port = smarthost.rpartition(":")
+        if not sep or not host or not port.isdecimal() or not 1 <= int(port) <= 65535:
+            raise SettingsError(f"{PREFIX}EMAIL_SMARTHOST looks like host:port, got {smarthost!r}")
+        if not _get(env, "EMAIL_FROM"):
+            raise SettingsError(f"{PREFIX}EMAIL_FROM is needed with {PREFIX}EMAIL_SMARTHOST")
+    tls, starttls = _bool(env, "EMAIL_TLS", False), _bool(env, "EMAIL_STARTTLS", False)
+    if tls and starttls:
+        raise SettingsError(f"{PREFIX}EMAIL_TLS and {PREFIX}EMAIL_STARTTLS exclude each other: pick one")
+    webhook = _get(env, "NOTIFICATIONS_WEBHOOK_URL")
+    if webhook and (urlsplit(webhook).scheme not in ("http", "https") or not urlsplit(webhook).netloc):
+        raise SettingsError(f"{PREFIX}NOTIFICATIONS_WEBHOOK_URL must be an http(s) URL, got {webhook!r}")
+    return replace(
+        settings,
+        email_smarthost=smarthost,
+        email_from=_get(env, "EMAIL_FROM"),
+        email_tls=tls,
+        email_starttls=starttls,
+        email_username=_get(env, "EMAIL_USERNAME"),
+        email_password=_secret(env, "EMAIL_PASSWORD"),
+        notifications_webhook_url=webhook,
+        notifications_webhook_secret=_secret(env, "NOTIFICATIONS_WEBHOOK_SECRET"),
+    )
 
 
 def _with_oidc(settings: Settings, env: Mapping[str, str]) -> Settings:

@@ -1,11 +1,21 @@
-"""What features call to tell someone something: :func:`notify` adds the inbox row in the caller's transaction."""
+"""What features call to tell someone something: :func:`notify` adds the inbox row and its deliveries (email,
+webhook) in the caller's transaction; the queue worker sends them (app/notifications/delivery.py)."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from collections.abc import Mapping
 
+from flask import current_app
+from sqlalchemy import select, update
+
+from app.core.columns import utcnow
+from app.core.config import Settings
+from app.core.errors import InvalidInput, NotFound
 from app.core.extensions import db
-from app.notifications.models import Notification
+from app.notifications.models import Notification, NotificationDelivery, NotificationPreference
+from protocol.codec import JSON
+
+INBOX_SIZE = 100
 
 BUILD_FAILED = "build_failed"
 WORKSPACE_AUTOSTOPPED = "workspace_autostopped"
@@ -41,6 +51,8 @@ def notify(
     already recorded under that key is not recorded again (None)."""
     if event not in EVENTS:
         raise ValueError(f"unknown notification event {event!r}")
+    if not _wanted(user_id, event):
+        return None
     if dedupe_key is not None and db.session.scalar(
         select(Notification.id).where(Notification.dedupe_key == dedupe_key)
     ):
@@ -50,4 +62,86 @@ def notify(
         dedupe_key=dedupe_key,
     )  # fmt: skip
     db.session.add(notification)
+    for channel in channels(current_app.config["SLIPWAY_SETTINGS"]):
+        db.session.add(NotificationDelivery(notification=notification, channel=channel))
     return notification
+
+
+def channels(settings: Settings) -> list[str]:
+    """The delivery channels this deployment has configured (the inbox is always there)."""
+    return [
+        name
+        for name, configured in (("email", settings.email_smarthost), ("webhook", settings.notifications_webhook_url))
+        if configured
+    ]
+
+
+def _wanted(user_id: str, event: str) -> bool:
+    enabled = db.session.scalar(
+        select(NotificationPreference.enabled).where(
+            NotificationPreference.user_id == user_id, NotificationPreference.event == event
+        )
+    )
+    return enabled is not False
+
+
+def preferences(user_id: str) -> dict[str, bool]:
+    rows = db.session.execute(
+        select(NotificationPreference.event, NotificationPreference.enabled).where(
+            NotificationPreference.user_id == user_id
+        )
+    )
+    stored = {event: enabled for event, enabled in rows}
+    return {event: stored.get(event, True) for event in EVENTS}
+
+
+def set_preferences(user_id: str, body: Mapping[str, JSON]) -> dict[str, bool]:
+    """``{event: bool}``; all are checked before any is stored. A turned-off event is neither in the inbox nor sent."""
+    problems = [
+        {"field": event, "detail": "Not a notification event." if event not in EVENTS else "Must be true or false."}
+        for event, value in body.items()
+        if event not in EVENTS or not isinstance(value, bool)
+    ]
+    if problems:
+        raise InvalidInput("Some notification preferences are invalid.", validations=problems)
+    for event, value in body.items():
+        row = db.session.get(NotificationPreference, (user_id, event))
+        if row is None:
+            db.session.add(NotificationPreference(user_id=user_id, event=event, enabled=bool(value)))
+        else:
+            row.enabled = bool(value)
+    db.session.commit()
+    return preferences(user_id)
+
+
+def inbox(user_id: str) -> list[Notification]:
+    return list(
+        db.session.scalars(
+            select(Notification)
+            .where(Notification.user_id == user_id)
+            .order_by(Notification.created_at.desc(), Notification.id)
+            .limit(INBOX_SIZE)
+        )
+    )
+
+
+def unread_count(user_id: str) -> int:
+    return len(
+        db.session.scalars(
+            select(Notification.id)
+            .where(Notification.user_id == user_id, Notification.read_at.is_(None))
+            .limit(INBOX_SIZE)
+        ).all()
+    )
+
+
+def mark_read(user_id: str, notification_id: str | None) -> None:
+    """One of the person's notifications (404 for anyone else's), or all of them when ``notification_id`` is None."""
+    query = update(Notification).where(Notification.user_id == user_id, Notification.read_at.is_(None))
+    if notification_id is not None:
+        notification = db.session.get(Notification, notification_id)
+        if notification is None or notification.user_id != user_id:
+            raise NotFound("No such notification.")
+        query = query.where(Notification.id == notification_id)
+    db.session.execute(query.values(read_at=utcnow()).execution_options(synchronize_session=False))
+    db.session.commit()

@@ -380,7 +380,18 @@ def finish_job(
         return False
     db.session.commit()
     publish_job_notice(job.id, end=True)
+    if error is not None:
+        _report_failure(job)
     return True
+
+
+def _report_failure(job: ProvisionerJob) -> None:
+    """The job type's own reaction to a failure; a problem there must not undo or hide the failure itself."""
+    try:
+        handlers_for(job).failed(job)
+    except Exception:
+        db.session.rollback()
+        log.exception("reporting the failure of job %s failed", job.id)
 
 
 def fail_jobs_held_by(daemon_id: str, reason: str) -> int:

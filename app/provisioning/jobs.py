@@ -56,6 +56,10 @@ def _nothing_on_failure(job: ProvisionerJob, failure: JobFailure) -> None:
     pass
 
 
+def _nothing_when_failed(job: ProvisionerJob) -> None:
+    pass
+
+
 def _by_type(jobs: Sequence[ProvisionerJob]) -> dict[str, JobSubject]:
     return {job.id: JobSubject(title=job.type) for job in jobs}
 
@@ -68,6 +72,9 @@ class JobHandlers:
     payload: Callable[[ProvisionerJob, AcquiredJob], AcquiredJob]
     complete: Callable[[ProvisionerJob, JobCompletion], None]
     fail: Callable[[ProvisionerJob, JobFailure], None] = _nothing_on_failure
+    # After a job ended failed, however it ended (the daemon, the reaper, a rejected completion; not a cancel),
+    # committed: e.g. telling the person whose build it was.
+    failed: Callable[[ProvisionerJob], None] = _nothing_when_failed
     # Values that must never be stored in the job's log (masked before storage).
     secrets: Callable[[ProvisionerJob], list[str]] = _no_secrets
     # What each of some jobs of this type is about, read for all of them at once (lists show hundreds).

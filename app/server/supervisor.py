@@ -82,6 +82,7 @@ class Supervisor:
             self._start_redis(redis_port)
             first_user_needed = migrate_database(self.settings)
             self._start_web(listener)
+            self._start_notifier()
             self.daemons = [BuiltinDaemon(f"builtin-{n + 1}") for n in range(self.settings.provisioner_daemons)]
             self._announce(first_user_needed)
             maintenance = threading.Thread(target=self._maintain, name="maintenance", daemon=True)
@@ -158,6 +159,11 @@ class Supervisor:
             "app.factory:create_app()",
         ]  # fmt: skip
         self.children.append(spawn(argv, env=env, pass_fds=[listener.fileno()]))
+
+    def _start_notifier(self) -> None:
+        """The worker that sends notification emails and webhooks (app/server/notifier.py)."""
+        argv = [sys.executable, "-m", "app.server.notifier"]
+        self.children.append(spawn(argv, env=child_environment(self.settings)))
 
     def _start_daemon(self, daemon: BuiltinDaemon) -> None:
         settings, launch = self.settings, self.daemon_launch

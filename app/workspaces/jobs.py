@@ -14,6 +14,7 @@ from app.core.columns import utcnow
 from app.core.errors import InvalidInput
 from app.core.extensions import db
 from app.files.services import archive_bytes
+from app.notifications.services import BUILD_FAILED, notify
 from app.provisioning.jobs import JobHandlers, JobSubject
 from app.provisioning.models import ProvisionerJob
 from app.resources.services import store_resources
@@ -83,6 +84,21 @@ def build_fail(job: ProvisionerJob, failure: JobFailure) -> None:
         build_for_job(job).state = failure.state
 
 
+def build_failed(job: ProvisionerJob) -> None:
+    """Tell the workspace's owner (the build-failed notification), whoever started the build."""
+    if job.canceled_at is not None:
+        return
+    build = build_for_job(job)
+    workspace = build.workspace
+    reason = "" if build.reason == "initiator" else f" ({build.reason.replace('_', ' ')})"
+    notify(
+        workspace.owner_id, BUILD_FAILED,
+        title=f"{build.transition.capitalize()} of {workspace.name} failed{reason}",
+        body=(job.error or "")[:2000], link=f"/builds/{build.id}", workspace_id=workspace.id,
+    )  # fmt: skip
+    db.session.commit()
+
+
 def build_secrets(job: ProvisionerJob) -> list[str]:
     return sensitive_variable_values(build_for_job(job).template_version)
 
@@ -118,5 +134,10 @@ def build_handlers(agent_scripts: AgentScripts) -> JobHandlers:
         return build_payload(job, base, agent_scripts=agent_scripts)
 
     return JobHandlers(
-        payload=payload, complete=build_complete, fail=build_fail, secrets=build_secrets, describe=build_subjects
+        payload=payload,
+        complete=build_complete,
+        fail=build_fail,
+        failed=build_failed,
+        secrets=build_secrets,
+        describe=build_subjects,
     )

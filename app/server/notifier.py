@@ -1,0 +1,31 @@
+"""`python -m app.server.notifier`: the notification worker `slipway server` runs next to the web server.
+
+An RQ worker on the notifications queue, inside the server's application (it reads and updates the outbox in the
+database: it is server code, unlike the provisioner daemons). It does not fork per job: sending a mail needs no
+isolation, and the database pool survives between jobs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rq import Queue, SimpleWorker
+from rq.serializers import JSONSerializer
+
+from app.core.config import load_settings
+from app.core.redis_client import get_redis
+from app.factory import create_app
+from app.notifications.delivery import QUEUE
+
+
+def main() -> None:
+    app = create_app(load_settings(os.environ))
+    with app.app_context():
+        connection = get_redis()
+        queue = Queue(QUEUE, connection=connection, serializer=JSONSerializer)
+        worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
+        worker.work(with_scheduler=False, logging_level="WARNING")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""Notifications: the inbox and preferences per person, and deliveries to a real SMTP server (aiosmtpd, with AUTH)
+and a real webhook receiver that checks the signature, through the real RQ queue and worker code; both receivers
+start down, the deliveries wait and are retried with back-off, and arrive once the receivers are up."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
+from flask import Flask
+from rq import Queue, SimpleWorker
+from rq.serializers import JSONSerializer
+from sqlalchemy import select
+
+from app.core.config import Settings
+from app.core.extensions import db
+from app.core.redis_client import get_redis
+from app.notifications import services
+from app.notifications.delivery import QUEUE, backoff, enqueue_due, sign
+from app.notifications.models import NotificationDelivery
+from app.users import services as users
+from app.users.tokens import issue_session_token
+from tests.conftest import PASSWORD, make_settings
+from tests.support.net import free_port
+
+SECRET = "webhook-secret"
+
+
+class Mailbox:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.messages.append(envelope.content.decode())
+        return "250 OK"
+
+
+def authenticate(server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> AuthResult:
+    ok = isinstance(data, LoginPassword) and data.login == b"mailer" and data.password == b"mail-password"
+    return AuthResult(success=ok)
+
+
+class Receiver:
+    """A webhook endpoint that keeps what it got with a valid signature and refuses the rest."""
+
+    def __init__(self, port: int) -> None:
+        self.port, self.received, self.refused = port, [], 0
+        self.server: ThreadingHTTPServer | None = None
+
+    def start(self) -> None:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("X-Slipway-Signature") != sign(body, SECRET):
+                    receiver.refused += 1
+                    self.send_response(401)
+                else:
+                    receiver.received.append(json.loads(body))
+                    self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+@pytest.fixture
+def ports() -> dict[str, int]:
+    return {"smtp": free_port(), "webhook": free_port()}
+
+
+@pytest.fixture
+def notifying_app(
+    tmp_path: Path,
+    database_url: str,
+    redis_server: str,
+    ports: dict[str, int],
+    app_factory: Callable[[Settings], Flask],
+) -> Iterator[Flask]:
+    settings = make_settings(
+        tmp_path, database_url, redis_server,
+        email_smarthost=f"127.0.0.1:{ports['smtp']}", email_from="slipway@example.com", email_username="mailer",
+        email_password="mail-password", notifications_webhook_url=f"http://127.0.0.1:{ports['webhook']}/hook",
+        notifications_webhook_secret=SECRET, access_url="http://slipway.example.com",
+    )  # fmt: skip
+    app = app_factory(settings)
+    with app.app_context():
+        get_redis().flushdb()
+    yield app
+
+
+def work(app: Flask) -> None:
+    """What the notification worker process does, until the queue is empty."""
+    with app.app_context():
+        connection = get_redis()
+        queue = Queue(QUEUE, connection=connection, serializer=JSONSerializer)
+        SimpleWorker([queue], connection=connection, serializer=JSONSerializer).work(burst=True)
+
+
+def deliveries(app: Flask) -> list[NotificationDelivery]:
+    with app.app_context():
+        rows = list(db.session.scalars(select(NotificationDelivery).order_by(NotificationDelivery.channel)))
+        db.session.expunge_all()
+        db.session.remove()
+    return rows
+
+
+def test_deliveries_wait_while_receivers_are_down_and_arrive_once_they_are_up(
+    notifying_app: Flask, ports: dict[str, int]
+) -> None:
+    app = notifying_app
+    with app.app_context():
+        carol = users.create_user("carol", "carol@example.com", PASSWORD, [])
+        alice = users.create_user("alice", "alice@example.com", PASSWORD, ["owner"])
+        carol_token, alice_token = issue_session_token(carol, 3600), issue_session_token(alice, 3600)
+        services.notify(carol.id, services.BUILD_FAILED, title="Start of dev failed", body="boom", link="/builds/1")
+        db.session.commit()
+        assert enqueue_due(app.config["SLIPWAY_SETTINGS"]) == 2
+        db.session.remove()
+    work(app)  # both receivers are down
+    waiting = deliveries(app)
+    assert [(row.channel, row.status, row.attempts) for row in waiting] == [
+        ("email", "pending", 1),
+        ("webhook", "pending", 1),
+    ]
+    assert all(row.last_error for row in waiting)
+    assert "127.0.0.1" not in waiting[1].last_error  # a webhook error names no URL (it may carry a token)
+    client = app.test_client()
+    seen = client.get("/api/v2/notifications/deliveries", headers={"Authorization": f"Bearer {alice_token}"})
+    assert seen.status_code == 200 and len(seen.json) == 2
+    refused = client.get("/api/v2/notifications/deliveries", headers={"Authorization": f"Bearer {carol_token}"})
+    assert refused.status_code == 403
+    # Not before their back-off: nothing is handed to the worker yet.
+    with app.app_context():
+        assert enqueue_due(app.config["SLIPWAY_SETTINGS"]) == 0
+        db.session.remove()
+
+    mailbox, receiver = Mailbox(), Receiver(ports["webhook"])
+    smtp = Controller(
+        mailbox, hostname="127.0.0.1", port=ports["smtp"], authenticator=authenticate, auth_require_tls=False
+    )
+    smtp.start()
+    receiver.start()
+    try:
+        with app.app_context():
+            later = max(row.next_attempt_at for row in waiting) + timedelta(seconds=1)
+            assert enqueue_due(app.config["SLIPWAY_SETTINGS"], now=later) == 2
+            db.session.remove()
+        work(app)
+    finally:
+        smtp.stop()
+        receiver.stop()
+    assert [(row.channel, row.status, row.attempts) for row in deliveries(app)] == [
+        ("email", "sent", 2),
+        ("webhook", "sent", 2),
+    ]
+    assert len(mailbox.messages) == 1
+    assert (
+        "Subject: Start of dev failed" in mailbox.messages[0]
+        and "http://slipway.example.com/builds/1" in mailbox.messages[0]
+    )
+    assert receiver.refused == 0 and receiver.received[0]["event"] == "build_failed"
+    assert receiver.received[0]["user"]["username"] == "carol"
+
+
+def test_back_off_doubles_up_to_an_hour() -> None:
+    assert [backoff(n).total_seconds() for n in (1, 2, 3, 4)] == [10, 20, 40, 80]
+    assert backoff(30) == timedelta(hours=1)
+
+
+def test_inbox_and_preferences_are_each_persons_own(app: Flask, personas: dict[str, Any]) -> None:
+    client = app.test_client()
+    carol, dave = personas["carol"], personas["dave"]
+    with app.app_context():
+        services.notify(carol.id, services.WORKSPACE_AUTOSTOPPED, title="dev is being stopped on schedule")
+        db.session.commit()
+        db.session.remove()
+    mine = client.get("/api/v2/notifications/inbox", headers=carol.auth).json
+    assert [item["title"] for item in mine] == ["dev is being stopped on schedule"] and mine[0]["read_at"] is None
+    assert client.get("/api/v2/notifications/inbox", headers=dave.auth).json == []
+    assert client.put(f"/api/v2/notifications/inbox/{mine[0]['id']}/read", headers=dave.auth).status_code == 404
+    assert client.put(f"/api/v2/notifications/inbox/{mine[0]['id']}/read", headers=carol.auth).status_code == 204
+    assert client.get("/api/v2/notifications/inbox", headers=carol.auth).json[0]["read_at"] is not None
+
+    path = "/api/v2/users/me/notifications/preferences"
+    assert all(client.get(path, headers=carol.auth).json.values())
+    bad = client.put(path, json={"workspace_autostopped": "no", "weather": True}, headers=carol.auth)
+    assert bad.status_code == 400
+    assert {item["field"] for item in bad.json["validations"]} == {"workspace_autostopped", "weather"}
+    turned_off = client.put(path, json={"workspace_autostopped": False}, headers=carol.auth)
+    assert turned_off.status_code == 200 and turned_off.json["workspace_autostopped"] is False
+    with app.app_context():
+        assert services.notify(carol.id, services.WORKSPACE_AUTOSTOPPED, title="again") is None
+        assert services.notify(dave.id, services.WORKSPACE_AUTOSTOPPED, title="dave's") is not None
+        db.session.commit()
+        db.session.remove()
+    assert len(client.get("/api/v2/notifications/inbox", headers=carol.auth).json) == 1
