@@ -25,6 +25,7 @@ from app.core.extensions import csrf, db, htmx, migrate
 from app.lifecycle import activity
 from app.lifecycle import api as lifecycle_api
 from app.lifecycle import models as lifecycle_models  # noqa: F401 - the executor's table, for migrations
+from app.lifecycle import views as lifecycle_views
 from app.notifications import api as notifications_api
 from app.notifications import delivery
 from app.provisioning import api as provisioning_api
@@ -82,6 +83,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         catalog_api.bp,
         workspaces_api.bp,
         lifecycle_api.bp,
+        lifecycle_views.bp,
         notifications_api.bp,
         daemon_api.bp,
         agent_api.bp,

@@ -8,6 +8,8 @@ from werkzeug.wrappers import Response
 from app.auth.access import current_browser_session_id, page_user, require_role, sign_in_browser
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
+from app.lifecycle import settings as lifecycle_settings
+from app.notifications import services as notifications
 from app.users import services
 from app.users.browser_sessions import end_browser_session_of, list_browser_sessions
 from app.users.models import ASSIGNABLE_ROLES, ROLE_OWNER
@@ -83,8 +85,37 @@ def _account_page(**context: object) -> str:
         tokens=list_api_tokens(user),
         browser_sessions=list_browser_sessions(user),
         this_session_id=current_browser_session_id(),
+        quiet_hours=lifecycle_settings.quiet_hours_of(user),
+        preferences=notifications.preferences(user.id),
+        events=notifications.EVENTS,
+        inbox=notifications.inbox(user.id),
         **context,
     )
+
+
+@bp.post("/account/quiet-hours")
+def set_quiet_hours() -> Response | tuple[str, int]:
+    try:
+        lifecycle_settings.set_quiet_hours(page_user(), request.form.get("schedule", ""))
+    except DomainError as error:
+        return _account_page(quiet_hours_error=error.message), error.status
+    flash("Quiet hours saved.", "success")
+    return redirect(url_for("users.account") + "#quiet-hours")
+
+
+@bp.post("/account/notifications")
+def set_notification_preferences() -> Response:
+    # A checkbox sends a value only when ticked: every event not sent is off.
+    chosen = {event: request.form.get(event) == "on" for event in notifications.EVENTS}
+    notifications.set_preferences(page_user().id, chosen)
+    flash("Notification preferences saved.", "success")
+    return redirect(url_for("users.account") + "#notifications")
+
+
+@bp.post("/account/inbox/read")
+def mark_inbox_read() -> Response:
+    notifications.mark_read(page_user().id, None)
+    return redirect(url_for("users.account") + "#inbox")
 
 
 @bp.post("/account/password")

@@ -12,6 +12,7 @@ from werkzeug.wrappers import Response
 from app.auth.access import page_user
 from app.auth.blueprints import page_blueprint
 from app.catalog import services as catalog
+from app.catalog.models import TemplateVersion
 from app.core.errors import DomainError
 from app.core.extensions import db
 from app.events import get_relay
@@ -120,8 +121,12 @@ def show(workspace_id: str) -> str:
     latest = builds[0]
     resources = job_resources(latest.job_id)
     sections = [section.render(workspace, user) for section in workspace_sections()]
+    active = workspace.template.active_version_id
     return render_template(
         "workspaces/show.html",
+        active_version=db.session.get(TemplateVersion, active) if active else None,
+        schedule_form=_schedule_form(workspace),
+        day_choices=DAY_CHOICES,
         workspace=workspace,
         builds=builds,
         latest=latest,
@@ -131,6 +136,21 @@ def show(workspace_id: str) -> str:
         can_act=services.can_act(user, workspace),
         status_of=services.build_status,
     )
+
+
+# The schedule card's choices of days (any other schedule, set by the API or CLI, is shown as it is).
+DAY_CHOICES = {"*": "every day", "mon-fri": "Monday to Friday", "sat,sun": "weekends"}
+
+
+def _schedule_form(workspace: Workspace) -> dict[str, str]:
+    """The schedule card's form, filled in from the workspace's schedule where the form can show it."""
+    form = {"time": "", "days": "mon-fri", "zone": "UTC", "ttl": ""}
+    parts = (workspace.autostart_schedule or "").split()
+    if len(parts) == 6 and parts[0].startswith("CRON_TZ=") and parts[1].isdecimal() and parts[2].isdecimal():
+        form.update(zone=parts[0][len("CRON_TZ=") :], time=f"{int(parts[2]):02d}:{int(parts[1]):02d}", days=parts[5])
+    if workspace.ttl_ms:
+        form["ttl"] = f"{workspace.ttl_ms / 3_600_000:g}"
+    return form
 
 
 @bp.post("/workspaces/<workspace_id>/builds")

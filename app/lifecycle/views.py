@@ -1,0 +1,107 @@
+"""Pages: the workspace page's lifecycle controls (update, schedule, extend, activate) and the update form that
+asks for the parameter values a new template version needs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from flask import flash, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from app.auth.access import page_user
+from app.auth.blueprints import page_blueprint
+from app.catalog.services import get_version
+from app.core.columns import rfc3339, utcnow
+from app.core.errors import DomainError
+from app.lifecycle import settings
+from app.workspaces import services
+from app.workspaces.models import Workspace
+
+bp = page_blueprint("lifecycle", __name__)
+
+
+def _workspace(workspace_id: str) -> Workspace:
+    return services.get_workspace_for(page_user(), workspace_id, need="act")
+
+
+def _back(workspace: Workspace) -> Response:
+    return redirect(url_for("workspaces.show", workspace_id=workspace.id))
+
+
+@bp.route("/workspaces/<workspace_id>/update", methods=["GET", "POST"])
+def update(workspace_id: str) -> Response | str | tuple[str, int]:
+    """Start the template's active version. When the new version needs values (a new required parameter, an
+    option that was removed), the form asks for exactly those; nothing is built until they pass."""
+    user, workspace = page_user(), _workspace(workspace_id)
+    active_id = workspace.template.active_version_id
+    if active_id is None:
+        flash("The template has no active version.", "error")
+        return _back(workspace)
+    version = get_version(active_id)
+    values = {key[len("param:") :]: value for key, value in request.form.items() if key.startswith("param:")}
+    needed: dict[str, str] = {}
+    if request.method == "POST":
+        try:
+            build = services.create_build(user, workspace, "start", values, active_id)
+        except DomainError as error:
+            needed = {item["field"]: item["detail"] for item in error.validations}
+            if not needed:
+                flash(error.message, "error")
+                return _back(workspace)
+        else:
+            return redirect(url_for("workspaces.build", build_id=build.id))
+    parameters = [parameter for parameter in version.parameters if parameter.name in needed] or [
+        parameter for parameter in version.parameters if parameter.required
+    ]
+    page = render_template(
+        "lifecycle/update.html", workspace=workspace, version=version, parameters=parameters, errors=needed,
+        values=values,
+    )  # fmt: skip
+    return (page, 400) if needed else page
+
+
+@bp.post("/workspaces/<workspace_id>/schedule")
+def schedule(workspace_id: str) -> Response:
+    workspace = _workspace(workspace_id)
+    form = request.form
+    try:
+        at, days, zone = form.get("start_time", "").strip(), form.get("start_days", "*"), form.get("zone", "").strip()
+        if at:
+            hour, _, minute = at.partition(":")
+            text = f"CRON_TZ={zone or 'UTC'} {int(minute or 0)} {int(hour)} * * {days}"
+            settings.set_autostart(workspace, text)
+        else:
+            settings.set_autostart(workspace, None)
+        hours = form.get("ttl_hours", "").strip()
+        settings.set_ttl(workspace, round(float(hours) * 3_600_000) if hours else None)
+    except ValueError:
+        flash("Give the start time as HH:MM and the autostop as a number of hours.", "error")
+    except DomainError as error:
+        flash(error.message, "error")
+    else:
+        flash("Schedule saved.", "success")
+    return _back(workspace)
+
+
+@bp.post("/workspaces/<workspace_id>/extend")
+def extend(workspace_id: str) -> Response:
+    workspace = _workspace(workspace_id)
+    try:
+        hours = float(request.form.get("hours", "1"))
+        build = services.latest_build(workspace)
+        base = max(build.deadline or utcnow(), utcnow())
+        settings.extend_deadline(workspace, rfc3339(base + timedelta(hours=hours)))
+    except ValueError:
+        flash("Extend by a number of hours.", "error")
+    except DomainError as error:
+        flash(error.message, "error")
+    return _back(workspace)
+
+
+@bp.post("/workspaces/<workspace_id>/activate")
+def activate(workspace_id: str) -> Response:
+    user = page_user()
+    workspace = services.get_workspace_for(user, workspace_id, need="read" if user.is_template_admin else "act")
+    settings.set_dormant(workspace, False)
+    flash(f"{workspace.name} is active again: start it when you need it.", "success")
+    return _back(workspace)

@@ -1,0 +1,126 @@
+"""The dashboard's lifecycle controls: the schedule card, the outdated banner and the update form that asks for a
+new version's parameters, the dormancy banner, and the Account page's quiet hours, preferences and inbox. Forms
+carry CSRF tokens; another member cannot use them on someone else's workspace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from app.core.columns import utcnow
+from app.core.extensions import db
+from app.notifications import services as notifications
+from app.workspaces.models import Workspace
+from tests.conftest import PASSWORD, Persona
+from tests.support.web import csrf_token, post_form, sign_in
+from tests.test_workspace_updates import PARAMETERS_V2, World
+
+
+@pytest.fixture
+def world(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> World:
+    return World(client, personas)
+
+
+def browser(app: Flask, who: str) -> FlaskClient:
+    pages = app.test_client()
+    sign_in(pages, f"{who}@example.com", PASSWORD)
+    return pages
+
+
+def test_the_schedule_card_sets_autostart_and_autostop(app: Flask, world: World) -> None:
+    workspace = world.create()
+    path = f"/workspaces/{workspace['id']}"
+    carol = browser(app, "carol")
+    page = carol.get(path).get_data(as_text=True)
+    assert 'id="schedule-card"' in page and "manually" in page
+    form = {"start_time": "09:30", "start_days": "mon-fri", "zone": "Europe/Berlin", "ttl_hours": "8"}
+    assert post_form(carol, f"{path}/schedule", form, token_from=path).status_code == 302
+    seen = world.get(workspace["id"])
+    assert seen["autostart_schedule"] == "CRON_TZ=Europe/Berlin 30 9 * * mon-fri" and seen["ttl_ms"] == 8 * 3_600_000
+    page = carol.get(path).get_data(as_text=True)
+    assert "CRON_TZ=Europe/Berlin 30 9 * * mon-fri" in page and "next <strong>" in page
+    # A zone that does not exist: the page says so and nothing changes.
+    bad = {**form, "zone": "Mars/Olympus"}
+    assert post_form(carol, f"{path}/schedule", bad, token_from=path).status_code == 302
+    assert "Unknown time zone" in carol.get(path).get_data(as_text=True)
+    assert world.get(workspace["id"])["autostart_schedule"] == "CRON_TZ=Europe/Berlin 30 9 * * mon-fri"
+    # Someone else's workspace: not found; no token: refused.
+    dave = browser(app, "dave")
+    assert post_form(dave, f"{path}/schedule", form, token_from="/workspaces").status_code == 404
+    assert carol.post(f"{path}/schedule", data=form).status_code == 400
+
+
+def test_update_asks_for_the_new_versions_parameters_then_builds_it(app: Flask, world: World) -> None:
+    workspace = world.create()
+    v2 = world.push(PARAMETERS_V2)
+    world.promote(v2)
+    path = f"/workspaces/{workspace['id']}"
+    carol = browser(app, "carol")
+    page = carol.get(path).get_data(as_text=True)
+    assert 'id="outdated-banner"' in page and ">Update<" in page
+    listed = carol.get("/workspaces").get_data(as_text=True)
+    assert "outdated" in listed
+    asked = post_form(carol, f"{path}/update", {}, token_from=path)
+    assert asked.status_code == 400
+    form_page = asked.get_data(as_text=True)
+    assert 'name="param:zone"' in form_page and 'name="param:region"' in form_page
+    values = {"param:region": "us", "param:zone": "b", "param:size": "6"}
+    built = post_form(carol, f"{path}/update", values, token_from=f"{path}/update")
+    # size: 6 no longer passes (at most 4 now), and it may not go down: still asked, nothing built.
+    assert built.status_code == 400 and "param:size" in built.get_data(as_text=True)
+    assert world.get(workspace["id"])["latest_build"]["template_version_id"] != v2
+    world.client.patch(
+        f"/api/v2/templates/{world.template['id']}/versions",
+        json={"id": world.push([{**PARAMETERS_V2[0], "validation_max": 8}, *PARAMETERS_V2[1:]])},
+        headers=world.personas["bob"].auth,
+    )
+    built = post_form(carol, f"{path}/update", values, token_from=f"{path}/update")
+    assert built.status_code == 302 and "/builds/" in built.headers["Location"]
+    latest = world.get(workspace["id"])
+    assert latest["outdated"] is False and latest["latest_build"]["transition"] == "start"
+
+
+def test_the_dormancy_banner_and_activate(app: Flask, world: World) -> None:
+    workspace = world.create()
+    with app.app_context():
+        row = db.session.get(Workspace, workspace["id"])
+        assert row is not None
+        row.dormant_at = utcnow()
+        db.session.commit()
+        db.session.remove()
+    path = f"/workspaces/{workspace['id']}"
+    carol = browser(app, "carol")
+    assert 'id="dormancy-banner"' in carol.get(path).get_data(as_text=True)
+    assert post_form(carol, f"{path}/activate", {}, token_from=path).status_code == 302
+    assert world.get(workspace["id"])["dormant_at"] is None
+    assert 'id="dormancy-banner"' not in carol.get(path).get_data(as_text=True)
+
+
+def test_account_quiet_hours_preferences_and_inbox(app: Flask, personas: dict[str, Any]) -> None:
+    carol = browser(app, "carol")
+    page = carol.get("/account").get_data(as_text=True)
+    assert "CRON_TZ=UTC 0 0 * * *" in page and 'id="inbox"' in page
+    bad = post_form(carol, "/account/quiet-hours", {"schedule": "CRON_TZ=UTC 0 22 * * 1-5"}, token_from="/account")
+    assert bad.status_code == 400 and "one time every day" in bad.get_data(as_text=True)
+    good = post_form(
+        carol, "/account/quiet-hours", {"schedule": "CRON_TZ=Europe/Paris 0 22 * * *"}, token_from="/account"
+    )
+    assert good.status_code == 302
+    assert "CRON_TZ=Europe/Paris 0 22 * * *" in carol.get("/account").get_data(as_text=True)
+    # Only the ticked events stay on.
+    chosen = {"build_failed": "on"}
+    assert post_form(carol, "/account/notifications", chosen, token_from="/account").status_code == 302
+    with app.app_context():
+        prefs = notifications.preferences(personas["carol"].id)
+        assert prefs["build_failed"] and not prefs["workspace_autostopped"]
+        notifications.notify(
+            personas["carol"].id, notifications.BUILD_FAILED, title="Start of dev failed", link="/builds/x"
+        )
+        db.session.commit()
+        db.session.remove()
+    assert "Start of dev failed" in carol.get("/account").get_data(as_text=True)
+    assert carol.post("/account/quiet-hours", data={"schedule": "CRON_TZ=UTC 0 1 * * *"}).status_code == 400
+    assert csrf_token(carol, "/account")
