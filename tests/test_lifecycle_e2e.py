@@ -5,6 +5,7 @@ example run by the server's daemons; people use the CLI (`schedule`, `update`, `
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 from flask import Flask
+from playwright.sync_api import expect
 from sqlalchemy import update
 
 from app.core.config import load_settings
@@ -23,10 +25,19 @@ from app.factory import create_app
 from app.lifecycle.executor import TickReport, run_tick
 from app.lifecycle.models import LifecycleTick
 from tests.conftest import close_app
-from tests.support.deployment import Deployment, running_deployment
+from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
+from tests.support.deployment import EXAMPLE, Deployment, running_deployment
 from tests.support.waiting import wait_until
 
 BUILD_TIMEOUT = 180.0
+# What the browser test's new version adds: a parameter without a default, so updating needs a value for it.
+TEAM_PARAMETER = """
+data "coder_parameter" "team" {
+  name    = "team"
+  type    = "string"
+  mutable = true
+}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +225,60 @@ def test_an_unused_workspace_goes_dormant_refuses_to_start_and_is_deleted(
     # The others on the template are not dormant: their last use is recent against the real clock.
     with deployment.api("alice") as api:
         api.patch(f"/templates/{running['template_id']}", json={"time_til_dormant_ms": 0})
+
+
+def test_in_a_browser_the_schedule_card_and_an_update_asking_for_a_new_parameter(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    """Last in the module: it makes a version with a new required parameter active."""
+    assert deployment.cli("alice", "templates", "edit", "local", "--default-ttl", "2h").returncode == 0
+    deployment.create("carol", "web")
+    running = wait_status(deployment, "web", "running")
+    url = f"{deployment.url}/workspaces/{running['id']}"
+    with browser_page() as page:
+        problems = watch_for_problems(page.context)
+        sign_in_page(page, deployment.url, "carol@example.com")
+        expect(page).to_have_url(f"{deployment.url}/workspaces")
+        page.goto(url)
+        card = page.locator("#schedule-card")
+        expect(card).to_contain_text("Starts")
+        card.locator("summary").click()
+        page.fill("#start-time", "07:15")
+        page.select_option("#start-days", "mon-fri")
+        page.fill("#zone", "America/New_York")
+        page.fill("#ttl-hours", "6")
+        page.click("#schedule-form button[type=submit]")
+        expect(page.locator(".flash-success")).to_contain_text("Schedule saved")
+        expect(card).to_contain_text("CRON_TZ=America/New_York 15 7 * * mon-fri")
+        expect(card).to_contain_text("next")
+        before = page.locator("#stops-at").inner_text()
+        page.click("#schedule-card button[value='1']")
+        expect(page.locator("#stops-at")).not_to_have_text(before)
+
+        # A new version adds a required parameter: the page says the workspace is outdated, Update asks for it.
+        template = tmp_path / "local-v2"
+        shutil.copytree(EXAMPLE, template)
+        with (template / "main.tf").open("a") as main:
+            main.write(
+                '\ndata "coder_parameter" "team" {\n  name    = "team"\n  type    = "string"\n  mutable = true\n}\n'
+            )
+        pushed = deployment.cli(
+            "alice", "templates", "push", "local", "-d", str(template), "--variable",
+            f"workspaces_root={deployment.workspaces_root}",
+        )  # fmt: skip
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        page.goto(url)
+        banner = page.locator("#outdated-banner")
+        expect(banner).to_contain_text("active version")
+        banner.locator("button").click()
+        expect(page.locator("input[name='param:team']")).to_be_visible()
+        page.fill("input[name='param:team']", "platform")
+        page.click("#update-submit")
+        expect(page).to_have_url(re.compile(r"/builds/"))
+        page.screenshot(path=str(ARTIFACTS / "lifecycle-update.png"), full_page=True)
+        assert problems == [], "\n".join(problems)
+    updated = wait_status(deployment, "web", "running")
+    assert updated["outdated"] is False
+    with deployment.api("carol") as api:
+        values = api.get(f"/workspacebuilds/{updated['latest_build']['id']}/parameters").json()
+    assert {"name": "team", "value": "platform"} in values

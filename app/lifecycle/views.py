@@ -57,7 +57,8 @@ def update(workspace_id: str) -> Response | str | tuple[str, int]:
         "lifecycle/update.html", workspace=workspace, version=version, parameters=parameters, errors=needed,
         values=values,
     )  # fmt: skip
-    return (page, 400) if needed else page
+    # Asking for what the version needs is the form's first step, not an error; values that fail their rules are.
+    return (page, 400) if needed and values else page
 
 
 @bp.post("/workspaces/<workspace_id>/schedule")
