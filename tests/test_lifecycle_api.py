@@ -162,3 +162,23 @@ def test_quiet_hours(client: FlaskClient, personas: dict[str, Persona], setup: d
         .json["schedule"]
         .startswith("CRON_TZ=UTC")
     )
+
+
+def test_admins_see_what_goes_dormant_and_is_deleted_next(
+    client: FlaskClient, personas: dict[str, Persona], setup: dict[str, Any]
+) -> None:
+    path = "/api/v2/workspaces/lifecycle-upcoming"
+    assert client.get(path, headers=personas["carol"].auth).status_code == 403
+    assert client.get(path, headers=personas["bob"].auth).json == {"dormant_next": [], "deleted_next": []}
+    client.patch(
+        f"/api/v2/templates/{setup['template']['id']}",
+        json={"time_til_dormant_ms": 7 * 24 * 3_600_000, "time_til_dormant_autodelete_ms": 24 * 3_600_000},
+        headers=personas["bob"].auth,
+    )
+    upcoming = client.get(path, headers=personas["alice"].auth).json
+    assert [row["name"] for row in upcoming["dormant_next"]] == ["ws"] and upcoming["deleted_next"] == []
+    dormant_at = datetime.fromisoformat(upcoming["dormant_next"][0]["dormant_at"])
+    assert timedelta(days=6, hours=23) < dormant_at - datetime.now(UTC) <= timedelta(days=7)
+    put(client, personas["bob"], f"/workspaces/{setup['workspace']['id']}/dormant", {"dormant": True})
+    upcoming = client.get(path, headers=personas["bob"].auth).json
+    assert upcoming["dormant_next"] == [] and [row["name"] for row in upcoming["deleted_next"]] == ["ws"]

@@ -63,6 +63,13 @@ def update_template(template_id: str) -> Response:
     return jsonify(settings.update_template(get_template(template_id), json_body()).to_json())
 
 
+@bp.get("/workspaces/lifecycle-upcoming")
+@require_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
+def upcoming() -> Response:
+    """Admins: which workspaces go dormant next, and which dormant ones are deleted next."""
+    return jsonify(settings.upcoming())
+
+
 @bp.get("/users/me/quiet-hours")
 def quiet_hours() -> Response:
     return jsonify({"schedule": settings.quiet_hours_of(api_user())})

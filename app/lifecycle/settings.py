@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
+from sqlalchemy.orm import joinedload
 
 from app.catalog.models import Template
-from app.core.columns import utcnow
+from app.core.columns import rfc3339, utcnow
 from app.core.errors import Forbidden, InvalidInput
 from app.core.extensions import db
 from app.core.schedules import ScheduleError, mask_from_weekdays, parse_schedule
@@ -224,3 +225,45 @@ def _reschedule_deletions(template: Template) -> None:
     for workspace in dormant:
         assert workspace.dormant_at is not None  # noqa: S101 - selected for it
         workspace.deleting_at = workspace.dormant_at + timedelta(milliseconds=autodelete) if autodelete else None
+
+
+UPCOMING_LIMIT = 50
+
+
+def upcoming(now: datetime | None = None) -> dict[str, list[dict[str, JSON]]]:
+    """For admins: the workspaces that go dormant next (by their last use and their template's threshold) and the
+    dormant ones deleted next, soonest first; a query per template with dormancy, however many workspaces."""
+    now = now or utcnow()
+    dormant_next: list[tuple[datetime, Workspace]] = []
+    templates = db.session.scalars(select(Template).where(Template.time_til_dormant_ms > 0)).all()
+    for template in templates:
+        idle_for = timedelta(milliseconds=template.time_til_dormant_ms)
+        rows = db.session.scalars(
+            select(Workspace)
+            .where(Workspace.template_id == template.id, Workspace.deleted.is_(False), Workspace.dormant_at.is_(None))
+            .order_by(Workspace.last_used_at)
+            .limit(UPCOMING_LIMIT)
+            .options(joinedload(Workspace.owner), joinedload(Workspace.template))
+        ).unique()
+        dormant_next.extend((workspace.last_used_at + idle_for, workspace) for workspace in rows)
+    dormant_next.sort(key=lambda pair: pair[0])
+    deleted_next = db.session.scalars(
+        select(Workspace)
+        .where(Workspace.deleted.is_(False), Workspace.deleting_at.is_not(None))
+        .order_by(Workspace.deleting_at)
+        .limit(UPCOMING_LIMIT)
+        .options(joinedload(Workspace.owner), joinedload(Workspace.template))
+    ).unique()
+    return {
+        "dormant_next": [
+            _upcoming_row(workspace, "dormant_at", when) for when, workspace in dormant_next[:UPCOMING_LIMIT]
+        ],
+        "deleted_next": [_upcoming_row(workspace, "deleting_at", workspace.deleting_at) for workspace in deleted_next],
+    }
+
+
+def _upcoming_row(workspace: Workspace, label: str, when: datetime | None) -> dict[str, JSON]:
+    return {
+        "id": workspace.id, "name": workspace.name, "owner_name": workspace.owner.username,
+        "template_name": workspace.template.name, label: rfc3339(when), "last_used_at": rfc3339(workspace.last_used_at),
+    }  # fmt: skip
