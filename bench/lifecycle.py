@@ -18,17 +18,14 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flask import Flask
 from flask_migrate import upgrade
-from sqlalchemy import delete, event, insert, select, update
+from sqlalchemy import delete, insert, select, update
 
 from app.catalog.models import Template, TemplateVersion
 from app.core.config import load_settings
@@ -45,6 +42,7 @@ from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from protocol.provisionerd import JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD
 from tests.support.postgres import PostgresCluster
+from tests.support.queries import counted
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -122,22 +120,6 @@ class Fleet:
             db.session.commit()
             db.session.remove()
             get_redis().flushdb()
-
-
-@contextmanager
-def counted(app: Flask) -> Iterator[list[str]]:
-    statements: list[str] = []
-
-    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement)
-
-    with app.app_context():
-        engine = db.engine
-    event.listen(engine, "before_cursor_execute", count)
-    try:
-        yield statements
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
 
 
 def tick(app: Flask, at: datetime) -> tuple[float, int]:

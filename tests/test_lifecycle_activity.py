@@ -14,8 +14,8 @@ from app.core.extensions import db
 from app.lifecycle.activity import flush_activity, mark_used
 from app.workspaces.models import WorkspaceBuild
 from tests.conftest import Persona
+from tests.support.queries import counted
 from tests.test_lifecycle_executor import World
-from tests.test_query_counts import counted
 
 
 @pytest.fixture

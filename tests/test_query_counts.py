@@ -3,37 +3,17 @@ once (jobs, queue places, daemon names, builds, resources, agents), never looked
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import event
 
 from app.core.extensions import db
 from app.users.models import User
 from app.workspaces import services
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template
+from tests.support.queries import counted
 from tests.support.web import sign_in
-
-
-@contextmanager
-def counted(app: Flask) -> Iterator[list[str]]:
-    statements: list[str] = []
-
-    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement)
-
-    with app.app_context():
-        engine = db.engine
-    event.listen(engine, "before_cursor_execute", count)
-    try:
-        yield statements
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
 
 
 def add_workspaces(app: Flask, template_id: str, owner_id: str, count: int, start: int = 0) -> None:

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from redis import Redis
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import joinedload, undefer
+from sqlalchemy.orm import joinedload
 
 from app.catalog.models import Template
 from app.core.columns import utcnow
@@ -40,7 +40,7 @@ from app.provisioning.jobs import dispatch_many
 from app.provisioning.models import FAILED, SUCCEEDED, ProvisionerJob
 from app.users.models import STATUS_ACTIVE, User
 from app.workspaces.models import Workspace, WorkspaceBuild
-from app.workspaces.services import queue_build, version_for_start
+from app.workspaces.services import latest_builds, queue_build, version_for_start
 
 log = logging.getLogger("slipway.lifecycle")
 
@@ -184,7 +184,7 @@ def _due_actions(now: datetime, report: TickReport) -> list[_Action]:
     for group in (stops, starts, deletions, failures, idle):
         for workspace in group:
             candidates[workspace.id] = workspace
-    latest = _latest_builds(list(candidates.values()))
+    latest = latest_builds(list(candidates.values()), with_state=True)
     actions = []
     for workspace in candidates.values():
         build = latest.get(workspace.id)
@@ -219,28 +219,6 @@ def _idle_workspaces(now: datetime) -> list[Workspace]:
             ).unique()
         )
     return found
-
-
-def _latest_builds(workspaces: Sequence[Workspace]) -> dict[str, WorkspaceBuild]:
-    if not workspaces:
-        return {}
-    newest = (
-        select(WorkspaceBuild.workspace_id, func.max(WorkspaceBuild.build_number).label("number"))
-        .where(WorkspaceBuild.workspace_id.in_([workspace.id for workspace in workspaces]))
-        .group_by(WorkspaceBuild.workspace_id)
-        .subquery()
-    )
-    query = (
-        select(WorkspaceBuild)
-        .join(
-            newest,
-            (WorkspaceBuild.workspace_id == newest.c.workspace_id) & (WorkspaceBuild.build_number == newest.c.number),
-        )
-        .options(
-            joinedload(WorkspaceBuild.job), joinedload(WorkspaceBuild.template_version), undefer(WorkspaceBuild.state)
-        )
-    )
-    return {build.workspace_id: build for build in db.session.scalars(query)}
 
 
 def _decide(workspace: Workspace, build: WorkspaceBuild, now: datetime, report: TickReport) -> _Action | None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Select, func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import joinedload
+from sqlalchemy.orm import joinedload, undefer
 
 from app.catalog.models import Template, TemplateVersion
 from app.catalog.services import get_template, get_version
@@ -103,8 +103,9 @@ def visible_workspaces(user: User, *, only_mine: bool = False, name: str | None 
     return list(db.session.scalars(query))
 
 
-def latest_builds(workspaces: Sequence[Workspace]) -> dict[str, WorkspaceBuild]:
-    """Each workspace's latest build (with its job and version), in one query whatever the number of workspaces."""
+def latest_builds(workspaces: Sequence[Workspace], *, with_state: bool = False) -> dict[str, WorkspaceBuild]:
+    """Each workspace's latest build (with its job and version, and its Terraform state when the caller is about to
+    queue the next build), in one query whatever the number of workspaces."""
     if not workspaces:
         return {}
     newest = (
@@ -121,6 +122,8 @@ def latest_builds(workspaces: Sequence[Workspace]) -> dict[str, WorkspaceBuild]:
         )
         .options(joinedload(WorkspaceBuild.job), joinedload(WorkspaceBuild.template_version))
     )
+    if with_state:
+        query = query.options(undefer(WorkspaceBuild.state))
     return {build.workspace_id: build for build in db.session.scalars(query)}
 
 
