@@ -322,24 +322,25 @@ _TOLD = {
 }
 
 
-def _queue(now: datetime, token: int, report: TickReport) -> list[ProvisionerJob]:
+def _queue(now: datetime, token: int, report: TickReport) -> list[tuple[str, str]]:
     """Queue every due action in one transaction, fenced. A unique-number conflict (a person's click won a race)
     rolls it back; the tick then reads what is due again and commits workspace by workspace, so only the loser of
     each race is left out."""
     try:
-        jobs = _queue_each(_due_actions(now, report), report)
+        batch = [(job.id, job.queue) for job in _queue_each(_due_actions(now, report), report)]
         if not _still_holds(token):
             db.session.rollback()
             return []
         db.session.commit()
-        return jobs
+        return batch
     except IntegrityError:
         db.session.rollback()
     report.queued.clear()
-    jobs = []
+    jobs: list[tuple[str, str]] = []
     for action in _due_actions(now, report):
         try:
             job = _queue_action(action, report)
+            queued = None if job is None else (job.id, job.queue)
             if not _still_holds(token):
                 db.session.rollback()
                 return jobs
@@ -348,17 +349,19 @@ def _queue(now: datetime, token: int, report: TickReport) -> list[ProvisionerJob
             db.session.rollback()
             report.skipped.append((action.workspace.id, f"{action.reason}: a build of this workspace was just queued"))
             continue
-        if job is not None:
-            jobs.append(job)
+        if queued is not None:
+            jobs.append(queued)
     return jobs
 
 
 def _queue_each(actions: Sequence[_Action], report: TickReport) -> list[ProvisionerJob]:
     jobs = []
-    for action in actions:
-        job = _queue_action(action, report)
-        if job is not None:
-            jobs.append(job)
+    # Nothing is written until the commit: the builds, jobs and notifications go in one batch per table.
+    with db.session.no_autoflush:
+        for action in actions:
+            job = _queue_action(action, report)
+            if job is not None:
+                jobs.append(job)
     return jobs
 
 

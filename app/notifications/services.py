@@ -76,13 +76,15 @@ def channels(settings: Settings) -> list[str]:
     ]
 
 
+# Read once per person per session (a tick may tell one person about many workspaces); changed by set_preferences.
+_CACHE_KEY = "slipway_notification_preferences"
+
+
 def _wanted(user_id: str, event: str) -> bool:
-    enabled = db.session.scalar(
-        select(NotificationPreference.enabled).where(
-            NotificationPreference.user_id == user_id, NotificationPreference.event == event
-        )
-    )
-    return enabled is not False
+    cache: dict[str, dict[str, bool]] = db.session.info.setdefault(_CACHE_KEY, {})
+    if user_id not in cache:
+        cache[user_id] = preferences(user_id)
+    return cache[user_id].get(event, True)
 
 
 def preferences(user_id: str) -> dict[str, bool]:
@@ -111,6 +113,7 @@ def set_preferences(user_id: str, body: Mapping[str, JSON]) -> dict[str, bool]:
         else:
             row.enabled = bool(value)
     db.session.commit()
+    db.session.info.pop(_CACHE_KEY, None)
     return preferences(user_id)
 
 

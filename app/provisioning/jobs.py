@@ -103,14 +103,15 @@ def new_job(
 
 def dispatch(job: ProvisionerJob) -> None:
     """Wake a daemon that can take the job. A failure here is not fatal: the reconciler re-enqueues pending jobs."""
-    dispatch_many([job])
+    dispatch_many([(job.id, job.queue)])
 
 
-def dispatch_many(jobs: Sequence[ProvisionerJob]) -> None:
-    """:func:`dispatch` for many jobs at once (the lifecycle executor's tick): one Redis round trip per queue."""
-    by_queue: dict[str, list[ProvisionerJob]] = {}
-    for job in jobs:
-        by_queue.setdefault(job.queue, []).append(job)
+def dispatch_many(jobs: Sequence[tuple[str, str]]) -> None:
+    """:func:`dispatch` for many ``(job id, queue)`` at once (the lifecycle executor's tick, which notes them before
+    its commit so that nothing is read back): one Redis round trip per queue."""
+    by_queue: dict[str, list[str]] = {}
+    for job_id, queue_name_ in jobs:
+        by_queue.setdefault(queue_name_, []).append(job_id)
     for name, queued in by_queue.items():
         try:
             queue = Queue(name, connection=get_redis(), serializer=JSONSerializer)
@@ -118,9 +119,9 @@ def dispatch_many(jobs: Sequence[ProvisionerJob]) -> None:
             queue.enqueue_many(
                 [
                     Queue.prepare_data(
-                        RUN_JOB_FUNCTION, (job.id,), job_id=job.id, result_ttl=0, failure_ttl=3600, timeout=-1
+                        RUN_JOB_FUNCTION, (job_id,), job_id=job_id, result_ttl=0, failure_ttl=3600, timeout=-1
                     )
-                    for job in queued
+                    for job_id in queued
                 ]
             )
         except Exception:  # Redis down: the jobs stay pending in the database and are re-enqueued later
