@@ -7,8 +7,11 @@ isolation, and the database pool survives between jobs.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from rq import Queue, SimpleWorker
 from rq.serializers import JSONSerializer
 
@@ -18,13 +21,25 @@ from app.factory import create_app
 from app.notifications.delivery import QUEUE
 
 
+log = logging.getLogger("slipway.notifications")
+RECONNECT_SECONDS = 5
+
+
 def main() -> None:
     app = create_app(load_settings(os.environ))
     with app.app_context():
         connection = get_redis()
         queue = Queue(QUEUE, connection=connection, serializer=JSONSerializer)
-        worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
-        worker.work(with_scheduler=False, logging_level="WARNING")
+        while True:
+            worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
+            try:
+                worker.work(with_scheduler=False, logging_level="WARNING")
+                return  # asked to stop (SIGTERM from `slipway server`)
+            except RedisConnectionError:
+                # Redis restarting must not stop the server (its supervisor stops when a child dies): the outbox
+                # keeps every notification, and the maintenance loop enqueues them again once Redis is back.
+                log.warning("notification worker lost Redis; reconnecting in %d s", RECONNECT_SECONDS)
+                time.sleep(RECONNECT_SECONDS)
 
 
 if __name__ == "__main__":
