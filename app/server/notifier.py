@@ -20,7 +20,6 @@ from app.core.redis_client import get_redis
 from app.factory import create_app
 from app.notifications.delivery import QUEUE
 
-
 log = logging.getLogger("slipway.notifications")
 RECONNECT_SECONDS = 5
 
