@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 from app.core.columns import utcnow
 from app.core.extensions import db
 from app.notifications import services as notifications
-from app.workspaces.models import Workspace
+from app.workspaces.models import Workspace, WorkspaceBuild
 from tests.conftest import PASSWORD, Persona
 from tests.support.web import csrf_token, post_form, sign_in
 from tests.test_workspace_updates import PARAMETERS_V2, World
@@ -124,3 +124,35 @@ def test_account_quiet_hours_preferences_and_inbox(app: Flask, personas: dict[st
     assert "Start of dev failed" in carol.get("/account").get_data(as_text=True)
     assert carol.post("/account/quiet-hours", data={"schedule": "CRON_TZ=UTC 0 1 * * *"}).status_code == 400
     assert csrf_token(carol, "/account")
+
+
+def test_before_promoting_the_version_page_says_what_it_would_do(app: Flask, world: World) -> None:
+    world.create()
+    v2 = world.push(PARAMETERS_V2)
+    bob = browser(app, "bob")
+    assert 'id="promotion-check"' in bob.get(f"/templates/versions/{v2}").get_data(as_text=True)
+    fragment = bob.get(f"/templates/versions/{v2}/promotion-check").get_data(as_text=True)
+    assert "<strong>1</strong> workspace would be outdated" in fragment
+    assert "carol/ws (region, size, zone)" in fragment
+    assert browser(app, "carol").get(f"/templates/versions/{v2}/promotion-check").status_code == 403
+
+
+def test_automatic_updates_from_the_schedule_card_and_reasons_in_the_build_list(app: Flask, world: World) -> None:
+    workspace = world.create()
+    path = f"/workspaces/{workspace['id']}"
+    carol = browser(app, "carol")
+    form = {"start_time": "", "start_days": "*", "zone": "UTC", "ttl_hours": "", "automatic_updates": "on"}
+    assert post_form(carol, f"{path}/schedule", form, token_from=path).status_code == 302
+    assert world.get(workspace["id"])["automatic_updates"] == "always"
+    world.stop(workspace["id"])
+    with app.app_context():
+        build = db.session.scalars(
+            db.select(WorkspaceBuild)
+            .where(WorkspaceBuild.workspace_id == workspace["id"])
+            .order_by(WorkspaceBuild.build_number.desc())
+        ).first()
+        assert build is not None
+        build.reason = "autostop"
+        db.session.commit()
+        db.session.remove()
+    assert ">autostop</span>" in carol.get(path).get_data(as_text=True)

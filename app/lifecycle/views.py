@@ -8,13 +8,14 @@ from datetime import timedelta
 from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from app.auth.access import page_user
+from app.auth.access import page_user, require_role
 from app.auth.blueprints import page_blueprint
 from app.catalog.services import get_version
 from app.core.columns import rfc3339, utcnow
 from app.core.errors import DomainError
 from app.lifecycle import settings
-from app.workspaces import services
+from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
+from app.workspaces import services, updates
 from app.workspaces.models import Workspace
 
 bp = page_blueprint("lifecycle", __name__)
@@ -61,6 +62,13 @@ def update(workspace_id: str) -> Response | str | tuple[str, int]:
     return (page, 400) if needed and values else page
 
 
+@bp.get("/templates/versions/<version_id>/promotion-check")
+@require_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
+def promotion_check(version_id: str) -> str:
+    """Next to "Make this the active version": what promoting it would leave outdated, and who must choose values."""
+    return render_template("lifecycle/promotion_check.html", check=updates.promotion_check(get_version(version_id)))
+
+
 @bp.post("/workspaces/<workspace_id>/schedule")
 def schedule(workspace_id: str) -> Response:
     workspace = _workspace(workspace_id)
@@ -75,6 +83,7 @@ def schedule(workspace_id: str) -> Response:
             settings.set_autostart(workspace, None)
         hours = form.get("ttl_hours", "").strip()
         settings.set_ttl(workspace, round(float(hours) * 3_600_000) if hours else None)
+        settings.set_automatic_updates(workspace, "always" if form.get("automatic_updates") == "on" else "never")
     except ValueError:
         flash("Give the start time as HH:MM and the autostop as a number of hours.", "error")
     except DomainError as error:
