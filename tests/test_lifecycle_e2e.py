@@ -27,6 +27,7 @@ from app.lifecycle.models import LifecycleTick
 from tests.conftest import close_app
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
 from tests.support.deployment import EXAMPLE, Deployment, running_deployment
+from tests.support.templates import FAILING_START_TEMPLATE
 from tests.support.waiting import wait_until
 
 BUILD_TIMEOUT = 180.0
@@ -133,6 +134,30 @@ def test_schedules_set_from_the_cli_and_the_executor_stops_and_starts_for_real(
     started = wait_status(deployment, "sched", "running")
     assert started["latest_build"]["reason"] == "autostart"
     assert at(started["next_start_at"]) > next_start
+
+
+def test_a_failed_start_is_cleaned_up_once_and_its_owner_told(
+    deployment: Deployment, executor_app: Flask, tmp_path: Path
+) -> None:
+    template = tmp_path / "failing"
+    template.mkdir()
+    (template / "main.tf").write_text(FAILING_START_TEMPLATE)
+    pushed = deployment.cli("alice", "templates", "push", "failing", "-d", str(template))
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    assert deployment.cli("alice", "templates", "edit", "failing", "--failure-ttl", "10m").returncode == 0
+    created = deployment.cli("carol", "create", "broken", "-t", "failing")
+    assert created.returncode == 1
+    failed = wait_status(deployment, "broken", "failed")
+    completed = at(failed["latest_build"]["job"]["completed_at"])
+    assert (failed["id"], "failure_cleanup") not in tick(executor_app, completed + timedelta(minutes=5)).queued
+    report = tick(executor_app, completed + timedelta(minutes=11))
+    assert (failed["id"], "failure_cleanup") in report.queued
+    cleaned = wait_status(deployment, "broken", "stopped")
+    assert cleaned["latest_build"]["reason"] == "failure_cleanup"
+    assert (failed["id"], "failure_cleanup") not in tick(executor_app, completed + timedelta(minutes=30)).queued
+    with deployment.api("carol") as api:
+        inbox = api.get("/notifications/inbox").json()
+    assert any(item["event"] == "build_failed" and "broken" in item["title"] for item in inbox)
 
 
 def test_an_open_ssh_session_marks_the_workspace_used_and_pushes_its_autostop(deployment: Deployment) -> None:

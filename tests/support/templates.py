@@ -16,3 +16,19 @@ resource "terraform_data" "slow" {
   }
 }
 """
+
+# Imports fine (an import only plans), but every start fails in its apply; a stop has nothing to do.
+FAILING_START_TEMPLATE = """
+terraform {
+  required_providers {
+    coder = { source = "coder/coder" }
+  }
+}
+data "coder_workspace" "me" {}
+resource "terraform_data" "broken" {
+  count = data.coder_workspace.me.start_count
+  provisioner "local-exec" {
+    command = "echo 'the start fails on purpose' >&2; exit 3"
+  }
+}
+"""
