@@ -182,3 +182,24 @@ def test_admins_see_what_goes_dormant_and_is_deleted_next(
     put(client, personas["bob"], f"/workspaces/{setup['workspace']['id']}/dormant", {"dormant": True})
     upcoming = client.get(path, headers=personas["bob"].auth).json
     assert upcoming["dormant_next"] == [] and [row["name"] for row in upcoming["deleted_next"]] == ["ws"]
+
+
+def test_a_workspace_is_created_with_its_schedule_or_not_at_all(
+    client: FlaskClient, personas: dict[str, Persona], setup: dict[str, Any]
+) -> None:
+    base = {"template_id": setup["template"]["id"], "rich_parameter_values": [{"name": "region", "value": "eu"}]}
+    body = {
+        **base, "name": "scheduled", "autostart_schedule": "CRON_TZ=Asia/Tokyo 0 8 * * 1-5", "ttl_ms": 7_200_000,
+        "automatic_updates": "always",
+    }  # fmt: skip
+    made = client.post("/api/v2/workspaces", json=body, headers=personas["carol"].auth)
+    assert made.status_code == 201, made.json
+    assert made.json["autostart_schedule"] == "CRON_TZ=Asia/Tokyo 0 8 * * 1-5" and made.json["next_start_at"]
+    assert made.json["ttl_ms"] == 7_200_000 and made.json["automatic_updates"] == "always"
+    bad = client.post(
+        "/api/v2/workspaces", json={**base, "name": "bad", "autostart_schedule": "CRON_TZ=Nowhere 0 8 * * *"},
+        headers=personas["carol"].auth,
+    )  # fmt: skip
+    assert bad.status_code == 400 and bad.json["validations"][0]["field"] == "autostart_schedule"
+    names = [item["name"] for item in client.get("/api/v2/workspaces", headers=personas["carol"].auth).json]
+    assert "bad" not in names

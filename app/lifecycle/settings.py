@@ -11,13 +11,14 @@ from sqlalchemy.orm import joinedload
 
 from app.catalog.models import Template
 from app.core.columns import rfc3339, utcnow
-from app.core.errors import Forbidden, InvalidInput
 from app.core.extensions import db
 from app.core.schedules import ScheduleError, mask_from_weekdays, parse_schedule
 from app.core.validation import FieldErrors
 from app.users.models import User
-from app.workspaces.deadlines import DEFAULT_QUIET_HOURS, TTL_MAX, TTL_MIN
-from app.workspaces.models import AUTOMATIC_UPDATES, Workspace
+from app.workspaces import schedule_rules
+from app.workspaces.deadlines import DEFAULT_QUIET_HOURS
+from app.workspaces.models import Workspace
+from app.workspaces.schedule_rules import invalid
 from app.workspaces.services import latest_build
 from protocol.codec import JSON
 
@@ -27,57 +28,25 @@ DURATION_MAX_MS = 10 * 365 * 24 * 3_600_000
 EXTEND_MIN_AHEAD = timedelta(minutes=30)
 
 
-def _invalid(field: str, detail: str) -> InvalidInput:
-    return InvalidInput(detail, validations=[{"field": field, "detail": detail}])
-
-
 def set_autostart(workspace: Workspace, schedule: JSON, now: datetime | None = None) -> None:
-    if schedule is not None and not isinstance(schedule, str):
-        raise _invalid("schedule", "schedule must be a string or null.")
-    if not schedule:
-        workspace.autostart_schedule = workspace.next_start_at = None
-        db.session.commit()
-        return
-    if not workspace.template.allow_user_autostart:
-        raise Forbidden(f"Template {workspace.template.name} does not allow autostart schedules.")
-    try:
-        parsed = parse_schedule(schedule)
-    except ScheduleError as exc:
-        raise _invalid("schedule", str(exc)) from None
-    workspace.autostart_schedule = parsed.text
-    workspace.next_start_at = parsed.next_after(now or utcnow())
+    schedule_rules.apply_autostart(workspace, schedule, now=now)
     db.session.commit()
 
 
-def check_ttl(ttl_ms: JSON, field: str = "ttl_ms") -> int | None:
-    """A workspace TTL: None (the template's default) or 1 min … 30 days, truncated to whole minutes."""
-    if ttl_ms is None:
-        return None
-    if not isinstance(ttl_ms, int) or isinstance(ttl_ms, bool):
-        raise _invalid(field, f"{field} must be a whole number of milliseconds or null.")
-    if not TTL_MIN <= timedelta(milliseconds=ttl_ms) <= TTL_MAX:
-        raise _invalid(field, f"{field} must be between 1 minute (60000) and 30 days (2592000000).")
-    return ttl_ms - ttl_ms % MINUTE_MS
-
-
 def set_ttl(workspace: Workspace, ttl_ms: JSON) -> None:
-    checked = check_ttl(ttl_ms)
-    if checked is not None and not workspace.template.allow_user_autostop:
-        raise Forbidden(f"Template {workspace.template.name} sets the autostop of its workspaces.")
-    workspace.ttl_ms = checked
+    """A running workspace keeps its current deadline (Coder's rule): the new TTL counts from the next start."""
+    schedule_rules.apply_ttl(workspace, ttl_ms)
     db.session.commit()
 
 
 def set_automatic_updates(workspace: Workspace, value: JSON) -> None:
-    if value not in AUTOMATIC_UPDATES:
-        raise _invalid("automatic_updates", "automatic_updates must be 'never' or 'always'.")
-    workspace.automatic_updates = str(value)
+    schedule_rules.apply_automatic_updates(workspace, value)
     db.session.commit()
 
 
 def set_dormant(workspace: Workspace, dormant: JSON, now: datetime | None = None) -> None:
     if not isinstance(dormant, bool):
-        raise _invalid("dormant", "dormant must be true or false.")
+        raise invalid("dormant", "dormant must be true or false.")
     now = now or utcnow()
     if dormant:
         if workspace.dormant_at is None:
@@ -95,20 +64,20 @@ def extend_deadline(workspace: Workspace, deadline_text: JSON, now: datetime | N
     """Move a running workspace's autostop to ``deadline`` (at least 30 min ahead, never past max_deadline)."""
     now = now or utcnow()
     if not isinstance(deadline_text, str):
-        raise _invalid("deadline", "deadline must be an RFC 3339 time, e.g. 2026-11-24T18:00:00Z.")
+        raise invalid("deadline", "deadline must be an RFC 3339 time, e.g. 2026-11-24T18:00:00Z.")
     try:
         deadline = datetime.fromisoformat(deadline_text.replace("Z", "+00:00"))
     except ValueError:
-        raise _invalid("deadline", "deadline must be an RFC 3339 time, e.g. 2026-11-24T18:00:00Z.") from None
+        raise invalid("deadline", "deadline must be an RFC 3339 time, e.g. 2026-11-24T18:00:00Z.") from None
     if deadline.tzinfo is None:
-        raise _invalid("deadline", "deadline needs a time zone (Z or +hh:mm).")
+        raise invalid("deadline", "deadline needs a time zone (Z or +hh:mm).")
     build = latest_build(workspace)
     if build.transition != "start" or build.job.status != "succeeded":
-        raise _invalid("deadline", "Only a running workspace has an autostop to extend.")
+        raise invalid("deadline", "Only a running workspace has an autostop to extend.")
     if deadline < now + EXTEND_MIN_AHEAD:
-        raise _invalid("deadline", "The new deadline must be at least 30 minutes from now.")
+        raise invalid("deadline", "The new deadline must be at least 30 minutes from now.")
     if build.max_deadline is not None and deadline > build.max_deadline:
-        raise _invalid(
+        raise invalid(
             "deadline", f"The template stops this workspace at {build.max_deadline:%Y-%m-%d %H:%M} UTC at the latest."
         )
     build.deadline = deadline
@@ -118,11 +87,11 @@ def extend_deadline(workspace: Workspace, deadline_text: JSON, now: datetime | N
 
 def set_quiet_hours(user: User, schedule: JSON) -> None:
     if not isinstance(schedule, str) or not schedule.strip():
-        raise _invalid("schedule", "schedule must be a daily 'CRON_TZ=<zone> <minute> <hour> * * *'.")
+        raise invalid("schedule", "schedule must be a daily 'CRON_TZ=<zone> <minute> <hour> * * *'.")
     try:
         parsed = parse_schedule(schedule, daily_only=True)
     except ScheduleError as exc:
-        raise _invalid("schedule", str(exc)) from None
+        raise invalid("schedule", str(exc)) from None
     user.quiet_hours_schedule = None if parsed.text == DEFAULT_QUIET_HOURS else parsed.text
     db.session.commit()
 

@@ -117,7 +117,7 @@ def create_workspace() -> tuple[Response, int]:
     version_id = string_field(body, "template_version_id", errors, required=False) or None
     errors.raise_if_any()
     values = parameter_values_field(body)
-    workspace = services.create_workspace(api_user(), template_id, name, values, version_id)
+    workspace = services.create_workspace(api_user(), template_id, name, values, version_id, schedule=body)
     return jsonify(workspace_json(workspace)), 201
 
 

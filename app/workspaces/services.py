@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sqlalchemy import Select, func, select
 from sqlalchemy.exc import IntegrityError
@@ -17,8 +17,10 @@ from app.core.validation import USERNAME_PATTERN
 from app.provisioning.jobs import dispatch, new_job
 from app.provisioning.models import SUCCEEDED, ProvisionerJob
 from app.users.models import User
+from app.workspaces import schedule_rules
 from app.workspaces.models import REASON_INITIATOR, TRANSITIONS, Workspace, WorkspaceBuild
 from app.workspaces.parameters import resolve_parameters
+from protocol.codec import JSON
 from protocol.provisionerd import JOB_WORKSPACE_BUILD, NameValue
 from protocol.tags import normalise_tags
 
@@ -172,8 +174,16 @@ def list_builds(workspace: Workspace) -> list[WorkspaceBuild]:
 
 
 def create_workspace(
-    owner: User, template_id: str, name: str, parameters: dict[str, str], version_id: str | None = None
+    owner: User,
+    template_id: str,
+    name: str,
+    parameters: dict[str, str],
+    version_id: str | None = None,
+    *,
+    schedule: Mapping[str, JSON] | None = None,
 ) -> Workspace:
+    """A new workspace and its first build; ``schedule`` holds the optional autostart_schedule, ttl_ms and
+    automatic_updates of the request, checked like the lifecycle API checks them later."""
     name = check_workspace_name(name)
     template = get_template(template_id)
     version = _usable_version(template, version_id)
@@ -183,7 +193,9 @@ def create_workspace(
     if db.session.scalar(taken):
         raise Conflict(f"You already have a workspace named {name!r}.")
     values = resolve_parameters(version.parameters, parameters, previous=None)
-    workspace = Workspace(name=name, owner_id=owner.id, template_id=template.id)
+    workspace = Workspace(name=name, owner_id=owner.id, template_id=template.id, template=template)
+    if schedule:
+        schedule_rules.apply_on_create(workspace, schedule)
     db.session.add(workspace)
     try:
         db.session.flush()
