@@ -156,3 +156,41 @@ def test_automatic_updates_from_the_schedule_card_and_reasons_in_the_build_list(
         db.session.commit()
         db.session.remove()
     assert ">autostop</span>" in carol.get(path).get_data(as_text=True)
+
+
+def test_template_settings_page(app: Flask, world: World) -> None:
+    name = world.template["name"]
+    path = f"/templates/{name}/settings"
+    assert browser(app, "carol").get(path).status_code == 403
+    bob = browser(app, "bob")
+    assert 'id="template-settings"' in bob.get(f"/templates/{name}").get_data(as_text=True)
+    form = {
+        "display_name": "Dev boxes", "description": "For everyone", "icon": "/icon/code.svg", "default_ttl_hours": "8",
+        "activity_bump_minutes": "60", "failure_ttl_hours": "1", "dormancy_days": "30", "autodelete_days": "14",
+        "allow_user_autostart": "on", "requirement_saturday": "on", "requirement_sunday": "on",
+        "requirement_weeks": "1", "require_active_version": "on",
+    }  # fmt: skip
+    saved = post_form(bob, path, form)
+    assert saved.status_code == 302, saved.get_data(as_text=True)[:500]
+    template = world.client.get(f"/api/v2/templates/{world.template['id']}", headers=world.personas["bob"].auth).json
+    assert template["display_name"] == "Dev boxes" and template["default_ttl_ms"] == 8 * 3_600_000
+    assert template["time_til_dormant_ms"] == 30 * 24 * 3_600_000 and template["allow_user_autostop"] is False
+    assert template["autostop_requirement"]["days_of_week"] == ["saturday", "sunday"]
+    assert template["require_active_version"] is True
+    refused = post_form(bob, path, {**form, "display_name": "Changed", "default_ttl_hours": "-1", "icon": "ftp://x"})
+    assert refused.status_code == 400
+    page = refused.get_data(as_text=True)
+    assert "Must be a whole number of milliseconds" in page and "https:// URL" in page
+    again = world.client.get(f"/api/v2/templates/{world.template['id']}", headers=world.personas["bob"].auth).json
+    assert again["display_name"] == "Dev boxes"
+
+
+def test_admins_have_a_page_of_what_goes_dormant_next(app: Flask, world: World) -> None:
+    world.create()
+    world.client.patch(
+        f"/api/v2/templates/{world.template['id']}", json={"time_til_dormant_ms": 86_400_000},
+        headers=world.personas["bob"].auth,
+    )  # fmt: skip
+    assert browser(app, "carol").get("/workspaces/lifecycle").status_code == 403
+    page = browser(app, "bob").get("/workspaces/lifecycle").get_data(as_text=True)
+    assert 'id="dormant-next"' in page and "carol/ws" in page

@@ -10,13 +10,16 @@ from werkzeug.wrappers import Response
 
 from app.auth.access import page_user, require_role
 from app.auth.blueprints import page_blueprint
-from app.catalog.services import get_version
+from app.catalog.services import get_template_by_name, get_version
 from app.core.columns import rfc3339, utcnow
 from app.core.errors import DomainError
+from app.core.extensions import db
+from app.core.schedules import WEEKDAYS, weekdays_from_mask
 from app.lifecycle import settings
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
 from app.workspaces import services, updates
 from app.workspaces.models import Workspace
+from protocol.codec import JSON
 
 bp = page_blueprint("lifecycle", __name__)
 
@@ -115,3 +118,58 @@ def activate(workspace_id: str) -> Response:
     settings.set_dormant(workspace, False)
     flash(f"{workspace.name} is active again: start it when you need it.", "success")
     return _back(workspace)
+
+
+HOUR_MS, DAY_MS = 3_600_000, 24 * 3_600_000
+# Settings-page fields in people's units: (form field, API field, milliseconds per unit).
+_DURATION_FIELDS = (
+    ("default_ttl_hours", "default_ttl_ms", HOUR_MS),
+    ("activity_bump_minutes", "activity_bump_ms", 60_000),
+    ("failure_ttl_hours", "failure_ttl_ms", HOUR_MS),
+    ("dormancy_days", "time_til_dormant_ms", DAY_MS),
+    ("autodelete_days", "time_til_dormant_autodelete_ms", DAY_MS),
+)
+_FLAG_FIELDS = ("allow_user_autostart", "allow_user_autostop", "require_active_version")
+
+
+@bp.route("/templates/<name>/settings", methods=["GET", "POST"])
+@require_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
+def template_settings(name: str) -> Response | str | tuple[str, int]:
+    """A template's name, description, icon, schedule and policy (the same checks as PATCH /api/v2/templates)."""
+    template = get_template_by_name(name)
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        form = request.form
+        body: dict[str, JSON] = {key: form.get(key, "") for key in ("display_name", "description", "icon")}
+        for flag in _FLAG_FIELDS:
+            body[flag] = form.get(flag) == "on"
+        for field, api_field, unit in _DURATION_FIELDS:
+            text = form.get(field, "").strip() or "0"
+            try:
+                body[api_field] = round(float(text) * unit)
+            except ValueError:
+                errors[api_field] = "Enter a number."
+        weeks = form.get("requirement_weeks", "1").strip()
+        days: list[JSON] = [day for day in WEEKDAYS if form.get(f"requirement_{day}") == "on"]
+        body["autostop_requirement"] = {"days_of_week": days, "weeks": int(weeks) if weeks.isdecimal() else 0}
+        if not errors:
+            try:
+                settings.update_template(template, body)
+            except DomainError as error:
+                errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
+            else:
+                flash(f"Settings of {template.name} saved.", "success")
+                return redirect(url_for("catalog.show", name=template.name))
+        db.session.rollback()
+    page = render_template(
+        "lifecycle/template_settings.html", template=template, errors=errors, weekdays=WEEKDAYS,
+        required_days=weekdays_from_mask(template.autostop_requirement_days), hour=HOUR_MS, day=DAY_MS,
+    )  # fmt: skip
+    return (page, 400) if errors else page
+
+
+@bp.get("/workspaces/lifecycle")
+@require_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
+def upcoming() -> str:
+    """Admins: the workspaces that go dormant next, and the dormant ones deleted next."""
+    return render_template("lifecycle/upcoming.html", upcoming=settings.upcoming())
