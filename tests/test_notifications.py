@@ -30,6 +30,7 @@ from app.users import services as users
 from app.users.tokens import issue_session_token
 from tests.conftest import PASSWORD, make_settings
 from tests.support.net import free_port
+from tests.support.web import sign_in
 
 SECRET = "webhook-secret"
 
@@ -147,6 +148,10 @@ def test_deliveries_wait_while_receivers_are_down_and_arrive_once_they_are_up(
     assert seen.status_code == 200 and len(seen.json) == 2
     refused = client.get("/api/v2/notifications/deliveries", headers={"Authorization": f"Bearer {carol_token}"})
     assert refused.status_code == 403
+    owner_page = app.test_client()
+    sign_in(owner_page, "alice@example.com", PASSWORD)
+    shown = owner_page.get("/workspaces/lifecycle").get_data(as_text=True)
+    assert 'id="failing-deliveries"' in shown and "webhook unreachable" in shown
     # Not before their back-off: nothing is handed to the worker yet.
     with app.app_context():
         assert enqueue_due(app.config["SLIPWAY_SETTINGS"]) == 0

@@ -16,6 +16,8 @@ from app.core.errors import DomainError
 from app.core.extensions import db
 from app.core.schedules import WEEKDAYS, weekdays_from_mask
 from app.lifecycle import settings
+from app.notifications import delivery
+from app.notifications.models import NotificationDelivery
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
 from app.workspaces import services, updates
 from app.workspaces.models import Workspace
@@ -171,5 +173,19 @@ def template_settings(name: str) -> Response | str | tuple[str, int]:
 @bp.get("/workspaces/lifecycle")
 @require_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
 def upcoming() -> str:
-    """Admins: the workspaces that go dormant next, and the dormant ones deleted next."""
-    return render_template("lifecycle/upcoming.html", upcoming=settings.upcoming())
+    """Admins: the workspaces that go dormant next, and the dormant ones deleted next; owners also see the
+    notification deliveries that fail."""
+    failing = delivery.failing_deliveries() if page_user().is_owner else []
+    return render_template("lifecycle/upcoming.html", upcoming=settings.upcoming(), failing=failing)
+
+
+@bp.post("/notifications/deliveries/<delivery_id>/retry")
+@require_role(ROLE_OWNER)
+def retry_delivery(delivery_id: str) -> Response:
+    row = db.session.get(NotificationDelivery, delivery_id)
+    if row is None:
+        flash("No such delivery.", "error")
+    else:
+        delivery.retry(row)
+        flash("The delivery will be tried again in a moment.", "success")
+    return redirect(url_for("lifecycle.upcoming") + "#failing-deliveries")
