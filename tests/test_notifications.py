@@ -217,3 +217,75 @@ def test_inbox_and_preferences_are_each_persons_own(app: Flask, personas: dict[s
         db.session.commit()
         db.session.remove()
     assert len(client.get("/api/v2/notifications/inbox", headers=carol.auth).json) == 1
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, which the test then trusts (SSL_CERT_FILE)."""
+    import ipaddress
+    from datetime import UTC, datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.now(UTC)
+    certificate = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_path, key_path = directory / "smtp.pem", directory / "smtp.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+@pytest.mark.parametrize("mode", ["starttls", "tls"])
+def test_mail_goes_over_starttls_or_implicit_tls_with_auth(
+    tmp_path: Path,
+    database_url: str,
+    redis_server: str,
+    app_factory: Callable[[Settings], Flask],
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+) -> None:
+    import ssl
+
+    cert_path, key_path = self_signed(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_path))  # the server's certificate is the one trusted here
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert_path, key_path)
+    port, mailbox = free_port(), Mailbox()
+    tls_options: dict[str, Any] = (
+        {"tls_context": server_tls, "require_starttls": True, "auth_require_tls": True}
+        if mode == "starttls"
+        else {"ssl_context": server_tls, "auth_require_tls": False}
+    )
+    smtp = Controller(mailbox, hostname="127.0.0.1", port=port, authenticator=authenticate, **tls_options)
+    settings = make_settings(
+        tmp_path, database_url, redis_server, email_smarthost=f"127.0.0.1:{port}", email_from="slipway@example.com",
+        email_username="mailer", email_password="mail-password", **{f"email_{mode}": "true"},
+    )  # fmt: skip
+    app = app_factory(settings)
+    smtp.start()
+    try:
+        with app.app_context():
+            get_redis().flushdb()
+            dave = users.create_user("dave", "dave@example.com", PASSWORD, [])
+            services.notify(dave.id, services.WORKSPACE_DELETED, title="dev is being deleted", body="dormant too long")
+            db.session.commit()
+            assert enqueue_due(settings) == 1
+            db.session.remove()
+        work(app)
+    finally:
+        smtp.stop()
+    assert [(row.status, row.last_error) for row in deliveries(app)] == [("sent", "")]
+    assert "Subject: dev is being deleted" in mailbox.messages[0]
