@@ -27,6 +27,8 @@ from app.lifecycle.models import LifecycleTick
 from tests.conftest import close_app
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
 from tests.support.deployment import EXAMPLE, Deployment, running_deployment
+from tests.support.net import free_port
+from tests.support.notifications import SECRET, Receiver
 from tests.support.templates import FAILING_START_TEMPLATE
 from tests.support.waiting import wait_until
 
@@ -42,9 +44,22 @@ data "coder_parameter" "team" {
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+def receiver() -> Iterator[Receiver]:
+    """Where the deployment's notification worker POSTs its webhooks."""
+    endpoint = Receiver(free_port())
+    endpoint.start()
+    yield endpoint
+    endpoint.stop()
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[Deployment]:
     tmp = tmp_path_factory.mktemp("lifecycle")
-    env = {"SLIPWAY_ACTIVITY_FLUSH_INTERVAL": "1"}
+    env = {
+        "SLIPWAY_ACTIVITY_FLUSH_INTERVAL": "1",
+        "SLIPWAY_NOTIFICATIONS_WEBHOOK_URL": f"http://127.0.0.1:{receiver.port}/hook",
+        "SLIPWAY_NOTIFICATIONS_WEBHOOK_SECRET": SECRET,
+    }
     with running_deployment(tmp, "--lifecycle-interval", "0", env=env) as deployment:
         deployment.push_local()
         yield deployment
@@ -137,7 +152,7 @@ def test_schedules_set_from_the_cli_and_the_executor_stops_and_starts_for_real(
 
 
 def test_a_failed_start_is_cleaned_up_once_and_its_owner_told(
-    deployment: Deployment, executor_app: Flask, tmp_path: Path
+    deployment: Deployment, executor_app: Flask, tmp_path: Path, receiver: Receiver
 ) -> None:
     template = tmp_path / "failing"
     template.mkdir()
@@ -158,6 +173,13 @@ def test_a_failed_start_is_cleaned_up_once_and_its_owner_told(
     with deployment.api("carol") as api:
         inbox = api.get("/notifications/inbox").json()
     assert any(item["event"] == "build_failed" and "broken" in item["title"] for item in inbox)
+    # The server's own notification worker delivered the failure to the webhook, signed.
+
+    def told() -> bool:
+        return any(item["event"] == "build_failed" and "broken" in item["title"] for item in receiver.received)
+
+    wait_until(told, 60, "the webhook to receive the build failure")
+    assert receiver.received[0]["user"]["username"] == "carol" and receiver.refused == 0
 
 
 def test_an_open_ssh_session_marks_the_workspace_used_and_pushes_its_autostop(deployment: Deployment) -> None:

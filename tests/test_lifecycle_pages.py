@@ -4,6 +4,7 @@ carry CSRF tokens; another member cannot use them on someone else's workspace.""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -194,3 +195,22 @@ def test_admins_have_a_page_of_what_goes_dormant_next(app: Flask, world: World) 
     assert browser(app, "carol").get("/workspaces/lifecycle").status_code == 403
     page = browser(app, "bob").get("/workspaces/lifecycle").get_data(as_text=True)
     assert 'id="dormant-next"' in page and "carol/ws" in page
+
+
+def test_the_schedule_cards_plus_and_minus_move_the_stop(app: Flask, world: World) -> None:
+    world.client.patch(
+        f"/api/v2/templates/{world.template['id']}", json={"default_ttl_ms": 8 * 3_600_000},
+        headers=world.personas["bob"].auth,
+    )  # fmt: skip
+    workspace = world.create()
+    path = f"/workspaces/{workspace['id']}"
+    carol = browser(app, "carol")
+    first = datetime.fromisoformat(world.get(workspace["id"])["latest_build"]["deadline"])
+    assert post_form(carol, f"{path}/extend", {"hours": "1"}, token_from=path).status_code == 302
+    assert datetime.fromisoformat(world.get(workspace["id"])["latest_build"]["deadline"]) == first + timedelta(hours=1)
+    assert post_form(carol, f"{path}/extend", {"hours": "-1"}, token_from=path).status_code == 302
+    assert datetime.fromisoformat(world.get(workspace["id"])["latest_build"]["deadline"]) == first
+    # Sooner than 30 minutes from now: refused with the reason, the stop stays.
+    post_form(carol, f"{path}/extend", {"hours": "-8"}, token_from=path)
+    assert "at least 30 minutes from now" in carol.get(path).get_data(as_text=True)
+    assert datetime.fromisoformat(world.get(workspace["id"])["latest_build"]["deadline"]) == first

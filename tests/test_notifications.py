@@ -4,17 +4,13 @@ start down, the deliveries wait and are retried with back-off, and arrive once t
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import AuthResult, LoginPassword
 from flask import Flask
 from rq import Queue, SimpleWorker
 from rq.serializers import JSONSerializer
@@ -24,62 +20,14 @@ from app.core.config import Settings
 from app.core.extensions import db
 from app.core.redis_client import get_redis
 from app.notifications import services
-from app.notifications.delivery import QUEUE, backoff, enqueue_due, sign
+from app.notifications.delivery import QUEUE, backoff, enqueue_due
 from app.notifications.models import NotificationDelivery
 from app.users import services as users
 from app.users.tokens import issue_session_token
 from tests.conftest import PASSWORD, make_settings
 from tests.support.net import free_port
+from tests.support.notifications import SECRET, Mailbox, Receiver, authenticate
 from tests.support.web import sign_in
-
-SECRET = "webhook-secret"
-
-
-class Mailbox:
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        self.messages.append(envelope.content.decode())
-        return "250 OK"
-
-
-def authenticate(server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> AuthResult:
-    ok = isinstance(data, LoginPassword) and data.login == b"mailer" and data.password == b"mail-password"
-    return AuthResult(success=ok)
-
-
-class Receiver:
-    """A webhook endpoint that keeps what it got with a valid signature and refuses the rest."""
-
-    def __init__(self, port: int) -> None:
-        self.port, self.received, self.refused = port, [], 0
-        self.server: ThreadingHTTPServer | None = None
-
-    def start(self) -> None:
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.headers.get("X-Slipway-Signature") != sign(body, SECRET):
-                    receiver.refused += 1
-                    self.send_response(401)
-                else:
-                    receiver.received.append(json.loads(body))
-                    self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
 
 
 @pytest.fixture

@@ -100,11 +100,15 @@ def schedule(workspace_id: str) -> Response:
 
 @bp.post("/workspaces/<workspace_id>/extend")
 def extend(workspace_id: str) -> Response:
+    """The schedule card's + and − buttons: move the running workspace's stop by ``hours`` (negative: sooner; the
+    API's rules hold: at least 30 minutes ahead, never past max_deadline)."""
     workspace = _workspace(workspace_id)
     try:
         hours = float(request.form.get("hours", "1"))
         build = services.latest_build(workspace)
-        base = max(build.deadline or utcnow(), utcnow())
+        base = build.deadline or utcnow()
+        if hours > 0:
+            base = max(base, utcnow())
         settings.extend_deadline(workspace, rfc3339(base + timedelta(hours=hours)))
     except ValueError:
         flash("Extend by a number of hours.", "error")
