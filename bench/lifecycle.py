@@ -77,31 +77,38 @@ class Fleet:
             self.owner_id, self.file_id, self.version_id, self.template_id = owner.id, file.id, version.id, template.id
             db.session.remove()
 
-    def add(self, deadlines: list[datetime]) -> None:
+    def add(self, deadlines: list[datetime], *, stopped: bool = False) -> None:
+        """Workspaces started once with these deadlines; ``stopped``: then stopped (the deadline, long past, is
+        history a tick must not read)."""
         with self.app.app_context():
             for chunk in range(0, len(deadlines), 2000):
-                part = deadlines[chunk : chunk + 2000]
-                jobs, workspaces, builds = [], [], []
-                for deadline in part:
+                jobs: list[dict[str, object]] = []
+                workspaces: list[dict[str, object]] = []
+                builds: list[dict[str, object]] = []
+                for deadline in deadlines[chunk : chunk + 2000]:
                     number = self.count
                     self.count += 1
-                    job_id, workspace_id = f"job-{number:08d}", f"ws-{number:08d}"
-                    jobs.append({
-                        "id": job_id, "type": JOB_WORKSPACE_BUILD, "input": {}, "tags": {}, "queue": "bench",
-                        "file_id": self.file_id, "initiator_id": self.owner_id, "created_at": NOW,
-                        "updated_at": NOW, "started_at": NOW, "completed_at": NOW, "logs_length": 0,
-                        "logs_overflowed": False, "logs_dropped": 0,
-                    })  # fmt: skip
+                    workspace_id = f"ws-{number:08d}"
                     workspaces.append({
                         "id": workspace_id, "name": f"w{number}", "owner_id": self.owner_id,
                         "template_id": self.template_id, "deleted": False, "created_at": NOW, "updated_at": NOW,
                         "automatic_updates": "never", "last_used_at": NOW,
                     })  # fmt: skip
-                    builds.append({
-                        "id": f"b-{number:08d}", "workspace_id": workspace_id, "build_number": 1, "transition": "start",
-                        "template_version_id": self.version_id, "job_id": job_id, "initiator_id": self.owner_id,
-                        "parameters": [], "created_at": NOW, "reason": "initiator", "deadline": deadline,
-                    })  # fmt: skip
+                    for build_number, transition in ((1, "start"), (2, "stop"))[: 2 if stopped else 1]:
+                        job_id = f"job-{number:08d}-{build_number}"
+                        jobs.append({
+                            "id": job_id, "type": JOB_WORKSPACE_BUILD, "input": {}, "tags": {}, "queue": "bench",
+                            "file_id": self.file_id, "initiator_id": self.owner_id, "created_at": NOW,
+                            "updated_at": NOW, "started_at": NOW, "completed_at": NOW, "logs_length": 0,
+                            "logs_overflowed": False, "logs_dropped": 0,
+                        })  # fmt: skip
+                        builds.append({
+                            "id": f"b-{number:08d}-{build_number}", "workspace_id": workspace_id,
+                            "build_number": build_number, "transition": transition,
+                            "template_version_id": self.version_id, "job_id": job_id, "initiator_id": self.owner_id,
+                            "parameters": [], "created_at": NOW, "reason": "initiator",
+                            "deadline": deadline if transition == "start" else None,
+                        })  # fmt: skip
                 db.session.execute(insert(ProvisionerJob), jobs)
                 db.session.execute(insert(Workspace), workspaces)
                 db.session.execute(insert(WorkspaceBuild), builds)
@@ -159,17 +166,24 @@ def run(app: Flask, rounds: int) -> None:
     fleet = Fleet(app)
     later = NOW + timedelta(days=365)
     due = [NOW - timedelta(seconds=random.uniform(1, 59)) for _ in range(100)]
-    fleet.add([later] * 900 + due)
+    long_ago = NOW - timedelta(days=30)
+    # Not due: half running with a deadline ahead, half stopped long ago with a past deadline in their history.
+    fleet.add([later] * 450 + due)
+    fleet.add([long_ago] * 450, stopped=True)
     tick(app, NOW - timedelta(minutes=5))  # the first tick ever creates the executor's row: not counted
     with counted(app) as small:
         _, queued = tick(app, NOW)
     assert queued == 100, queued
     fleet.reset()
-    fleet.add([later] * 8100)
+    fleet.add([later] * 4050)
+    fleet.add([long_ago] * 4050, stopped=True)
     with counted(app) as large:
         tick(app, NOW)
     fleet.reset()
-    print(f"statements per tick, 100 due: {len(small)} with 900 not due, {len(large)} with 9,000 not due")
+    print(
+        f"statements per tick, 100 due: {len(small)} with 900 not due, {len(large)} with 9,000 not due "
+        "(half of them stopped, with past deadlines in their history)"
+    )
 
     fleet.add([NOW - timedelta(seconds=random.uniform(1, 59)) for _ in range(900)])
     times = []
@@ -189,7 +203,13 @@ def delays(app: Flask, fleet: Fleet) -> None:
     """Due times spread over an hour, ticks at each minute (plus the tick's own time): due → queued."""
     with app.app_context():
         # Move the 1,000 due ones over the next hour.
-        builds = list(db.session.scalars(select(WorkspaceBuild).where(WorkspaceBuild.deadline <= NOW)))
+        builds = list(
+            db.session.scalars(
+                select(WorkspaceBuild).where(
+                    WorkspaceBuild.deadline <= NOW, WorkspaceBuild.deadline > NOW - timedelta(days=1)
+                )
+            )
+        )
         for build in builds:
             build.deadline = NOW + timedelta(seconds=random.uniform(0, 3600))
         db.session.commit()

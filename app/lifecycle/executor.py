@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from redis import Redis
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, exists, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import joinedload
+from sqlalchemy.orm import aliased, joinedload
 
 from app.catalog.models import Template
 from app.core.columns import utcnow
@@ -152,13 +152,22 @@ def _still_holds(token: int) -> bool:
     return rows_changed(held) == 1
 
 
+def _is_latest_build() -> ColumnElement[bool]:
+    """The build is its workspace's latest: earlier builds keep their deadlines and failures as history, and a tick
+    must not read the whole history of every workspace (the unique (workspace, number) index answers this)."""
+    newer = aliased(WorkspaceBuild)
+    return ~exists().where(
+        newer.workspace_id == WorkspaceBuild.workspace_id, newer.build_number > WorkspaceBuild.build_number
+    )
+
+
 def _due_actions(now: datetime, report: TickReport) -> list[_Action]:
     live = (Workspace.deleted.is_(False),)
     options = (joinedload(Workspace.template), joinedload(Workspace.owner))
     stops = db.session.scalars(
         select(Workspace)
         .join(WorkspaceBuild, WorkspaceBuild.workspace_id == Workspace.id)
-        .where(*live, WorkspaceBuild.deadline <= now, WorkspaceBuild.transition == "start")
+        .where(*live, WorkspaceBuild.deadline <= now, WorkspaceBuild.transition == "start", _is_latest_build())
         .options(*options)
     ).unique()
     starts = db.session.scalars(
@@ -175,7 +184,7 @@ def _due_actions(now: datetime, report: TickReport) -> list[_Action]:
         .join(Template, Template.id == Workspace.template_id)
         .join(WorkspaceBuild, WorkspaceBuild.workspace_id == Workspace.id)
         .join(ProvisionerJob, ProvisionerJob.id == WorkspaceBuild.job_id)
-        .where(*live, Template.failure_ttl_ms > 0, WorkspaceBuild.transition == "start")
+        .where(*live, Template.failure_ttl_ms > 0, WorkspaceBuild.transition == "start", _is_latest_build())
         .where(ProvisionerJob.status == FAILED, ProvisionerJob.completed_at > now - timedelta(days=31))
         .options(*options)
     ).unique()
