@@ -124,9 +124,10 @@ def parse_schedule(text: str, *, daily_only: bool = False) -> Schedule:
     hours = _field(hour, 0, 23, "hour")
     cron_days = _field(day_of_week.lower(), 0, 7, "day of week", names=DAY_NAMES)
     weekdays = frozenset((day - 1) % 7 for day in cron_days)  # cron 0/7 = Sunday, 1 = Monday
-    if daily_only and (len(weekdays) != 7 or len(minutes) != 1 or len(hours) != 1):
+    schedule = Schedule(zone=zone, minutes=minutes, hours=hours, weekdays=weekdays, text=text)
+    if daily_only and not schedule.is_daily:
         raise ScheduleError("Quiet hours start at one time every day: 'CRON_TZ=<zone> <minute> <hour> * * *'.")
-    return Schedule(zone=zone, minutes=minutes, hours=hours, weekdays=weekdays, text=text)
+    return schedule
 
 
 def parse_zone(name: str) -> ZoneInfo:

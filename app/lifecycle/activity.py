@@ -22,9 +22,8 @@ from app.core.columns import utcnow
 from app.core.config import Settings
 from app.core.extensions import db
 from app.core.redis_client import get_redis
-from app.provisioning.models import ProvisionerJob
-from app.workspaces.models import Workspace, WorkspaceBuild
-from app.workspaces.services import latest_builds
+from app.workspaces.models import Workspace
+from app.workspaces.services import build_status, latest_builds
 
 USED_KEY = "slipway:activity:used"
 CONNECTED_KEY = "slipway:activity:connected"
@@ -106,14 +105,10 @@ def _bump_deadlines(connected: dict[str, datetime], now: datetime) -> None:
     for workspace in workspaces:
         build = latest.get(workspace.id)
         bump = timedelta(milliseconds=workspace.template.activity_bump_ms)
-        if build is None or not bump or build.deadline is None or not _running(build.job, build):
+        if build is None or not bump or build.deadline is None or build_status(build) != "running":
             continue
         wanted = now + bump
         if build.max_deadline is not None:
             wanted = min(wanted, build.max_deadline)
         if build.deadline < wanted:
             build.deadline = wanted
-
-
-def _running(job: ProvisionerJob, build: WorkspaceBuild) -> bool:
-    return build.transition == "start" and job.status == "succeeded"

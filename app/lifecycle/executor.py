@@ -37,10 +37,11 @@ from app.core.schedules import ScheduleError, parse_schedule
 from app.lifecycle.models import LifecycleTick
 from app.notifications import services as notifications
 from app.provisioning.jobs import dispatch_many
-from app.provisioning.models import FAILED, SUCCEEDED, ProvisionerJob
+from app.provisioning.models import FAILED, ProvisionerJob
 from app.users.models import STATUS_ACTIVE, User
+from app.workspaces.deadlines import deleting_at_for
 from app.workspaces.models import Workspace, WorkspaceBuild
-from app.workspaces.services import latest_builds, queue_build, version_for_start
+from app.workspaces.services import build_status, latest_builds, queue_build, version_for_start
 
 log = logging.getLogger("slipway.lifecycle")
 
@@ -233,7 +234,7 @@ def _idle_workspaces(now: datetime) -> list[Workspace]:
 def _decide(workspace: Workspace, build: WorkspaceBuild, now: datetime, report: TickReport) -> _Action | None:
     """What is due for one workspace (its latest build idle), the most pressing first; None when nothing is."""
     template, status = workspace.template, build.job.status
-    started = build.transition == "start" and status == SUCCEEDED
+    started = build_status(build) == "running"
     # A scheduled start that came while the workspace was running (or busy, or dormant) is used up, not kept for
     # after the next stop: the schedule moves on whatever else happens.
     start_due = _take_scheduled_start(workspace, now, report)
@@ -243,7 +244,7 @@ def _decide(workspace: Workspace, build: WorkspaceBuild, now: datetime, report: 
         dormant_from = workspace.last_used_at + timedelta(milliseconds=template.time_til_dormant_ms)
         if dormant_from <= now:
             _make_dormant(workspace, now)
-            if build.transition != "delete" and not (build.transition == "stop" and status == SUCCEEDED):
+            if build.transition != "delete" and build_status(build) != "stopped":
                 return _Action(workspace, build, "stop", "dormancy")
             return None
         _warn(workspace, notifications.DORMANCY_WARNING, f"dormancy:{workspace.id}:{dormant_from.isoformat()}",
@@ -286,8 +287,7 @@ def _take_scheduled_start(workspace: Workspace, now: datetime, report: TickRepor
 def _autostart(
     workspace: Workspace, build: WorkspaceBuild, due: datetime, now: datetime, report: TickReport
 ) -> _Action | None:
-    stopped = build.transition == "stop" and build.job.status == SUCCEEDED
-    if not stopped or not workspace.template.allow_user_autostart:
+    if build_status(build) != "stopped" or not workspace.template.allow_user_autostart:
         return None
     if workspace.owner.status != STATUS_ACTIVE:
         report.skipped.append((workspace.id, "autostart skipped: the owner is suspended"))
@@ -306,8 +306,7 @@ def _autostart(
 
 def _make_dormant(workspace: Workspace, now: datetime) -> None:
     workspace.dormant_at = now
-    autodelete = workspace.template.time_til_dormant_autodelete_ms
-    workspace.deleting_at = now + timedelta(milliseconds=autodelete) if autodelete > 0 else None
+    workspace.deleting_at = deleting_at_for(workspace.template, now)
     when = f" It will be deleted at {workspace.deleting_at:%Y-%m-%d %H:%M} UTC." if workspace.deleting_at else ""
     notifications.notify(
         workspace.owner_id, notifications.WORKSPACE_DORMANT, title=f"{workspace.name} is dormant",

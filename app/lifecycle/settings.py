@@ -16,13 +16,12 @@ from app.core.schedules import ScheduleError, mask_from_weekdays, parse_schedule
 from app.core.validation import FieldErrors
 from app.users.models import User
 from app.workspaces import schedule_rules
-from app.workspaces.deadlines import DEFAULT_QUIET_HOURS
+from app.workspaces.deadlines import DEFAULT_QUIET_HOURS, deleting_at_for
 from app.workspaces.models import Workspace
-from app.workspaces.schedule_rules import invalid
-from app.workspaces.services import latest_build
+from app.workspaces.schedule_rules import MINUTE_MS, invalid
+from app.workspaces.services import build_status, latest_build
 from protocol.codec import JSON
 
-MINUTE_MS = 60_000
 # The longest any template duration may be: ten years is "never" in practice, and keeps datetimes in range.
 DURATION_MAX_MS = 10 * 365 * 24 * 3_600_000
 EXTEND_MIN_AHEAD = timedelta(minutes=30)
@@ -51,8 +50,7 @@ def set_dormant(workspace: Workspace, dormant: JSON, now: datetime | None = None
     if dormant:
         if workspace.dormant_at is None:
             workspace.dormant_at = now
-            autodelete = workspace.template.time_til_dormant_autodelete_ms
-            workspace.deleting_at = now + timedelta(milliseconds=autodelete) if autodelete else None
+            workspace.deleting_at = deleting_at_for(workspace.template, now)
     else:
         # Used now: otherwise the next tick would find it idle and make it dormant again.
         workspace.dormant_at = workspace.deleting_at = None
@@ -72,7 +70,7 @@ def extend_deadline(workspace: Workspace, deadline_text: JSON, now: datetime | N
     if deadline.tzinfo is None:
         raise invalid("deadline", "deadline needs a time zone (Z or +hh:mm).")
     build = latest_build(workspace)
-    if build.transition != "start" or build.job.status != "succeeded":
+    if build_status(build) != "running":
         raise invalid("deadline", "Only a running workspace has an autostop to extend.")
     if deadline < now + EXTEND_MIN_AHEAD:
         raise invalid("deadline", "The new deadline must be at least 30 minutes from now.")
@@ -190,10 +188,9 @@ def _reschedule_deletions(template: Template) -> None:
             Workspace.template_id == template.id, Workspace.dormant_at.is_not(None), Workspace.deleted.is_(False)
         )
     ).all()
-    autodelete = template.time_til_dormant_autodelete_ms
     for workspace in dormant:
         assert workspace.dormant_at is not None  # noqa: S101 - selected for it
-        workspace.deleting_at = workspace.dormant_at + timedelta(milliseconds=autodelete) if autodelete else None
+        workspace.deleting_at = deleting_at_for(template, workspace.dormant_at)
 
 
 UPCOMING_LIMIT = 50

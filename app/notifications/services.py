@@ -128,16 +128,6 @@ def inbox(user_id: str) -> list[Notification]:
     )
 
 
-def unread_count(user_id: str) -> int:
-    return len(
-        db.session.scalars(
-            select(Notification.id)
-            .where(Notification.user_id == user_id, Notification.read_at.is_(None))
-            .limit(INBOX_SIZE)
-        ).all()
-    )
-
-
 def mark_read(user_id: str, notification_id: str | None) -> None:
     """One of the person's notifications (404 for anyone else's), or all of them when ``notification_id`` is None."""
     query = update(Notification).where(Notification.user_id == user_id, Notification.read_at.is_(None))

@@ -54,6 +54,12 @@ def max_deadline_for(template: Template, owner: User, started: datetime) -> date
     return None
 
 
+def deleting_at_for(template: Template, dormant_at: datetime) -> datetime | None:
+    """When a workspace that went dormant at ``dormant_at`` is deleted: per its template, or never."""
+    autodelete = template.time_til_dormant_autodelete_ms
+    return dormant_at + timedelta(milliseconds=autodelete) if autodelete > 0 else None
+
+
 def start_deadlines(
     workspace: Workspace, template: Template, owner: User, completed: datetime
 ) -> tuple[datetime | None, datetime | None]:
