@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -173,7 +175,7 @@ def test_the_provisioners_page(client: FlaskClient, personas: dict[str, Persona]
     page = client.get("/provisioners").get_data(as_text=True)
     assert "builder-7" in page and "env=prod" in page and "daemon-busy" in page
     assert f'data-job="{waiting["id"]}"' in page and "position 1 of 1" in page
-    assert 'sse-connect="/provisioners/events"' in page
+    assert 'sse-connect="/provisioners/events?seen=refresh-' in page
 
     created = client.post(
         "/provisioners/keys", data={"name": "eu-pool", "tags": "region=eu", "csrf_token": _csrf(client)}
@@ -192,6 +194,30 @@ def test_the_provisioners_page(client: FlaskClient, personas: dict[str, Persona]
     cancel = client.post(f"/provisioners/jobs/{waiting['id']}/cancel", data={"csrf_token": _csrf(client)})
     assert cancel.status_code == 302
     assert _jobs(client, bob, "?status=canceled")[0]["id"] == waiting["id"]
+
+
+def test_a_job_queued_between_the_page_and_its_stream_refreshes_the_page_at_once(
+    client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    """The stream's first read can come after a change the page did not show: it must not wait for another."""
+    bob = personas["bob"]
+    sign_in(client, bob.email, PASSWORD)
+    stream_url = _stream_url(client.get("/provisioners").get_data(as_text=True))
+    push_version(client, bob)  # queued after the page rendered, before its stream connected
+    stream = client.get(stream_url, buffered=False)
+    received = b""
+    for chunk in stream.response:
+        received += chunk
+        if b"event:" in received:
+            break
+    assert received.startswith(b": connected") and b"event: refresh\ndata: changed" in received
+    stream.close()
+
+
+def _stream_url(page: str) -> str:
+    match = re.search(r'sse-connect="([^"]+)"', page)
+    assert match is not None
+    return html.unescape(match.group(1))
 
 
 def _csrf(client: FlaskClient) -> str:

@@ -3,6 +3,7 @@ changed" events for status pages. Each loop holds no database connection while i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -87,13 +88,28 @@ def line_event(line: Line) -> str:
 
 
 def follow_statuses(
-    relay: EventRelay, read_statuses: Callable[[], object], *, poll_seconds: float | None = None
+    relay: EventRelay,
+    read_statuses: Callable[[], object],
+    *,
+    poll_seconds: float | None = None,
+    seen: str | None = None,
 ) -> Iterator[str]:
     """For list and overview pages: a `refresh` event whenever what ``read_statuses`` returns changes.
 
     Job notices trigger a check; ``poll_seconds`` adds checks for what sends no notice (daemons going silent).
     """
-    return follow_changes(relay, {"refresh": read_statuses}, poll_seconds=poll_seconds)
+    return follow_changes(relay, {"refresh": read_statuses}, poll_seconds=poll_seconds, seen=seen)
+
+
+def seen_token(states: Mapping[str, object]) -> str:
+    """What a page showed, by reader name (what each of its stream's readers returned while the page rendered),
+    for the stream to compare with when it connects: ``?seen=`` in the page's stream URL."""
+    return ".".join(f"{name}-{_digest(states[name])}" for name in sorted(states))
+
+
+def _digest(state: object) -> str:
+    # Readers return tuples, lists and dicts of strings and numbers, whose repr is the same in every process.
+    return hashlib.blake2b(repr(state).encode(), digest_size=6).hexdigest()
 
 
 def follow_changes(
@@ -102,12 +118,15 @@ def follow_changes(
     *,
     keys: Callable[[Mapping[str, object]], list[str]] = lambda _shown: [],
     poll_seconds: float | None = None,
+    seen: str | None = None,
 ) -> Iterator[str]:
     """An event named after each reader whenever what it returns changes.
 
     Job notices and notices for ``keys(shown)`` trigger a check, ``shown`` being what each reader returned last
     (e.g. a workspace's agents, whose keys follow as builds change them: nothing is read twice);
     ``poll_seconds`` adds checks for what sends no notice (an agent timing out, a daemon going silent).
+    ``seen`` is the page's :func:`seen_token`: what changed between the page's render and this first read (a job
+    queued meanwhile) is sent at once, not left for a next change that may never come.
     """
     yield STREAM_PREAMBLE
     waiter = relay.watch(ANY_JOB)
@@ -128,6 +147,8 @@ def follow_changes(
         db.session.remove()
         if resumed_stream():  # back after the stream's lifetime ended: what changed meanwhile was never sent
             yield "".join(sse_event(name, "changed") for name in readers)
+        elif seen is not None and (stale := stale_readers(shown, seen)):
+            yield "".join(sse_event(name, "changed") for name in stale)
         quiet_since = time.monotonic()
         while True:
             notified = waiter.wait(poll_seconds or HEARTBEAT_SECONDS)
@@ -149,6 +170,12 @@ def follow_changes(
             relay.unwatch(key, waiter)
         relay.unwatch(ANY_JOB, waiter)
         db.session.remove()
+
+
+def stale_readers(shown: Mapping[str, object], seen: str) -> list[str]:
+    """The readers whose state differs from what the page showed (all of them for a token that is not one)."""
+    showed = dict(part.partition("-")[::2] for part in seen.split("."))
+    return [name for name in sorted(shown) if showed.get(name) != _digest(shown[name])]
 
 
 def _changed(shown: dict[str, object], name: str, current: object) -> bool:

@@ -15,11 +15,11 @@ from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
 from app.events import get_relay
 from app.events.sse import event_stream
-from app.events.streams import follow_statuses
+from app.events.streams import follow_statuses, seen_token
 from app.provisioning import keys, overview
 from app.provisioning.jobs import cancel_job
 from app.provisioning.models import PENDING
-from app.provisioning.queue import queue_info
+from app.provisioning.queue import QueueInfo, queue_info
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
 from protocol.tags import TagError, parse_tag_arguments
 
@@ -30,12 +30,24 @@ PAGE_POLL_SECONDS = 5.0
 
 
 def _page_context(**extra: Any) -> dict[str, Any]:
+    daemons, jobs = overview.daemon_views(), overview.admin_jobs()
     return {
-        "daemons": overview.daemon_views(),
-        "jobs": overview.admin_jobs(),
+        "daemons": daemons,
+        "jobs": jobs,
         "keys": keys.list_keys(),
+        "stream_seen": seen_token({"refresh": _live_state(daemons, jobs)}),
         **extra,
     }
+
+
+def _live_state(
+    daemons: list[overview.DaemonView], jobs: dict[str, list[overview.JobView]]
+) -> tuple[list[tuple[str, str, str | None]], list[tuple[str, str, QueueInfo]]]:
+    """What the page's stream compares: each daemon's status and job, each job's status and place in its queue."""
+    return (
+        [(view.daemon.id, view.status, view.current_job.id if view.current_job else None) for view in daemons],
+        [(view.job.id, view.job.status, view.queue) for section in jobs.values() for view in section],
+    )
 
 
 @bp.get("/provisioners")
@@ -54,18 +66,11 @@ def live_overview() -> str:
 @bp.get("/provisioners/events")
 @require_role(*ADMINS)
 def events() -> Response:
-    def snapshot() -> object:
-        jobs = overview.admin_jobs()
-        return (
-            [
-                (view.daemon.id, view.status, view.current_job and view.current_job.id)
-                for view in overview.daemon_views()
-            ],
-            [(view.job.id, view.job.status, view.queue) for section in jobs.values() for view in section],
-        )
+    def live_state() -> object:
+        return _live_state(overview.daemon_views(), overview.admin_jobs())
 
-    relay = get_relay()
-    return event_stream(follow_statuses(relay, snapshot, poll_seconds=PAGE_POLL_SECONDS))
+    seen = request.args.get("seen")
+    return event_stream(follow_statuses(get_relay(), live_state, poll_seconds=PAGE_POLL_SECONDS, seen=seen))
 
 
 @bp.post("/provisioners/keys")

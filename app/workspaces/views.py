@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from flask import flash, redirect, render_template, request, url_for
@@ -17,12 +17,12 @@ from app.core.errors import DomainError
 from app.core.extensions import db
 from app.events import get_relay
 from app.events.sse import event_stream
-from app.events.streams import follow_changes, follow_statuses
+from app.events.streams import follow_changes, follow_statuses, seen_token
 from app.provisioning.jobs import cancel_job
 from app.provisioning.log_html import log_page_context, page_stream
 from app.resources.services import job_resources
 from app.workspaces import services
-from app.workspaces.models import Workspace
+from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.sections import workspace_sections
 
 bp = page_blueprint("workspaces", __name__)
@@ -38,7 +38,13 @@ def index() -> str:
     workspaces = services.visible_workspaces(page_user())
     latest = services.latest_builds(workspaces)
     rows = [(workspace, latest[workspace.id]) for workspace in workspaces]
-    return render_template("workspaces/index.html", rows=rows, status_of=services.build_status)
+    seen = seen_token({"refresh": _list_state(rows)})
+    return render_template("workspaces/index.html", rows=rows, status_of=services.build_status, stream_seen=seen)
+
+
+def _list_state(rows: Sequence[tuple[Workspace, WorkspaceBuild]]) -> list[tuple[str, int, str]]:
+    """What the list's stream compares: each workspace's latest build and its status."""
+    return [(workspace.id, build.build_number, services.build_status(build)) for workspace, build in rows]
 
 
 # A workspace's page also re-checks its sections this often: an agent going from connected to disconnected or
@@ -52,21 +58,21 @@ def status_events() -> Response:
     workspace also each section's event (`agents`) when what it shows changes."""
     user = page_user()
     only = request.args.get("workspace")
+    seen = request.args.get("seen")
     if only:
-        return _workspace_events(services.get_workspace_for(user, only).id)
+        return _workspace_events(services.get_workspace_for(user, only).id, seen)
 
     def statuses() -> list[tuple[str, int, str]]:
         workspaces = services.visible_workspaces(user)
         latest = services.latest_builds(workspaces)
-        return [
-            (workspace.id, latest[workspace.id].build_number, services.build_status(latest[workspace.id]))
-            for workspace in workspaces
-        ]
+        return _list_state([(workspace, latest[workspace.id]) for workspace in workspaces])
 
-    return event_stream(follow_statuses(get_relay(), statuses))
+    return event_stream(follow_statuses(get_relay(), statuses, seen=seen))
 
 
-def _workspace_events(workspace_id: str) -> Response:
+def _workspace_readers(workspace_id: str) -> dict[str, Callable[[], object]]:
+    """What a workspace page's stream compares, by event: its latest build's status and each section's state."""
+
     def build_state() -> tuple[int, str] | None:
         workspace = db.session.get(Workspace, workspace_id)
         if workspace is None:
@@ -74,14 +80,21 @@ def _workspace_events(workspace_id: str) -> Response:
         build = services.latest_build(workspace)
         return build.build_number, services.build_status(build)
 
-    sections = workspace_sections()
     readers: dict[str, Callable[[], object]] = {"refresh": build_state}
-    readers.update({section.event: partial(section.live_state, workspace_id) for section in sections})
+    readers.update({section.event: partial(section.live_state, workspace_id) for section in workspace_sections()})
+    return readers
+
+
+def _workspace_events(workspace_id: str, seen: str | None) -> Response:
+    sections = workspace_sections()
 
     def watch_keys(shown: Mapping[str, object]) -> list[str]:
         return [key for section in sections for key in section.watch_keys(shown[section.event])]
 
-    return event_stream(follow_changes(get_relay(), readers, keys=watch_keys, poll_seconds=SECTION_POLL_SECONDS))
+    stream = follow_changes(
+        get_relay(), _workspace_readers(workspace_id), keys=watch_keys, poll_seconds=SECTION_POLL_SECONDS, seen=seen
+    )
+    return event_stream(stream)
 
 
 @bp.route("/workspaces/new", methods=["GET", "POST"])
@@ -117,6 +130,8 @@ def new() -> str | Response | tuple[str, int]:
 def show(workspace_id: str) -> str:
     user = page_user()
     workspace = services.get_workspace_for(user, workspace_id)
+    # Read before the page: a change while it renders makes the stream refresh it rather than be missed.
+    seen = seen_token({name: read() for name, read in _workspace_readers(workspace.id).items()})
     builds = services.list_builds(workspace)
     latest = builds[0]
     resources = job_resources(latest.job_id)
@@ -135,6 +150,7 @@ def show(workspace_id: str) -> str:
         sections=sections,
         can_act=services.can_act(user, workspace),
         status_of=services.build_status,
+        stream_seen=seen,
     )
 
 
