@@ -258,16 +258,18 @@ def test_an_unused_workspace_goes_dormant_refuses_to_start_and_is_deleted(
         "alice", "templates", "edit", "local", "--dormancy-threshold", "1d", "--dormancy-auto-deletion", "2d"
     )
     assert edited.returncode == 0, edited.stderr
-    used = at(running["last_used_at"])
+    # Read again after the edit: the agent's activity may have moved the last use on since the build.
+    used = at(deployment.workspace("carol", "idle")["last_used_at"])
     report = tick(executor_app, used + timedelta(days=1, minutes=1))
-    assert (running["id"], "dormancy") in report.queued
+    assert (running["id"], "dormancy") in report.queued, report
     dormant = wait_status(deployment, "idle", "stopped")
-    assert dormant["dormant_at"] and dormant["deleting_at"]
-    assert "dormant" in cli_ok(deployment, "list").split("idle", 1)[1].splitlines()[0]
+    assert dormant["dormant_at"] and dormant["deleting_at"], dormant
+    listed = cli_ok(deployment, "list")
+    assert "dormant" in next(line for line in listed.splitlines() if line.startswith("idle ")), listed
     refused = deployment.cli("carol", "start", "idle")
-    assert refused.returncode == 1 and "dormant" in refused.stderr
+    assert refused.returncode == 1 and "dormant" in refused.stderr, refused.stdout + refused.stderr
     report = tick(executor_app, at(dormant["deleting_at"]) + timedelta(minutes=1))
-    assert (running["id"], "autodelete") in report.queued
+    assert (running["id"], "autodelete") in report.queued, report
     wait_until(lambda: "idle" not in cli_ok(deployment, "list"), BUILD_TIMEOUT, "idle deleted")
     # The others on the template are not dormant: their last use is recent against the real clock.
     with deployment.api("alice") as api:
