@@ -22,6 +22,8 @@ from app.catalog.jobs import IMPORT_HANDLERS
 from app.core import encryption_keys, errors, limits, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, htmx, migrate
+from app.externalauth import api as externalauth_api
+from app.externalauth import views as externalauth_views
 from app.lifecycle import activity
 from app.lifecycle import api as lifecycle_api
 from app.lifecycle import models as lifecycle_models  # noqa: F401 - the executor's table, for migrations
@@ -85,6 +87,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         lifecycle_api.bp,
         lifecycle_views.bp,
         notifications_api.bp,
+        externalauth_api.bp,
+        externalauth_views.bp,
         daemon_api.bp,
         agent_api.bp,
         agents_api.bp,

@@ -204,6 +204,18 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
     ("--oidc-role-field", "SLIPWAY_OIDC_ROLE_FIELD", "Claim whose values map to roles at every sign-in."),
     ("--oidc-role-mapping", "SLIPWAY_OIDC_ROLE_MAPPING", "idp_value=owner|template-admin|member (repeatable)."),
     ("--disable-password-auth", "SLIPWAY_DISABLE_PASSWORD_AUTH", "Only single sign-on; no password sign-in."),
+    (
+        "--external-auth-config",
+        "SLIPWAY_EXTERNAL_AUTH_CONFIG",
+        "A YAML (or .toml) file listing Git providers under 'external_auth'; SLIPWAY_EXTERNAL_AUTH_<n>_ID, _TYPE, "
+        "_CLIENT_ID, _CLIENT_SECRET … add more (see the README's Git providers).",
+    ),
+    (
+        "--external-token-encryption-keys",
+        "SLIPWAY_EXTERNAL_TOKEN_ENCRYPTION_KEYS",
+        "Coder's name for --encryption-keys (one keyring encrypts Git tokens and every other secret); give one of "
+        "the two.",
+    ),
 ]
 # Given several times; they reach the settings joined with commas.
 REPEATABLE = {"--oidc-email-domain", "--oidc-role-mapping", "--provisioner-trust-redis"}

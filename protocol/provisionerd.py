@@ -103,6 +103,9 @@ class BuildJob(Message):
     metadata: BuildMetadata
     # "<os>_<arch>" -> the agent's init script, which the provider serves as coder_agent.init_script.
     agent_scripts: dict[str, str] = field(default_factory=dict)
+    # Git provider id -> the owner's fresh access token (data.coder_external_auth). Made when the job is handed
+    # out, never stored with the job.
+    external_auth_tokens: dict[str, str] = field(default_factory=dict)
 
 
 class AcquiredJob(Message):

@@ -169,6 +169,7 @@ def _build(
         parameters={item.name: item.value for item in body.parameters},
         previous_parameters={item.name: item.value for item in body.previous_parameters},
         agent_scripts=body.agent_scripts,
+        external_auth_tokens=body.external_auth_tokens,
     )
     variables = {item.name: item.value for item in body.variable_values}
     executor = _executor(workdir, settings, coder_env, log, control)

@@ -8,6 +8,7 @@ from werkzeug.wrappers import Response
 from app.auth.access import current_browser_session_id, page_user, require_role, sign_in_browser
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
+from app.externalauth import services as external_auth
 from app.lifecycle import settings as lifecycle_settings
 from app.notifications import services as notifications
 from app.users import services
@@ -89,6 +90,8 @@ def _account_page(**context: object) -> str:
         preferences=notifications.preferences(user.id),
         events=notifications.EVENTS,
         inbox=notifications.inbox(user.id),
+        git_providers=external_auth.link_statuses(user),
+        git_ssh_public_key=external_auth.git_ssh_key(user).public_key,
         **context,
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, g, request
+from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from app.agents import services, tunnels
 from app.agents.control import ControlConnection
@@ -16,7 +16,9 @@ from app.core.signing import signer
 from app.core.validation import message_body
 from app.core.websocket import WebSocket, serve_websocket
 from app.events import get_relay
+from app.externalauth import services as external_auth_services
 from app.resources.models import WorkspaceAgent
+from app.users.models import User
 from protocol.agentapi import (
     API_PREFIX,
     TOKEN_HEADERS,
@@ -88,6 +90,33 @@ def metadata() -> tuple[str, int]:
 def app_health() -> tuple[str, int]:
     services.record_app_health(_agent(), message_body(AppHealthReport))
     return "", 204
+
+
+def _owner() -> User:
+    build = services.build_of(_agent())
+    if build is None:
+        raise NotFound("This agent's build is gone.")
+    owner: User = build.workspace.owner
+    return owner
+
+
+@bp.get("/external-auth")
+def external_auth() -> Response:
+    """A token for the workspace's git (GIT_ASKPASS): the workspace owner's own, never anyone else's."""
+    return jsonify(
+        external_auth_services.agent_token(
+            _owner(),
+            match=request.args.get("match", "")[:2048],
+            provider_id=request.args.get("id", "")[:64],
+            listen=request.args.get("listen", "").lower() in ("1", "true", "yes"),
+        )
+    )
+
+
+@bp.get("/gitsshkey")
+def git_ssh_key() -> Response:
+    key = external_auth_services.git_ssh_key(_owner())
+    return jsonify({"public_key": key.public_key, "private_key": key.private_key})
 
 
 @bp.get("/rpc", websocket=True)

@@ -12,6 +12,7 @@ from app.catalog import services, storage
 from app.catalog.models import TemplateVersion
 from app.core.errors import TooLarge
 from app.core.validation import FieldErrors, json_body, name_values, string_field, string_map_field
+from app.externalauth import services as external_auth
 from app.files.services import MAX_ARCHIVE_BYTES
 from app.provisioning.jobs import cancel_job
 from app.provisioning.log_api import logs_response
@@ -81,6 +82,11 @@ def get_version(version_id: str) -> Response:
 @bp.get("/templateversions/<version_id>/parameters")
 def version_parameters(version_id: str) -> Response:
     return jsonify([parameter.to_json() for parameter in _readable_version(version_id).parameters])
+
+
+@bp.get("/templateversions/<version_id>/external-auth")
+def version_external_auth(version_id: str) -> Response:
+    return jsonify(external_auth.needs_status(api_user(), _readable_version(version_id).external_auth))
 
 
 @bp.get("/templateversions/<version_id>/variables")

@@ -54,6 +54,7 @@ def import_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
         replace(variable, default_value="") if variable.sensitive else variable for variable in result.variables
     )
     version.parameters = result.parameters
+    version.external_auth = result.external_auth
     store_resources(job.id, "start", result.resources.start)
     store_resources(job.id, "stop", result.resources.stop)
 

@@ -15,6 +15,7 @@ from protocol.codec import JSON as JsonValue
 from protocol.codec import JsonObject
 from protocol.parameters import RichParameter
 from protocol.provisionerd import NameValue, TemplateVariable
+from protocol.resources import ExternalAuth
 
 
 class Template(Model):
@@ -95,6 +96,8 @@ class TemplateVersion(Model):
     # never needs: the daemon reads it from the template) and rich parameters of this version.
     variables: Mapped[tuple[TemplateVariable, ...]] = mapped_column(MessageListColumn(TemplateVariable), default=())
     parameters: Mapped[tuple[RichParameter, ...]] = mapped_column(MessageListColumn(RichParameter), default=())
+    # The Git providers (``data "coder_external_auth"``) its workspaces need linked.
+    external_auth: Mapped[tuple[ExternalAuth, ...]] = mapped_column(MessageListColumn(ExternalAuth), default=())
 
     job: Mapped[ProvisionerJob] = relationship()
 

@@ -13,6 +13,7 @@ from app.catalog import services, storage
 from app.core.errors import DomainError, InvalidInput
 from app.core.markdown_render import render_markdown
 from app.core.templating import tar_of_uploads
+from app.externalauth import services as external_auth
 from app.files.services import MAX_ARCHIVE_BYTES
 from app.provisioning.log_html import log_page_context, page_stream
 from app.resources.services import job_resources
@@ -87,6 +88,7 @@ def show(name: str) -> str:
         variables=services.public_variables(active) if active else [],
         resources=job_resources(active.job_id, "start") if active else [],
         readme=render_markdown(active.readme) if active and active.readme else None,
+        external_auth=external_auth.needs_status(page_user(), active.external_auth) if active else [],
     )
 
 

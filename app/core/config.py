@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from app.core.crypto import parse_keys
+from app.core.external_auth_config import ExternalAuthConfigError, ExternalAuthProvider, load_external_auth
 from protocol.agent_bundle import default_agent_wheelhouse
 from protocol.values import parse_duration, parse_int, parse_size
 
@@ -118,6 +119,8 @@ class Settings:
     # Empty: any email domain may sign in.
     oidc_email_domains: tuple[str, ...] = ()
     oidc_allow_signups: bool = True
+    # Git providers people link their accounts with (app/core/external_auth_config.py).
+    external_auth: tuple[ExternalAuthProvider, ...] = ()
     oidc_username_field: str = "preferred_username"
     oidc_email_field: str = "email"
     oidc_ignore_email_verified: bool = False
@@ -214,6 +217,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             for name in (
                 "SECRET_KEY",
                 "ENCRYPTION_KEYS",
+                "EXTERNAL_TOKEN_ENCRYPTION_KEYS",
                 "PROVISIONER_DAEMON_PSK",
                 "OIDC_CLIENT_SECRET",
                 "EMAIL_PASSWORD",
@@ -226,7 +230,15 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         disable_path_apps=_bool(env, "DISABLE_PATH_APPS", False),
         template_storage_quota=_size(env, "TEMPLATE_STORAGE_QUOTA", "1GiB"),
     )
-    return _with_notifications(_with_oidc(settings, env), env)
+    return _with_external_auth(_with_notifications(_with_oidc(settings, env), env), env)
+
+
+def _with_external_auth(settings: Settings, env: Mapping[str, str]) -> Settings:
+    try:
+        providers, secret_files = load_external_auth(env)
+    except ExternalAuthConfigError as exc:
+        raise SettingsError(str(exc)) from None
+    return replace(settings, external_auth=providers, secret_files=settings.secret_files + secret_files)
 
 
 def _with_notifications(settings: Settings, env: Mapping[str, str]) -> Settings:
@@ -313,10 +325,18 @@ def _trusted_credentials(env: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def _encryption_keys(env: Mapping[str, str]) -> tuple[bytes, ...]:
+    # Coder names the keys of its token store --external-token-encryption-keys; here one keyring encrypts every
+    # secret (tokens included), so that name is accepted as the same setting.
+    alias = "EXTERNAL_TOKEN_ENCRYPTION_KEYS"
+    name = "ENCRYPTION_KEYS"
+    if _get(env, alias) or _get(env, alias + "_FILE"):
+        if _get(env, name) or _get(env, name + "_FILE"):
+            raise SettingsError(f"set only one of {PREFIX}{name} and {PREFIX}{alias}: they are the same keys")
+        name = alias
     try:
-        return parse_keys(_secret(env, "ENCRYPTION_KEYS"))
+        return parse_keys(_secret(env, name))
     except ValueError as exc:
-        raise SettingsError(f"{PREFIX}ENCRYPTION_KEYS: {exc}") from None
+        raise SettingsError(f"{PREFIX}{name}: {exc}") from None
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:

@@ -13,6 +13,7 @@ from app.catalog.services import sensitive_variable_values
 from app.core.columns import utcnow
 from app.core.errors import InvalidInput
 from app.core.extensions import db
+from app.externalauth import services as external_auth
 from app.files.services import archive_bytes
 from app.notifications.services import BUILD_FAILED, notify
 from app.provisioning.jobs import JobHandlers, JobSubject
@@ -58,6 +59,7 @@ def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: Agen
             template_version=version.name,
         ),
         agent_scripts=dict(agent_scripts()),
+        external_auth_tokens=external_auth.build_tokens(owner, version.external_auth),
     )
     return replace(base, workspace_build=body)
 
@@ -100,7 +102,8 @@ def build_failed(job: ProvisionerJob) -> None:
 
 
 def build_secrets(job: ProvisionerJob) -> list[str]:
-    return sensitive_variable_values(build_for_job(job).template_version)
+    build = build_for_job(job)
+    return sensitive_variable_values(build.template_version) + external_auth.stored_tokens(build.workspace.owner_id)
 
 
 def build_subjects(jobs: Sequence[ProvisionerJob]) -> dict[str, JobSubject]:

@@ -14,6 +14,7 @@ from app.core.columns import new_id, utcnow
 from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
+from app.externalauth import services as external_auth
 from app.provisioning.jobs import dispatch, new_job
 from app.provisioning.models import SUCCEEDED, ProvisionerJob
 from app.users.models import User
@@ -193,6 +194,7 @@ def create_workspace(
     if db.session.scalar(taken):
         raise Conflict(f"You already have a workspace named {name!r}.")
     values = resolve_parameters(version.parameters, parameters, previous=None)
+    external_auth.require_links(owner, version.external_auth)
     workspace = Workspace(name=name, owner_id=owner.id, template_id=template.id, template=template)
     if schedule:
         schedule_rules.apply_on_create(workspace, schedule)
@@ -256,6 +258,8 @@ def queue_build(
     version = _usable_version(workspace.template, version_id) if version_id else previous.template_version
     previous_values = {item.name: item.value for item in previous.parameters}
     values = resolve_parameters(version.parameters, parameters, previous=previous_values)
+    if transition == "start":
+        external_auth.require_links(workspace.owner, version.external_auth)
     job = _queue_build(
         actor, workspace, version, transition, values,
         state=previous.state, number=previous.build_number + 1, reason=reason,

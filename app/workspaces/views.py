@@ -18,6 +18,7 @@ from app.core.extensions import db
 from app.events import get_relay
 from app.events.sse import event_stream
 from app.events.streams import follow_changes, follow_statuses, seen_token
+from app.externalauth import services as external_auth
 from app.provisioning.jobs import cancel_job
 from app.provisioning.log_html import log_page_context, page_stream
 from app.resources.services import job_resources
@@ -122,6 +123,7 @@ def new() -> str | Response | tuple[str, int]:
         values=values,
         name=request.form.get("name", ""),
         errors=errors,
+        external_auth=external_auth.needs_status(page_user(), version.external_auth) if version else [],
     )
     return (page, 400) if errors else page
 

@@ -41,6 +41,7 @@ def build_coder_env(
     parameters: Mapping[str, str] | None = None,
     previous_parameters: Mapping[str, str] | None = None,
     agent_scripts: Mapping[str, str] | None = None,
+    external_auth_tokens: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The CODER_* variables the coder provider reads, as Coder's provisioner sets them for plan and apply.
 
@@ -69,6 +70,9 @@ def build_coder_env(
         env[parameter_env_name(name, previous=True)] = value
     for platform, script in (agent_scripts or {}).items():
         env[f"CODER_AGENT_SCRIPT_{platform}"] = script
+    # data.coder_external_auth.<x>.access_token: the workspace owner's token for each Git provider it declares.
+    for provider_id, token in (external_auth_tokens or {}).items():
+        env[f"CODER_EXTERNAL_AUTH_ACCESS_TOKEN_{provider_id}"] = token
     return env
 
 
