@@ -28,6 +28,8 @@ from protocol.agentapi import (
     AgentLogReply,
     AppHealth,
     AppHealthReport,
+    ExternalAuthReply,
+    GitSSHKeyReply,
     LifecycleReport,
     LifecycleState,
     Manifest,
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 HTTP_TIMEOUT = 30.0  # Coder's agent client uses the same
+# A listening external-auth request is held by the server for up to 50 s.
+LISTEN_TIMEOUT = 75.0
 CONTROL_PING_INTERVAL = 15.0
 CONTROL_PING_TIMEOUT = 30.0
 TUNNEL_MAX_MESSAGE = 16 * 1024 * 1024
@@ -191,6 +195,24 @@ class AgentAPI:
 
     async def post_app_health(self, healths: dict[str, AppHealth]) -> None:
         await self._request("POST", "/app-health", AppHealthReport(healths=healths))
+
+    async def get_external_auth(
+        self, *, match: str = "", provider_id: str = "", listen: bool = False
+    ) -> ExternalAuthReply:
+        """The owner's Git token for a remote URL (or provider id); with ``listen`` the server holds the request
+        until they link the provider (up to about 50 s)."""
+        query = {"match": match, "id": provider_id, "listen": "true" if listen else ""}
+        path = "/external-auth?" + "&".join(f"{key}={quote(value, safe='')}" for key, value in query.items() if value)
+        timeout = LISTEN_TIMEOUT if listen else HTTP_TIMEOUT
+        try:
+            response = await self._http.get(self.base + path, headers=self._headers, timeout=timeout)
+        except httpx.TransportError as exc:
+            raise ServerUnavailable(f"cannot reach {self.url}: {exc or type(exc).__name__}") from None
+        _raise_for(response.status_code, response.content)
+        return ExternalAuthReply.loads(response.content)
+
+    async def get_git_ssh_key(self) -> GitSSHKeyReply:
+        return GitSSHKeyReply.loads((await self._request("GET", "/gitsshkey")).content)
 
     def _websocket_url(self, path: str) -> str:
         return "ws" + self.base.removeprefix("http") + path

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent import git
 from agent.config import TOKEN_VARIABLES
 from protocol.agentapi import Manifest
 
@@ -129,6 +130,8 @@ def build_environment(
         environ["CODER_SCRIPT_DATA_DIR"] = str(script_data_root(log_dir) / log_source_id)
     path = environ.get("PATH", os.defpath)
     environ["PATH"] = f"{bin_dir}{os.pathsep}{path}" if path else str(bin_dir)
+    # git asks the agent for the owner's linked accounts; a template's own GIT_ASKPASS (below) still wins.
+    environ.update(git.helper_environment(git.socket_path_for(log_dir), bin_dir))
     expanded = {name: expand_variables(value, environ) for name, value in manifest.environment_variables.items()}
     environ.update(expanded)
     for name in TOKEN_VARIABLES:  # not even when a template sets it

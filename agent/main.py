@@ -19,7 +19,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from agent import __version__
+from agent import __version__, git
 from agent.api import AgentAPI, AgentAPIError, Backoff, ProblemLog, retry
 from agent.apphealth import AppHealthReporter
 from agent.config import TOKEN_VARIABLES, AgentConfig, ConfigError, load_config
@@ -30,7 +30,9 @@ from agent.environment import (
     context_before_manifest,
     expand_directory,
     home_directory,
+    script_bin_dir,
 )
+from agent.git_helper import GitHelperServer
 from agent.lifecycle import (
     OFF,
     READY,
@@ -105,6 +107,7 @@ class Agent:
         self._metadata: asyncio.Task[None] | None = None
         self._app_health: asyncio.Task[None] | None = None
         self._stop_requested = asyncio.Event()
+        self._git_helper = GitHelperServer(self._api, git.socket_path_for(config.log_dir))
 
     # Running ---------------------------------------------------------------------------------------------------
 
@@ -132,6 +135,7 @@ class Agent:
         """Serve until SIGTERM or SIGINT, shut down gracefully, and return the exit code."""
         self._install_signal_handlers()
         log.info("slipway agent %s connecting to %s (log dir %s)", __version__, self._config.url, self._config.log_dir)
+        await self._start_git_helper()
         senders = [start_task(self._logs.run(), "the log sender"), start_task(self._lifecycle.run(), "lifecycle")]
         control = asyncio.create_task(self._control_loop())
         stop = asyncio.create_task(self._stop_requested.wait())
@@ -145,10 +149,19 @@ class Agent:
         for task in senders:
             task.cancel()
         await asyncio.gather(*senders, return_exceptions=True)
+        await self._git_helper.close()
         await self._api.aclose()
         self._remove_signal_handlers()
         log.info("stopped")
         return exit_code
+
+    async def _start_git_helper(self) -> None:
+        """git's askpass and ssh helpers; a workspace without them still works, only git asks for passwords."""
+        try:
+            git.write_wrappers(script_bin_dir(self._config.log_dir))
+            await self._git_helper.start()
+        except OSError as exc:
+            log.warning("the git helper could not start (%s): git will not get linked accounts", exc)
 
     # The control connection ------------------------------------------------------------------------------------
 

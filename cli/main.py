@@ -35,6 +35,9 @@ COMMANDS = {
     "port-forward": "cli.port_forward:port_forward",
     "provisioner": "cli.provisioners:provisioner",
     "provisionerd": "cli.provisionerd:provisionerd",
+    "external-auth": "cli.git:external_auth",
+    "gitaskpass": "cli.git:gitaskpass",
+    "gitssh": "cli.git:gitssh",
     "agent": "cli.agent:agent",
     "agent-bundle": "cli.agent_bundle:agent_bundle",
 }

@@ -140,3 +140,26 @@ class TunnelControl(Message):
 
 
 EOF_MESSAGE = TunnelControl(type="eof").dumps()
+
+
+class ExternalAuthReply(Message):
+    """``GET /external-auth?match=<url>|id=<id>[&listen=true]``: the workspace owner's token for the Git provider
+    serving that URL, or (``url`` set, no token) where they link the provider first."""
+
+    id: str = ""
+    type: str = ""
+    display_name: str = ""
+    access_token: str = ""
+    # What git answers GIT_ASKPASS with (the username depends on the provider: x-access-token, oauth2 …).
+    username: str = ""
+    password: str = ""
+    # The token response's other fields (scope, token_type …), for `slipway external-auth access-token --extra`.
+    token_extra: dict[str, str] = field(default_factory=dict)
+    url: str = ""
+
+
+class GitSSHKeyReply(Message):
+    """``GET /gitsshkey``: the owner's Git SSH key (OpenSSH format) for GIT_SSH_COMMAND."""
+
+    public_key: str
+    private_key: str

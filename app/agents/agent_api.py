@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, g, jsonify, request
+from flask import Blueprint, Response, current_app, g, request
 
 from app.agents import services, tunnels
 from app.agents.control import ControlConnection
@@ -24,6 +24,7 @@ from protocol.agentapi import (
     TOKEN_HEADERS,
     AgentLogBatch,
     AppHealthReport,
+    GitSSHKeyReply,
     LifecycleReport,
     MetadataReport,
     Startup,
@@ -103,7 +104,7 @@ def _owner() -> User:
 @bp.get("/external-auth")
 def external_auth() -> Response:
     """A token for the workspace's git (GIT_ASKPASS): the workspace owner's own, never anyone else's."""
-    return jsonify(
+    return _reply(
         external_auth_services.agent_token(
             _owner(),
             match=request.args.get("match", "")[:2048],
@@ -116,7 +117,7 @@ def external_auth() -> Response:
 @bp.get("/gitsshkey")
 def git_ssh_key() -> Response:
     key = external_auth_services.git_ssh_key(_owner())
-    return jsonify({"public_key": key.public_key, "private_key": key.private_key})
+    return _reply(GitSSHKeyReply(public_key=key.public_key, private_key=key.private_key))
 
 
 @bp.get("/rpc", websocket=True)

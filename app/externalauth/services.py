@@ -27,6 +27,7 @@ from app.core.redis_client import get_redis
 from app.externalauth import oauth
 from app.externalauth.models import ExternalAuthLink, GitSSHKey
 from app.users.models import User
+from protocol.agentapi import ExternalAuthReply
 from protocol.codec import JsonObject
 from protocol.resources import ExternalAuth
 
@@ -210,7 +211,7 @@ def stored_tokens(user_id: str) -> list[str]:
     return [token for link in links for token in (link.access_token, link.refresh_token) if token]
 
 
-def agent_token(user: User, *, match: str = "", provider_id: str = "", listen: bool = False) -> JsonObject:
+def agent_token(user: User, *, match: str = "", provider_id: str = "", listen: bool = False) -> ExternalAuthReply:
     """API.md: for a workspace's git, the token of the provider serving ``match`` (or named ``id``), or the URL
     where the person links it; with ``listen`` the request waits up to ``LISTEN_SECONDS`` for them to link."""
     if provider_id:
@@ -226,17 +227,23 @@ def agent_token(user: User, *, match: str = "", provider_id: str = "", listen: b
     while True:
         link = fresh_link(user, target)
         if link is not None and not link.validate_error:
-            return {
-                "access_token": link.access_token,
-                "token_extra": json.loads(link.token_extra or "{}"),
-                "username": target.git_username,
-                "password": link.access_token,
-                "type": target.type,
-                "id": target.id,
-            }
+            extra = json.loads(link.token_extra or "{}")
+            return ExternalAuthReply(
+                id=target.id,
+                type=target.type,
+                display_name=target.display_name,
+                access_token=link.access_token,
+                username=target.git_username,
+                password=link.access_token,
+                token_extra={
+                    str(key): value if isinstance(value, str) else json.dumps(value) for key, value in extra.items()
+                },
+            )
         if time.monotonic() >= deadline:
-            return {"url": link_url(target.id), "id": target.id, "display_name": target.display_name}
-        db.session.rollback()  # see the link committed meanwhile by another request
+            return ExternalAuthReply(
+                id=target.id, type=target.type, display_name=target.display_name, url=link_url(target.id)
+            )
+        db.session.rollback()  # end the transaction: the next look sees a link committed meanwhile
         time.sleep(LISTEN_POLL_SECONDS)
 
 
