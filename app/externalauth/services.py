@@ -78,7 +78,7 @@ def store_tokens(user: User, target: ExternalAuthProvider, tokens: oauth.TokenSe
     _apply(link, tokens)
     db.session.add(link)
     db.session.commit()
-    _record_health(target, "")
+    record_health(target, "")
     log.info("%s linked %s", user.username, target.id)
     return link
 
@@ -116,9 +116,9 @@ def fresh_link(user: User, target: ExternalAuthProvider, *, revalidate: bool = F
         link.validate_error = exc.why
         db.session.commit()
     except oauth.ProviderUnavailable as exc:
-        _record_health(target, exc.why)
+        record_health(target, exc.why)
         return link
-    _record_health(target, "")
+    record_health(target, "")
     return link
 
 
@@ -155,7 +155,7 @@ def unlink(user: User, provider_id: str) -> None:
             try:
                 oauth.revoke(target, token)
             except oauth.ProviderUnavailable as exc:
-                _record_health(target, exc.why)
+                record_health(target, exc.why)
                 log.warning("could not revoke %s's %s token: %s", user.username, provider_id, exc.why)
     db.session.delete(link)
     db.session.commit()
@@ -247,7 +247,7 @@ def agent_token(user: User, *, match: str = "", provider_id: str = "", listen: b
         time.sleep(LISTEN_POLL_SECONDS)
 
 
-def _record_health(target: ExternalAuthProvider, error: str) -> None:
+def record_health(target: ExternalAuthProvider, error: str) -> None:
     key = HEALTH_KEY.format(target.id)
     try:
         if error:

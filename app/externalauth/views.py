@@ -84,6 +84,7 @@ def callback(provider_id: str) -> Response | tuple[str, int]:
             verifier=flow["v"],
         )
     except oauth.ProviderUnavailable as error:
+        services.record_health(target, error.why)
         return _problem(f"{target.display_name} is not answering", error, provider_id)
     except oauth.TokenRefused as error:
         return _problem(f"{target.display_name} did not link", error, provider_id)
@@ -100,6 +101,9 @@ def device(provider_id: str) -> Response | str | tuple[str, int]:
         return redirect(url_for("externalauth.start", provider_id=provider_id))
     try:
         code = oauth.start_device_flow(target)
+    except oauth.ProviderUnavailable as error:
+        services.record_health(target, error.why)
+        return _problem(f"{target.display_name} is not answering", error, provider_id)
     except DomainError as error:
         return _problem(f"{target.display_name} is not answering", error, provider_id)
     session[DEVICE_KEY] = {"p": provider_id, "d": code.device_code, "e": code.expires_at.timestamp()}

@@ -1,7 +1,9 @@
 // A real OpenID provider (npm oidc-provider) for Slipway's tests, configured by one JSON environment variable:
 //   OIDC_TEST_CONFIG = {port, clients: [{client_id, client_secret, redirect_uris, post_logout_redirect_uris}],
 //                       accounts: {<login>: {sub, email, email_verified, preferred_username, name, groups}},
-//                       claims_in_id_token: bool}
+//                       claims_in_id_token: bool, access_token_ttl: seconds}
+// A client whose grant_types include refresh_token gets refresh tokens (Git provider tests refresh with them);
+// revocation and introspection are on (unlinking revokes; the test Git server checks tokens at userinfo).
 // Sign-in uses the provider's own development login form (any password); consent is granted automatically.
 import http from 'node:http';
 import Provider from 'oidc-provider';
@@ -33,8 +35,15 @@ const provider = new Provider(issuer, {
   // true: profile and email claims in the ID token as well; false: only from the userinfo endpoint.
   conformIdTokenClaims: !config.claims_in_id_token,
   pkce: { required: () => true },
+  ttl: { AccessToken: config.access_token_ttl || 3600 },
+  issueRefreshToken: async (ctx, client) => client.grantTypeAllowed('refresh_token'),
   cookies: { keys: ['slipway-test-only-cookie-key'] },
-  features: { devInteractions: { enabled: true }, rpInitiatedLogout: { enabled: true } },
+  features: {
+    devInteractions: { enabled: true },
+    rpInitiatedLogout: { enabled: true },
+    revocation: { enabled: true },
+    introspection: { enabled: true },
+  },
   // No consent page: the tests are about Slipway, not about clicking "Continue".
   loadExistingGrant: async (ctx) => {
     const grant = new ctx.oidc.provider.Grant({

@@ -69,7 +69,14 @@ def push_version(client: FlaskClient, admin: Persona, tags: dict[str, str] | Non
     return dict(version.json)
 
 
-def import_template(client: FlaskClient, personas: dict[str, Persona], daemon: FakeDaemon) -> dict[str, Any]:
+def import_template(
+    client: FlaskClient,
+    personas: dict[str, Persona],
+    daemon: FakeDaemon,
+    *,
+    name: str = "dev",
+    external_auth: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     bob = personas["bob"]
     version = push_version(client, bob)
     job_id = version["job"]["id"]
@@ -88,10 +95,11 @@ def import_template(client: FlaskClient, personas: dict[str, Persona], daemon: F
                 "parameters": PARAMETERS,
                 "variables": [{"name": "token", "sensitive": True, "default_value": "s3"}],
                 "resources": RESOURCES,
+                "external_auth": external_auth or [],
             }
         },
     )
     assert done.status_code == 204, done.json
-    template = client.post("/api/v2/templates", json={"name": "dev", "version_id": version["id"]}, headers=bob.auth)
+    template = client.post("/api/v2/templates", json={"name": name, "version_id": version["id"]}, headers=bob.auth)
     assert template.status_code == 201, template.json
     return dict(template.json)

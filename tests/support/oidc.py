@@ -33,6 +33,8 @@ class OidcProvider:
         *,
         claims_in_id_token: bool = True,
         log_path: Path,
+        extra_clients: list[dict[str, Any]] | None = None,
+        access_token_ttl: int = 3600,
     ) -> None:
         assert NODE.exists(), "the test OpenID provider is not installed: run `make oidc-deps`"
         self.port = free_port()
@@ -45,8 +47,10 @@ class OidcProvider:
                     "client_secret": CLIENT_SECRET,
                     "redirect_uris": [f"{rp_url}/api/v2/users/oidc/callback"],
                     "post_logout_redirect_uris": [f"{rp_url}/login"],
-                }
+                },
+                *(extra_clients or []),
             ],
+            "access_token_ttl": access_token_ttl,
             "accounts": accounts or {},
             "claims_in_id_token": claims_in_id_token,
         }
