@@ -161,17 +161,20 @@ def load_external_auth(env: Mapping[str, str]) -> tuple[tuple[ExternalAuthProvid
 
 def parse_provider(where: str, entry: Mapping[str, Any]) -> ExternalAuthProvider:
     known = _STRING_FIELDS | {"scopes", "device_flow", "no_refresh", "pkce", "client_secret_file"}
+    values = {name: str(entry.get(name) or "").strip() for name in _STRING_FIELDS}
+    ident = values["id"]
+    label = f"{where} ({ident})" if ident else where
     unknown = sorted(set(entry) - known)
     if unknown:
-        raise ExternalAuthConfigError(f"{where}: unknown field {unknown[0]!r}")
-    values = {name: str(entry.get(name) or "").strip() for name in _STRING_FIELDS}
-    ident = values["id"] or ""
-    label = f"{where} ({ident})" if ident else where
-    kind = TYPE_ALIASES.get(values["type"].lower(), values["type"].lower()) or ident.lower()
+        raise ExternalAuthConfigError(f"{label}: unknown field {unknown[0]!r}")
+    named = values["type"].lower() or ident.lower()  # `id: github` alone is a GitHub provider, as in Coder
+    kind = TYPE_ALIASES.get(named, named)
     if not ident:
         raise ExternalAuthConfigError(f"{where}: id is required")
     if not _ID.match(ident):
         raise ExternalAuthConfigError(f"{label}: id must be letters, digits, '.', '_' or '-', got {ident!r}")
+    if not values["type"] and kind not in TYPE_DEFAULTS:
+        raise ExternalAuthConfigError(f"{label}: type is required ({', '.join(TYPE_DEFAULTS)})")
     if kind not in TYPE_DEFAULTS:
         raise ExternalAuthConfigError(
             f"{label}: type must be one of {', '.join(TYPE_DEFAULTS)}, got {values['type'] or ident!r}"
