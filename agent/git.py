@@ -144,7 +144,10 @@ def git_ssh(arguments: list[str]) -> int:
         key_file = Path(directory) / "id_ed25519"
         key_file.touch(mode=0o600)
         key_file.write_text(str(key["private_key"]))
-        command = [ssh, "-i", str(key_file), "-o", "IdentitiesOnly=yes", *arguments]
+        # accept-new: a provider's host key is remembered the first time (git has no terminal to ask on) and
+        # checked every time after; a changed key is still refused.
+        options = ["-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=accept-new", "-o", "BatchMode=yes"]
+        command = [ssh, "-i", str(key_file), *options, *arguments]
         return subprocess.call(command)  # noqa: S603 - git's own ssh arguments, to the system's ssh
 
 

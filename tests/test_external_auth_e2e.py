@@ -21,6 +21,7 @@ from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_f
 from tests.support.daemon_user import daemon_writable_dir
 from tests.support.deployment import EXAMPLE, Deployment, stop_workspaces
 from tests.support.git_server import GitServer
+from tests.support.git_ssh_server import GitSSHServer
 from tests.support.oidc import OidcProvider
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_until
@@ -197,6 +198,16 @@ def test_link_in_a_browser_then_git_in_the_workspace_clones_and_pushes_refreshes
         # A remote no provider serves: a clear message, non-zero.
         code, output = ssh(world, "slipway-gitaskpass \"Username for 'https://nowhere.example': \"")
         assert code != 0 and "No Git provider on this server serves https://nowhere.example" in output, output
+
+        # Over SSH, git uses the person's Git SSH key (GIT_SSH_COMMAND): a server that knows only its public half.
+        with deployment.api("carol") as api:
+            public_key = api.get("/users/me/gitsshkey").json()["public_key"]
+        with GitSSHServer(git.root, public_key) as ssh_git:
+            code, output = ssh(
+                world, f"git clone -q {ssh_git.url('private.git')} over-ssh && git -C over-ssh log -1 --format=%s"
+            )
+            assert code == 0 and "again" in output.splitlines(), output
+            assert ssh_git.commands == ["git-upload-pack '/private.git'"]
 
         # Unlink in the browser: the workspace is told where to link again.
         page.goto(f"{deployment.url}/account")
