@@ -5,12 +5,24 @@ It never imports ``app``, ``workers`` or ``cli``: only the server touches the da
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+import functools
 from pathlib import Path
 
-try:
-    __version__ = version("slipway")
-except PackageNotFoundError:
-    # Installed from the server's bundle (which writes VERSION beside this file), or a checkout never installed.
-    _bundled = Path(__file__).with_name("VERSION")
-    __version__ = _bundled.read_text().strip() if _bundled.is_file() else "0.0.0+unknown"
+
+@functools.cache
+def _version() -> str:
+    # importlib.metadata costs ~35 ms to import: git's helpers (agent.git, run per credential prompt) never need it.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("slipway")
+    except PackageNotFoundError:
+        # Installed from the server's bundle (which writes VERSION beside this file), or a checkout never installed.
+        bundled = Path(__file__).with_name("VERSION")
+        return bundled.read_text().strip() if bundled.is_file() else "0.0.0+unknown"
+
+
+def __getattr__(name: str) -> str:
+    if name == "__version__":
+        return _version()
+    raise AttributeError(f"module 'agent' has no attribute {name!r}")
