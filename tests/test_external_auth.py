@@ -9,10 +9,12 @@ daemon (the real daemon, agent and git run in test_external_auth_e2e.py).
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -38,6 +40,14 @@ CLIENT = {
     "grant_types": ["authorization_code", "refresh_token"],
     "token_endpoint_auth_method": "client_secret_post",
 }
+DEVICE_CLIENT = {
+    "client_id": "slipway-device",
+    "client_secret": "device-secret",
+    "redirect_uris": [],
+    "response_types": [],
+    "grant_types": ["urn:ietf:params:oauth:grant-type:device_code", "refresh_token"],
+    "token_endpoint_auth_method": "client_secret_post",
+}
 AGENT_TOKEN = "5c0ffee0-0000-4000-8000-00000000a9e7"
 AGENT_HEADERS = {"Slipway-Agent-Token": AGENT_TOKEN}
 REPO = "https://git.example.test/team/private.git"
@@ -46,7 +56,7 @@ REPO = "https://git.example.test/team/private.git"
 @pytest.fixture(scope="module")
 def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProvider]:
     log = tmp_path_factory.mktemp("idp") / "idp.log"
-    with OidcProvider(RP_URL, {}, log_path=log, extra_clients=[CLIENT]) as idp:
+    with OidcProvider(RP_URL, {}, log_path=log, extra_clients=[CLIENT, DEVICE_CLIENT]) as idp:
         yield idp
 
 
@@ -343,3 +353,59 @@ def test_tokens_stay_readable_after_a_key_rotation(
     )
     with coder_named.app_context():
         assert db.session.query(ExternalAuthLink).one().access_token == "tok-old"
+
+
+INPUT = re.compile(r"<input[^>]*>", re.IGNORECASE)
+ATTRIBUTE = re.compile(r'(name|value)="([^"]*)"')
+FORM_ACTION = re.compile(r'<form[^>]*action="([^"]+)"', re.IGNORECASE)
+
+
+def approve_device(verification_uri: str, user_code: str, login: str) -> None:
+    """At the provider, as the person would in another browser: enter the code, sign in, confirm."""
+    with httpx.Client(follow_redirects=True, timeout=30) as at_provider:
+        page = at_provider.get(verification_uri)
+        for _ in range(6):
+            action = FORM_ACTION.search(page.text)
+            if action is None:
+                break
+            inputs = [dict(ATTRIBUTE.findall(tag)) for tag in INPUT.findall(page.text)]
+            fields = {field["name"]: field.get("value", "") for field in inputs if "name" in field}
+            if "user_code" in fields:
+                fields["user_code"] = user_code
+            if "login" in fields:
+                fields.update(login=login, password="any-password")
+            if "confirm" in page.text:
+                fields["confirm"] = "yes"
+            page = at_provider.post(urljoin(str(page.url), action.group(1)), data=fields)
+        assert page.status_code == 200 and "Sign-in Success" in page.text, page.text[:500]
+
+
+def test_the_device_flow_links_with_a_code_entered_at_the_provider(
+    tmp_path: Path, database_url: str, redis_server: str, provider: OidcProvider, app_factory: Any
+) -> None:
+    env = provider_env(
+        provider, CLIENT_ID=DEVICE_CLIENT["client_id"], CLIENT_SECRET=DEVICE_CLIENT["client_secret"],
+        DEVICE_FLOW="true", DEVICE_CODE_URL=f"{provider.issuer}/device/auth",
+    )  # fmt: skip
+    app = app_factory(make_settings(tmp_path, database_url, redis_server, access_url=RP_URL, **env))
+    with app.app_context():
+        from app.users import services as users
+
+        users.create_user("erin", "erin@example.com", "a-long-password", [])
+    client = app.test_client()
+    sign_in(client, "erin@example.com", "a-long-password")
+    start = client.get("/external-auth/idp")
+    assert start.status_code == 302 and "/external-auth/idp/device" in start.headers["Location"]
+    page = client.get(start.headers["Location"])
+    assert page.status_code == 200, page.text
+    user_code = re.search(r'id="device-user-code">([^<]+)<', page.text)
+    verification = re.search(r'<a href="([^"]+)" target="_blank"', page.text)
+    assert user_code and verification
+    waiting = post_form(client, "/external-auth/idp/device", {"back": "/account"}, token_from="/account")
+    assert waiting.status_code == 200 and "Waiting for you to approve" in waiting.text
+    approve_device(verification.group(1), user_code.group(1), "erin-at-git")
+    linked = post_form(client, "/external-auth/idp/device", {"back": "/account"}, token_from="/account")
+    assert "Linked your Team Git account" in linked.text
+    with app.app_context():
+        link = db.session.query(ExternalAuthLink).one()
+        assert valid_at_provider(provider, link.access_token)

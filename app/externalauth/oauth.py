@@ -113,7 +113,7 @@ class DeviceCode:
 
 
 def start_device_flow(provider: ExternalAuthProvider) -> DeviceCode:
-    form = {"client_id": provider.client_id, "scope": " ".join(provider.scopes)}
+    form = {"scope": " ".join(provider.scopes), **_client_auth(provider)}
     body = _json(provider, _call(provider, "POST", provider.device_code_url, data=form))
     try:
         return DeviceCode(

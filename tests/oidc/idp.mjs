@@ -43,6 +43,7 @@ const provider = new Provider(issuer, {
     rpInitiatedLogout: { enabled: true },
     revocation: { enabled: true },
     introspection: { enabled: true },
+    deviceFlow: { enabled: true },
   },
   // No consent page: the tests are about Slipway, not about clicking "Continue".
   loadExistingGrant: async (ctx) => {
