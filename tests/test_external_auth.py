@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -297,6 +298,15 @@ def test_a_template_needing_a_provider_refuses_create_until_linked_then_builds_g
     key = api.get("/api/v2/workspaceagents/me/gitsshkey", headers=AGENT_HEADERS).json
     assert key["private_key"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
     assert api.get("/api/v2/users/me/gitsshkey", headers=carol.auth).json == {"public_key": key["public_key"]}
+
+    # A suspended owner's workspace hands out none of their credentials.
+    alice = personas["alice"]
+    assert api.patch(f"/api/v2/users/{carol.id}", json={"status": "suspended"}, headers=alice.auth).status_code == 200
+    refused_key = api.get("/api/v2/workspaceagents/me/gitsshkey", headers=AGENT_HEADERS)
+    assert refused_key.status_code == 403 and "suspended" in refused_key.json["message"]
+    assert api.patch(f"/api/v2/users/{carol.id}", json={"status": "active"}, headers=alice.auth).status_code == 200
+    login = api.post("/api/v2/users/login", json={"email": carol.email, "password": carol.password})
+    carol = replace(carol, token=login.json["session_token"])  # suspension ended her sessions
 
     # Starting again after unlinking is refused before any job is queued.
     api.post(f"/api/v2/workspaces/{created.json['id']}/builds", json={"transition": "stop"}, headers=carol.auth)

@@ -8,7 +8,7 @@ from app.agents import services, tunnels
 from app.agents.control import ControlConnection
 from app.agents.manifest import build_manifest
 from app.core.config import Settings
-from app.core.errors import NotFound
+from app.core.errors import Forbidden, NotFound
 from app.core.extensions import csrf, db
 from app.core.limits import live_connection
 from app.core.redis_client import get_redis
@@ -98,6 +98,9 @@ def _owner() -> User:
     if build is None:
         raise NotFound("This agent's build is gone.")
     owner: User = build.workspace.owner
+    if not owner.is_active:
+        # A suspended person's workspace keeps running until stopped, but hands out none of their credentials.
+        raise Forbidden("The workspace owner's account is suspended.")
     return owner
 
 
