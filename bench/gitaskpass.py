@@ -34,7 +34,7 @@ from _harness import OWNER_PASSWORD, Server, median, percentile, sign_up_owner  
 from tunnel import create_until_ready, kill_leftovers, push_template  # noqa: E402
 
 from agent import git  # noqa: E402
-from tests.support.oidc import OidcProvider, provider_sign_in  # noqa: E402
+from tests.support.oidc import OidcProvider, git_provider_client, provider_sign_in  # noqa: E402
 
 PROVIDERS = {"fresh": 3600, "refreshing": 60}  # id -> access token lifetime at its provider (seconds)
 
@@ -92,12 +92,7 @@ def main() -> None:
     idps = {}
     try:
         for number, (provider_id, ttl) in enumerate(PROVIDERS.items()):
-            client = {
-                "client_id": f"bench-{provider_id}", "client_secret": "bench-secret",
-                "redirect_uris": [f"{server.url}/external-auth/{provider_id}/callback"],
-                "grant_types": ["authorization_code", "refresh_token"],
-                "token_endpoint_auth_method": "client_secret_post",
-            }  # fmt: skip
+            client = git_provider_client(server.url, provider_id, f"bench-{provider_id}", "bench-secret")
             idp = OidcProvider(server.url, {}, log_path=scratch / f"{provider_id}.log", extra_clients=[client],
                                access_token_ttl=ttl)  # fmt: skip
             idps[provider_id] = idp.start()

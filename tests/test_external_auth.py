@@ -30,17 +30,11 @@ from app.externalauth.models import ExternalAuthLink
 from tests.conftest import Persona, make_settings
 from tests.support.daemon import PSK, FakeDaemon, import_template
 from tests.support.net import free_port
-from tests.support.oidc import OidcProvider, provider_sign_in
+from tests.support.oidc import OidcProvider, git_provider_client, provider_sign_in
 from tests.support.web import post_form, sign_in
 
 RP_URL = "http://localhost"
-CLIENT = {
-    "client_id": "slipway-git",
-    "client_secret": "git-secret",
-    "redirect_uris": [f"{RP_URL}/external-auth/idp/callback"],
-    "grant_types": ["authorization_code", "refresh_token"],
-    "token_endpoint_auth_method": "client_secret_post",
-}
+CLIENT = git_provider_client(RP_URL, "idp", "slipway-git", "git-secret")
 DEVICE_CLIENT = {
     "client_id": "slipway-device",
     "client_secret": "device-secret",

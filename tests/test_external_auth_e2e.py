@@ -22,7 +22,7 @@ from tests.support.daemon_user import daemon_writable_dir
 from tests.support.deployment import EXAMPLE, Deployment, stop_workspaces
 from tests.support.git_server import GitServer
 from tests.support.git_ssh_server import GitSSHServer
-from tests.support.oidc import OidcProvider
+from tests.support.oidc import OidcProvider, git_provider_client
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_until
 
@@ -88,13 +88,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("git-providers")
     workspaces_root = daemon_writable_dir("workspaces")
     server = ServerProcess(tmp / "data", "--provisioner-daemons", "2", env={"SLIPWAY_AGENT_HEARTBEAT_INTERVAL": "1s"})
-    client = {
-        "client_id": "slipway-git",
-        "client_secret": "git-secret",
-        "redirect_uris": [f"{server.url}/external-auth/idp/callback"],
-        "grant_types": ["authorization_code", "refresh_token"],
-        "token_endpoint_auth_method": "client_secret_post",
-    }
+    client = git_provider_client(server.url, "idp", "slipway-git", "git-secret")
     with (
         OidcProvider(
             server.url, {}, log_path=tmp / "idp.log", extra_clients=[client], access_token_ttl=ACCESS_TOKEN_TTL

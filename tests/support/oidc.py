@@ -23,6 +23,18 @@ HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', re.I
 CLIENT_ID, CLIENT_SECRET = "slipway", "slipway-test-secret"
 
 
+def git_provider_client(rp_url: str, provider_id: str, client_id: str, client_secret: str) -> dict[str, Any]:
+    """A client for Slipway's Git provider (external auth) ``provider_id``: code flow with refresh tokens, the
+    secret in the token request's body (as Slipway sends it)."""
+    return {
+        "client_id": client_id,
+        "client_secret": client_secret,
+        "redirect_uris": [f"{rp_url}/external-auth/{provider_id}/callback"],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "token_endpoint_auth_method": "client_secret_post",
+    }
+
+
 class OidcProvider:
     """oidc-provider on 127.0.0.1, with one client for a Slipway at ``rp_url`` and the given accounts."""
 
