@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -26,7 +27,9 @@ from sqlalchemy import text
 from app.core.columns import utcnow
 from app.core.config import Settings
 from app.core.extensions import db
+from app.externalauth import services
 from app.externalauth.models import ExternalAuthLink
+from app.users.models import User
 from tests.conftest import Persona, make_settings
 from tests.support.daemon import PSK, FakeDaemon, import_template
 from tests.support.net import free_port
@@ -189,6 +192,32 @@ def test_an_expiring_token_is_refreshed_and_a_revoked_one_shows_as_invalid(
     # Relinking makes it good again.
     link(client, "dave-at-git")
     assert statuses(client, dave)["idp"]["authenticated"] is True
+
+
+def test_concurrent_requests_refresh_a_rotating_token_once(app: Flask, personas: dict[str, Persona]) -> None:
+    """git fetching submodules in parallel asks for the token several times at once; the provider rotates refresh
+    tokens (each works once), so only one request may refresh and the others must take its result."""
+    carol = personas["carol"]
+    link(browser(app, carol), "carol-at-git")
+    with app.app_context():
+        db.session.query(ExternalAuthLink).update({ExternalAuthLink.expires_at: utcnow() + timedelta(minutes=1)})
+        db.session.commit()
+    before = stored_link(app, carol)
+    tokens: list[str] = []
+
+    def ask() -> None:
+        with app.app_context():
+            reply = services.agent_token(db.session.get(User, carol.id), provider_id="idp")
+            tokens.append(reply.access_token)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    after = stored_link(app, carol)
+    assert after.validate_error == "" and after.access_token != before.access_token
+    assert tokens == [after.access_token] * 4
 
 
 def _client_auth() -> dict[str, str]:

@@ -16,6 +16,7 @@ from datetime import timedelta
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flask import current_app
+from redis.exceptions import LockError
 from sqlalchemy import func, select
 
 from app.core.columns import rfc3339, utcnow
@@ -40,6 +41,7 @@ REVALIDATE_AFTER = timedelta(minutes=10)
 LISTEN_SECONDS = 50
 LISTEN_POLL_SECONDS = 1.0
 HEALTH_KEY = "slipway:external-auth:health:{}"
+REFRESH_LOCK = "slipway:external-auth:refresh:{}"
 
 
 def _settings() -> Settings:
@@ -103,23 +105,39 @@ def fresh_link(user: User, target: ExternalAuthProvider, *, revalidate: bool = F
     now = utcnow()
     try:
         if link.expires_at is not None and link.expires_at - REFRESH_MARGIN <= now:
-            if not link.refresh_token or target.no_refresh:
+            if link.refresh_token and not target.no_refresh:
+                _refresh(link, target)
+            elif link.expires_at <= now:
                 raise oauth.TokenRefused(target, "the token expired and cannot be refreshed")
-            _apply(link, oauth.refresh(target, link.refresh_token))
-            db.session.commit()
-            log.info("refreshed %s's %s token", user.username, target.id)
         elif revalidate and (link.validated_at is None or now - link.validated_at >= REVALIDATE_AFTER):
             oauth.validate(target, link.access_token)
             link.validated_at = now
             db.session.commit()
+            record_health(target, "")
     except oauth.TokenRefused as exc:
         link.validate_error = exc.why
         db.session.commit()
     except oauth.ProviderUnavailable as exc:
         record_health(target, exc.why)
-        return link
-    record_health(target, "")
     return link
+
+
+def _refresh(link: ExternalAuthLink, target: ExternalAuthProvider) -> None:
+    """One refresh at a time per link, on every replica: providers that rotate refresh tokens (GitLab, Gitea …)
+    accept each one once, so a second, concurrent refresh (git fetching submodules in parallel, a build starting
+    meanwhile) would fail and mark the link invalid. Whoever waited takes the token the first one got."""
+    seen = link.updated_at
+    try:
+        with get_redis().lock(REFRESH_LOCK.format(link.id), timeout=30, blocking_timeout=25):
+            db.session.refresh(link)
+            if link.updated_at != seen or link.validate_error or not link.refresh_token:
+                return
+            _apply(link, oauth.refresh(target, link.refresh_token))
+            db.session.commit()
+    except LockError:
+        raise oauth.ProviderUnavailable(target, "another refresh of this token did not finish") from None
+    record_health(target, "")
+    log.info("refreshed a %s token (link %s)", target.id, link.id)
 
 
 def link_statuses(user: User) -> list[JsonObject]:

@@ -37,6 +37,8 @@ const provider = new Provider(issuer, {
   pkce: { required: () => true },
   ttl: { AccessToken: config.access_token_ttl || 3600 },
   issueRefreshToken: async (ctx, client) => client.grantTypeAllowed('refresh_token'),
+  // Each refresh token works once, as GitLab's and Gitea's do: concurrent refreshes must not both use one.
+  rotateRefreshToken: true,
   cookies: { keys: ['slipway-test-only-cookie-key'] },
   features: {
     devInteractions: { enabled: true },
