@@ -2,24 +2,23 @@
 ``slipway external-auth access-token``, all asking the agent's Git helper socket (agent/git_helper.py).
 
 These run as short processes started by git, so this module imports nothing heavy (no HTTP client, no protocol
-classes): a call is a Python start-up and one line over a unix socket. ``python -m agent.git askpass PROMPT``
+classes, and the standard modules only the SSH helper needs are imported there): a call is a Python start-up and
+one line over a unix socket. ``python -m agent.git askpass PROMPT``
 is what the wrappers the agent writes into its bin directory run; ``slipway gitaskpass`` is the same.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import shlex
-import shutil
 import socket
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 SOCKET_VARIABLE = "SLIPWAY_AGENT_GIT_SOCKET"
 ASKPASS_NAME = "slipway-gitaskpass"
@@ -43,6 +42,9 @@ def socket_path_for(log_dir: Path) -> Path:
     path = log_dir / "git.sock"
     if len(os.fsencode(path)) < 100:
         return path
+    import hashlib
+    import tempfile
+
     digest = hashlib.sha256(os.fsencode(log_dir)).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"slipway-git-{digest}.sock"
 
@@ -59,6 +61,9 @@ def helper_environment(socket_path: Path, bin_dir: Path) -> dict[str, str]:
 def write_wrappers(bin_dir: Path, python: str = sys.executable) -> None:
     """Small scripts in the agent's bin directory (on every session's PATH) that run this module with the
     agent's own interpreter; ``slipway`` too when the workspace has no Slipway CLI of its own."""
+    import shlex
+    import shutil
+
     bin_dir.mkdir(parents=True, exist_ok=True)
     code_root = str(Path(__file__).resolve().parent.parent)
     prefix = f"PYTHONPATH={shlex.quote(code_root)}${{PYTHONPATH:+:$PYTHONPATH}} exec {shlex.quote(python)} -m agent.git"
@@ -136,6 +141,10 @@ def askpass(prompt: str) -> str:
 
 def git_ssh(arguments: list[str]) -> int:
     """GIT_SSH_COMMAND: ssh with the owner's Git SSH key (kept in a private file only while ssh runs)."""
+    import shutil
+    import subprocess
+    import tempfile
+
     key = ask({"op": "gitsshkey"})
     ssh = shutil.which("ssh")
     if ssh is None:
