@@ -14,6 +14,7 @@ import click
 
 from cli.client import key_value_pairs
 from cli.config import load_partial_config
+from protocol.values import parse_duration
 
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$")
 USAGE_ERROR = 2
@@ -128,6 +129,19 @@ def provisionerd() -> None:
     metavar="HOST:PORT",
     help="Serve this daemon's metrics for Prometheus here.",
 )
+@click.option(
+    "--once",
+    is_flag=True,
+    envvar="SLIPWAY_PROVISIONERD_ONCE",
+    help="Run one job, then exit 0 (for autoscalers: a Kubernetes Job, a KEDA ScaledJob).",
+)
+@click.option(
+    "--idle-exit",
+    metavar="DURATION",
+    envvar="SLIPWAY_PROVISIONERD_IDLE_EXIT",
+    show_envvar=True,
+    help="Exit 0 after this long without a job, e.g. 5m (for autoscalers that start daemons on demand).",
+)
 def start(
     url: str | None,
     tags: tuple[str, ...],
@@ -140,6 +154,8 @@ def start(
     log_json: bool,
     verbose: bool,
     prometheus_address: str | None,
+    once: bool,
+    idle_exit: str | None,
 ) -> None:
     """Take template imports and workspace builds from the server and run them with Terraform here.
 
@@ -149,6 +165,14 @@ def start(
     from workers.daemon import DaemonConfig, default_cache_dir, run_daemon
     from workers.metrics import split_host_port
 
+    idle_exit_seconds = None
+    if idle_exit:
+        try:
+            idle_exit_seconds = parse_duration(idle_exit)
+        except ValueError as exc:
+            _fail(f"--idle-exit: {exc}")
+        if idle_exit_seconds < 1:
+            _fail("--idle-exit must be at least 1s")
     server = (url or load_partial_config().url).rstrip("/")
     if not server.startswith(("http://", "https://")):
         _fail("no server: pass --url https://… (or set SLIPWAY_URL, or run `slipway login`)")
@@ -179,6 +203,8 @@ def start(
         cache_dir=cache_dir or default_cache_dir(),
         terraform_path=terraform_path or None,
         prometheus_address=prometheus_address or None,
+        once=once,
+        idle_exit_seconds=idle_exit_seconds,
     )
     try:
         sys.exit(run_daemon(config))

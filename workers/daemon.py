@@ -60,6 +60,9 @@ class DaemonConfig:
     cache_dir: Path = field(default_factory=default_cache_dir)
     terraform_path: str | None = None
     prometheus_address: str | None = None
+    # For autoscalers: exit 0 after one job (a Kubernetes Job per build), or after this long without one.
+    once: bool = False
+    idle_exit_seconds: int | None = None
 
 
 class DaemonStopped(Exception):
@@ -82,10 +85,20 @@ class JobSource(Protocol):
 class HttpJobSource:
     """Waits for jobs with ``POST /jobs/wait``: the server offers a pending job, which the daemon acquires."""
 
-    def __init__(self, runner: JobRunner, signals: DaemonSignals, *, burst: bool = False) -> None:
+    def __init__(
+        self,
+        runner: JobRunner,
+        signals: DaemonSignals,
+        *,
+        burst: bool = False,
+        once: bool = False,
+        idle_exit_seconds: int | None = None,
+    ) -> None:
         self.runner = runner
         self.signals = signals
         self.burst = burst
+        self.once = once
+        self.idle_exit_seconds = idle_exit_seconds
         self._stop = False
 
     @property
@@ -98,14 +111,32 @@ class HttpJobSource:
     def stop_now(self) -> NoReturn:
         raise DaemonStopped
 
+    def _wait_seconds(self, idle_since: float) -> int | None:
+        """How long the next wait for a job may be held; None when --once or --idle-exit says to exit now."""
+        if self.once and self.runner.jobs_run:
+            log.info("exiting after one job (--once)")
+            return None
+        wait = 0 if self.burst else WAIT_SECONDS
+        if self.idle_exit_seconds is None:
+            return wait
+        left = self.idle_exit_seconds - (time.monotonic() - idle_since)
+        if left <= 0:
+            log.info("exiting: no job for %d s (--idle-exit)", self.idle_exit_seconds)
+            return None
+        return min(wait, max(1, int(left)))
+
     def serve(self) -> None:
         self.signals.install()
         outage_logged = False
         refused_offer: str | None = None
         try:
+            idle_since = time.monotonic()
             while not self._stop and self.signals.refusal is None:
+                wait = self._wait_seconds(idle_since)
+                if wait is None:
+                    return
                 try:
-                    offer = self.runner.client.wait_for_job(0 if self.burst else WAIT_SECONDS)
+                    offer = self.runner.client.wait_for_job(wait)
                 except ConnectionError as exc:  # the server is away: wait for it, never give up
                     if not outage_logged:
                         log.warning("waiting for the server: %s", exc)
@@ -131,6 +162,7 @@ class HttpJobSource:
                 if offer.job_id == refused_offer:
                     time.sleep(REGISTER_RETRY_SECONDS)
                 refused_offer = None if self.runner.run_job_id(offer.job_id) else offer.job_id
+                idle_since = time.monotonic()
         except DaemonStopped:
             return
 
@@ -262,12 +294,16 @@ def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
             connection = redis.Redis.from_url(redis_url)
             worker = _redis_source(registration, config, runner, signals, connection)
             worker.burst = burst
+            worker.once = config.once
+            worker.idle_exit_seconds = config.idle_exit_seconds
             source = worker
         else:
             if config.redis_url:
                 log.warning("the server serves this daemon over HTTP: --redis-url is not used")
             log.info("provisioner daemon %s (pid %d) waiting for jobs over HTTP", config.name, os.getpid())
-            source = HttpJobSource(runner, signals, burst=burst)
+            source = HttpJobSource(
+                runner, signals, burst=burst, once=config.once, idle_exit_seconds=config.idle_exit_seconds
+            )
         signals.source = source
         heartbeat = threading.Thread(
             target=_heartbeats,

@@ -34,10 +34,17 @@ class ProvisionerWorker(SimpleWorker):
         super().__init__(*args, **kwargs)
         self.runner = runner
         self.burst = False
+        self.once = False
+        self.idle_exit_seconds: int | None = None
         self._install_daemon_signals = install_signals
 
     def serve(self) -> None:
-        self.work(burst=self.burst, logging_level="WARNING", with_scheduler=False)
+        # RQ's max_idle_time ends the loop once a dequeue waited that long with nothing to take.
+        self.work(burst=self.burst, logging_level="WARNING", with_scheduler=False, max_idle_time=self.idle_exit_seconds)
+        if self.once and self.runner.jobs_run:
+            log.info("exiting after one job (--once)")
+        elif self.idle_exit_seconds is not None and not self._stop_requested:
+            log.info("exiting: no job for %d s (--idle-exit)", self.idle_exit_seconds)
 
     def perform_job(self, job: Job, queue: Queue, execution: Any) -> bool:
         if job.func_name != RUN_JOB_FUNCTION:
@@ -49,6 +56,9 @@ class ProvisionerWorker(SimpleWorker):
             result: bool = super().perform_job(job, queue, execution)
         finally:
             current_runner.reset(token)
+        if self.once and self.runner.jobs_run:
+            # A queue entry whose job another daemon took first does not count: --once waits for one it runs.
+            self._stop_requested = True
         return result
 
     def _install_signal_handlers(self) -> None:

@@ -41,6 +41,8 @@ class JobRunner:
         self.active: JobControl | None = None
         self.shutdown_reason: str | None = None
         self._busy = threading.Event()
+        # Jobs acquired and run to their end (not those another daemon took first): what --once counts.
+        self.jobs_run = 0
 
     @property
     def busy(self) -> bool:
@@ -76,6 +78,7 @@ class JobRunner:
                     log.info("job %s not acquired: %s", job_id, exc.message)
                 return False
             self._run(job)
+            self.jobs_run += 1
             return True
         finally:
             self._busy.clear()

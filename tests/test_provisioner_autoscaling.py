@@ -1,0 +1,86 @@
+"""Daemons for autoscalers, real daemons and real Terraform on both job sources: `--once` runs one job and exits 0
+(the next daemon takes the next job), `--idle-exit` exits 0 after a while without work.
+
+The server trusts provisioner keys with Redis and not its PSK: a key daemon takes jobs from its Redis queue (an
+RQ worker), a PSK daemon waits for them over HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import PASSWORD
+from tests.support.http_daemon import api_client, sign_up_owner
+from tests.support.provisionerd import DAEMON_PSK, DaemonProcess, job, push_import, wait_job
+from tests.support.server import ServerProcess
+
+
+@dataclass
+class Deployment:
+    server: ServerProcess
+    owner: httpx.Client
+    key: str
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    data = tmp_path_factory.mktemp("autoscaling")
+    with ServerProcess(
+        data / "data",
+        "--provisioner-daemons", "0",
+        "--provisioner-trust-redis", "key",
+        env={"SLIPWAY_PROVISIONER_DAEMON_PSK": DAEMON_PSK},
+    ) as server:  # fmt: skip
+        owner = api_client(server.url, sign_up_owner(server.url, PASSWORD))
+        key = owner.post("/provisionerkeys", json={"name": "scaled", "tags": {}}).json()["key"]
+        yield Deployment(server, owner, key)
+        owner.close()
+
+
+# What each daemon's log says about where it takes jobs from: the test must run on the source it names.
+SOURCE_LINE = {"redis": "listening on", "http": "waiting for jobs over HTTP"}
+
+
+def credential(deployment: Deployment, source: str) -> dict[str, str]:
+    if source == "redis":
+        return {"SLIPWAY_PROVISIONER_DAEMON_KEY": deployment.key}
+    return {"SLIPWAY_PROVISIONER_DAEMON_PSK": DAEMON_PSK}
+
+
+@pytest.mark.parametrize("source", ["http", "redis"])
+def test_a_run_once_daemon_takes_one_job_and_exits_and_the_next_takes_the_next(
+    deployment: Deployment, source: str, tmp_path: Path
+) -> None:
+    api = deployment.owner
+    jobs = [push_import(api)["job"]["id"] for _ in range(2)]
+    for number in (1, 2):
+        name = f"once-{source}-{number}"
+        with DaemonProcess(deployment.server.url, name, tmp_path, "--once", env=credential(deployment, source)) as d:
+            assert d.wait_exit(timeout=180) == 0, d.log()
+            assert "exiting after one job (--once)" in d.log() and SOURCE_LINE[source] in d.log()
+        finished = [job(api, job_id) for job_id in jobs]
+        assert [item["status"] for item in finished].count("succeeded") == number, finished
+    assert {job(api, job_id)["worker_name"] for job_id in jobs} == {f"once-{source}-1", f"once-{source}-2"}
+
+
+@pytest.mark.parametrize("source", ["http", "redis"])
+def test_an_idle_exit_daemon_leaves_after_the_idle_time_and_not_during_a_job(
+    deployment: Deployment, source: str, tmp_path: Path
+) -> None:
+    api = deployment.owner
+    name = f"idle-{source}"
+    with DaemonProcess(
+        deployment.server.url, name, tmp_path, "--idle-exit", "3s", env=credential(deployment, source)
+    ) as daemon:
+        daemon.wait_registered(api)
+        # A job arriving while it waits is run (whatever it takes), and the idle time counts again from its end.
+        taken = push_import(api)["job"]["id"]
+        assert wait_job(api, taken, ("succeeded", "failed"), timeout=120)["status"] == "succeeded"
+        assert daemon.wait_exit(timeout=60) == 0, daemon.log()
+    assert "exiting: no job for 3 s (--idle-exit)" in daemon.log() and SOURCE_LINE[source] in daemon.log()
+    assert job(api, taken)["worker_name"] == name
