@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from urllib.parse import urlencode
 
 import click
 
@@ -18,7 +20,7 @@ from cli.client import (
 from cli.durations import parse_duration
 from cli.follow import follow_job, report
 from protocol.codec import JSON
-from protocol.publicapi import Template, TemplateVersion, UploadedFile
+from protocol.publicapi import ProvisionerDaemon, Template, TemplateVersion, UploadedFile
 
 
 @click.group()
@@ -53,6 +55,8 @@ def push(
     from workers.archive import pack_directory
 
     client = authenticated_client()
+    provisioner_tags = key_value_pairs(tags, "--provisioner-tag values")
+    _say_who_builds(client, provisioner_tags)
     archive = pack_directory(directory)
     click.echo(f"Uploading {directory} ({len(archive) / 1024:.1f} KiB)...")
     answer = client.request("POST", "/api/v2/files", content=archive, headers={"Content-Type": "application/x-tar"})
@@ -61,7 +65,7 @@ def push(
     body: dict[str, JSON] = {
         "file_id": uploaded.id,
         "name": version_name,
-        "provisioner_tags": key_value_pairs(tags, "--provisioner-tag values"),
+        "provisioner_tags": dict(provisioner_tags),
         "user_variable_values": [
             {"name": k, "value": v} for k, v in key_value_pairs(variables, "--variable values").items()
         ],
@@ -77,6 +81,24 @@ def push(
     elif activate:
         client.request("PATCH", f"/api/v2/templates/{existing.id}/versions", json={"id": version.id})
         click.echo(f"Version {version.name} is now the active version of {name}.")
+
+
+def _say_who_builds(client: SlipwayClient, tags: dict[str, str]) -> None:
+    """Before anything is queued: how many online daemons would take the import and the builds, and a warning when
+    none would (the import would wait, pending, until one starts)."""
+    query = urlencode({"tags": json.dumps(tags)})
+    serving = client.get_list(ProvisionerDaemon, f"/api/v2/provisionerdaemons?{query}")
+    online = sum(1 for daemon in serving if daemon.status != "offline")
+    shown = " ".join(f"{key}={value}" for key, value in sorted(tags.items()))
+    if online:
+        click.echo(f"Provisioner daemons online for {shown or 'untagged jobs'}: {online}.")
+        return
+    start = "slipway provisionerd start" + "".join(f" --tag {pair}" for pair in shown.split())
+    click.echo(
+        f"warning: no online provisioner daemon takes {shown or 'untagged jobs'}: the import will wait, pending, "
+        f"until one starts ({start}).",
+        err=True,
+    )
 
 
 def _template_named(client: SlipwayClient, name: str) -> Template | None:

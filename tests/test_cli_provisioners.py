@@ -80,6 +80,13 @@ def test_provisioner_commands(server: ServerProcess, tmp_path: Path) -> None:
             table = run_cli("provisioner", "list", env=env).stdout
             assert "gpu-1" in table and "gpu=a100" in table
             assert secret not in daemon.log()
+            # `templates push` says who would build before it uploads anything.
+            template = tmp_path / "gpu-template"
+            template.mkdir()
+            (template / "main.tf").write_text('resource "terraform_data" "home" {}\n')
+            pushed = run_cli("templates", "push", "gpu", "-d", str(template), "--provisioner-tag", "gpu=a100", env=env)
+            assert pushed.returncode == 0, pushed.stderr
+            assert "Provisioner daemons online for gpu=a100: 1." in pushed.stdout
         assert run_cli("provisioner", "keys", "delete", "gpu", env=env).returncode == 0
 
         stuck = push_import(api, {"nobody": "serves-this"})["job"]

@@ -275,3 +275,37 @@ def test_the_reaper_ends_hung_stuck_and_stale_jobs(
     assert statuses[fresh["id"]]["status"] == "pending"
     notice = client.get(f"/api/v2/templateversions/{versions[0]['id']}/logs", headers=bob.auth).json
     assert [line["level"] for line in notice] == ["error"] * 5 and "hung" in notice[2]["output"]
+
+
+def test_which_daemons_would_take_jobs_with_given_tags(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    """API.md's ?tags= filter, and the upload form's answer as tags are typed, before anything is queued."""
+    bob, carol = personas["bob"], personas["carol"]
+    FakeDaemon(client, "plain")
+    FakeDaemon(client, "prod-eu", {"env": "prod", "region": "eu"})
+    FakeDaemon(client, "carols", {"scope": "user"}, credential=carol.auth)
+
+    def serving(tags: str, persona: Persona = bob) -> list[str]:
+        reply = client.get("/api/v2/provisionerdaemons", query_string={"tags": tags}, headers=persona.auth)
+        assert reply.status_code == 200, reply.json
+        return sorted(daemon["name"] for daemon in reply.json)
+
+    assert serving('{"env": "prod"}') == ["prod-eu"]
+    assert serving('{"env": "prod", "region": "us"}') == []
+    assert serving("{}") == ["plain", "prod-eu"]  # untagged organisation jobs: any organisation daemon
+    assert serving('{"scope": "user"}') == []  # bob's own jobs: carol's daemon never takes them
+    for bad in ("not json", '["env"]', '{"env": 1}'):
+        refused = client.get("/api/v2/provisionerdaemons", query_string={"tags": bad}, headers=bob.auth)
+        assert refused.status_code == 400 and refused.json["validations"][0]["field"] == "tags"
+    assert client.get("/api/v2/provisionerdaemons?tags={}", headers=carol.auth).status_code == 403
+
+    sign_in(client, bob.email, PASSWORD)
+    page = client.get("/templates")
+    assert 'id="routing-check"' in page.text and "/templates/routing-check" in page.text
+    found = client.get("/templates/routing-check", query_string={"tags": "env=prod"}).text
+    assert "1 online provisioner</span> would take its jobs" in found
+    missing = client.get("/templates/routing-check", query_string={"tags": "gpu=a100"}).text
+    assert "No online provisioner" in missing and "slipway provisionerd start --tag gpu=a100" in missing
+    assert "field-error" in client.get("/templates/routing-check", query_string={"tags": "nonsense"}).text
+    member = client.application.test_client()
+    sign_in(member, carol.email, PASSWORD)
+    assert member.get("/templates/routing-check?tags=env=prod").status_code == 403

@@ -15,6 +15,7 @@ from app.core.markdown_render import render_markdown
 from app.core.templating import tar_of_uploads
 from app.externalauth import services as external_auth
 from app.files.services import MAX_ARCHIVE_BYTES
+from app.provisioning import overview
 from app.provisioning.log_html import log_page_context, page_stream
 from app.resources.services import job_resources
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
@@ -34,6 +35,21 @@ def _index_context() -> dict[str, object]:
     user = page_user()
     usage = storage.storage_usage(user, storage.configured_quota()) if user.is_template_admin else None
     return {"templates": services.list_templates(), "storage": usage}
+
+
+@bp.get("/templates/routing-check")
+@require_role(*ADMINS)
+def routing_check() -> str:
+    """htmx, as an admin types the upload form's tags: which daemons would take its import and builds."""
+    try:
+        tags = parse_tag_arguments(request.args.get("tags", "").split())
+        serving = overview.daemons_serving(tags, page_user().id)
+    except (TagError, DomainError) as exc:
+        return render_template("catalog/_partials/routing.html", error=str(exc), online=0, offline=0, tags={})
+    online = sum(1 for view in serving if view.status != "offline")
+    return render_template(
+        "catalog/_partials/routing.html", error="", online=online, offline=len(serving) - online, tags=tags
+    )
 
 
 @bp.post("/templates")

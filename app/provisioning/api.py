@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 from flask import Response, jsonify, request
 
 from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
+from app.core.errors import InvalidInput
 from app.core.validation import FieldErrors, json_body, query_int, string_field, string_map_field
 from app.provisioning import keys, overview
 from app.provisioning.jobs import cancel_job
@@ -19,7 +22,23 @@ ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
 @bp.get("/provisionerdaemons")
 @require_role(*ADMINS)
 def list_daemons() -> Response:
-    return jsonify([view.to_json() for view in overview.daemon_views(request.args.get("status") or None)])
+    """``?tags={"env":"prod"}``: only the daemons that would take a job with those tags."""
+    status = request.args.get("status") or None
+    if "tags" not in request.args:
+        return jsonify([view.to_json() for view in overview.daemon_views(status)])
+    tags = _tags_query(request.args["tags"])
+    return jsonify([view.to_json() for view in overview.daemons_serving(tags, api_user().id, status)])
+
+
+def _tags_query(raw: str) -> dict[str, str]:
+    try:
+        tags = json.loads(raw or "{}")
+    except ValueError:
+        tags = None
+    if not isinstance(tags, dict) or not all(isinstance(v, str) for v in tags.values()):
+        detail = 'tags must be a JSON object of strings, e.g. {"env": "prod"}'
+        raise InvalidInput(detail, validations=[{"field": "tags", "detail": detail}])
+    return tags
 
 
 @bp.get("/provisionerjobs")

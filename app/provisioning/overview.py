@@ -5,9 +5,10 @@ Shared by the API (API.md "Provisioners"), the Provisioners page and the metrics
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from flask import current_app
 from sqlalchemy import func, select
 
 from app.core.columns import rfc3339
@@ -31,6 +32,7 @@ from app.provisioning.presenter import worker_names
 from app.provisioning.queue import QueueInfo, queue_infos
 from app.users.models import User
 from protocol.codec import JsonObject
+from protocol.tags import TagError, daemon_can_run, normalise_tags
 
 JOB_STATUSES = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELING, CANCELED)
 IDLE, BUSY, OFFLINE = "idle", "busy", "offline"
@@ -96,6 +98,17 @@ def key_name(daemon: ProvisionerDaemon, keys: dict[str, str]) -> str:
     if daemon.auth == "key":
         return keys.get(daemon.key_id or "", "(deleted key)")
     return {"builtin": BUILTIN_KEY_NAME, "psk": PSK_KEY_NAME}.get(daemon.auth, USER_KEY_NAME)
+
+
+def daemons_serving(job_tags: Mapping[str, str], user_id: str, status: str | None = None) -> list[DaemonView]:
+    """The daemons that would take a job with ``job_tags`` (as a template or build of ``user_id`` would carry them,
+    normalised the same way): what `templates push` and the upload form tell before anything is queued."""
+    try:
+        tags = normalise_tags(job_tags, user_id)
+    except TagError as exc:
+        raise InvalidInput(str(exc), validations=[{"field": "tags", "detail": str(exc)}]) from None
+    rule = current_app.config["SLIPWAY_SETTINGS"].provisioner_untagged_jobs
+    return [view for view in daemon_views(status) if daemon_can_run(view.daemon.tags, tags, rule)]
 
 
 def daemon_views(status: str | None = None) -> list[DaemonView]:
