@@ -22,6 +22,8 @@ from app.catalog.jobs import IMPORT_HANDLERS
 from app.core import encryption_keys, errors, limits, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, htmx, migrate
+from app.diagnostics import checks as diagnostics_checks
+from app.diagnostics import views as diagnostics
 from app.externalauth import api as externalauth_api
 from app.externalauth import views as externalauth_views
 from app.lifecycle import activity
@@ -63,6 +65,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     security_headers.init_app(app, settings)
     templating.init_app(app)
     oidc.init_app(app, settings)
+    diagnostics.init_app(app)
     # What each kind of provisioner job is about; builds hand out the agent's init scripts.
     jobs.init_app(
         app,
@@ -70,7 +73,15 @@ def create_app(settings: Settings | None = None) -> Flask:
     )
     # Template archives stay while workspaces are on their versions; the maintenance loop frees the others.
     storage.init_app(app, workspace_services.versions_in_use)
-    maintenance.init_app(app, [storage.free_unused_archives, activity.flush_activity, delivery.enqueue_due])
+    maintenance.init_app(
+        app,
+        [
+            storage.free_unused_archives,
+            activity.flush_activity,
+            delivery.enqueue_due,
+            diagnostics_checks.refresh_report,  # keeps the navigation's health dot current
+        ],
+    )
     # What the workspace page shows besides the workspace itself: a panel per agent.
     sections.init_app(app, [agent_views.AGENTS_SECTION])
     for blueprint in (
@@ -89,6 +100,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         notifications_api.bp,
         externalauth_api.bp,
         externalauth_views.bp,
+        diagnostics.api,
+        diagnostics.bp,
         daemon_api.bp,
         agent_api.bp,
         agents_api.bp,

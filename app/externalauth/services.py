@@ -272,7 +272,7 @@ def record_health(target: ExternalAuthProvider, error: str) -> None:
             get_redis().set(key, json.dumps({"error": error, "at": rfc3339(utcnow())}), ex=7 * 86400)
         else:
             get_redis().delete(key)
-    except Exception:
+    except Exception:  # health is advice: Redis being away must not fail a link
         log.warning("could not record %s's health", target.id)
 
 

@@ -1,0 +1,280 @@
+"""The health report (API.md "Provisioners": ``GET /api/v2/debug/health``), in the shape of Coder's healthcheck:
+sections with a severity, warnings ``{code, message}`` and ``dismissed``.
+
+What an admin wants to know before people complain: the database or Redis slow, the access URL not reachable
+from the server (agents and links would fail), WebSockets broken on the way in (terminals, SSH), and whether
+builds can run at all — templates whose tags no online daemon serves, daemons gone silent or of another version,
+queues piling up. A report is cached in Redis so the navigation's red dot costs one read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import httpx
+from flask import current_app
+from sqlalchemy import select, text
+from websockets.exceptions import WebSocketException
+from websockets.sync.client import connect
+
+from app.catalog.models import Template, TemplateVersion
+from app.core.columns import rfc3339, utcnow
+from app.core.config import Settings
+from app.core.extensions import db
+from app.core.redis_client import get_redis
+from app.core.signing import signer
+from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
+from app.provisioning.queue import pending_jobs
+from protocol.codec import JsonObject
+from protocol.tags import SCOPE_USER, daemon_can_run, queue_name
+
+log = logging.getLogger("slipway.health")
+OK, WARNING, ERROR = "ok", "warning", "error"
+SEVERITY_ORDER = (OK, WARNING, ERROR)
+SECTIONS = ("database", "redis", "access_url", "websocket", "provisioners")
+# Medians of five round trips above these are worth a look (Coder's database default is 15 ms).
+DATABASE_THRESHOLD_MS = 15.0
+REDIS_THRESHOLD_MS = 15.0
+PROBES = 5
+# Pending jobs in one queue (tag set) above which builds are visibly waiting.
+QUEUE_DEPTH_WARNING = 25
+CHECK_TIMEOUT = 5.0
+REPORT_KEY = "slipway:health:report"
+DISMISSED_KEY = "slipway:health:dismissed"
+REPORT_TTL_SECONDS = 600
+REFRESH_LOCK_KEY = "slipway:health:refreshing"
+REFRESH_LOCK_SECONDS = 60
+WS_PURPOSE = "debug-ws"
+WS_TOKEN_SECONDS = 30
+
+
+class Section:
+    def __init__(self) -> None:
+        self.warnings: list[dict[str, str]] = []
+        self.severity = OK
+        self.details: dict[str, Any] = {}
+
+    def warn(self, code: str, message: str, severity: str = WARNING) -> None:
+        self.warnings.append({"code": code, "message": message})
+        if SEVERITY_ORDER.index(severity) > SEVERITY_ORDER.index(self.severity):
+            self.severity = severity
+
+    def to_json(self, dismissed: bool) -> JsonObject:
+        return {"severity": self.severity, "warnings": list(self.warnings), "dismissed": dismissed, **self.details}
+
+
+def _settings() -> Settings:
+    settings: Settings = current_app.config["SLIPWAY_SETTINGS"]
+    return settings
+
+
+def server_version() -> str:
+    try:
+        return version("slipway")
+    except PackageNotFoundError:
+        return "0.0.0+unknown"
+
+
+def _median_ms(probe: Callable[[], object]) -> float:
+    samples = []
+    for _ in range(PROBES):
+        began = time.perf_counter()
+        probe()
+        samples.append((time.perf_counter() - began) * 1000)
+    return round(statistics.median(samples), 2)
+
+
+def check_database() -> Section:
+    section = Section()
+    try:
+        latency = _median_ms(lambda: db.session.execute(text("SELECT 1")))
+    except Exception as exc:  # whatever the driver raises, the finding is the same
+        section.warn("database_unreachable", f"The database did not answer: {type(exc).__name__}.", ERROR)
+        return section
+    finally:
+        db.session.rollback()
+    section.details.update(latency_ms=latency, threshold_ms=DATABASE_THRESHOLD_MS)
+    if latency > DATABASE_THRESHOLD_MS:
+        section.warn(
+            "database_slow", f"The database answers in {latency} ms (median), over {DATABASE_THRESHOLD_MS} ms."
+        )
+    return section
+
+
+def check_redis() -> Section:
+    section = Section()
+    try:
+        latency = _median_ms(get_redis().ping)
+    except Exception as exc:  # whatever the client raises, the finding is the same
+        section.warn("redis_unreachable", f"Redis did not answer: {type(exc).__name__}.", ERROR)
+        return section
+    section.details.update(latency_ms=latency, threshold_ms=REDIS_THRESHOLD_MS)
+    if latency > REDIS_THRESHOLD_MS:
+        section.warn("redis_slow", f"Redis answers in {latency} ms (median), over {REDIS_THRESHOLD_MS} ms.")
+    return section
+
+
+def check_access_url() -> Section:
+    """The server reaches itself at its access URL, as agents and people's browsers must."""
+    section = Section()
+    url = _settings().access_url
+    section.details["access_url"] = url
+    try:
+        reply = httpx.get(f"{url}/healthz", timeout=CHECK_TIMEOUT)
+    except httpx.HTTPError as exc:
+        section.details["reachable"] = False
+        section.warn(
+            "access_url_unreachable",
+            f"{url} is not reachable from the server ({type(exc).__name__}): agents and links use it.",
+            ERROR,
+        )
+        return section
+    section.details.update(reachable=True, status_code=reply.status_code)
+    if reply.status_code != 200:
+        section.warn("access_url_not_ok", f"{url}/healthz answered HTTP {reply.status_code}.", ERROR)
+    return section
+
+
+def ws_signature(expires: str) -> str:
+    return signer().sign(WS_PURPOSE, expires)
+
+
+def check_websocket() -> Section:
+    """A WebSocket echo through the access URL: proxies that drop the upgrade break terminals and SSH."""
+    section = Section()
+    url = _settings().access_url
+    expires = str(int(time.time()) + WS_TOKEN_SECONDS)
+    target = url.replace("http", "ws", 1) + f"/api/v2/debug/ws?expires={expires}&signature={ws_signature(expires)}"
+    message = secrets.token_hex(8)
+    try:
+        with connect(target, open_timeout=CHECK_TIMEOUT, close_timeout=1) as websocket:
+            websocket.send(message)
+            echoed = websocket.recv(timeout=CHECK_TIMEOUT)
+    except (OSError, TimeoutError, WebSocketException) as exc:
+        section.warn("websocket_failed", f"A WebSocket through {url} failed ({type(exc).__name__}).", ERROR)
+        return section
+    if echoed != message:
+        section.warn("websocket_garbled", "The WebSocket echo came back different.", ERROR)
+    return section
+
+
+def check_provisioners() -> Section:
+    section = Section()
+    now = utcnow()
+    daemons = db.session.scalars(select(ProvisionerDaemon).order_by(ProvisionerDaemon.name)).all()
+    online = [daemon for daemon in daemons if daemon.is_online]
+    silent = [daemon.name for daemon in daemons if not daemon.is_online]
+    section.details.update(online=len(online), offline=len(silent))
+    if not online:
+        section.warn("no_daemons", "No provisioner daemon is online: no template import or build can run.", ERROR)
+    if silent:
+        section.warn("daemons_silent", f"Silent for over 90 s: {', '.join(silent[:10])}.")
+    ours = server_version()
+    other = sorted({f"{daemon.name} ({daemon.version})" for daemon in online if daemon.version != ours})
+    if other:
+        section.warn("daemon_version", f"Daemons of another version than the server's {ours}: {', '.join(other)}.")
+    rule = _settings().provisioner_untagged_jobs
+    for tags, names in _needed_tag_sets().items():
+        if online and not any(daemon_can_run(daemon.tags, dict(tags), rule) for daemon in online):
+            shown = " ".join(f"{key}={value}" for key, value in tags if key not in ("scope", "owner")) or "untagged"
+            section.warn(
+                "tags_unserved",
+                f"No online daemon serves {shown}, which template{'s' if len(names) > 1 else ''} "
+                f"{', '.join(sorted(names))} need{'' if len(names) > 1 else 's'}: their builds wait.",
+            )
+    depth = Counter(queue_name(job.tags) for job in pending_jobs())
+    for queue, count in sorted(depth.items()):
+        if count > QUEUE_DEPTH_WARNING:
+            section.warn("queue_deep", f"{count} jobs are waiting in {queue}.")
+    section.details["checked_at"] = rfc3339(now)
+    return section
+
+
+def _needed_tag_sets() -> dict[tuple[tuple[str, str], ...], set[str]]:
+    """The tag sets the active versions of templates build with (organisation scope: a person's own daemons are
+    theirs to run), and the templates that need each."""
+    rows = db.session.execute(
+        select(Template.name, ProvisionerJob.tags)
+        .join(TemplateVersion, TemplateVersion.id == Template.active_version_id)
+        .join(ProvisionerJob, ProvisionerJob.id == TemplateVersion.job_id)
+    ).all()
+    needed: dict[tuple[tuple[str, str], ...], set[str]] = {}
+    for name, tags in rows:
+        if tags.get("scope") != SCOPE_USER:
+            needed.setdefault(tuple(sorted(tags.items())), set()).add(name)
+    return needed
+
+
+CHECKS: dict[str, Callable[[], Section]] = {
+    "database": check_database,
+    "redis": check_redis,
+    "access_url": check_access_url,
+    "websocket": check_websocket,
+    "provisioners": check_provisioners,
+}
+
+
+def dismissed_sections() -> list[str]:
+    raw = get_redis().get(DISMISSED_KEY)
+    return [name for name in json.loads(raw) if name in SECTIONS] if raw else []
+
+
+def set_dismissed(names: list[str]) -> list[str]:
+    get_redis().set(DISMISSED_KEY, json.dumps(sorted(set(names))))
+    return dismissed_sections()
+
+
+def run_report() -> JsonObject:
+    dismissed = dismissed_sections()
+    sections = {name: check().to_json(name in dismissed) for name, check in CHECKS.items()}
+    counted = [section["severity"] for name, section in sections.items() if name not in dismissed]
+    severity = max(counted, key=SEVERITY_ORDER.index, default=OK)
+    report: JsonObject = {
+        "time": rfc3339(utcnow()),
+        "healthy": severity != ERROR,
+        "severity": severity,
+        "version": server_version(),
+        **sections,
+    }
+    get_redis().set(REPORT_KEY, json.dumps(report), ex=REPORT_TTL_SECONDS)
+    return report
+
+
+def report(*, force: bool = False) -> JsonObject:
+    """The cached report (at most 10 min old), or a new one."""
+    if not force:
+        raw = get_redis().get(REPORT_KEY)
+        if raw:
+            cached: JsonObject = json.loads(raw)
+            return cached
+    return run_report()
+
+
+def cached_severity() -> str | None:
+    """For the navigation: the last report's severity, without running anything."""
+    try:
+        raw = get_redis().get(REPORT_KEY)
+    except Exception:  # a page must render with Redis away
+        return None
+    severity = json.loads(raw).get("severity") if raw else None
+    return str(severity) if severity else None
+
+
+def refresh_report(settings: Settings) -> None:
+    """From the maintenance loop: a new report once the cached one has expired, by one replica at a time, so the
+    navigation's dot follows what goes wrong without anyone opening the Health page."""
+    redis = get_redis()
+    if redis.exists(REPORT_KEY) or not redis.set(REFRESH_LOCK_KEY, "1", nx=True, ex=REFRESH_LOCK_SECONDS):
+        return
+    try:
+        run_report()
+    except Exception:  # the maintenance loop must go on; the next pass tries again
+        log.warning("the health report could not be made", exc_info=True)

@@ -1,0 +1,112 @@
+"""The health report (`GET /api/v2/debug/health`, the Health page, the navigation's dot): a real server whose
+every check passes, and in-process (both databases) the provisioner findings, dismissal and access per role."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from app.core.columns import utcnow
+from app.core.config import Settings
+from app.core.extensions import db
+from app.provisioning.models import ProvisionerDaemon
+from tests.conftest import PASSWORD, Persona, make_settings
+from tests.support.daemon import PSK, FakeDaemon, push_version
+from tests.support.http_daemon import api_client, sign_up_owner
+from tests.support.server import ServerProcess
+from tests.support.waiting import wait_until
+from tests.support.web import sign_in
+
+
+@pytest.fixture
+def settings(tmp_path: Any, database_url: str, redis_server: str) -> Settings:
+    return make_settings(tmp_path, database_url, redis_server, provisioner_daemon_psk=PSK)
+
+
+def codes(section: dict[str, Any]) -> list[str]:
+    return [warning["code"] for warning in section["warnings"]]
+
+
+def test_a_healthy_server_reports_ok_through_its_own_access_url(tmp_path: Any) -> None:
+    with ServerProcess(tmp_path / "data", "--provisioner-daemons", "1") as server:
+        owner = api_client(server.url, sign_up_owner(server.url, PASSWORD))
+        report: dict[str, Any] = {}
+
+        def daemon_counted() -> bool:  # the built-in daemon registers a moment after the server answers
+            report.update(owner.get("/debug/health", params={"force": "true"}).json())
+            return bool(report["provisioners"]["online"])
+
+        wait_until(daemon_counted, 60, "the built-in daemon in the report")
+        assert report["access_url"]["severity"] == "ok" and report["access_url"]["reachable"] is True
+        assert report["websocket"]["severity"] == "ok", report["websocket"]
+        assert report["provisioners"]["severity"] == "ok", report["provisioners"]
+        # Latency thresholds may be crossed on a loaded machine: a warning, never an error.
+        assert report["database"]["severity"] in ("ok", "warning") and report["database"]["latency_ms"] >= 0
+        assert report["redis"]["severity"] in ("ok", "warning")
+        assert report["healthy"] is True and report["severity"] in ("ok", "warning")
+        # The echo opens only with the server's own signature.
+        upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                   "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}  # fmt: skip
+        refused = httpx.get(f"{server.url}/api/v2/debug/ws?expires=9999999999&signature=forged", headers=upgrade)
+        assert refused.status_code == 401
+        assert httpx.get(f"{server.url}/api/v2/debug/health").status_code == 401
+        owner.close()
+
+
+def test_provisioner_findings_dismissal_and_the_dot(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    alice, bob, carol = personas["alice"], personas["bob"], personas["carol"]
+    gpu = FakeDaemon(client, "gpu-box", {"gpu": "a100"})
+    version = push_version(client, bob, {"gpu": "a100"})
+    job_id = version["job"]["id"]
+    assert gpu.call(f"/jobs/{job_id}/acquire").status_code == 200
+    assert gpu.call(f"/jobs/{job_id}/complete", {"template_import": {}}).status_code == 204
+    assert client.post("/api/v2/templates", json={"name": "gpu", "version_id": version["id"]}, headers=bob.auth)
+    FakeDaemon(client, "plain")
+    with app.app_context():  # the GPU daemon goes silent
+        daemon = db.session.scalars(db.select(ProvisionerDaemon).filter_by(name="gpu-box")).one()
+        daemon.last_seen_at = utcnow() - timedelta(minutes=5)
+        db.session.commit()
+
+    report = client.get("/api/v2/debug/health?force=true", headers=alice.auth).json
+    provisioners = report["provisioners"]
+    assert provisioners["severity"] == "warning" and provisioners["online"] == 1
+    assert set(codes(provisioners)) == {"daemons_silent", "tags_unserved", "daemon_version"}
+    unserved = next(w for w in provisioners["warnings"] if w["code"] == "tags_unserved")
+    assert "gpu=a100" in unserved["message"] and "gpu" in unserved["message"]
+    # No server listens at the test's access URL: both checks through it say so.
+    assert codes(report["access_url"]) == ["access_url_unreachable"] and report["severity"] == "error"
+    assert codes(report["websocket"]) == ["websocket_failed"] and report["healthy"] is False
+
+    # The dot (admins only), from the cached report; the page lists every section.
+    sign_in(client, alice.email, PASSWORD)
+    page = client.get("/health")
+    assert page.status_code == 200 and 'id="health-provisioners"' in page.text and "gpu=a100" in page.text
+    assert 'id="health-dot"' in client.get("/workspaces").text
+    member = app.test_client()
+    sign_in(member, carol.email, PASSWORD)
+    assert "health-dot" not in member.get("/workspaces").text and member.get("/health").status_code == 403
+
+    # Dismissed sections still show, marked, and no longer count.
+    body = {"dismissed_healthchecks": ["access_url", "websocket"]}
+    assert client.put("/api/v2/debug/health/settings", json=body, headers=bob.auth).status_code == 403
+    assert client.put("/api/v2/debug/health/settings", json=body, headers=alice.auth).json == body
+    report = client.get("/api/v2/debug/health", headers=alice.auth).json
+    assert report["access_url"]["dismissed"] is True and report["severity"] == "warning" and report["healthy"]
+    bad = client.put("/api/v2/debug/health/settings", json={"dismissed_healthchecks": ["derp"]}, headers=alice.auth)
+    assert bad.status_code == 400 and bad.json["validations"][0]["field"] == "dismissed_healthchecks"
+
+
+@pytest.mark.parametrize(("persona", "status"), [("alice", 200), ("bob", 200), ("carol", 403), (None, 401)])
+def test_the_report_is_for_admins(
+    client: FlaskClient, personas: dict[str, Persona], persona: str | None, status: int
+) -> None:
+    headers = personas[persona].auth if persona else {}
+    assert client.get("/api/v2/debug/health", headers=headers).status_code == status
+    assert client.get("/api/v2/debug/health/settings", headers=headers).status_code == status
