@@ -110,3 +110,21 @@ def test_the_report_is_for_admins(
     headers = personas[persona].auth if persona else {}
     assert client.get("/api/v2/debug/health", headers=headers).status_code == status
     assert client.get("/api/v2/debug/health/settings", headers=headers).status_code == status
+
+
+def test_the_maintenance_loop_refreshes_an_expired_report_once_the_server_has_settled(
+    app: Flask, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.core.redis_client import get_redis
+    from app.diagnostics import checks
+
+    with app.app_context():
+        get_redis().delete(checks.REPORT_KEY, checks.REFRESH_LOCK_KEY)
+        checks.refresh_report(settings)  # just started: no report yet
+        assert checks.cached_severity() is None
+        monkeypatch.setattr(checks, "_PROCESS_STARTED", 0.0)
+        checks.refresh_report(settings)
+        assert checks.cached_severity() == "error"  # nothing listens at the test's access URL
+        first = get_redis().get(checks.REPORT_KEY)
+        checks.refresh_report(settings)  # still fresh: left alone
+        assert get_redis().get(checks.REPORT_KEY) == first

@@ -52,6 +52,7 @@ DISMISSED_KEY = "slipway:health:dismissed"
 REPORT_TTL_SECONDS = 600
 REFRESH_LOCK_KEY = "slipway:health:refreshing"
 REFRESH_LOCK_SECONDS = 60
+_PROCESS_STARTED = time.monotonic()
 WS_PURPOSE = "debug-ws"
 WS_TOKEN_SECONDS = 30
 
@@ -270,7 +271,10 @@ def cached_severity() -> str | None:
 
 def refresh_report(settings: Settings) -> None:
     """From the maintenance loop: a new report once the cached one has expired, by one replica at a time, so the
-    navigation's dot follows what goes wrong without anyone opening the Health page."""
+    navigation's dot follows what goes wrong without anyone opening the Health page. Not in a process's first
+    10 minutes: daemons are still registering after a start, and "none online" then would be a false alarm."""
+    if time.monotonic() - _PROCESS_STARTED < REPORT_TTL_SECONDS:
+        return
     redis = get_redis()
     if redis.exists(REPORT_KEY) or not redis.set(REFRESH_LOCK_KEY, "1", nx=True, ex=REFRESH_LOCK_SECONDS):
         return
