@@ -36,6 +36,8 @@ class Registration(Message):
     name: Annotated[str, MaxLength(64)]
     tags: Tags = field(default_factory=dict)
     version: Annotated[str, MaxLength(64)] = ""
+    # Started with --once or --idle-exit: it comes and goes with the work, so its silence is no alarm.
+    ephemeral: bool = False
 
 
 class Registered(Message):

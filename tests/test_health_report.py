@@ -16,7 +16,7 @@ from app.core.config import Settings
 from app.core.extensions import db
 from app.provisioning.models import ProvisionerDaemon
 from tests.conftest import PASSWORD, Persona, make_settings
-from tests.support.daemon import PSK, FakeDaemon, push_version
+from tests.support.daemon import PSK, PSK_HEADERS, FakeDaemon, push_version
 from tests.support.http_daemon import api_client, sign_up_owner
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_until
@@ -69,9 +69,14 @@ def test_provisioner_findings_dismissal_and_the_dot(
     assert gpu.call(f"/jobs/{job_id}/complete", {"template_import": {}}).status_code == 204
     assert client.post("/api/v2/templates", json={"name": "gpu", "version_id": version["id"]}, headers=bob.auth)
     FakeDaemon(client, "plain")
-    with app.app_context():  # the GPU daemon goes silent
-        daemon = db.session.scalars(db.select(ProvisionerDaemon).filter_by(name="gpu-box")).one()
-        daemon.last_seen_at = utcnow() - timedelta(minutes=5)
+    on_demand = client.post(
+        "/api/v2/provisionerd/register", json={"name": "run-once-7", "ephemeral": True}, headers=PSK_HEADERS
+    )
+    assert on_demand.status_code == 201
+    with app.app_context():  # the GPU daemon goes silent, and so does the run-once one (its normal end)
+        for name in ("gpu-box", "run-once-7"):
+            daemon = db.session.scalars(db.select(ProvisionerDaemon).filter_by(name=name)).one()
+            daemon.last_seen_at = utcnow() - timedelta(minutes=5)
         db.session.commit()
 
     report = client.get("/api/v2/debug/health?force=true", headers=alice.auth).json
@@ -80,6 +85,8 @@ def test_provisioner_findings_dismissal_and_the_dot(
     assert set(codes(provisioners)) == {"daemons_silent", "tags_unserved", "daemon_version"}
     unserved = next(w for w in provisioners["warnings"] if w["code"] == "tags_unserved")
     assert "gpu=a100" in unserved["message"] and "gpu" in unserved["message"]
+    silent = next(w for w in provisioners["warnings"] if w["code"] == "daemons_silent")
+    assert "gpu-box" in silent["message"] and "run-once-7" not in silent["message"]
     # No server listens at the test's access URL: both checks through it say so.
     assert codes(report["access_url"]) == ["access_url_unreachable"] and report["severity"] == "error"
     assert codes(report["websocket"]) == ["websocket_failed"] and report["healthy"] is False

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import PASSWORD
 from tests.support.http_daemon import api_client, sign_up_owner
-from tests.support.provisionerd import DAEMON_PSK, DaemonProcess, job, push_import, wait_job
+from tests.support.provisionerd import DAEMON_PSK, DaemonProcess, job, push_import
 from tests.support.server import ServerProcess
 
 
@@ -66,21 +66,6 @@ def test_a_run_once_daemon_takes_one_job_and_exits_and_the_next_takes_the_next(
         finished = [job(api, job_id) for job_id in jobs]
         assert [item["status"] for item in finished].count("succeeded") == number, finished
     assert {job(api, job_id)["worker_name"] for job_id in jobs} == {f"once-{source}-1", f"once-{source}-2"}
-
-
-@pytest.mark.parametrize("source", ["http", "redis"])
-def test_an_idle_exit_daemon_leaves_after_the_idle_time_and_not_during_a_job(
-    deployment: Deployment, source: str, tmp_path: Path
-) -> None:
-    api = deployment.owner
-    name = f"idle-{source}"
-    with DaemonProcess(
-        deployment.server.url, name, tmp_path, "--idle-exit", "3s", env=credential(deployment, source)
-    ) as daemon:
-        daemon.wait_registered(api)
-        # A job arriving while it waits is run (whatever it takes), and the idle time counts again from its end.
-        taken = push_import(api)["job"]["id"]
-        assert wait_job(api, taken, ("succeeded", "failed"), timeout=120)["status"] == "succeeded"
-        assert daemon.wait_exit(timeout=60) == 0, daemon.log()
-    assert "exiting: no job for 3 s (--idle-exit)" in daemon.log() and SOURCE_LINE[source] in daemon.log()
-    assert job(api, taken)["worker_name"] == name
+    # They registered as ephemeral: listed as "on demand" (and their going offline is no health warning).
+    listed = {daemon["name"]: daemon for daemon in api.get("/provisionerdaemons").json()}
+    assert listed[f"once-{source}-1"]["ephemeral"] is True and listed[f"once-{source}-2"]["ephemeral"] is True

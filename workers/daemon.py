@@ -248,7 +248,11 @@ def _register(client: ProvisionerClient, config: DaemonConfig) -> Registered:
     """Register, waiting for a server that is not up yet (a daemon may well start first); Ctrl-C ends the wait."""
     while True:
         try:
-            return client.register(Registration(name=config.name, tags=config.tags, version=daemon_version()))
+            ephemeral = config.once or config.idle_exit_seconds is not None
+            registration = Registration(
+                name=config.name, tags=config.tags, version=daemon_version(), ephemeral=ephemeral
+            )
+            return client.register(registration)
         except ConnectionError as exc:
             log.warning("%s; retrying in %d s", exc, REGISTER_RETRY_SECONDS)
             time.sleep(REGISTER_RETRY_SECONDS)

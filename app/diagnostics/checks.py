@@ -172,7 +172,8 @@ def check_provisioners() -> Section:
     now = utcnow()
     daemons = db.session.scalars(select(ProvisionerDaemon).order_by(ProvisionerDaemon.name)).all()
     online = [daemon for daemon in daemons if daemon.is_online]
-    silent = [daemon.name for daemon in daemons if not daemon.is_online]
+    # An autoscaler's run-once daemons go offline as their normal end: only the others' silence is news.
+    silent = [daemon.name for daemon in daemons if not daemon.is_online and not daemon.ephemeral]
     section.details.update(online=len(online), offline=len(silent))
     if not online:
         section.warn("no_daemons", "No provisioner daemon is online: no template import or build can run.", ERROR)

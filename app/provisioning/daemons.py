@@ -132,6 +132,7 @@ def register_daemon(credential: DaemonCredential, registration: Registration, se
         # The same daemon came back (restart, crash): whatever it was running is lost with the old process.
         fail_jobs_held_by(daemon.id, "The provisioner daemon restarted while running this job.")
     daemon.tags, daemon.version, daemon.last_seen_at = normalised, registration.version[:64], utcnow()
+    daemon.ephemeral = registration.ephemeral
     db.session.commit()
     trusted = trusted_with_redis(credential.kind, settings)
     return Registered(

@@ -133,6 +133,8 @@ class ProvisionerDaemon(Model):
     key_id: Mapped[str | None] = mapped_column(ForeignKey("provisioner_keys.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Registered by a run-once or idle-exit daemon (an autoscaler's): offline is its normal end, not a loss.
+    ephemeral: Mapped[bool] = mapped_column(Boolean, default=False)
 
     @property
     def is_online(self) -> bool:

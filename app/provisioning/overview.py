@@ -68,6 +68,7 @@ class DaemonView:
             "name": daemon.name,
             "tags": daemon.tags,
             "version": daemon.version,
+            "ephemeral": daemon.ephemeral,
             "status": self.status,
             "created_at": rfc3339(daemon.created_at),
             "last_seen_at": rfc3339(daemon.last_seen_at),
