@@ -3,6 +3,7 @@ every check passes, and in-process (both databases) the provisioner findings, di
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -127,6 +128,7 @@ def test_the_maintenance_loop_refreshes_an_expired_report_once_the_server_has_se
 
     with app.app_context():
         get_redis().delete(checks.REPORT_KEY, checks.REFRESH_LOCK_KEY)
+        monkeypatch.setattr(checks, "_PROCESS_STARTED", time.monotonic())
         checks.refresh_report(settings)  # just started: no report yet
         assert checks.cached_severity() is None
         monkeypatch.setattr(checks, "_PROCESS_STARTED", 0.0)
