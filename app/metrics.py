@@ -17,9 +17,8 @@ from app.core.errors import Forbidden
 from app.core.extensions import csrf, db
 from app.provisioning.models import ProvisionerJob
 from app.provisioning.overview import DAEMON_STATUSES, daemon_views
-from app.provisioning.queue import pending_jobs
+from app.provisioning.queue import queue_depths
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
-from protocol.tags import queue_name
 
 bp = Blueprint("metrics", __name__)
 csrf.exempt(bp)
@@ -80,7 +79,7 @@ class ProvisioningCollector(Collector):
         family = GaugeMetricFamily(
             "slipway_provisioner_queue_depth", "Pending jobs per tag set (the queue they wait on).", labels=["queue"]
         )
-        for queue, count in sorted(Counter(queue_name(job.tags) for job in pending_jobs()).items()):
+        for queue, count in sorted(queue_depths().items()):
             family.add_metric([queue], count)
         return family
 

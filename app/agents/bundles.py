@@ -13,9 +13,9 @@ import os
 import tarfile
 import uuid
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from app.core.version import server_version
 from protocol.agent_bundle import AGENT_PACKAGES, BUNDLE_ROOT, REQUIREMENTS, VERSIONS_FILE
 
 # Fixed time for every tar member, so the same inputs give the same bytes (and the same ETag) on every replica.
@@ -62,10 +62,7 @@ def agent_bundle(wheelhouse: Path, platform: str, cache_dir: Path) -> Bundle:
 
 def _version_file(cache_dir: Path) -> Path:
     """The server's version for the agent to report: the bundle carries the agent's code, not Slipway's metadata."""
-    try:
-        text = version("slipway")
-    except PackageNotFoundError:
-        text = "0.0.0+unknown"
+    text = server_version()
     path = cache_dir / "agent-version.txt"
     if not path.is_file() or path.read_text() != text:
         path.write_text(text)

@@ -14,9 +14,7 @@ import logging
 import secrets
 import statistics
 import time
-from collections import Counter
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import httpx
@@ -31,10 +29,11 @@ from app.core.config import Settings
 from app.core.extensions import db
 from app.core.redis_client import get_redis
 from app.core.signing import signer
+from app.core.version import server_version
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
-from app.provisioning.queue import pending_jobs
+from app.provisioning.queue import queue_depths, untagged_rule
 from protocol.codec import JsonObject
-from protocol.tags import SCOPE_USER, daemon_can_run, queue_name
+from protocol.tags import SCOPE_USER, daemon_can_run
 
 log = logging.getLogger("slipway.health")
 OK, WARNING, ERROR = "ok", "warning", "error"
@@ -75,13 +74,6 @@ class Section:
 def _settings() -> Settings:
     settings: Settings = current_app.config["SLIPWAY_SETTINGS"]
     return settings
-
-
-def server_version() -> str:
-    try:
-        return version("slipway")
-    except PackageNotFoundError:
-        return "0.0.0+unknown"
 
 
 def _median_ms(probe: Callable[[], object]) -> float:
@@ -183,7 +175,7 @@ def check_provisioners() -> Section:
     other = sorted({f"{daemon.name} ({daemon.version})" for daemon in online if daemon.version != ours})
     if other:
         section.warn("daemon_version", f"Daemons of another version than the server's {ours}: {', '.join(other)}.")
-    rule = _settings().provisioner_untagged_jobs
+    rule = untagged_rule()
     for tags, names in _needed_tag_sets().items():
         if online and not any(daemon_can_run(daemon.tags, dict(tags), rule) for daemon in online):
             shown = " ".join(f"{key}={value}" for key, value in tags if key not in ("scope", "owner")) or "untagged"
@@ -192,8 +184,7 @@ def check_provisioners() -> Section:
                 f"No online daemon serves {shown}, which template{'s' if len(names) > 1 else ''} "
                 f"{', '.join(sorted(names))} need{'' if len(names) > 1 else 's'}: their builds wait.",
             )
-    depth = Counter(queue_name(job.tags) for job in pending_jobs())
-    for queue, count in sorted(depth.items()):
+    for queue, count in sorted(queue_depths().items()):
         if count > QUEUE_DEPTH_WARNING:
             section.warn("queue_deep", f"{count} jobs are waiting in {queue}.")
     section.details["checked_at"] = rfc3339(now)

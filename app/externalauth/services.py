@@ -53,8 +53,12 @@ def providers() -> tuple[ExternalAuthProvider, ...]:
     return _settings().external_auth
 
 
+def configured(provider_id: str) -> ExternalAuthProvider | None:
+    return next((item for item in providers() if item.id == provider_id), None)
+
+
 def provider(provider_id: str) -> ExternalAuthProvider:
-    found = next((item for item in providers() if item.id == provider_id), None)
+    found = configured(provider_id)
     if found is None:
         raise NotFound(f"No Git provider {provider_id!r} is configured on this server.")
     return found
@@ -189,7 +193,7 @@ def require_links(user: User, needs: Sequence[ExternalAuth]) -> None:
     linked, before any job is queued: a build would only fail later, after minutes of Terraform."""
     problems = []
     for need in required_by(needs):
-        target = next((item for item in providers() if item.id == need.id), None)
+        target = configured(need.id)
         if target is None:
             detail = f"The template needs Git provider {need.id!r}, which this server does not have: ask an admin."
         else:
@@ -216,7 +220,7 @@ def build_tokens(user: User, needs: Sequence[ExternalAuth]) -> dict[str, str]:
     providers the version declares, and none for a link that is missing or invalid (optional ones)."""
     tokens = {}
     for need in needs:
-        target = next((item for item in providers() if item.id == need.id), None)
+        target = configured(need.id)
         link = fresh_link(user, target) if target is not None else None
         if link is not None and not link.validate_error:
             tokens[need.id] = link.access_token
@@ -336,7 +340,7 @@ def needs_status(user: User, needs: Sequence[ExternalAuth]) -> list[JsonObject]:
     """API.md: the providers a template version needs, and whether this person has linked each."""
     rows: list[JsonObject] = []
     for need in needs:
-        target = next((item for item in providers() if item.id == need.id), None)
+        target = configured(need.id)
         link = fresh_link(user, target) if target is not None else None
         rows.append(
             {

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from flask import current_app
 from sqlalchemy import func, select
 
 from app.core.columns import rfc3339
@@ -29,7 +28,7 @@ from app.provisioning.models import (
     ProvisionerKey,
 )
 from app.provisioning.presenter import worker_names
-from app.provisioning.queue import QueueInfo, queue_infos
+from app.provisioning.queue import QueueInfo, queue_infos, untagged_rule
 from app.users.models import User
 from protocol.codec import JsonObject
 from protocol.tags import TagError, daemon_can_run, normalise_tags
@@ -108,7 +107,7 @@ def daemons_serving(job_tags: Mapping[str, str], user_id: str, status: str | Non
         tags = normalise_tags(job_tags, user_id)
     except TagError as exc:
         raise InvalidInput(str(exc), validations=[{"field": "tags", "detail": str(exc)}]) from None
-    rule = current_app.config["SLIPWAY_SETTINGS"].provisioner_untagged_jobs
+    rule = untagged_rule()
     return [view for view in daemon_views(status) if daemon_can_run(view.daemon.tags, tags, rule)]
 
 

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from app.core.columns import utcnow
 from app.core.extensions import db
 from app.provisioning.models import DAEMON_STALE_AFTER, PENDING, ProvisionerDaemon, ProvisionerJob
-from protocol.tags import daemon_can_run
+from protocol.tags import daemon_can_run, queue_name
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,18 @@ def pending_jobs() -> list[ProvisionerJob]:
     return list(db.session.scalars(query.order_by(ProvisionerJob.created_at, ProvisionerJob.id)))
 
 
-def _untagged_rule() -> str:
+def untagged_rule() -> str:
     rule: str = current_app.config["SLIPWAY_SETTINGS"].provisioner_untagged_jobs
     return rule
 
 
+def queue_depths() -> Counter[str]:
+    """Pending jobs per queue (tag set): what autoscalers scale on and the health report watches."""
+    return Counter(queue_name(job.tags) for job in pending_jobs())
+
+
 def matching_daemons(job: ProvisionerJob, daemons: Sequence[ProvisionerDaemon]) -> list[ProvisionerDaemon]:
-    rule = _untagged_rule()
+    rule = untagged_rule()
     return [daemon for daemon in daemons if daemon_can_run(daemon.tags, job.tags, rule)]
 
 
