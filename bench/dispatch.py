@@ -13,8 +13,14 @@ timestamps (created_at, started_at, completed_at). Prints p50/p95/max for both w
 until every build is running (target <= 2 s), the total wall time, and the same builds on one daemon.
 Daemons wait over HTTP (the default for daemons the server does not trust with Redis) unless `--redis`.
 
+`priority` (issue 18): 3 daemons, a template whose start sleeps 2 s, N + 1 stopped workspaces. The lifecycle
+executor (ticking every second) autostarts N of them in the same minute; once all N automatic builds are queued a
+person starts the last one. Prints how long the person's build waited for a daemon against the median duration of
+one build (target: the wait <= one build), and how long it would have waited at the back of the flood.
+
     .venv/bin/python bench/dispatch.py pickup [--jobs 50] [--concurrent 5] [--rounds 4]
     .venv/bin/python bench/dispatch.py burst [--daemons 30] [--rounds 3] [--skip-single] [--postgres] [--redis]
+    .venv/bin/python bench/dispatch.py priority [--flood 50] [--daemons 3] [--redis]
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -46,6 +52,23 @@ SLEEPY = {
 TERMINAL = ("succeeded", "failed", "canceled")
 # Nothing to build: a job that measures the queue, not Terraform.
 NOTHING = {"main.tf": "# no resources\n"}
+# A start takes about 2 s of apply, a stop next to nothing.
+STARTS_SLOWLY = {
+    "main.tf": """
+terraform {
+  required_providers {
+    coder = { source = "coder/coder" }
+  }
+}
+data "coder_workspace" "me" {}
+resource "terraform_data" "work" {
+  count = data.coder_workspace.me.start_count
+  provisioner "local-exec" {
+    command = "sleep 2"
+  }
+}
+"""
+}
 PICKUP_WAYS = {"HTTP long-poll": {}, "Redis (RQ)": {"SLIPWAY_PROVISIONER_TRUST_REDIS": "psk"}}
 # What each daemon logs once it knows where its jobs come from.
 PICKUP_LOG_LINE = {"HTTP long-poll": "waiting for jobs over HTTP", "Redis (RQ)": "listening on"}
@@ -78,14 +101,17 @@ def wait_idle(api: httpx.Client, count: int) -> None:
     time.sleep(0.5)  # registered, then listening on their queues
 
 
-def create_template(api: httpx.Client) -> str:
-    upload = api.post("/files", content=tar_of(SLEEPY), headers={"Content-Type": "application/x-tar"}).json()
+def create_template(api: httpx.Client, files: dict[str, str] = SLEEPY) -> str:
+    upload = api.post("/files", content=tar_of(files), headers={"Content-Type": "application/x-tar"}).json()
     version = api.post("/templateversions", json={"file_id": upload["id"]}).json()
     while (job := api.get(f"/templateversions/{version['id']}").json()["job"])["status"] not in TERMINAL:
         time.sleep(0.1)
     if job["status"] != "succeeded":
         raise RuntimeError(f"import failed: {job['error']}")
-    return str(api.post("/templates", json={"name": "sleepy", "version_id": version["id"]}).json()["id"])
+    reply = api.post("/templates", json={"name": "sleepy", "version_id": version["id"]})
+    if reply.status_code != 201:
+        raise RuntimeError(f"creating the template failed: {reply.text}")
+    return str(reply.json()["id"])
 
 
 def burst(api: httpx.Client, template_id: str, count: int, label: str) -> tuple[float, float, float]:
@@ -164,9 +190,16 @@ def main() -> None:
     burst.add_argument("--skip-single", action="store_true", help="Skip the one-daemon comparison.")
     burst.add_argument("--postgres", action="store_true", help="A throwaway PostgreSQL instead of SQLite.")
     burst.add_argument("--redis", action="store_true", help="Daemons on Redis (RQ) instead of HTTP long-poll.")
+    priority = scenarios.add_parser("priority", help="A person's build behind a flood of automatic ones.")
+    priority.add_argument("--flood", type=int, default=50, help="Automatic builds queued in the same minute.")
+    priority.add_argument("--daemons", type=int, default=3)
+    priority.add_argument("--redis", action="store_true", help="Daemons on Redis (RQ) instead of HTTP long-poll.")
     args = parser.parse_args()
     if args.scenario == "pickup":
         report_pickup(args.jobs, args.concurrent, args.rounds)
+        return
+    if args.scenario == "priority":
+        report_priority(args.flood, args.daemons, args.redis)
         return
     database_url, cluster = "", None
     if args.postgres:
@@ -285,6 +318,89 @@ def report(daemons: int, rounds: int, skip_single: bool, database_url: str, redi
     if not skip_single:
         one = scenario(1, daemons, 1, database_url, redis)
         print(f"1 daemon:   total wall {one[0][1]:.1f} s -> speed-up {one[0][1] / wall:.1f}x")
+
+
+def wait_for_builds(api: httpx.Client, job_ids: list[str]) -> list[dict[str, str]]:
+    while True:
+        jobs = [api.get(f"/provisionerjobs/{job_id}").json() for job_id in job_ids]
+        if all(job["status"] in TERMINAL for job in jobs):
+            failed = [job for job in jobs if job["status"] != "succeeded"]
+            if failed:
+                raise RuntimeError(f"{len(failed)} build(s) failed, e.g. {failed[0]['error']}")
+            return jobs
+        time.sleep(0.5)
+
+
+def build_of(api: httpx.Client, workspace_id: str, transition: str) -> str:
+    reply = api.post(f"/workspaces/{workspace_id}/builds", json={"transition": transition})
+    if reply.status_code != 201:
+        raise RuntimeError(f"{transition} failed: {reply.text}")
+    return str(reply.json()["job"]["id"])
+
+
+def report_priority(flood: int, daemons: int, redis: bool) -> None:
+    way = "Redis (RQ)" if redis else "HTTP long-poll"
+    print(f"priority: {daemons} daemons ({way}), {flood} autostarts queued in the same minute, then a person's start")
+    scratch = Path(tempfile.mkdtemp(prefix="slipway-bench-priority-"))
+    env = {"SLIPWAY_PROVISIONER_DAEMON_PSK": PSK, "SLIPWAY_LIFECYCLE_INTERVAL": "1", **PICKUP_WAYS[way]}
+    server = Server(env=env).start()
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        api, _ = sign_up_owner(server.url)
+        processes = start_daemons(server.url, daemons, scratch)
+        wait_idle(api, daemons)
+        template_id = create_template(api, STARTS_SLOWLY)
+        print(f"  creating and stopping {flood + 1} workspaces …", flush=True)
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            created = list(
+                pool.map(lambda i: api.post("/workspaces", json={"template_id": template_id, "name": f"w{i}"}),
+                         range(flood + 1))
+            )  # fmt: skip
+        workspace_ids = [reply.json()["id"] for reply in created]
+        wait_for_builds(api, [reply.json()["latest_build"]["job"]["id"] for reply in created])
+        wait_for_builds(api, [build_of(api, workspace_id, "stop") for workspace_id in workspace_ids])
+        *automatic, mine = workspace_ids
+        # The next whole minute that leaves time to set every schedule.
+        due = (datetime.now(UTC) + timedelta(seconds=75)).replace(second=0, microsecond=0)
+        schedule = f"CRON_TZ=UTC {due.minute} {due.hour} * * *"
+        for workspace_id in automatic:
+            reply = api.put(f"/workspaces/{workspace_id}/autostart", json={"schedule": schedule})
+            if reply.status_code != 204:
+                raise RuntimeError(f"setting autostart failed: {reply.text}")
+        print(f"  autostart at {due:%H:%M} UTC; waiting for the executor to queue them …", flush=True)
+        while True:
+            latest = [api.get(f"/workspaces/{workspace_id}").json()["latest_build"] for workspace_id in automatic]
+            if all(build["reason"] == "autostart" for build in latest):
+                break
+            time.sleep(0.5)
+        automatic_jobs = [build["job"]["id"] for build in latest]
+        person = build_of(api, mine, "start")
+        person_job = wait_for_builds(api, [person])[0]
+        jobs = wait_for_builds(api, automatic_jobs)
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        server.stop()
+    durations = [(parse_time(job["completed_at"]) - parse_time(job["started_at"])).total_seconds() for job in jobs]
+    one_build = statistics.median(durations)
+    waited = (parse_time(person_job["started_at"]) - parse_time(person_job["created_at"])).total_seconds()
+    submitted = parse_time(person_job["created_at"])
+    behind = sum(1 for job in jobs if parse_time(job["started_at"]) > submitted)
+    queued_at = min(parse_time(job["created_at"]) for job in jobs)
+    last_automatic = max(parse_time(job["started_at"]) for job in jobs)
+    print(f"  one build (median of {len(jobs)}): {one_build:.2f} s")
+    print(
+        f"  the person's build waited {waited:.2f} s for a daemon = {waited / one_build:.2f} builds "
+        f"(target <= 1 build); {behind} automatic builds were still waiting when it was submitted"
+    )
+    print(f"  at the back of the queue it would have waited about {(last_automatic - submitted).total_seconds():.1f} s "
+          f"(the last automatic build started {(last_automatic - queued_at).total_seconds():.1f} s after the flood "
+          f"was queued)")  # fmt: skip
 
 
 if __name__ == "__main__":

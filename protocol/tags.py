@@ -1,7 +1,8 @@
 """Provisioner tags: normalisation, matching, and the RQ queue each tag set maps to (DESIGN.md "Tags").
 
-A job waits on the queue named after its exact tag set; a daemon listens on the queues of every subset of its
-own tags that it may serve. Redis only decides which daemon wakes up: acquisition re-checks the match.
+A job waits on the queue named after its exact tag set and its priority; a daemon listens on the queues of every
+subset of its own tags that it may serve, every high-priority queue before any low one. Redis only decides which
+daemon wakes up: acquisition re-checks the match.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ UNTAGGED_ANY = "any"
 UNTAGGED_ONLY = "untagged-only"
 MAX_KEY_CHARS = 64
 MAX_VALUE_CHARS = 255
+# Builds a person waits for run before automatic ones (the lifecycle executor's): a second queue per tag set.
+PRIORITY_HIGH, PRIORITY_LOW = "high", "low"
+PRIORITIES = (PRIORITY_HIGH, PRIORITY_LOW)
+# Percent-encoding leaves no "#" in a tag set's part of the name, so the suffix cannot be mistaken for a tag.
+LOW_PRIORITY_SUFFIX = "#low"
 
 Tags = dict[str, str]
 
@@ -55,16 +61,19 @@ def daemon_can_run(daemon_tags: Mapping[str, str], job_tags: Mapping[str, str], 
     return all(daemon_tags.get(key) == value for key, value in job_tags.items())
 
 
-def queue_name(tags: Mapping[str, str]) -> str:
-    """A stable, unambiguous queue name for a normalised tag set (keys sorted, parts percent-encoded)."""
-    return QUEUE_PREFIX + "&".join(f"{quote(key, safe='')}={quote(tags[key], safe='')}" for key in sorted(tags))
+def queue_name(tags: Mapping[str, str], priority: str = PRIORITY_HIGH) -> str:
+    """A stable, unambiguous queue name for a normalised tag set (keys sorted, parts percent-encoded) and a
+    priority. Without the priority it also names the tag set itself (the queue-depth metric's label)."""
+    name = QUEUE_PREFIX + "&".join(f"{quote(key, safe='')}={quote(tags[key], safe='')}" for key in sorted(tags))
+    return name + LOW_PRIORITY_SUFFIX if priority == PRIORITY_LOW else name
 
 
 def daemon_queue_names(daemon_tags: Mapping[str, str], untagged_rule: str) -> list[str]:
     """The queues of every subset of the daemon's free tags, always with its own scope and owner.
 
     Jobs carry the reserved keys too, so only the other tags vary; their count is capped, which keeps this at
-    most 2**8 queues. Most specific first, so a daemon prefers the work only it can do.
+    most 2 * 2**8 queues. Every high-priority queue comes first (an RQ worker takes from the first queue that has a
+    job), then within each priority the most specific, so a daemon prefers the work only it can do.
     """
     free = sorted(key for key in daemon_tags if key not in RESERVED)
     if len(free) > MAX_DAEMON_TAGS:
@@ -76,7 +85,7 @@ def daemon_queue_names(daemon_tags: Mapping[str, str], untagged_rule: str) -> li
             job_tags = {**reserved, **{key: daemon_tags[key] for key in subset}}
             if daemon_can_run(daemon_tags, job_tags, untagged_rule):
                 names.append(queue_name(job_tags))
-    return names
+    return names + [name + LOW_PRIORITY_SUFFIX for name in names]
 
 
 def format_tags(tags: Mapping[str, str]) -> str:

@@ -82,6 +82,6 @@ def test_queue_names_are_unambiguous() -> None:
 
 
 def test_more_than_eight_daemon_tags_are_refused() -> None:
-    assert len(daemon_queue_names(org(**{f"k{i}": "v" for i in range(8)}), UNTAGGED_ANY)) == 256
+    assert len(daemon_queue_names(org(**{f"k{i}": "v" for i in range(8)}), UNTAGGED_ANY)) == 2 * 256  # two priorities
     with pytest.raises(TagError, match="at most 8 tags"):
         daemon_queue_names(org(**{f"k{i}": "v" for i in range(9)}), UNTAGGED_ANY)

@@ -221,8 +221,9 @@ def _payload(job_id: str, settings: Settings) -> AcquiredJob:
 def wait_for_job(
     daemon_id: str, queues: Sequence[str], timeout: float, relay: EventRelay, leases: redis.Redis
 ) -> JobOffer | None:
-    """The HTTP path: the oldest job pending on one of ``queues`` that no other waiting daemon was just offered,
-    waiting up to ``timeout`` seconds for one to be queued. No database connection is held while waiting.
+    """The HTTP path: the first job pending on one of ``queues`` (high priority first, then oldest) that no other
+    waiting daemon was just offered, waiting up to ``timeout`` seconds for one to be queued. No database connection
+    is held while waiting.
 
     A job is offered, not claimed: whether the daemon still listens when the answer goes out cannot be known, and a
     job claimed for a daemon that left would sit "running" until the hang timeout. The short offer lease keeps
@@ -244,7 +245,7 @@ def wait_for_job(
                     ProvisionerJob.completed_at.is_(None),
                     ProvisionerJob.canceled_at.is_(None),
                 )
-                .order_by(ProvisionerJob.created_at, ProvisionerJob.id)
+                .order_by(*ProvisionerJob.queue_order())
                 .limit(OFFER_CANDIDATES)
             ).all()
             db.session.remove()

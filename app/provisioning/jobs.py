@@ -27,7 +27,7 @@ from app.events.notices import publish_job_notice, publish_job_queued
 from app.provisioning.models import ProvisionerJob, ProvisionerJobLog
 from protocol.codec import JsonObject
 from protocol.provisionerd import RUN_JOB_FUNCTION, AcquiredJob, JobCompletion, JobFailure
-from protocol.tags import queue_name
+from protocol.tags import PRIORITY_HIGH, queue_name
 
 log = logging.getLogger(__name__)
 EXTENSION_KEY = "slipway_job_handlers"
@@ -91,12 +91,14 @@ def handlers_for(job: ProvisionerJob) -> JobHandlers:
 
 
 def new_job(
-    job_type: str, *, file_id: str, initiator_id: str, tags: dict[str, str], job_input: JsonObject
-) -> ProvisionerJob:
+    job_type: str, *, file_id: str, initiator_id: str, tags: dict[str, str], job_input: JsonObject,
+    priority: str = PRIORITY_HIGH,
+) -> ProvisionerJob:  # fmt: skip
     """Add a pending job to the session; the caller commits and then calls :func:`dispatch`."""
     job = ProvisionerJob(
-        type=job_type, file_id=file_id, initiator_id=initiator_id, tags=tags, queue=queue_name(tags), input=job_input
-    )
+        type=job_type, file_id=file_id, initiator_id=initiator_id, tags=tags, queue=queue_name(tags, priority),
+        input=job_input, priority=priority,
+    )  # fmt: skip
     db.session.add(job)
     return job
 

@@ -11,6 +11,7 @@ from app.core.extensions import Model
 from protocol.codec import JSON as JsonValue
 from protocol.codec import JsonObject
 from protocol.provisionerd import JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD
+from protocol.tags import PRIORITY_HIGH, PRIORITY_LOW
 
 JOB_TYPES = (JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD)
 
@@ -31,8 +32,11 @@ class ProvisionerJob(Model):
     type: Mapped[str] = mapped_column(String(32))
     input: Mapped[JsonObject] = mapped_column(JSON, default=dict)
     tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
-    # The RQ queue of the tag set (protocol.tags.queue_name): daemons waiting over HTTP find their jobs by it.
+    # The RQ queue of the tag set and priority (protocol.tags.queue_name): daemons waiting over HTTP find their
+    # jobs by it.
     queue: Mapped[str] = mapped_column(Text, index=True)
+    # high: a person is waiting for it; low: the lifecycle executor queued it. High runs first.
+    priority: Mapped[str] = mapped_column(String(8), default=PRIORITY_HIGH, server_default=PRIORITY_HIGH)
     file_id: Mapped[str] = mapped_column(ForeignKey("files.id"), index=True)
     initiator_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
     worker_id: Mapped[str | None] = mapped_column(ForeignKey("provisioner_daemons.id", ondelete="SET NULL"))
@@ -79,6 +83,12 @@ class ProvisionerJob(Model):
     def is_active(self) -> bool:
         return self.status in ACTIVE_STATUSES
 
+    @classmethod
+    def queue_order(cls) -> tuple[ColumnElement[int], ColumnElement[datetime], ColumnElement[str]]:
+        """The order daemons take pending jobs in: high priority first, then oldest first."""
+        low_last = case((cls.priority == PRIORITY_LOW, 1), else_=0)
+        return low_last, cls.created_at.asc(), cls.id.asc()
+
     def to_json(self, **extra: JsonValue) -> JsonObject:
         return {
             "id": self.id,
@@ -87,6 +97,7 @@ class ProvisionerJob(Model):
             "error": self.error or "",
             "error_code": self.error_code or "",
             "tags": self.tags,
+            "priority": self.priority,
             "created_at": rfc3339(self.created_at),
             "started_at": rfc3339(self.started_at),
             "completed_at": rfc3339(self.completed_at),

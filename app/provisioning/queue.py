@@ -1,8 +1,9 @@
 """Where pending jobs stand: which online daemons can take each, and its place in their queues (reference §1.10).
 
-A job's position is the best it has among the daemons that could run it (each daemon takes its jobs oldest
-first); the queue size is the longest of those daemons' queues. Both are 0 when no online daemon matches, which
-is the case pages call out ("no provisioner matches tags …") instead of leaving people to wait.
+A job's position is the best it has among the daemons that could run it (each daemon takes high-priority jobs
+before low ones, each oldest first); the queue size is the longest of those daemons' queues. Both are 0 when no
+online daemon matches, which is the case pages call out ("no provisioner matches tags …") instead of leaving people
+to wait.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def pending_jobs() -> list[ProvisionerJob]:
         ProvisionerJob.completed_at.is_(None),
         ProvisionerJob.canceled_at.is_(None),
     )
-    return list(db.session.scalars(query.order_by(ProvisionerJob.created_at, ProvisionerJob.id)))
+    return list(db.session.scalars(query.order_by(*ProvisionerJob.queue_order())))
 
 
 def untagged_rule() -> str:
@@ -48,7 +49,7 @@ def untagged_rule() -> str:
 
 
 def queue_depths() -> Counter[str]:
-    """Pending jobs per queue (tag set): what autoscalers scale on and the health report watches."""
+    """Pending jobs per tag set, of both priorities: what autoscalers scale on and the health report watches."""
     return Counter(queue_name(job.tags) for job in pending_jobs())
 
 
@@ -63,7 +64,7 @@ def queue_infos(jobs: Sequence[ProvisionerJob]) -> dict[str, QueueInfo]:
     queued: Counter[str] = Counter()
     best: dict[str, int] = {}
     matches: dict[str, list[str]] = {}
-    for job in pending_jobs():  # oldest first: each daemon's queue grows in the order it will serve it
+    for job in pending_jobs():  # in the order each daemon will serve them, so that its queue grows in that order
         matches[job.id] = [daemon.id for daemon in matching_daemons(job, daemons)]
         for daemon_id in matches[job.id]:
             queued[daemon_id] += 1

@@ -23,7 +23,7 @@ from app.workspaces.models import REASON_INITIATOR, TRANSITIONS, Workspace, Work
 from app.workspaces.parameters import resolve_parameters
 from protocol.codec import JSON
 from protocol.provisionerd import JOB_WORKSPACE_BUILD, NameValue
-from protocol.tags import normalise_tags
+from protocol.tags import PRIORITY_HIGH, PRIORITY_LOW, normalise_tags
 
 IN_PROGRESS = {"start": "starting", "stop": "stopping", "delete": "deleting"}
 DONE = {"start": "running", "stop": "stopped", "delete": "deleted"}
@@ -310,9 +310,11 @@ def _queue_build(
     tags = normalise_tags(version.job.tags, workspace.owner_id)
     # Ids chosen here rather than at flush: the session writes many builds in one batch at commit (the executor).
     build_id = new_id()
+    # A person waits for their own builds; the lifecycle executor's may wait behind them.
+    priority = PRIORITY_HIGH if reason == REASON_INITIATOR else PRIORITY_LOW
     job = new_job(
         JOB_WORKSPACE_BUILD, file_id=version.job.file_id, initiator_id=actor.id, tags=tags,
-        job_input={"workspace_build_id": build_id},
+        job_input={"workspace_build_id": build_id}, priority=priority,
     )  # fmt: skip
     job.id = new_id()
     build = WorkspaceBuild(
