@@ -14,7 +14,7 @@ import click
 
 from cli.client import key_value_pairs
 from cli.config import load_partial_config
-from protocol.values import parse_duration
+from protocol.values import parse_duration, parse_size
 
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$")
 USAGE_ERROR = 2
@@ -115,6 +115,13 @@ def provisionerd() -> None:
     help="Terraform binary. [default: terraform/tofu on PATH, else the bundled one]",
 )
 @click.option(
+    "--init-cache-size",
+    metavar="SIZE",
+    envvar="SLIPWAY_PROVISIONER_INIT_CACHE_SIZE",
+    show_envvar=True,
+    help="Keep each template's terraform init for reuse, up to this much (e.g. 2GiB; 0 turns it off). [default: 1GiB]",
+)
+@click.option(
     "--redis-url",
     envvar="SLIPWAY_PROVISIONER_REDIS_URL",
     show_envvar=True,
@@ -150,6 +157,7 @@ def start(
     name: str | None,
     cache_dir: Path | None,
     terraform_path: str | None,
+    init_cache_size: str | None,
     redis_url: str | None,
     log_json: bool,
     verbose: bool,
@@ -164,6 +172,7 @@ def start(
     """
     from workers.daemon import DaemonConfig, default_cache_dir, run_daemon
     from workers.metrics import split_host_port
+    from workers.terraform.init_cache import DEFAULT_MAX_BYTES
 
     idle_exit_seconds = None
     if idle_exit:
@@ -173,6 +182,12 @@ def start(
             _fail(f"--idle-exit: {exc}")
         if idle_exit_seconds < 1:
             _fail("--idle-exit must be at least 1s")
+    init_cache_bytes = DEFAULT_MAX_BYTES
+    if init_cache_size:
+        try:
+            init_cache_bytes = parse_size(init_cache_size)
+        except ValueError as exc:
+            _fail(f"--init-cache-size: {exc}")
     server = (url or load_partial_config().url).rstrip("/")
     if not server.startswith(("http://", "https://")):
         _fail("no server: pass --url https://… (or set SLIPWAY_URL, or run `slipway login`)")
@@ -202,6 +217,7 @@ def start(
         tags=wanted,
         cache_dir=cache_dir or default_cache_dir(),
         terraform_path=terraform_path or None,
+        init_cache_bytes=init_cache_bytes,
         prometheus_address=prometheus_address or None,
         once=once,
         idle_exit_seconds=idle_exit_seconds,

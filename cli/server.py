@@ -99,6 +99,12 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "Built-in daemons' plugins and work dirs, outside the data dir. [default: /var/cache/slipway/provisioner-ID "
         "as root, else $XDG_CACHE_HOME/slipway/provisioner-ID]",
     ),
+    (
+        "--provisioner-init-cache-size",
+        "SLIPWAY_PROVISIONER_INIT_CACHE_SIZE",
+        "Built-in daemons keep each template's terraform init for reuse, up to this much (least recently used "
+        "goes first; 0 turns it off). [default: 1GiB]",
+    ),
     ("--web-workers", "SLIPWAY_WEB_WORKERS", "Web worker processes (gevent). [default: 2]"),
     (
         "--web-worker-connections",

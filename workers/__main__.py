@@ -12,6 +12,7 @@ from protocol.sandbox import SANDBOX_ENV, SandboxPolicy
 from workers.client import psk_credential
 from workers.daemon import DaemonConfig, run_daemon
 from workers.sandbox import SandboxError, confine, make_undumpable
+from workers.terraform.init_cache import DEFAULT_MAX_BYTES
 
 log = logging.getLogger("slipway.provisioner")
 
@@ -47,6 +48,7 @@ def main() -> None:
             name=os.environ.get("SLIPWAY_PROVISIONER_DAEMON_NAME") or "builtin",
             cache_dir=Path(os.environ["SLIPWAY_PROVISIONER_CACHE_DIR"]),
             terraform_path=os.environ.get("SLIPWAY_TERRAFORM_PATH") or None,
+            init_cache_bytes=int(os.environ.get("SLIPWAY_PROVISIONER_INIT_CACHE_SIZE") or DEFAULT_MAX_BYTES),
         )
     except KeyError as exc:
         sys.exit(f"slipway provisioner daemon: {exc.args[0]} is not set")

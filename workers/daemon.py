@@ -34,6 +34,7 @@ from workers.job_control import RunnerSettings
 from workers.metrics import JobMetrics
 from workers.rq_adapter import ProvisionerWorker
 from workers.runner import JobRunner
+from workers.terraform.init_cache import DEFAULT_MAX_BYTES
 
 log = logging.getLogger(__name__)
 EXIT_OK, EXIT_REFUSED = 0, 1
@@ -59,6 +60,7 @@ class DaemonConfig:
     tags: dict[str, str] = field(default_factory=dict)
     cache_dir: Path = field(default_factory=default_cache_dir)
     terraform_path: str | None = None
+    init_cache_bytes: int = DEFAULT_MAX_BYTES
     prometheus_address: str | None = None
     # For autoscalers: exit 0 after one job (a Kubernetes Job per build), or after this long without one.
     once: bool = False
@@ -288,7 +290,9 @@ def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
         metrics = JobMetrics()
         if config.prometheus_address:
             metrics.serve(config.prometheus_address)
-        settings = RunnerSettings(config.cache_dir, config.terraform_path, float(registration.force_cancel_seconds))
+        settings = RunnerSettings(
+            config.cache_dir, config.terraform_path, float(registration.force_cancel_seconds), config.init_cache_bytes
+        )
         runner = JobRunner(client, settings, metrics=metrics)
         signals = DaemonSignals(runner)
         runner.on_fatal = signals.refuse

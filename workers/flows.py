@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from protocol.logs import STAGE_SETUP, LogLine
@@ -24,10 +25,11 @@ from protocol.provisionerd import (
 )
 from workers.archive import ArchiveError, extract_archive
 from workers.job_control import JobControl, RunnerSettings
-from workers.provider_install import install_coder_provider
+from workers.provider_install import install_coder_provider, provider_digest
 from workers.resources import ParseError, mark_lifecycles, parse_show_json
 from workers.terraform import (
     TemplateSyntaxError,
+    TerraformBinary,
     TerraformError,
     TerraformExecutor,
     Transition,
@@ -39,6 +41,8 @@ from workers.terraform import (
     required_variables_missing,
     terraform_environment,
 )
+from workers.terraform.binary import terraform_version
+from workers.terraform.init_cache import CachedInit, InitCache
 
 REQUIRED_TEMPLATE_VARIABLES = "REQUIRED_TEMPLATE_VARIABLES"
 LOCK_FILE = ".terraform.lock.hcl"
@@ -54,15 +58,16 @@ JobOutcome = JobCompletion | JobFailure
 def run_job(job: AcquiredJob, settings: RunnerSettings, log: Log, control: JobControl) -> JobOutcome:
     try:
         with job_workdir(settings.cache_dir, job.id, log) as workdir:
+            body = job.workspace_build or job.template_import
+            if body is None:
+                return _failed(f"The server sent a {job.type} job without its body.", log)
+            extract_archive(body.archive, workdir)
+            drop_coder_lock_entry(workdir)
+            toolchain = _Toolchain.of(settings, workdir)
             if job.workspace_build is not None:
-                extract_archive(job.workspace_build.archive, workdir)
-                drop_coder_lock_entry(workdir)
-                return _build(job, job.workspace_build, workdir, settings, log, control)
-            if job.template_import is not None:
-                extract_archive(job.template_import.archive, workdir)
-                drop_coder_lock_entry(workdir)
-                return _import(job, job.template_import, workdir, settings, log, control)
-            return _failed(f"The server sent a {job.type} job without its body.", log)
+                return _build(job, job.workspace_build, workdir, toolchain, log, control)
+            assert job.template_import is not None  # noqa: S101 - one of the two, checked above
+            return _import(job, job.template_import, workdir, toolchain, log, control)
     except ArchiveError as exc:
         return _failed(f"The template archive was refused: {exc}", log)
     except TemplateSyntaxError as exc:
@@ -89,25 +94,50 @@ def _failed(message: str, log: Log, code: str = "") -> JobFailure:
     return JobFailure(error=message, error_code=code)
 
 
+@dataclass(frozen=True)
+class _Toolchain:
+    """What every Terraform command of one job runs with: the daemon's settings, its Terraform, the coder
+    provider's CLI config, and the prepared init this job's template may reuse."""
+
+    settings: RunnerSettings
+    binary: TerraformBinary
+    cli_config_file: Path
+    init_cache: CachedInit | None
+
+    @classmethod
+    def of(cls, settings: RunnerSettings, workdir: Path) -> _Toolchain:
+        binary = find_terraform(settings.terraform_path)
+        cli_config_file = install_coder_provider(settings.cache_dir)
+        cache = InitCache(settings.cache_dir / "init-cache", settings.init_cache_bytes)
+        init_cache = None
+        if cache.enabled:
+            version = terraform_version(binary)
+            terraform = f"{version.program} {version.version} {' '.join(binary.command)}"
+            init_cache = CachedInit(cache, cache.key(workdir, f"{terraform}\0{provider_digest(cli_config_file)}"))
+        return cls(settings, binary, cli_config_file, init_cache)
+
+
 def _executor(
-    workdir: Path, settings: RunnerSettings, coder_env: Mapping[str, str], log: Log, control: JobControl
+    workdir: Path, toolchain: _Toolchain, coder_env: Mapping[str, str], log: Log, control: JobControl
 ) -> TerraformExecutor:
+    settings = toolchain.settings
     env = terraform_environment(
-        os.environ, coder_env, cache_dir=settings.cache_dir, cli_config_file=install_coder_provider(settings.cache_dir)
+        os.environ, coder_env, cache_dir=settings.cache_dir, cli_config_file=toolchain.cli_config_file
     )
     executor = TerraformExecutor(
         workdir,
         env=env,
         log=log,
-        binary=find_terraform(settings.terraform_path),
+        binary=toolchain.binary,
         cancel_grace=settings.force_cancel_seconds,
+        init_cache=toolchain.init_cache,
     )
     control.on_cancel(executor.cancel, force=executor.kill)
     return executor
 
 
 def _import(
-    job: AcquiredJob, body: ImportJob, workdir: Path, settings: RunnerSettings, log: Log, control: JobControl
+    job: AcquiredJob, body: ImportJob, workdir: Path, toolchain: _Toolchain, log: Log, control: JobControl
 ) -> JobOutcome:
     variables = read_variables(workdir)
     values = {item.name: item.value for item in body.user_variable_values}
@@ -129,7 +159,7 @@ def _import(
             owner_id="00000000-0000-0000-0000-000000000000",
             owner_email="import@example.com",
         )
-        executor = _executor(workdir, settings, coder_env, log, control)
+        executor = _executor(workdir, toolchain, coder_env, log, control)
         if transition == "start":
             executor.init()
         plans[transition] = parse_show_json(executor.plan(transition, variables=values).plan or {})
@@ -148,7 +178,7 @@ def _import(
 
 
 def _build(
-    job: AcquiredJob, body: BuildJob, workdir: Path, settings: RunnerSettings, log: Log, control: JobControl
+    job: AcquiredJob, body: BuildJob, workdir: Path, toolchain: _Toolchain, log: Log, control: JobControl
 ) -> JobOutcome:
     transition = TRANSITIONS[body.transition]
     meta = body.metadata
@@ -172,7 +202,7 @@ def _build(
         external_auth_tokens=body.external_auth_tokens,
     )
     variables = {item.name: item.value for item in body.variable_values}
-    executor = _executor(workdir, settings, coder_env, log, control)
+    executor = _executor(workdir, toolchain, coder_env, log, control)
     result = executor.run_build(transition, state=body.state, variables=variables)
     resources = parse_show_json(result.state_json or {}).resources
     return JobCompletion(workspace_build=BuildResult(state=result.state, resources=tuple(resources)))

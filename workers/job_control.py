@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.terraform.init_cache import DEFAULT_MAX_BYTES
+
 
 @dataclass(frozen=True)
 class RunnerSettings:
@@ -14,6 +16,8 @@ class RunnerSettings:
     terraform_path: str | None = None
     # From the server: how long a canceled Terraform may take to stop before it is killed.
     force_cancel_seconds: float = 600.0
+    # The cap of the prepared-init cache (workers/terraform/init_cache.py); 0 turns it off.
+    init_cache_bytes: int = DEFAULT_MAX_BYTES
 
 
 class JobControl:

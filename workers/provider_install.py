@@ -13,6 +13,7 @@ rewritten only when their content changes make the call cheap and safe for every
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -107,3 +108,14 @@ def install_coder_provider(cache_dir: Path) -> Path:
     config = base / "terraform.rc"
     _write_if_changed(config, cli_config(mirror), 0o644)
     return config
+
+
+def provider_digest(cli_config_file: Path) -> str:
+    """The SHA-256 of the installed mirror and its CLI config: a different provider (or interpreter behind it)
+    means different lock-file hashes, so a prepared init made with another cannot be reused."""
+    digest = hashlib.sha256(cli_config_file.read_bytes())
+    mirror = cli_config_file.parent / "mirror"
+    for path in sorted(mirror.rglob("*")):
+        if path.is_file():
+            digest.update(path.relative_to(mirror).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()

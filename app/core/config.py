@@ -92,6 +92,8 @@ class Settings:
     # Where built-in daemons keep plugins and work dirs; outside the data dir, which they must not reach.
     # None: /var/cache/slipway/provisioner-<id> as root, else $XDG_CACHE_HOME/slipway/provisioner-<id>.
     provisioner_cache_dir: Path | None = None
+    # The cap of the built-in daemons' prepared-init cache (workers/terraform/init_cache.py); 0 turns it off.
+    provisioner_init_cache_size: int = 1024**3
     # Files secrets were read from (SLIPWAY_*_FILE): kept out of the built-in daemons' reach like the data dir.
     secret_files: tuple[Path, ...] = ()
     # The wheels of the agent's dependencies that workspaces install offline (`slipway agent-bundle` fills it).
@@ -212,6 +214,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         provisioner_user=_get(env, "PROVISIONER_USER"),
         provisioner_grant_access=_bool(env, "PROVISIONER_GRANT_ACCESS", False),
         provisioner_cache_dir=_path_or_none(env, "PROVISIONER_CACHE_DIR"),
+        provisioner_init_cache_size=_size(env, "PROVISIONER_INIT_CACHE_SIZE", "1GiB"),
         secret_files=tuple(
             Path(path).expanduser().absolute()
             for name in (

@@ -180,6 +180,7 @@ class Supervisor:
             SLIPWAY_PROVISIONER_DAEMON_NAME=daemon.name,
             SLIPWAY_PROVISIONER_CACHE_DIR=str(launch.cache_dir),
             SLIPWAY_TERRAFORM_PATH=settings.terraform_path,
+            SLIPWAY_PROVISIONER_INIT_CACHE_SIZE=str(settings.provisioner_init_cache_size),
         )
         # -I: the working directory (the cache dir, which templates can write to) must never shadow a module.
         daemon.process = spawn(

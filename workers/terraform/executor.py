@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from protocol.logs import STAGE_CLEANUP, STAGE_PLAN, STAGE_SETUP, LogLevel, LogLine
 from workers.terraform.binary import TerraformBinary, find_terraform
+from workers.terraform.init_cache import CachedInit
 from workers.terraform.logs import (
     APPLY_STAGES,
     LogCallback,
@@ -174,8 +175,10 @@ class TerraformExecutor:
         log: LogCallback,
         binary: TerraformBinary | None = None,
         cancel_grace: float = DEFAULT_CANCEL_GRACE,
+        init_cache: CachedInit | None = None,
     ) -> None:
         self.workdir = workdir
+        self.init_cache = init_cache
         self.env = dict(env)
         self.log = log
         self.binary = binary or find_terraform()
@@ -216,9 +219,14 @@ class TerraformExecutor:
         return self._apply_and_read_state("apply", STAGE_PLAN, args, apply_stage=APPLY_STAGES[transition])
 
     def init(self) -> None:
+        """``terraform init``, or a copy of the prepared one when this template's was cached (init_cache.py)."""
         self._stage_started(STAGE_SETUP)
+        if self.init_cache is not None and self.init_cache.restore(self.workdir, self.log):
+            return
         with self._plugin_cache_lock():
             self._run("init", STAGE_SETUP, ["init", "-no-color", "-input=false"], mode="text")
+        if self.init_cache is not None:
+            self.init_cache.store(self.workdir)
 
     @contextmanager
     def _plugin_cache_lock(self) -> Iterator[None]:
