@@ -16,14 +16,15 @@ LEVEL_COLOURS = {"error": "red", "warn": "yellow", "debug": "bright_black", "tra
 RECONNECT_DELAYS = (0.5, 1.0, 2.0, 5.0)
 
 
-def follow_job(client: SlipwayClient, logs_path: str, job: Job | None = None) -> LogStreamEnd:
-    """Print lines as the server stores them until the job ends; returns how it ended.
+def follow_job(client: SlipwayClient, logs_path: str, job: Job | None = None, *, after: int = 0) -> LogStreamEnd:
+    """Print lines (after line ``after``) as the server stores them until the job ends, or waits for a person
+    (awaiting_confirmation); returns how it ended.
 
     A dropped connection (a server restart, a proxy timeout) resumes after the last line printed.
     """
     if job is not None and job.status == "pending" and job.queue_position:
         click.secho(f"Queued (position {job.queue_position}); waiting for a provisioner daemon…", fg="bright_black")
-    cursor, stage, failures = 0, None, 0
+    cursor, stage, failures = after, None, 0
     while True:
         try:
             for event, data in client.stream_events(f"{logs_path}?follow=true&after={cursor}"):

@@ -12,7 +12,7 @@ import click
 
 from cli.client import ApiError, SlipwayClient, authenticated_client
 from cli.durations import human_duration, local_time, parse_duration
-from cli.workspaces import find_workspace, follow_build, parameter_option, parse_parameters
+from cli.workspaces import find_workspace, follow_build, parameter_option, parse_parameters, yes_option
 from protocol.codec import JSON
 from protocol.publicapi import Workspace, WorkspaceBuild
 
@@ -70,7 +70,8 @@ def _start_build(
 @click.command()
 @click.argument("name")
 @parameter_option
-def update(name: str, parameters: tuple[str, ...]) -> None:
+@yes_option
+def update(name: str, parameters: tuple[str, ...], assume_yes: bool) -> None:
     """Update workspace NAME to its template's active version (a start build), asking for any parameter the new
     version needs (or pass them with -p NAME=VALUE)."""
     client = authenticated_client()
@@ -79,27 +80,29 @@ def update(name: str, parameters: tuple[str, ...]) -> None:
         click.echo(f"{name} is already on the template's active version.")
         return
     build = _start_build(client, workspace, parse_parameters(parameters), workspace.template_active_version_id)
-    follow_build(client, build, f"Updating {name}")
+    follow_build(client, build, f"Updating {name}", assume_yes=assume_yes)
 
 
 @click.command()
 @click.argument("name")
 @parameter_option
-def restart(name: str, parameters: tuple[str, ...]) -> None:
+@yes_option
+def restart(name: str, parameters: tuple[str, ...], assume_yes: bool) -> None:
     """Stop workspace NAME, then start it again (one command; each build's log is followed)."""
     client = authenticated_client()
     workspace = find_workspace(client, name)
     stop = client.post(WorkspaceBuild, f"/api/v2/workspaces/{workspace.id}/builds", {"transition": "stop"})
-    follow_build(client, stop, f"Stopping {name}")
+    follow_build(client, stop, f"Stopping {name}", assume_yes=assume_yes)
     build = _start_build(client, workspace, parse_parameters(parameters), None)
-    follow_build(client, build, f"Starting {name}")
+    follow_build(client, build, f"Starting {name}", assume_yes=assume_yes)
 
 
 @click.command()
 @click.argument("name")
 @parameter_option
 @click.option("--update", "update_version", is_flag=True, help="Build the template's active version if outdated.")
-def start(name: str, parameters: tuple[str, ...], update_version: bool) -> None:
+@yes_option
+def start(name: str, parameters: tuple[str, ...], update_version: bool, assume_yes: bool) -> None:
     """Start workspace NAME and follow the build. When it is outdated, --update (or yes at the prompt) updates it
     to the template's active version."""
     client = authenticated_client()
@@ -113,7 +116,7 @@ def start(name: str, parameters: tuple[str, ...], update_version: bool) -> None:
         elif not sys.stdin.isatty():
             click.echo(f"note: {name} is outdated; `slipway start --update {name}` updates it.", err=True)
     build = _start_build(client, workspace, parse_parameters(parameters), version_id)
-    follow_build(client, build, f"{'Updating' if version_id else 'Starting'} {name}")
+    follow_build(client, build, f"{'Updating' if version_id else 'Starting'} {name}", assume_yes=assume_yes)
 
 
 @click.group()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from cli.client import SlipwayClient, authenticated_client, decoded_list, print_json, print_table
@@ -9,6 +11,7 @@ from cli.durations import human_duration, local_time
 from cli.follow import follow_job, report
 from protocol.codec import JSON
 from protocol.logs import JobLog, LogStreamEnd
+from protocol.provisionerd import PlanReview
 from protocol.publicapi import (
     AgentLog,
     BuildParameter,
@@ -36,8 +39,41 @@ def parse_parameters(values: tuple[str, ...]) -> list[JSON]:
     return parsed
 
 
-def follow_build(client: SlipwayClient, build: WorkspaceBuild, what: str) -> None:
-    report(follow_job(client, f"/api/v2/workspacebuilds/{build.id}/logs", build.job), what)
+def follow_build(client: SlipwayClient, build: WorkspaceBuild, what: str, *, assume_yes: bool = False) -> None:
+    """Follow the build's log to its end; a plan held for confirmation is shown and confirmed (``--yes``, or yes
+    at the prompt) and then followed, or declined (the build is canceled)."""
+    logs = f"/api/v2/workspacebuilds/{build.id}/logs"
+    end = follow_job(client, logs, build.job)
+    while end.status == "awaiting_confirmation":
+        review = client.get_one(PlanReview, f"/api/v2/workspacebuilds/{build.id}/plan")
+        _print_review(review)
+        if not assume_yes and not sys.stdin.isatty():
+            raise click.ClickException(
+                f"{what}: the plan destroys persistent resources and waits for confirmation. Run the command again "
+                "with --yes, confirm it on the build's page, or cancel it."
+            )
+        if not assume_yes and not click.confirm("Apply this plan?", default=False):
+            client.request("PATCH", f"/api/v2/workspacebuilds/{build.id}/cancel")
+            raise click.ClickException(f"{what} canceled: the plan was not confirmed, nothing was changed.")
+        lines = client.get_list(JobLog, logs)  # the job is idle now: nothing is logged until it is confirmed
+        client.request("POST", f"/api/v2/workspacebuilds/{build.id}/confirm")
+        end = follow_job(client, logs, after=lines[-1].id if lines else 0)
+    report(end, what)
+
+
+def _print_review(review: PlanReview) -> None:
+    click.secho("This plan destroys persistent resources:", fg="yellow", bold=True)
+    for change in review.destroys:
+        because = f" (forced by {', '.join(change.reasons)})" if change.reasons else ""
+        marker = " [persistent]" if change.persistent else ""
+        click.echo(f"  {'replace' if change.replace else 'destroy'} {change.address}{marker}{because}")
+    if review.creates or review.updates:
+        click.echo(f"  and {len(review.creates)} to create, {len(review.updates)} to update")
+
+
+yes_option = click.option(
+    "--yes", "-y", "assume_yes", is_flag=True, help="Confirm a plan that destroys persistent resources without asking."
+)
 
 
 parameter_option = click.option(
@@ -67,12 +103,13 @@ def _transition_command(transition: str, verb: str, progressive: str) -> click.C
     @click.command(transition, help=f"{verb} workspace NAME and follow the build.")
     @click.argument("name")
     @parameter_option
-    def command(name: str, parameters: tuple[str, ...]) -> None:
+    @yes_option
+    def command(name: str, parameters: tuple[str, ...], assume_yes: bool) -> None:
         client = authenticated_client()
         workspace = find_workspace(client, name)
         body: JSON = {"transition": transition, "rich_parameter_values": parse_parameters(parameters)}
         build = client.post(WorkspaceBuild, f"/api/v2/workspaces/{workspace.id}/builds", body)
-        follow_build(client, build, f"{progressive} {name}")
+        follow_build(client, build, f"{progressive} {name}", assume_yes=assume_yes)
 
     return command
 

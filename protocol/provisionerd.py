@@ -108,6 +108,12 @@ class BuildJob(Message):
     # Git provider id -> the owner's fresh access token (data.coder_external_auth). Made when the job is handed
     # out, never stored with the job.
     external_auth_tokens: dict[str, str] = field(default_factory=dict)
+    # Plan first, and stop for a person's confirmation when the plan destroys or replaces one of these resources
+    # ("<type>.<name>", those the import found persistent: they outlive a stop, like a home volume).
+    protect_persistent: bool = False
+    persistent_resources: tuple[str, ...] = ()
+    # The plan a person confirmed (`terraform plan -out`): applied as it is unless the state moved on since.
+    confirmed_plan: bytes = b""
 
 
 class AcquiredJob(Message):
@@ -151,9 +157,30 @@ class ImportResult(Message):
     external_auth: tuple[ExternalAuth, ...] = ()
 
 
+class PlannedChange(Message):
+    """A resource the plan destroys (or replaces, with the attributes that force it)."""
+
+    address: str
+    persistent: bool = False
+    replace: bool = False
+    reasons: tuple[str, ...] = ()
+
+
+class PlanReview(Message):
+    """A build's plan that destroys persistent resources, held for a person's confirmation."""
+
+    destroys: tuple[PlannedChange, ...] = ()
+    creates: tuple[str, ...] = ()
+    updates: tuple[str, ...] = ()
+    # The saved plan file, applied as it is once confirmed.
+    plan: bytes = b""
+
+
 class BuildResult(Message):
     state: bytes = b""
     resources: tuple[Resource, ...] = ()
+    # Set instead of a result when the build stopped before applying, for a person to confirm its plan.
+    review: PlanReview | None = None
 
 
 class JobCompletion(Message):

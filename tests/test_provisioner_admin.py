@@ -260,7 +260,8 @@ def test_the_reaper_ends_hung_stuck_and_stale_jobs(
         for job_id, column, age in (
             (hung["id"], "updated_at", settings.provisioner_hang_timeout + 1),
             (stuck["id"], "canceled_at", settings.provisioner_force_cancel_interval + 61),
-            (stale["id"], "created_at", settings.provisioner_pending_timeout + 1),
+            # Pending since updated_at: its creation, or the confirmation of its plan.
+            (stale["id"], "updated_at", settings.provisioner_pending_timeout + 1),
         ):
             row = db.session.get(ProvisionerJob, job_id)
             assert row is not None

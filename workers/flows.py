@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from protocol.logs import STAGE_SETUP, LogLine
+from protocol.logs import STAGE_PLAN, STAGE_SETUP, LogLine
 from protocol.provisionerd import (
     AcquiredJob,
     BuildJob,
@@ -22,12 +23,15 @@ from protocol.provisionerd import (
     ImportResult,
     JobCompletion,
     JobFailure,
+    PlannedChange,
+    PlanReview,
 )
 from workers.archive import ArchiveError, extract_archive
 from workers.job_control import JobControl, RunnerSettings
 from workers.provider_install import install_coder_provider, provider_digest
 from workers.resources import ParseError, mark_lifecycles, parse_show_json
 from workers.terraform import (
+    ApplyResult,
     TemplateSyntaxError,
     TerraformBinary,
     TerraformError,
@@ -203,6 +207,57 @@ def _build(
     )
     variables = {item.name: item.value for item in body.variable_values}
     executor = _executor(workdir, toolchain, coder_env, log, control)
-    result = executor.run_build(transition, state=body.state, variables=variables)
+    if body.protect_persistent and transition != "destroy":
+        reviewed = _plan_then_apply(executor, transition, body, variables, log)
+        if isinstance(reviewed, PlanReview):
+            return JobCompletion(workspace_build=BuildResult(state=body.state, review=reviewed))
+        result = reviewed
+    else:
+        result = executor.run_build(transition, state=body.state, variables=variables)
     resources = parse_show_json(result.state_json or {}).resources
     return JobCompletion(workspace_build=BuildResult(state=result.state, resources=tuple(resources)))
+
+
+def _plan_then_apply(
+    executor: TerraformExecutor, transition: Transition, body: BuildJob, variables: Mapping[str, str], log: Log
+) -> ApplyResult | PlanReview:
+    """Plan, and apply that very plan file, unless it destroys a persistent resource nobody confirmed: then the
+    review to show. A confirmed plan is applied as it is, or planned again if it went stale."""
+    executor.init()
+    if body.confirmed_plan:
+        applied = executor.apply_confirmed(transition, body.confirmed_plan, body.state)
+        if applied is not None:
+            return applied
+    planned = executor.plan(transition, state=body.state, variables=variables)
+    review = plan_review(planned.plan or {}, set(body.persistent_resources))
+    if any(change.persistent for change in review.destroys):
+        names = ", ".join(change.address for change in review.destroys if change.persistent)
+        log(LogLine(level="warn", stage=STAGE_PLAN, source="provisioner_daemon",
+                    output=f"This plan destroys persistent resources ({names}): waiting for the workspace's owner "
+                    "or an admin to confirm it. Nothing was changed."))  # fmt: skip
+        return replace(review, plan=executor.saved_plan())
+    return executor.apply(transition)
+
+
+def plan_review(plan: Mapping[str, Any], persistent: set[str]) -> PlanReview:
+    """What a plan (`terraform show -json`) destroys, replaces, creates and updates; destroyed resources are
+    marked persistent when ``persistent`` names them ("<type>.<name>", wherever the module)."""
+    destroys, creates, updates = [], [], []
+    for change in plan.get("resource_changes") or []:
+        if change.get("mode", "managed") != "managed":
+            continue
+        actions = list((change.get("change") or {}).get("actions") or [])
+        address = str(change.get("address", ""))
+        if "delete" in actions:
+            paths = (change.get("change") or {}).get("replace_paths") or []
+            reasons = tuple(".".join(str(part) for part in path) for path in paths if isinstance(path, list))
+            key = f"{change.get('type')}.{change.get('name')}"
+            destroys.append(
+                PlannedChange(address=address, persistent=key in persistent, replace="create" in actions,
+                              reasons=reasons)
+            )  # fmt: skip
+        elif actions == ["create"]:
+            creates.append(address)
+        elif actions == ["update"]:
+            updates.append(address)
+    return PlanReview(destroys=tuple(destroys), creates=tuple(creates), updates=tuple(updates))

@@ -48,6 +48,9 @@ class Template(Model):
     time_til_dormant_autodelete_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # Policy: every start by a non-admin builds the active version.
     require_active_version: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # A start or stop whose plan destroys or replaces a persistent resource (a home volume) waits for a person
+    # to confirm it. Deletes never ask.
+    protect_persistent_resources: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
 
     def to_json(self) -> JsonObject:
         return {
@@ -69,6 +72,7 @@ class Template(Model):
             "time_til_dormant_ms": self.time_til_dormant_ms,
             "time_til_dormant_autodelete_ms": self.time_til_dormant_autodelete_ms,
             "require_active_version": self.require_active_version,
+            "protect_persistent_resources": self.protect_persistent_resources,
             "created_at": rfc3339(self.created_at),
             "updated_at": rfc3339(self.updated_at),
         }

@@ -135,7 +135,7 @@ _DURATION_FIELDS = (
     ("dormancy_days", "time_til_dormant_ms", DAY_MS),
     ("autodelete_days", "time_til_dormant_autodelete_ms", DAY_MS),
 )
-_FLAG_FIELDS = ("allow_user_autostart", "allow_user_autostop", "require_active_version")
+_FLAG_FIELDS = ("allow_user_autostart", "allow_user_autostop", "require_active_version", "protect_persistent_resources")
 
 
 @bp.route("/templates/<name>/settings", methods=["GET", "POST"])

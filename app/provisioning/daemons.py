@@ -327,7 +327,27 @@ def complete_job(daemon: ProvisionerDaemon, job_id: str, completion: JobCompleti
         db.session.rollback()
         finish_job(job, error=exc.message)
         return
+    if completion.workspace_build is not None and completion.workspace_build.review is not None:
+        _await_confirmation(job)
+        return
     finish_job(job)
+
+
+def _await_confirmation(job: ProvisionerJob) -> None:
+    """The daemon stopped before applying, for a person to confirm its plan: the job lets go of the daemon and
+    waits (a cancel meanwhile ends it canceled, with the review kept for the record)."""
+    now = utcnow()
+    held = db.session.execute(
+        update(ProvisionerJob)
+        .where(ProvisionerJob.id == job.id, ProvisionerJob.completed_at.is_(None), ProvisionerJob.canceled_at.is_(None))
+        .values(awaiting_confirmation_at=now, worker_id=None, updated_at=now)
+        .execution_options(synchronize_session="fetch")
+    )
+    if rows_changed(held) != 1:
+        finish_job(job)  # canceled while it planned
+        return
+    db.session.commit()
+    publish_job_notice(job.id)
 
 
 def fail_job(daemon: ProvisionerDaemon, job_id: str, failure: JobFailure) -> None:

@@ -150,11 +150,13 @@ def describe_job(job: ProvisionerJob) -> JobSubject:
 
 
 def cancel_job(job: ProvisionerJob) -> ProvisionerJob:
-    """Cancel atomically against acquisition: a pending job ends canceled, a running one becomes canceling."""
+    """Cancel atomically against acquisition: a pending job (or one awaiting confirmation, which no daemon holds)
+    ends canceled, a running one becomes canceling."""
     now = utcnow()
+    not_running = (ProvisionerJob.started_at.is_(None)) | (ProvisionerJob.awaiting_confirmation_at.is_not(None))
     pending = db.session.execute(
         update(ProvisionerJob)
-        .where(ProvisionerJob.id == job.id, ProvisionerJob.started_at.is_(None), ProvisionerJob.completed_at.is_(None))
+        .where(ProvisionerJob.id == job.id, not_running, ProvisionerJob.completed_at.is_(None))
         .values(canceled_at=now, completed_at=now, updated_at=now)
     )
     if rows_changed(pending) == 0:
@@ -176,6 +178,30 @@ def cancel_job(job: ProvisionerJob) -> ProvisionerJob:
         db.session.commit()
         publish_job_notice(job.id, end=True)
     db.session.refresh(job)
+    return job
+
+
+def confirm_job(job: ProvisionerJob) -> ProvisionerJob:
+    """A person confirmed the plan the job waits on: it is pending again, for a daemon to apply that plan."""
+    now = utcnow()
+    confirmed = db.session.execute(
+        update(ProvisionerJob)
+        .where(
+            ProvisionerJob.id == job.id,
+            ProvisionerJob.awaiting_confirmation_at.is_not(None),
+            ProvisionerJob.completed_at.is_(None),
+            ProvisionerJob.canceled_at.is_(None),
+        )
+        .values(awaiting_confirmation_at=None, started_at=None, worker_id=None, updated_at=now)
+    )
+    if rows_changed(confirmed) != 1:
+        db.session.rollback()
+        db.session.refresh(job)
+        raise InvalidInput(f"The build is {job.status}: there is no plan waiting for confirmation.")
+    db.session.commit()
+    db.session.refresh(job)
+    dispatch(job)
+    publish_job_notice(job.id)
     return job
 
 

@@ -14,7 +14,7 @@ from app.events.relay import EventRelay
 from app.events.sse import event_stream, log_cursor, sse_event, stream_cursor
 from app.events.streams import follow_lines, line_event
 from app.provisioning.jobs import job_logs
-from app.provisioning.models import ACTIVE_STATUSES, ProvisionerJob, ProvisionerJobLog
+from app.provisioning.models import ACTIVE_STATUSES, AWAITING_CONFIRMATION, ProvisionerJob, ProvisionerJobLog
 from protocol.codec import JsonObject
 
 
@@ -31,7 +31,12 @@ def follow_job(relay: EventRelay, job_id: str, after: int, renderer: JobLogRende
         job = db.session.get(ProvisionerJob, job_id, populate_existing=True)
         return job, job_logs(job_id, since) if job is not None else []
 
-    return follow_lines(relay, job_id, after, fetch, lambda job: job.status not in ACTIVE_STATUSES, renderer)
+    return follow_lines(relay, job_id, after, fetch, _followed_to_its_end, renderer)
+
+
+def _followed_to_its_end(job: ProvisionerJob) -> bool:
+    # Awaiting confirmation ends what can be followed: the next lines come after a person decides.
+    return job.status not in ACTIVE_STATUSES or job.status == AWAITING_CONFIRMATION
 
 
 class JsonRenderer:

@@ -47,6 +47,7 @@ def reap_jobs(settings: Settings) -> int:
     now = utcnow()
     hung = (
         ProvisionerJob.started_at.is_not(None),
+        ProvisionerJob.awaiting_confirmation_at.is_(None),  # waiting for a person, not for a daemon
         ProvisionerJob.updated_at < now - timedelta(seconds=settings.provisioner_hang_timeout),
     )
     # The daemon kills Terraform at the force-cancel interval; past it (and a margin), the daemon is not coping.
@@ -55,9 +56,10 @@ def reap_jobs(settings: Settings) -> int:
         ProvisionerJob.canceled_at
         < now - timedelta(seconds=settings.provisioner_force_cancel_interval) - CANCEL_MARGIN,
     )
+    # updated_at: when it became pending (its creation, or a person's confirmation of its plan).
     stale = (
         ProvisionerJob.started_at.is_(None),
-        ProvisionerJob.created_at < now - timedelta(seconds=settings.provisioner_pending_timeout),
+        ProvisionerJob.updated_at < now - timedelta(seconds=settings.provisioner_pending_timeout),
     )
     hang, force, pending = (
         _minutes(seconds)

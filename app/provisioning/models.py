@@ -18,7 +18,9 @@ JOB_TYPES = (JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD)
 PENDING, RUNNING, SUCCEEDED, FAILED, CANCELING, CANCELED = (
     "pending", "running", "succeeded", "failed", "canceling", "canceled",
 )  # fmt: skip
-ACTIVE_STATUSES = (PENDING, RUNNING, CANCELING)
+# A build whose plan would destroy persistent resources, held until a person confirms or cancels it.
+AWAITING_CONFIRMATION = "awaiting_confirmation"
+ACTIVE_STATUSES = (PENDING, RUNNING, CANCELING, AWAITING_CONFIRMATION)
 # A daemon that has not called in for this long is offline (Coder's StaleInterval).
 DAEMON_STALE_AFTER = timedelta(seconds=90)
 
@@ -46,6 +48,9 @@ class ProvisionerJob(Model):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     canceled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+    # Set while the job waits for a person to confirm its plan (no daemon holds it then; it keeps started_at so
+    # that no daemon takes it either). A confirmation makes it pending again.
+    awaiting_confirmation_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     error: Mapped[str | None] = mapped_column(Text)
     error_code: Mapped[str | None] = mapped_column(String(64))
     logs_length: Mapped[int] = mapped_column(Integer, default=0)
@@ -63,6 +68,8 @@ class ProvisionerJob(Model):
             return FAILED
         if self.canceled_at is not None:
             return CANCELING
+        if self.awaiting_confirmation_at is not None:
+            return AWAITING_CONFIRMATION
         return PENDING if self.started_at is None else RUNNING
 
     @status.inplace.expression
@@ -75,6 +82,7 @@ class ProvisionerJob(Model):
             (cls.completed_at.is_not(None), literal(SUCCEEDED)),
             (failed, literal(FAILED)),
             (cls.canceled_at.is_not(None), literal(CANCELING)),
+            (cls.awaiting_confirmation_at.is_not(None), literal(AWAITING_CONFIRMATION)),
             (cls.started_at.is_(None), literal(PENDING)),
             else_=literal(RUNNING),
         )

@@ -181,6 +181,21 @@ def build_logs(build_id: str) -> Response:
     return logs_response(services.get_build_for(api_user(), build_id).job)
 
 
+@bp.get("/workspacebuilds/<build_id>/plan")
+def build_plan(build_id: str) -> Response:
+    """The plan a build stopped on for confirmation (it destroys persistent resources), or last confirmed."""
+    return jsonify(services.plan_review(services.get_build_for(api_user(), build_id)))
+
+
+@bp.post("/workspacebuilds/<build_id>/confirm")
+def confirm_build(build_id: str) -> Response:
+    """Apply the plan shown by GET .../plan (re-planned first if the state moved on since)."""
+    user = api_user()
+    build = services.get_build_for(user, build_id)
+    services.confirm_build(user, build)
+    return jsonify(build_json(build))
+
+
 @bp.patch("/workspacebuilds/<build_id>/cancel")
 def cancel_build(build_id: str) -> Response:
     user = api_user()

@@ -18,6 +18,7 @@ from app.files.services import archive_bytes
 from app.notifications.services import BUILD_FAILED, notify
 from app.provisioning.jobs import JobHandlers, JobSubject
 from app.provisioning.models import ProvisionerJob
+from app.resources.models import WorkspaceResource
 from app.resources.services import store_resources
 from app.workspaces.deadlines import start_deadlines
 from app.workspaces.models import Workspace, WorkspaceBuild
@@ -60,8 +61,24 @@ def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: Agen
         ),
         agent_scripts=dict(agent_scripts()),
         external_auth_tokens=external_auth.build_tokens(owner, version.external_auth),
+        protect_persistent=template.protect_persistent_resources and build.transition != "delete",
+        persistent_resources=persistent_resources(version.job_id),
+        # Only a confirmed job runs again after its plan was saved: the plan it ran is the one confirmed.
+        confirmed_plan=build.saved_plan or b"",
     )
     return replace(base, workspace_build=body)
+
+
+def persistent_resources(import_job_id: str) -> tuple[str, ...]:
+    """ "<type>.<name>" of the resources the version's import found outlive a stop (a home volume)."""
+    rows = db.session.execute(
+        select(WorkspaceResource.type, WorkspaceResource.name).where(
+            WorkspaceResource.job_id == import_job_id,
+            WorkspaceResource.transition == "start",
+            WorkspaceResource.lifecycle == "persistent",
+        )
+    )
+    return tuple(sorted({f"{kind}.{name}" for kind, name in rows}))
 
 
 def build_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
@@ -69,6 +86,10 @@ def build_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
     if result is None:
         raise InvalidInput("A build's completion must carry its workspace_build result.")
     build = build_for_job(job)
+    if result.review is not None:  # stopped before applying: nothing changed, the plan waits for a person
+        build.plan_review = replace(result.review, plan=b"").to_json()
+        build.saved_plan = result.review.plan
+        return
     build.state = result.state or build.state
     store_resources(job.id, build.transition, result.resources)
     workspace = build.workspace

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, UniqueConstraint, text
+from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.catalog.models import Template, TemplateVersion
@@ -11,6 +11,7 @@ from app.core.encrypted_columns import EncryptedBytes
 from app.core.extensions import Model
 from app.provisioning.models import ProvisionerJob
 from app.users.models import User
+from protocol.codec import JsonObject
 from protocol.provisionerd import NameValue
 
 TRANSITIONS = ("start", "stop", "delete")
@@ -80,6 +81,10 @@ class WorkspaceBuild(Model):
     # than ``max_deadline`` (the template's autostop requirement). Both None: no autostop.
     deadline: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
     max_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The plan a person is asked to confirm (what it destroys, creates, updates: protocol PlanReview without the
+    # file), and the plan file itself, encrypted like the state it embeds. Kept after it ran: what was confirmed.
+    plan_review: Mapped[JsonObject | None] = mapped_column(JSON)
+    saved_plan: Mapped[bytes | None] = mapped_column(EncryptedBytes(), deferred=True)
 
     workspace: Mapped[Workspace] = relationship()
     job: Mapped[ProvisionerJob] = relationship()

@@ -15,13 +15,13 @@ from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
 from app.externalauth import services as external_auth
-from app.provisioning.jobs import dispatch, new_job
+from app.provisioning.jobs import confirm_job, dispatch, new_job
 from app.provisioning.models import SUCCEEDED, ProvisionerJob
 from app.users.models import User
 from app.workspaces import schedule_rules
 from app.workspaces.models import REASON_INITIATOR, TRANSITIONS, Workspace, WorkspaceBuild
 from app.workspaces.parameters import resolve_parameters
-from protocol.codec import JSON
+from protocol.codec import JSON, JsonObject
 from protocol.provisionerd import JOB_WORKSPACE_BUILD, NameValue
 from protocol.tags import PRIORITY_HIGH, PRIORITY_LOW, normalise_tags
 
@@ -323,6 +323,22 @@ def _queue_build(
     )  # fmt: skip
     db.session.add(build)
     return job
+
+
+def plan_review(build: WorkspaceBuild) -> JsonObject:
+    if build.plan_review is None:
+        raise NotFound("This build has no plan to review: only a start or stop that would destroy persistent "
+                       "resources stops for confirmation.")  # fmt: skip
+    review = dict(build.plan_review)
+    review.pop("plan", None)
+    return review
+
+
+def confirm_build(user: User, build: WorkspaceBuild) -> None:
+    """The workspace's owner (or a deployment owner) lets a held plan run."""
+    if not can_act(user, build.workspace):
+        raise Forbidden("Only the workspace's owner (or a deployment owner) may confirm its plan.")
+    confirm_job(build.job)
 
 
 def build_for_job(job: ProvisionerJob) -> WorkspaceBuild:

@@ -185,9 +185,13 @@ def transition(workspace_id: str) -> Response:
 
 @bp.get("/builds/<build_id>")
 def build(build_id: str) -> str:
-    found = services.get_build_for(page_user(), build_id)
+    user = page_user()
+    found = services.get_build_for(user, build_id)
     context = log_page_context(found.job)  # first: the status shown must not be newer than the lines
-    return render_template("workspaces/build.html", build=found, status=services.build_status(found), **context)
+    can_confirm = services.can_act(user, found.workspace)
+    return render_template(
+        "workspaces/build.html", build=found, status=services.build_status(found), can_confirm=can_confirm, **context
+    )
 
 
 @bp.get("/builds/<build_id>/log/stream")
@@ -199,6 +203,18 @@ def build_log_stream(build_id: str) -> Response:
     return page_stream(
         found.job, lambda job: services.status_for(job.status, transition), job_status=False, follow_up=follow_up
     )
+
+
+@bp.post("/builds/<build_id>/confirm")
+def confirm(build_id: str) -> Response:
+    user = page_user()
+    found = services.get_build_for(user, build_id)
+    try:
+        services.confirm_build(user, found)
+        flash("Confirmed: the plan is being applied.", "info")
+    except DomainError as error:
+        flash(error.message, "error")
+    return redirect(url_for("workspaces.build", build_id=found.id))
 
 
 @bp.post("/builds/<build_id>/cancel")

@@ -504,3 +504,24 @@ def test_init_waits_for_another_init_on_the_shared_plugin_cache(
         canceled.cancel()
         worker.join(5)
         assert not worker.is_alive() and len(failures) == 1
+
+
+def test_a_confirmed_plan_is_applied_as_it_is_unless_the_state_moved_on(
+    binary: TerraformBinary, tmp_path: Path, workdir: Path, make_env: Callable[..., dict[str, str]]
+) -> None:
+    marker = tmp_path / "marker"
+    (workdir / "main.tf").write_text(MARKER_TEMPLATE)
+    log = RecordedLog()
+    planner = executor(workdir, binary, make_env(), log)
+    planner.init()
+    planner.plan("start", variables={"marker": str(marker)})
+    plan = planner.saved_plan()
+    assert not marker.exists()  # planned, nothing applied
+
+    applied = executor(workdir, binary, make_env(), log).apply_confirmed("start", plan, b"")
+    assert applied is not None and marker.exists() and applied.state
+
+    # The same plan against the state it produced: Terraform calls it stale, and nothing is applied.
+    assert executor(workdir, binary, make_env(), log).apply_confirmed("start", plan, applied.state) is None
+    assert any("The confirmed plan is stale" in text for text in log.outputs(source="provisioner_daemon"))
+    assert (marker.parent / "marker.log").read_text().count("created") == 1

@@ -278,6 +278,25 @@ class TerraformExecutor:
         args = ["apply", "-no-color", "-auto-approve", "-input=false", "-json", str(self.workdir / PLAN_FILE)]
         return self._apply_and_read_state("apply", stage, args)
 
+    def saved_plan(self) -> bytes:
+        """The plan file the last :meth:`plan` wrote (what a person confirms)."""
+        return (self.workdir / PLAN_FILE).read_bytes()
+
+    def apply_confirmed(self, transition: Transition, plan: bytes, state: bytes) -> ApplyResult | None:
+        """Apply a plan a person confirmed, against the state it was made from. None when Terraform refuses it as
+        stale (the state moved on since): the caller plans again rather than apply something nobody saw."""
+        self._nothing_to_do = False
+        self._write_state(state)
+        (self.workdir / PLAN_FILE).write_bytes(plan)
+        try:
+            return self.apply(transition)
+        except TerraformError as exc:
+            if "plan is stale" not in exc.message.lower():
+                raise
+            stale = "The confirmed plan is stale (the state changed since): planning again."
+            self.log(LogLine(level="warn", stage=APPLY_STAGES[transition], source="provisioner_daemon", output=stale))
+            return None
+
     def _apply_and_read_state(
         self, step: str, stage: str, args: list[str], *, apply_stage: str | None = None
     ) -> ApplyResult:
