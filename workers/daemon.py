@@ -34,6 +34,8 @@ from workers.job_control import RunnerSettings
 from workers.metrics import JobMetrics
 from workers.rq_adapter import ProvisionerWorker
 from workers.runner import JobRunner
+from workers.terraform import TerraformNotFoundError, find_terraform
+from workers.terraform.binary import TerraformVersion, terraform_version
 from workers.terraform.init_cache import DEFAULT_MAX_BYTES
 
 log = logging.getLogger(__name__)
@@ -251,13 +253,23 @@ def _register(client: ProvisionerClient, config: DaemonConfig) -> Registered:
     while True:
         try:
             ephemeral = config.once or config.idle_exit_seconds is not None
+            terraform = _terraform_of(config)
             registration = Registration(
-                name=config.name, tags=config.tags, version=daemon_version(), ephemeral=ephemeral
-            )
+                name=config.name, tags=config.tags, version=daemon_version(), ephemeral=ephemeral,
+                terraform_binary=terraform.program, terraform_version=terraform.version,
+            )  # fmt: skip
             return client.register(registration)
         except ConnectionError as exc:
             log.warning("%s; retrying in %d s", exc, REGISTER_RETRY_SECONDS)
             time.sleep(REGISTER_RETRY_SECONDS)
+
+
+def _terraform_of(config: DaemonConfig) -> TerraformVersion:
+    try:
+        return terraform_version(find_terraform(config.terraform_path))
+    except TerraformNotFoundError as exc:  # every job will fail and say so; the daemon still shows up, unable
+        log.error("%s", exc)
+        return TerraformVersion("", "")
 
 
 def _redis_source(

@@ -9,10 +9,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload
 
 from app.catalog.models import Template, TemplateVersion
+from app.catalog.terraform_requirements import required_terraform
 from app.core.errors import Conflict, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
-from app.files.services import usable_file
+from app.files.services import archive_bytes, usable_file
 from app.provisioning.jobs import dispatch, new_job
 from app.provisioning.models import SUCCEEDED
 from app.users.models import User
@@ -47,7 +48,11 @@ def create_version(
         tags = normalise_tags(provisioner_tags or {}, actor.id)
     except TagError as exc:
         raise InvalidInput(str(exc)) from exc
-    job = new_job(JOB_TEMPLATE_IMPORT, file_id=stored.id, initiator_id=actor.id, tags=tags, job_input={})
+    required = required_terraform(archive_bytes(stored.id))
+    job = new_job(
+        JOB_TEMPLATE_IMPORT, file_id=stored.id, initiator_id=actor.id, tags=tags, job_input={},
+        required_terraform=required,
+    )  # fmt: skip
     version = TemplateVersion(
         template_id=template_id,
         name=name.strip()[:64],

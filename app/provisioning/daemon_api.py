@@ -111,7 +111,10 @@ def wait() -> Response:
     daemon, settings = _daemon(), _settings()
     daemons.heartbeat(daemon)
     queues = daemon_queue_names(daemon.tags, settings.provisioner_untagged_jobs)
-    return _reply(daemons.wait_for_job(daemon.id, queues, wanted.timeout_seconds, get_relay(), get_redis()))
+    waited = daemons.wait_for_job(
+        daemon.id, queues, wanted.timeout_seconds, get_relay(), get_redis(), daemon.terraform_version
+    )
+    return _reply(waited)
 
 
 @bp.post("/jobs/<job_id>/acquire")

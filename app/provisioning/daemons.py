@@ -32,6 +32,7 @@ from app.events.relay import EventRelay, queue_key
 from app.provisioning.jobs import handlers_for
 from app.provisioning.masking import mask_secrets, secret_needles
 from app.provisioning.models import RUNNING, ProvisionerDaemon, ProvisionerJob, ProvisionerJobLog, ProvisionerKey
+from app.provisioning.queue import terraform_fits
 from app.users.models import User
 from protocol.logs import STAGE_CLEANUP, LogLine
 from protocol.provisionerd import (
@@ -45,6 +46,7 @@ from protocol.provisionerd import (
     Registration,
 )
 from protocol.tags import SCOPE_ORGANIZATION, TagError, daemon_can_run, daemon_queue_names, normalise_tags
+from protocol.terraform_versions import satisfies
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,7 @@ def register_daemon(credential: DaemonCredential, registration: Registration, se
         fail_jobs_held_by(daemon.id, "The provisioner daemon restarted while running this job.")
     daemon.tags, daemon.version, daemon.last_seen_at = normalised, registration.version[:64], utcnow()
     daemon.ephemeral = registration.ephemeral
+    daemon.terraform_binary, daemon.terraform_version = registration.terraform_binary, registration.terraform_version
     db.session.commit()
     trusted = trusted_with_redis(credential.kind, settings)
     return Registered(
@@ -201,6 +204,11 @@ def acquire_job(daemon: ProvisionerDaemon, job_id: str, settings: Settings) -> A
         raise NotFound("No such job.")
     if not daemon_can_run(daemon.tags, job.tags, settings.provisioner_untagged_jobs):
         raise Forbidden("This daemon's tags do not match the job's tags.")
+    if not terraform_fits(daemon, job):
+        raise Forbidden(
+            f"This job needs terraform {job.required_terraform}; this daemon runs {daemon.terraform or 'an unknown'}"
+            " version."
+        )
     if not _claim(daemon, job_id):
         raise Conflict("The job is no longer pending.")
     return _payload(job_id, settings)
@@ -219,8 +227,9 @@ def _payload(job_id: str, settings: Settings) -> AcquiredJob:
 
 
 def wait_for_job(
-    daemon_id: str, queues: Sequence[str], timeout: float, relay: EventRelay, leases: redis.Redis
-) -> JobOffer | None:
+    daemon_id: str, queues: Sequence[str], timeout: float, relay: EventRelay, leases: redis.Redis,
+    terraform_version: str = "",
+) -> JobOffer | None:  # fmt: skip
     """The HTTP path: the first job pending on one of ``queues`` (high priority first, then oldest) that no other
     waiting daemon was just offered, waiting up to ``timeout`` seconds for one to be queued. No database connection
     is held while waiting.
@@ -237,8 +246,8 @@ def wait_for_job(
     try:
         while True:
             waiter.clear()  # before looking, so a job queued meanwhile wakes the next wait at once
-            pending = db.session.scalars(
-                select(ProvisionerJob.id)
+            pending = db.session.execute(
+                select(ProvisionerJob.id, ProvisionerJob.required_terraform)
                 .where(
                     ProvisionerJob.queue.in_(queues),
                     ProvisionerJob.started_at.is_(None),
@@ -249,7 +258,9 @@ def wait_for_job(
                 .limit(OFFER_CANDIDATES)
             ).all()
             db.session.remove()
-            for job_id in pending:
+            for job_id, required in pending:
+                if required and not satisfies(terraform_version, required):
+                    continue  # the template needs another Terraform: a daemon that has it will be offered the job
                 if _lease_offer(leases, job_id, daemon_id):
                     return JobOffer(job_id=job_id)
             remaining = deadline - time.monotonic()

@@ -92,12 +92,12 @@ def handlers_for(job: ProvisionerJob) -> JobHandlers:
 
 def new_job(
     job_type: str, *, file_id: str, initiator_id: str, tags: dict[str, str], job_input: JsonObject,
-    priority: str = PRIORITY_HIGH,
+    priority: str = PRIORITY_HIGH, required_terraform: str | None = None,
 ) -> ProvisionerJob:  # fmt: skip
     """Add a pending job to the session; the caller commits and then calls :func:`dispatch`."""
     job = ProvisionerJob(
         type=job_type, file_id=file_id, initiator_id=initiator_id, tags=tags, queue=queue_name(tags, priority),
-        input=job_input, priority=priority,
+        input=job_input, priority=priority, required_terraform=required_terraform,
     )  # fmt: skip
     db.session.add(job)
     return job

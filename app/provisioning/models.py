@@ -37,6 +37,9 @@ class ProvisionerJob(Model):
     # The RQ queue of the tag set and priority (protocol.tags.queue_name): daemons waiting over HTTP find their
     # jobs by it.
     queue: Mapped[str] = mapped_column(Text, index=True)
+    # The template's required_version constraints (app/catalog/terraform_requirements.py): only a daemon whose
+    # Terraform satisfies them may take the job. None: any.
+    required_terraform: Mapped[str | None] = mapped_column(String(255))
     # high: a person is waiting for it; low: the lifecycle executor queued it. High runs first.
     priority: Mapped[str] = mapped_column(String(8), default=PRIORITY_HIGH, server_default=PRIORITY_HIGH)
     file_id: Mapped[str] = mapped_column(ForeignKey("files.id"), index=True)
@@ -106,6 +109,7 @@ class ProvisionerJob(Model):
             "error_code": self.error_code or "",
             "tags": self.tags,
             "priority": self.priority,
+            "required_terraform": self.required_terraform,
             "created_at": rfc3339(self.created_at),
             "started_at": rfc3339(self.started_at),
             "completed_at": rfc3339(self.completed_at),
@@ -154,6 +158,14 @@ class ProvisionerDaemon(Model):
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # Registered by a run-once or idle-exit daemon (an autoscaler's): offline is its normal end, not a loss.
     ephemeral: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The Terraform it runs ("terraform" or "tofu", and its version), as it said when it registered.
+    terraform_binary: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    terraform_version: Mapped[str] = mapped_column(String(32), default="", server_default="")
+
+    @property
+    def terraform(self) -> str:
+        """For people: "terraform 1.11.4", or "" when it did not say."""
+        return f"{self.terraform_binary} {self.terraform_version}".strip()
 
     @property
     def is_online(self) -> bool:

@@ -68,6 +68,7 @@ class DaemonView:
             "tags": daemon.tags,
             "version": daemon.version,
             "ephemeral": daemon.ephemeral,
+            "terraform": {"binary": daemon.terraform_binary, "version": daemon.terraform_version},
             "status": self.status,
             "created_at": rfc3339(daemon.created_at),
             "last_seen_at": rfc3339(daemon.last_seen_at),
@@ -89,6 +90,7 @@ class JobView:
             queue_position=self.queue.position,
             queue_size=self.queue.size,
             available_workers=self.queue.available,
+            waiting_for_terraform=self.queue.needs_terraform,
             worker_name=self.worker_name,
             metadata=self.subject.to_json(),
         )

@@ -30,6 +30,8 @@ def jobs_json(jobs: Sequence[ProvisionerJob]) -> dict[str, JsonObject]:
             queue_position=infos[job.id].position,
             queue_size=infos[job.id].size,
             available_workers=infos[job.id].available,
+            # Set when the only obstacle is the Terraform version: what the template needs, what daemons have.
+            waiting_for_terraform=infos[job.id].needs_terraform,
             worker_name=names.get(job.worker_id or "", ""),
         )
         for job in jobs

@@ -19,14 +19,17 @@ from app.core.columns import utcnow
 from app.core.extensions import db
 from app.provisioning.models import DAEMON_STALE_AFTER, PENDING, ProvisionerDaemon, ProvisionerJob
 from protocol.tags import daemon_can_run, queue_name
+from protocol.terraform_versions import satisfies
 
 
 @dataclass(frozen=True)
 class QueueInfo:
     position: int = 0
     size: int = 0
-    # Online daemons whose tags can take the job, busy or not.
+    # Online daemons whose tags (and Terraform) can take the job, busy or not.
     available: int = 0
+    # When daemons with the right tags are online but none runs a Terraform the template allows: what it needs.
+    needs_terraform: str = ""
 
 
 def online_daemons() -> list[ProvisionerDaemon]:
@@ -53,9 +56,27 @@ def queue_depths() -> Counter[str]:
     return Counter(queue_name(job.tags) for job in pending_jobs())
 
 
+def terraform_fits(daemon: ProvisionerDaemon, job: ProvisionerJob) -> bool:
+    """The daemon's Terraform satisfies the template's required_version (a daemon that did not say fits none)."""
+    return not job.required_terraform or satisfies(daemon.terraform_version, job.required_terraform)
+
+
 def matching_daemons(job: ProvisionerJob, daemons: Sequence[ProvisionerDaemon]) -> list[ProvisionerDaemon]:
     rule = untagged_rule()
-    return [daemon for daemon in daemons if daemon_can_run(daemon.tags, job.tags, rule)]
+    return [daemon for daemon in daemons if daemon_can_run(daemon.tags, job.tags, rule) and terraform_fits(daemon, job)]
+
+
+def needs_terraform(job: ProvisionerJob, daemons: Sequence[ProvisionerDaemon]) -> str:
+    """Why no daemon takes a job whose tags some online daemons serve: "needs terraform >= 1.12; daemons have
+    1.11.4" ("" when its tags are the obstacle, or nothing is)."""
+    if not job.required_terraform:
+        return ""
+    rule = untagged_rule()
+    tagged = [daemon for daemon in daemons if daemon_can_run(daemon.tags, job.tags, rule)]
+    if not tagged or any(terraform_fits(daemon, job) for daemon in tagged):
+        return ""
+    have = sorted({daemon.terraform or "an unknown version" for daemon in tagged})
+    return f"needs terraform {job.required_terraform}; daemons have {', '.join(have)}"
 
 
 def queue_infos(jobs: Sequence[ProvisionerJob]) -> dict[str, QueueInfo]:
@@ -77,6 +98,8 @@ def queue_infos(jobs: Sequence[ProvisionerJob]) -> dict[str, QueueInfo]:
             infos[job.id] = QueueInfo(best.get(job.id, 0), size, len(daemon_ids))
         else:
             infos[job.id] = QueueInfo(available=len(matching_daemons(job, daemons)))
+        if job.status == PENDING and infos[job.id].available == 0:
+            infos[job.id] = QueueInfo(needs_terraform=needs_terraform(job, daemons))
     return infos
 
 

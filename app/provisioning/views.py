@@ -121,4 +121,5 @@ def queue_notice(job_id: str) -> str:
         position=info.position,
         size=info.size,
         available=info.available,
+        needs_terraform=info.needs_terraform,
     )

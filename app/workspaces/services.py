@@ -315,6 +315,7 @@ def _queue_build(
     job = new_job(
         JOB_WORKSPACE_BUILD, file_id=version.job.file_id, initiator_id=actor.id, tags=tags,
         job_input={"workspace_build_id": build_id}, priority=priority,
+        required_terraform=version.job.required_terraform,
     )  # fmt: skip
     job.id = new_id()
     build = WorkspaceBuild(

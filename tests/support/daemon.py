@@ -44,12 +44,12 @@ class FakeDaemon:
         name: str = "d1",
         tags: dict[str, str] | None = None,
         credential: dict[str, str] | None = None,
+        **registration: Any,
     ):
         self.client = client
         self.credential = credential or PSK_HEADERS
-        reply = client.post(
-            "/api/v2/provisionerd/register", json={"name": name, "tags": tags or {}}, headers=self.credential
-        )
+        body = {"name": name, "tags": tags or {}, **registration}
+        reply = client.post("/api/v2/provisionerd/register", json=body, headers=self.credential)
         assert reply.status_code == 201, reply.json
         self.id, self.queues, self.tags = reply.json["daemon_id"], reply.json["queues"], reply.json["tags"]
         self.registration = reply.json
