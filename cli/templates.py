@@ -73,6 +73,12 @@ def push(
     if existing is not None:
         body["template_id"] = existing.id
     version = client.post(TemplateVersion, "/api/v2/templateversions", body)
+    if version.job.waiting_for_terraform:  # the tags match daemons, but not one runs a Terraform it allows
+        click.echo(
+            f"warning: no online provisioner daemon can import it: it {version.job.waiting_for_terraform}. It waits, "
+            "pending, until one with such a Terraform starts (slipway provisionerd start --terraform-path ...).",
+            err=True,
+        )
     end = follow_job(client, f"/api/v2/templateversions/{version.id}/logs", version.job)
     report(end, f"Import of {name} ({version.name})")
     if existing is None:

@@ -74,6 +74,10 @@ class Job(Message):
     available_workers: int | None = None
     worker_name: str | None = None
     metadata: JobMetadata = JobMetadata()
+    priority: str = "high"
+    # The template's required_version, and (while pending) what no online daemon has: "needs terraform >= 1.12; …".
+    required_terraform: str | None = None
+    waiting_for_terraform: str = ""
 
 
 class Template(Message):

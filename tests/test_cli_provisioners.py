@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +88,16 @@ def test_provisioner_commands(server: ServerProcess, tmp_path: Path) -> None:
             pushed = run_cli("templates", "push", "gpu", "-d", str(template), "--provisioner-tag", "gpu=a100", env=env)
             assert pushed.returncode == 0, pushed.stderr
             assert "Provisioner daemons online for gpu=a100: 1." in pushed.stdout
+            # A Terraform no daemon runs: push says so (the tags alone match); canceled here while it waits.
+            (template / "main.tf").write_text('terraform {\n  required_version = ">= 99.0"\n}\n')
+            canceler = threading.Thread(target=_cancel_the_pending_import, args=(api,), daemon=True)
+            canceler.start()
+            waits = run_cli("templates", "push", "gpu", "-d", str(template), "--provisioner-tag", "gpu=a100", env=env)
+            canceler.join(timeout=60)
+            assert waits.returncode == 1 and "canceled" in waits.stderr, waits.stdout + waits.stderr
+            assert "no online provisioner daemon can import it: it needs terraform >= 99.0; daemons have" in (
+                waits.stderr
+            )
         assert run_cli("provisioner", "keys", "delete", "gpu", env=env).returncode == 0
 
         stuck = push_import(api, {"nobody": "serves-this"})["job"]
@@ -131,3 +142,13 @@ def test_a_daemon_waits_for_a_server_that_is_not_up_and_ctrl_c_ends_the_wait(tmp
     finally:
         daemon.stop()
     assert "retrying" in daemon.log() and "Traceback" not in daemon.log()
+
+
+def _cancel_the_pending_import(api: httpx.Client) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for job in api.get("/provisionerjobs?status=pending").json():
+            if job["required_terraform"] == ">= 99.0":
+                api.patch(f"/provisionerjobs/{job['id']}/cancel")
+                return
+        time.sleep(0.2)

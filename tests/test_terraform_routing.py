@@ -115,6 +115,13 @@ def test_jobs_go_only_to_daemons_whose_terraform_satisfies_the_template(
     )
     listed = {item["name"]: item for item in client.get("/api/v2/provisionerdaemons", headers=bob.auth).json}
     assert listed["old"]["terraform"] == {"binary": "terraform", "version": "1.11.4"}
+    # "Who would build it": by tags and by Terraform, before anything is pushed.
+    serving = client.get("/api/v2/provisionerdaemons?tags={}&terraform=>%3D 1.12", headers=bob.auth)
+    assert serving.status_code == 200 and serving.json == []
+    older = client.get("/api/v2/provisionerdaemons?terraform=< 1.12", headers=bob.auth).json
+    assert [item["name"] for item in older] == ["old"]
+    bad = client.get("/api/v2/provisionerdaemons?terraform=>%3D one", headers=bob.auth)
+    assert bad.status_code == 400 and "not a version" in bad.json["message"]
 
     new = FakeDaemon(client, "new", terraform_binary="tofu", terraform_version="1.15.5")
     ready = client.get(f"/api/v2/provisionerjobs/{job['id']}", headers=bob.auth).json

@@ -14,6 +14,7 @@ from app.provisioning import keys, overview
 from app.provisioning.jobs import cancel_job
 from app.provisioning.presenter import job_json
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
+from protocol.terraform_versions import ConstraintError, parse_constraints, satisfies
 
 bp = api_blueprint("provisioners_api", __name__)
 ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
@@ -22,12 +23,20 @@ ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
 @bp.get("/provisionerdaemons")
 @require_role(*ADMINS)
 def list_daemons() -> Response:
-    """``?tags={"env":"prod"}``: only the daemons that would take a job with those tags."""
+    """``?tags={"env":"prod"}``: only the daemons that would take a job with those tags; ``&terraform=>= 1.12``:
+    and whose Terraform satisfies that constraint."""
     status = request.args.get("status") or None
-    if "tags" not in request.args:
+    if "tags" not in request.args and "terraform" not in request.args:
         return jsonify([view.to_json() for view in overview.daemon_views(status)])
-    tags = _tags_query(request.args["tags"])
-    return jsonify([view.to_json() for view in overview.daemons_serving(tags, api_user().id, status)])
+    tags = _tags_query(request.args.get("tags", "{}"))
+    required = request.args.get("terraform", "").strip()
+    if required:
+        try:
+            parse_constraints(required)
+        except ConstraintError as exc:
+            raise InvalidInput(str(exc), validations=[{"field": "terraform", "detail": str(exc)}]) from None
+    serving = overview.daemons_serving(tags, api_user().id, status)
+    return jsonify([view.to_json() for view in serving if satisfies(view.daemon.terraform_version, required)])
 
 
 def _tags_query(raw: str) -> dict[str, str]:
