@@ -158,6 +158,9 @@ class ImportResult(Message):
     parameters: tuple[RichParameter, ...] = ()
     resources: ImportedResources = ImportedResources()
     external_auth: tuple[ExternalAuth, ...] = ()
+    # data "coder_workspace_tags": tag -> template over parameter values (protocol.tags.render_tag_template),
+    # evaluated by the server for each build before it is queued.
+    workspace_tags: dict[str, str] = field(default_factory=dict)
 
 
 class PlannedChange(Message):

@@ -7,6 +7,7 @@ daemon wakes up: acquisition re-checks the match.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from itertools import combinations
 from urllib.parse import quote
@@ -105,3 +106,24 @@ def parse_tag_arguments(pairs: list[str]) -> Tags:
             raise TagError(f"tags look like key=value, got {pair!r}")
         tags[key.strip()] = value.strip()
     return tags
+
+
+# Tags chosen by parameters (data "coder_workspace_tags"): each value is a template in which ``${name}`` stands
+# for the value of the parameter ``name`` and ``$$`` for a dollar sign; the import made it (variables and locals
+# already substituted), the server fills it in for each build.
+_TAG_TEMPLATE_PART = re.compile(r"\$\$|\$\{([^}]*)\}")
+
+
+def render_tag_template(template: str, parameters: Mapping[str, str]) -> str:
+    """The tag value for a build with these parameter values (a parameter without a value gives "")."""
+    return _TAG_TEMPLATE_PART.sub(lambda match: "$" if match.group(0) == "$$" else parameters.get(match.group(1), ""),
+                                  template)  # fmt: skip
+
+
+def literal_tag_part(text: str) -> str:
+    """``text`` as a part of a tag template that stands for itself."""
+    return text.replace("$", "$$")
+
+
+def parameter_tag_part(name: str) -> str:
+    return "${" + name + "}"

@@ -95,3 +95,64 @@ def test_two_terraform_versions_and_a_template_that_needs_the_newer(deployment: 
     assert [item["status"] for item in finished] == ["succeeded"] * 3, finished
     assert {item["worker_name"] for item in finished} == {"tf-bundled"}
     assert {item["required_terraform"] for item in finished} == {">= 1.12"}
+
+
+REGION_TEMPLATE = """
+terraform {
+  required_providers {
+    coder = { source = "coder/coder" }
+  }
+}
+variable "pool" {
+  default = "main"
+}
+locals {
+  pool = "pool-${var.pool}"
+}
+data "coder_parameter" "region" {
+  name    = "region"
+  default = "eu"
+  mutable = true
+}
+data "coder_workspace_tags" "routing" {
+  tags = {
+    "region" = data.coder_parameter.region.value
+    "pool"   = local.pool
+  }
+}
+resource "terraform_data" "home" {}
+"""
+
+
+def test_a_region_parameter_routes_each_build_to_its_region(deployment: Deployment, tmp_path: Path) -> None:
+    """data "coder_workspace_tags": the server evaluates the tags with each build's parameters before queuing; the
+    import itself goes by the static tags (it must not wait for a daemon of some region)."""
+    api = deployment.owner
+    env = credential(deployment, "http")
+    daemons = [
+        DaemonProcess(deployment.server.url, region, tmp_path, "--tag", f"region={region}", "--tag", "pool=pool-main",
+                      env=env)
+        for region in ("eu", "us")
+    ]  # fmt: skip
+    with daemons[0] as eu, daemons[1] as us:
+        for daemon in (eu, us):
+            daemon.wait_registered(api)
+        version = push_import(api, files={"main.tf": REGION_TEMPLATE})
+        imported = wait_job(api, version["job"]["id"], ("succeeded", "failed"), timeout=180)
+        assert imported["status"] == "succeeded", imported
+        template = api.post("/templates", json={"name": "regional", "version_id": version["id"]}).json()
+        created = api.post("/workspaces", json={"template_id": template["id"], "name": "roaming"}).json()
+        first = wait_job(api, created["latest_build"]["job"]["id"], ("succeeded", "failed"), timeout=180)
+        assert first["worker_name"] == "eu" and first["tags"]["region"] == "eu" and first["tags"]["pool"] == "pool-main"
+        moved = api.post(
+            f"/workspaces/{created['id']}/builds",
+            json={"transition": "start", "rich_parameter_values": [{"name": "region", "value": "us"}]},
+        ).json()
+        second = wait_job(api, moved["job"]["id"], ("succeeded", "failed"), timeout=180)
+        assert second["status"] == "succeeded" and second["worker_name"] == "us" and second["tags"]["region"] == "us"
+
+        # An expression that needs a plan to evaluate is refused by the import, named.
+        bad = REGION_TEMPLATE.replace("data.coder_parameter.region.value", "terraform_data.home.id")
+        refused = wait_job(api, push_import(api, files={"main.tf": bad})["job"]["id"], ("succeeded", "failed"), 180)
+    assert refused["status"] == "failed"
+    assert 'coder_workspace_tags" "routing": tag \'region\' = ${terraform_data.home.id}' in refused["error"], refused

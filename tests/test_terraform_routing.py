@@ -1,5 +1,6 @@
 """Routing by Terraform version: a template's required_version constraints, read from its archive when it is
 uploaded, decide which daemons may take its import and builds; a daemon says its Terraform when it registers.
+And routing by parameters: the create form says where builds with the chosen values would go.
 
 The constraint syntax and its edge cases are unit tests; routing runs in-process on both databases with stand-in
 daemons that report different versions.
@@ -17,9 +18,10 @@ from flask.testing import FlaskClient
 from app.catalog.terraform_requirements import required_terraform
 from app.core.errors import InvalidInput
 from protocol.terraform_versions import ConstraintError, parse_constraints, satisfiable, satisfies
-from tests.conftest import Persona
+from tests.conftest import PASSWORD, Persona
 from tests.support.archives import tar_of
-from tests.support.daemon import FakeDaemon
+from tests.support.daemon import FakeDaemon, import_template
+from tests.support.web import sign_in
 
 
 @pytest.mark.parametrize(
@@ -129,3 +131,29 @@ def test_jobs_go_only_to_daemons_whose_terraform_satisfies_the_template(
     offer = new.call("/jobs/wait", {"timeout_seconds": 0})
     assert offer.status_code == 200 and offer.json["job_id"] == job["id"]
     assert new.call(f"/jobs/{job['id']}/acquire").status_code == 200
+
+
+def test_the_create_form_says_where_builds_with_the_chosen_values_go(
+    client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    """data "coder_workspace_tags" computes region=<the region parameter>; only an eu daemon is online."""
+    daemon = FakeDaemon(client, "eu-1", {"region": "eu"})
+    import_template(client, personas, daemon, name="regional", workspace_tags={"region": "${region}"})
+    sign_in(client, personas["carol"].email, PASSWORD)
+    page = client.get("/workspaces/new?template=regional").get_data(as_text=True)
+    assert 'id="build-routing"' in page
+    served = client.get("/workspaces/new/routing?template=regional&param.region=eu").get_data(as_text=True)
+    assert 'id="routing-ok"' in served and "region=eu" in served and "(1 online)" in served
+    unserved = client.get("/workspaces/new/routing?template=regional&param.region=us").get_data(as_text=True)
+    assert 'id="routing-none"' in unserved and "No provisioner serves <strong>region=us</strong>" in unserved
+    # And the builds themselves carry the computed tag (region is immutable here: one workspace per region).
+    for region in ("eu", "us"):
+        body = {"template_id": _template_id(client, personas), "name": f"ws-{region}",
+                "rich_parameter_values": [{"name": "region", "value": region}]}  # fmt: skip
+        created = client.post("/api/v2/workspaces", json=body, headers=personas["carol"].auth)
+        assert created.status_code == 201, created.json
+        assert created.json["latest_build"]["job"]["tags"]["region"] == region
+
+
+def _template_id(client: FlaskClient, personas: dict[str, Persona]) -> str:
+    return str(client.get("/api/v2/templates?name=regional", headers=personas["carol"].auth).json[0]["id"])

@@ -47,6 +47,7 @@ from workers.terraform import (
 )
 from workers.terraform.binary import terraform_version
 from workers.terraform.init_cache import CachedInit, InitCache
+from workers.workspace_tags import WorkspaceTagsError, read_workspace_tags
 
 REQUIRED_TEMPLATE_VARIABLES = "REQUIRED_TEMPLATE_VARIABLES"
 LOCK_FILE = ".terraform.lock.hcl"
@@ -150,6 +151,11 @@ def _import(
         return _failed(
             f"required template variables need values: {', '.join(missing)}", log, REQUIRED_TEMPLATE_VARIABLES
         )
+    try:
+        defaults = {variable.name: variable.default_value for variable in variables if not variable.required}
+        workspace_tags = read_workspace_tags(workdir, {**defaults, **values})
+    except WorkspaceTagsError as exc:
+        return _failed(str(exc), log)
     plans = {}
     for transition in ("start", "stop"):
         # Like a dry run of a workspace: placeholder identity, the given transition (start_count follows it).
@@ -177,6 +183,7 @@ def _import(
                 start=tuple(mark_lifecycles(start.resources, stop.resources)), stop=tuple(stop.resources)
             ),
             external_auth=tuple(start.external_auth),
+            workspace_tags=workspace_tags,
         )
     )
 

@@ -55,6 +55,7 @@ def import_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
     )
     version.parameters = result.parameters
     version.external_auth = result.external_auth
+    version.workspace_tags = dict(result.workspace_tags)
     store_resources(job.id, "start", result.resources.start)
     store_resources(job.id, "stop", result.resources.stop)
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 from sqlalchemy.sql.expression import false, true
 
@@ -102,6 +102,8 @@ class TemplateVersion(Model):
     parameters: Mapped[tuple[RichParameter, ...]] = mapped_column(MessageListColumn(RichParameter), default=())
     # The Git providers (``data "coder_external_auth"``) its workspaces need linked.
     external_auth: Mapped[tuple[ExternalAuth, ...]] = mapped_column(MessageListColumn(ExternalAuth), default=())
+    # Tags its builds take from their parameters (data "coder_workspace_tags"): tag -> protocol.tags template.
+    workspace_tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict, server_default="{}")
 
     job: Mapped[ProvisionerJob] = relationship()
 

@@ -23,7 +23,7 @@ from app.workspaces.models import REASON_INITIATOR, TRANSITIONS, Workspace, Work
 from app.workspaces.parameters import resolve_parameters
 from protocol.codec import JSON, JsonObject
 from protocol.provisionerd import JOB_WORKSPACE_BUILD, NameValue
-from protocol.tags import PRIORITY_HIGH, PRIORITY_LOW, normalise_tags
+from protocol.tags import PRIORITY_HIGH, PRIORITY_LOW, TagError, normalise_tags, render_tag_template
 
 IN_PROGRESS = {"start": "starting", "stop": "stopping", "delete": "deleting"}
 DONE = {"start": "running", "stop": "stopped", "delete": "deleted"}
@@ -306,8 +306,9 @@ def _queue_build(
     actor: User, workspace: Workspace, version: TemplateVersion, transition: str,
     values: tuple[NameValue, ...], *, state: bytes | None, number: int, reason: str = REASON_INITIATOR,
 ) -> ProvisionerJob:  # fmt: skip
-    # Builds run where the version was imported, on behalf of the workspace's owner (user-scoped tags).
-    tags = normalise_tags(version.job.tags, workspace.owner_id)
+    # Builds run where the version was imported, on behalf of the workspace's owner (user-scoped tags), with the
+    # tags the template computes from this build's parameters (data "coder_workspace_tags") on top.
+    tags = build_tags(version, workspace.owner_id, values)
     # Ids chosen here rather than at flush: the session writes many builds in one batch at commit (the executor).
     build_id = new_id()
     # A person waits for their own builds; the lifecycle executor's may wait behind them.
@@ -340,6 +341,17 @@ def confirm_build(user: User, build: WorkspaceBuild) -> None:
     if not can_act(user, build.workspace):
         raise Forbidden("Only the workspace's owner (or a deployment owner) may confirm its plan.")
     confirm_job(build.job)
+
+
+def build_tags(version: TemplateVersion, owner_id: str, values: Sequence[NameValue]) -> dict[str, str]:
+    """The tags of a build of ``version`` with these parameter values: the version's own, and the ones its
+    coder_workspace_tags compute from the values, evaluated here, before anything is queued."""
+    parameters = {item.name: item.value for item in values}
+    computed = {key: render_tag_template(template, parameters) for key, template in version.workspace_tags.items()}
+    try:
+        return normalise_tags({**version.job.tags, **computed}, owner_id)
+    except TagError as exc:
+        raise InvalidInput(f"The template's coder_workspace_tags give an invalid tag: {exc}") from exc
 
 
 def build_for_job(job: ProvisionerJob) -> WorkspaceBuild:

@@ -21,10 +21,12 @@ from app.events.streams import follow_changes, follow_statuses, seen_token
 from app.externalauth import services as external_auth
 from app.provisioning.jobs import cancel_job
 from app.provisioning.log_html import log_page_context, page_stream
+from app.provisioning.overview import daemons_serving
 from app.resources.services import job_resources
 from app.workspaces import services
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.sections import workspace_sections
+from protocol.provisionerd import NameValue
 
 bp = page_blueprint("workspaces", __name__)
 
@@ -126,6 +128,25 @@ def new() -> str | Response | tuple[str, int]:
         external_auth=external_auth.needs_status(page_user(), version.external_auth) if version else [],
     )
     return (page, 400) if errors else page
+
+
+@bp.get("/workspaces/new/routing")
+def new_routing() -> str:
+    """Where builds with the parameters chosen so far would go (templates whose coder_workspace_tags use them):
+    said on the create form before anything is submitted."""
+    user = page_user()
+    template = catalog.get_template_by_name(request.args.get("template", ""))
+    version = catalog.get_version(template.active_version_id) if template.active_version_id else None
+    if version is None or not version.workspace_tags:
+        return ""
+    chosen = {key[6:]: value for key, value in request.args.items() if key.startswith("param.")}
+    values = [NameValue(name=p.name, value=chosen.get(p.name, p.default_value)) for p in version.parameters]
+    try:
+        tags = services.build_tags(version, user.id, values)
+    except DomainError as error:
+        return render_template("workspaces/_partials/routing.html", problem=error.message, tags={}, online=0)
+    online = sum(1 for view in daemons_serving(tags, user.id) if view.status != "offline")
+    return render_template("workspaces/_partials/routing.html", problem="", tags=tags, online=online)
 
 
 @bp.get("/workspaces/<workspace_id>")

@@ -76,6 +76,7 @@ def import_template(
     *,
     name: str = "dev",
     external_auth: list[dict[str, Any]] | None = None,
+    workspace_tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     bob = personas["bob"]
     version = push_version(client, bob)
@@ -96,6 +97,7 @@ def import_template(
                 "variables": [{"name": "token", "sensitive": True, "default_value": "s3"}],
                 "resources": RESOURCES,
                 "external_auth": external_auth or [],
+                "workspace_tags": workspace_tags or {},
             }
         },
     )

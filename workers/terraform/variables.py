@@ -16,7 +16,7 @@ from protocol.provisionerd import TemplateVariable
 README_FILE = "README.md"
 _README_LIMIT = 1024 * 1024  # a version's readme is shown on a page, not a place for megabytes
 
-_HCL_OPTIONS = SerializationOptions(
+HCL_OPTIONS = SerializationOptions(
     with_comments=False,
     explicit_blocks=False,
     # Plain Python strings ("eu-west", not '"eu-west"'), escapes resolved, heredocs as their text.
@@ -46,7 +46,7 @@ def read_variables(workdir: Path) -> list[TemplateVariable]:
 def _variable_blocks(path: Path) -> list[dict[str, Any]]:
     try:
         text = path.read_text(encoding="utf-8")
-        document = hcl2.loads(text, serialization_options=_HCL_OPTIONS)
+        document = hcl2.loads(text, serialization_options=HCL_OPTIONS)
     except UnicodeDecodeError as exc:
         raise TemplateSyntaxError(f"{path.name}: not UTF-8 text ({exc.reason})") from exc
     except (LarkError, ValueError) as exc:
