@@ -87,9 +87,10 @@ class SlipwayDeployment:
             "/templateversions", json={"file_id": upload["id"], "user_variable_values": variables}
         ).json()
         wait_job(self.client, f"/templateversions/{version['id']}")
-        self.template_id = self.client.post("/templates", json={"name": "local", "version_id": version["id"]}).json()[
-            "id"
-        ]
+        template = self.client.post("/templates", json={"name": "local", "version_id": version["id"]})
+        if template.status_code != 201:
+            raise RuntimeError(f"creating the template failed: {template.text}")
+        self.template_id = template.json()["id"]
 
     def build(self, index: int) -> float:
         """Seconds from sending the create request to the build's completed_at."""

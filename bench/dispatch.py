@@ -92,6 +92,16 @@ def start_daemons(url: str, count: int, scratch: Path) -> list[subprocess.Popen[
     ]
 
 
+def stop_daemons(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 def wait_idle(api: httpx.Client, count: int) -> None:
     deadline = time.monotonic() + 120
     while sum(daemon["status"] == "idle" for daemon in api.get("/provisionerdaemons").json()) < count:
@@ -124,15 +134,7 @@ def burst(api: httpx.Client, template_id: str, count: int, label: str) -> tuple[
                 range(count),
             )
         )
-    job_ids = [reply.json()["latest_build"]["job"]["id"] for reply in workspaces]
-    while True:
-        jobs = [api.get(f"/provisionerjobs/{job_id}").json() for job_id in job_ids]
-        if all(job["status"] in TERMINAL for job in jobs):
-            break
-        time.sleep(0.5)
-    failed = [job for job in jobs if job["status"] != "succeeded"]
-    if failed:
-        raise RuntimeError(f"{len(failed)} build(s) failed, e.g. {failed[0]['error']}")
+    jobs = wait_for_builds(api, [reply.json()["latest_build"]["job"]["id"] for reply in workspaces])
     first = min(parse_time(job["created_at"]) for job in jobs)
     all_running = max(parse_time(job["started_at"]) for job in jobs) - first
     all_done = max(parse_time(job["completed_at"]) for job in jobs) - first
@@ -167,13 +169,7 @@ def scenario(
             )
         return results
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_daemons(processes)
         server.stop()
 
 
@@ -321,6 +317,7 @@ def report(daemons: int, rounds: int, skip_single: bool, database_url: str, redi
 
 
 def wait_for_builds(api: httpx.Client, job_ids: list[str]) -> list[dict[str, str]]:
+    """The jobs, once all have ended; RuntimeError when one did not succeed."""
     while True:
         jobs = [api.get(f"/provisionerjobs/{job_id}").json() for job_id in job_ids]
         if all(job["status"] in TERMINAL for job in jobs):
@@ -378,13 +375,7 @@ def report_priority(flood: int, daemons: int, redis: bool) -> None:
         person_job = wait_for_builds(api, [person])[0]
         jobs = wait_for_builds(api, automatic_jobs)
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_daemons(processes)
         server.stop()
     durations = [(parse_time(job["completed_at"]) - parse_time(job["started_at"])).total_seconds() for job in jobs]
     one_build = statistics.median(durations)
