@@ -64,6 +64,7 @@ class SlipwayDeployment:
 
     def __init__(self, scratch: Path, template: Path, init_cache_size: str) -> None:
         self.scratch, self.label = scratch, f"{template.name}-{init_cache_size}"
+        self.workspace_ids: list[str] = []
         self.server = Server(
             extra_args=("--provisioner-daemons", "1"), env={"SLIPWAY_PROVISIONER_INIT_CACHE_SIZE": init_cache_size}
         ).start()
@@ -96,6 +97,7 @@ class SlipwayDeployment:
         """Seconds from sending the create request to the build's completed_at."""
         began = time.time()  # wall clock, as the server's timestamps are (same machine)
         workspace = self.client.post("/workspaces", json={"template_id": self.template_id, "name": f"ws{index}"})
+        self.workspace_ids.append(workspace.json()["id"])
         job = wait_job(self.client, f"/workspacebuilds/{workspace.json()['latest_build']['id']}")
         return parse_time(job["completed_at"]).timestamp() - began
 
@@ -122,8 +124,14 @@ class SlipwayDeployment:
         return pickups
 
     def stop(self) -> None:
-        self.client.close()
-        self.server.stop()
+        """Delete the workspaces first: each runs an agent process on this machine, which outlives the server."""
+        try:
+            for workspace_id in self.workspace_ids:
+                build = self.client.post(f"/workspaces/{workspace_id}/builds", json={"transition": "delete"})
+                wait_job(self.client, f"/workspacebuilds/{build.json()['id']}")
+        finally:
+            self.client.close()
+            self.server.stop()
 
 
 def with_git_module(scratch: Path) -> tuple[Path, subprocess.Popen[bytes]]:
