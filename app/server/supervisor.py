@@ -66,6 +66,8 @@ class Supervisor:
     daemons: list[BuiltinDaemon] = field(default_factory=list)
     redis_process: subprocess.Popen[bytes] | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
+    # Set by the signal handlers, read by the watch loop: a plain flag, because the handlers must take no lock.
+    signalled: bool = False
     daemon_launch: DaemonLaunch | None = None
     # The Redis URL built-in daemons get: the server's own, or a loopback port when they run as another user.
     daemon_redis_url: str = ""
@@ -249,21 +251,28 @@ class Supervisor:
     def _watch(self) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_signal)
-        while not self.stopping.wait(0.5):
-            self._tend_daemons()
-            for child in self.children:
-                if child.poll() is not None:
-                    self.echo(
-                        f"slipway: a server process exited unexpectedly (exit code {child.returncode}); stopping."
-                    )
-                    return 1
-        return 0
+        try:
+            while not self.signalled:
+                time.sleep(0.5)  # a signal ends the sleep early (its handler runs, then the loop checks the flag)
+                self._tend_daemons()
+                for child in self.children:
+                    if child.poll() is not None:
+                        self.echo(
+                            f"slipway: a server process exited unexpectedly (exit code {child.returncode}); stopping."
+                        )
+                        return 1
+            return 0
+        finally:
+            self.stopping.set()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.stopping.is_set():  # a second Ctrl-C: stop waiting politely
+        # Python runs this on the main thread between any two bytecodes, maybe while that thread holds a lock:
+        # setting the Event here could wait on its lock forever (the watch loop's own wait held it once, and the
+        # server never stopped). So: a flag the loop reads, and killing needs no lock.
+        if self.signalled:  # a second Ctrl-C: stop waiting politely
             for child in self.children:
                 child.kill()
-        self.stopping.set()
+        self.signalled = True
 
     def shutdown(self) -> None:
         daemon_processes = [daemon.process for daemon in self.daemons if daemon.process is not None]
