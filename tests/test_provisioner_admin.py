@@ -83,6 +83,9 @@ def test_queue_positions_follow_the_matching_daemons(client: FlaskClient, person
     bad = client.get("/api/v2/provisionerjobs?status=stuck", headers=bob.auth)
     assert bad.status_code == 400 and "pending" in bad.json["message"]
     assert client.get("/api/v2/provisionerjobs?limit=x", headers=bob.auth).status_code == 400
+    pages = [_jobs(client, bob, f"?limit=2&offset={offset}") for offset in (0, 2)]
+    assert [job["id"] for page in pages for job in page] == [third["id"], second["id"], first["id"]]
+    assert client.get("/api/v2/provisionerjobs?offset=-1", headers=bob.auth).status_code == 400
 
 
 def test_daemon_status_idle_busy_offline(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:

@@ -53,8 +53,10 @@ def _tags_query(raw: str) -> dict[str, str]:
 @bp.get("/provisionerjobs")
 @require_role(*ADMINS)
 def list_jobs() -> Response:
+    """Newest first, a page at a time: ``?limit=`` (at most 500) and ``?offset=`` reach every job."""
     statuses = overview.parse_statuses(request.args.getlist("status"))
-    return jsonify([view.to_json() for view in overview.job_views(statuses, query_int("limit", 50, minimum=1))])
+    page = overview.job_views(statuses, query_int("limit", 50, minimum=1), query_int("offset", 0))
+    return jsonify([view.to_json() for view in page])
 
 
 @bp.get("/provisionerjobs/<job_id>")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from flask import Flask, current_app
 from rq import Queue
 from rq.serializers import JSONSerializer
-from sqlalchemy import select, update
+from sqlalchemy import Select, select, update
 
 from app.core.columns import utcnow
 from app.core.errors import InvalidInput
@@ -206,10 +206,14 @@ def confirm_job(job: ProvisionerJob) -> ProvisionerJob:
 
 
 def job_logs(job_id: str, after: int = 0, limit: int = MAX_LOG_LINES_READ) -> list[ProvisionerJobLog]:
-    query = (
+    return list(db.session.scalars(job_logs_query(job_id, after, limit)))
+
+
+def job_logs_query(job_id: str, after: int, limit: int) -> Select[tuple[ProvisionerJobLog]]:
+    """One page of a job's log: served by the (job_id, id) index, whatever other jobs logged."""
+    return (
         select(ProvisionerJobLog)
         .where(ProvisionerJobLog.job_id == job_id, ProvisionerJobLog.id > after)
         .order_by(ProvisionerJobLog.id)
         .limit(limit)
     )
-    return list(db.session.scalars(query))

@@ -1,8 +1,24 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import JSON, BigInteger, Boolean, ColumnElement, ForeignKey, Integer, String, Text, case, literal
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    ColumnElement,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    and_,
+    case,
+    literal,
+    or_,
+    text,
+)
 from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -29,6 +45,16 @@ class ProvisionerJob(Model):
     """One template import or workspace build. Its status is derived from the timestamps, never stored."""
 
     __tablename__ = "provisioner_jobs"
+    # Unfinished jobs are few; finished ones pile up. Every status filter but "failed" and "succeeded" only looks at
+    # unfinished jobs (see `status_in`), so this index keeps them cheap however long the history grows.
+    __table_args__ = (
+        Index(
+            "ix_provisioner_jobs_unfinished",
+            "created_at",
+            sqlite_where=text("completed_at IS NULL"),
+            postgresql_where=text("completed_at IS NULL"),
+        ),
+    )
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
     type: Mapped[str] = mapped_column(String(32))
@@ -59,6 +85,9 @@ class ProvisionerJob(Model):
     logs_length: Mapped[int] = mapped_column(Integer, default=0)
     logs_overflowed: Mapped[bool] = mapped_column(Boolean, default=False)
     logs_dropped: Mapped[int] = mapped_column(Integer, default=0)
+    # How many lines the daemon has numbered so far (batches carry the number of their first line): a batch sent
+    # again after a lost reply is recognised and stored once, and lines never sent (past the cap) are counted.
+    log_lines_received: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     @hybrid_property
     def status(self) -> str:
@@ -78,7 +107,7 @@ class ProvisionerJob(Model):
     @status.inplace.expression
     @classmethod
     def _status_expression(cls) -> ColumnElement[str]:
-        failed = (cls.error.is_not(None)) & (cls.error != "")
+        failed = cls._failed()
         return case(
             (cls.completed_at.is_not(None) & failed, literal(FAILED)),
             (cls.completed_at.is_not(None) & cls.canceled_at.is_not(None), literal(CANCELED)),
@@ -89,6 +118,29 @@ class ProvisionerJob(Model):
             (cls.started_at.is_(None), literal(PENDING)),
             else_=literal(RUNNING),
         )
+
+    @classmethod
+    def _failed(cls) -> ColumnElement[bool]:
+        return (cls.error.is_not(None)) & (cls.error != "")
+
+    @classmethod
+    def status_in(cls, statuses: Sequence[str]) -> ColumnElement[bool]:
+        """The same answer as ``status.in_(statuses)``, written so that an index can serve it: an active status
+        says ``completed_at IS NULL`` (the partial index's condition) rather than hiding it in the CASE."""
+        failed = cls._failed()
+        unfinished = cls.completed_at.is_(None) & ~failed
+        held = unfinished & cls.canceled_at.is_(None)
+        queued = held & cls.awaiting_confirmation_at.is_(None)
+        predicates = {
+            SUCCEEDED: and_(cls.completed_at.is_not(None), ~failed, cls.canceled_at.is_(None)),
+            CANCELED: and_(cls.completed_at.is_not(None), ~failed, cls.canceled_at.is_not(None)),
+            FAILED: failed,
+            CANCELING: unfinished & cls.canceled_at.is_not(None),
+            AWAITING_CONFIRMATION: held & cls.awaiting_confirmation_at.is_not(None),
+            PENDING: queued & cls.started_at.is_(None),
+            RUNNING: queued & cls.started_at.is_not(None),
+        }
+        return or_(*(predicates[status] for status in dict.fromkeys(statuses)))
 
     @property
     def is_active(self) -> bool:
@@ -115,16 +167,19 @@ class ProvisionerJob(Model):
             "completed_at": rfc3339(self.completed_at),
             "canceled_at": rfc3339(self.canceled_at),
             "worker_id": self.worker_id,
+            "logs_dropped": self.logs_dropped,  # lines past the log's cap, counted but not stored
             **extra,
         }
 
 
 class ProvisionerJobLog(Model):
     __tablename__ = "provisioner_job_logs"
+    # Every read is one job's lines in id order, from a cursor: this index finds them without walking other jobs'.
+    __table_args__ = (Index("ix_provisioner_job_logs_job_id_id", "job_id", "id"),)
 
     # SQLite only auto-increments INTEGER PRIMARY KEY; PostgreSQL gets a bigint identity.
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("provisioner_jobs.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("provisioner_jobs.id", ondelete="CASCADE"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     source: Mapped[str] = mapped_column(String(32))
     level: Mapped[str] = mapped_column(String(8))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 
 from app.core.columns import rfc3339
 from app.core.errors import InvalidInput, NotFound
@@ -17,6 +17,7 @@ from app.provisioning.jobs import JobSubject, describe_job, describe_jobs
 from app.provisioning.keys import BUILTIN_KEY_NAME, PSK_KEY_NAME, USER_KEY_NAME
 from app.provisioning.models import (
     ACTIVE_STATUSES,
+    AWAITING_CONFIRMATION,
     CANCELED,
     CANCELING,
     FAILED,
@@ -33,7 +34,7 @@ from app.users.models import User
 from protocol.codec import JsonObject
 from protocol.tags import TagError, daemon_can_run, normalise_tags
 
-JOB_STATUSES = (PENDING, RUNNING, SUCCEEDED, FAILED, CANCELING, CANCELED)
+JOB_STATUSES = (PENDING, RUNNING, AWAITING_CONFIRMATION, SUCCEEDED, FAILED, CANCELING, CANCELED)
 IDLE, BUSY, OFFLINE = "idle", "busy", "offline"
 DAEMON_STATUSES = (IDLE, BUSY, OFFLINE)
 MAX_JOBS_LISTED = 500
@@ -164,13 +165,17 @@ def parse_statuses(raw: Sequence[str]) -> list[str]:
     return statuses
 
 
-def job_views(statuses: Sequence[str] = (), limit: int = 50) -> list[JobView]:
+def job_views(statuses: Sequence[str] = (), limit: int = 50, offset: int = 0) -> list[JobView]:
     """Jobs newest first (optionally of some statuses), each with its queue place and what it is about."""
+    return views_of(db.session.scalars(jobs_query(statuses, limit, offset)).all())
+
+
+def jobs_query(statuses: Sequence[str], limit: int, offset: int = 0) -> Select[tuple[ProvisionerJob]]:
+    """A page of jobs newest first; a filter on active statuses is served by the index of unfinished jobs."""
     query = select(ProvisionerJob).order_by(ProvisionerJob.created_at.desc(), ProvisionerJob.id.desc())
     if statuses:
-        query = query.where(ProvisionerJob.status.in_(statuses))
-    jobs = db.session.scalars(query.limit(max(1, min(limit, MAX_JOBS_LISTED)))).all()
-    return views_of(jobs)
+        query = query.where(ProvisionerJob.status_in(statuses))
+    return query.limit(max(1, min(limit, MAX_JOBS_LISTED))).offset(max(0, offset))
 
 
 def views_of(jobs: Sequence[ProvisionerJob]) -> list[JobView]:
@@ -183,7 +188,7 @@ def admin_jobs(recent: int = 20) -> dict[str, list[JobView]]:
     """The Provisioners page's job sections: everything waiting or running, and the latest finished."""
     active = db.session.scalars(
         select(ProvisionerJob)
-        .where(ProvisionerJob.status.in_(ACTIVE_STATUSES))
+        .where(ProvisionerJob.status_in(ACTIVE_STATUSES))
         .order_by(ProvisionerJob.created_at)
         .limit(MAX_JOBS_LISTED)
     ).all()
