@@ -5,6 +5,7 @@ discouraged, since on a test's few rows a scan is what it would pick anyway.)"""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -29,7 +30,7 @@ from tests.conftest import Persona
 from tests.support.daemon import push_version
 
 
-def plan(query: Select[tuple[object]]) -> str:
+def plan(query: Select[Any]) -> str:
     engine = db.engine
     statement = query.compile(engine, compile_kwargs={"literal_binds": True})
     if engine.dialect.name == "postgresql":

@@ -209,7 +209,7 @@ def job_logs(job_id: str, after: int = 0, limit: int = MAX_LOG_LINES_READ) -> li
     return list(db.session.scalars(job_logs_query(job_id, after, limit)))
 
 
-def job_logs_query(job_id: str, after: int, limit: int) -> Select[tuple[ProvisionerJobLog]]:
+def job_logs_query(job_id: str, after: int, limit: int) -> Select[ProvisionerJobLog]:
     """One page of a job's log: served by the (job_id, id) index, whatever other jobs logged."""
     return (
         select(ProvisionerJobLog)

@@ -170,7 +170,7 @@ def job_views(statuses: Sequence[str] = (), limit: int = 50, offset: int = 0) ->
     return views_of(db.session.scalars(jobs_query(statuses, limit, offset)).all())
 
 
-def jobs_query(statuses: Sequence[str], limit: int, offset: int = 0) -> Select[tuple[ProvisionerJob]]:
+def jobs_query(statuses: Sequence[str], limit: int, offset: int = 0) -> Select[ProvisionerJob]:
     """A page of jobs newest first; a filter on active statuses is served by the index of unfinished jobs."""
     query = select(ProvisionerJob).order_by(ProvisionerJob.created_at.desc(), ProvisionerJob.id.desc())
     if statuses:
