@@ -132,10 +132,16 @@ class AcquiredJob(Message):
 
 class LogBatch(Message):
     logs: Annotated[tuple[LogLine, ...], MaxLength(MAX_BATCH_LINES)] = ()
+    # The job's number for the first line (0, 1, 2 ... across the job): a batch sent again after a lost reply is
+    # stored once, and numbers skipped (lines the daemon stopped sending) are counted as dropped. None: unnumbered
+    # (daemons before numbering), stored as they come.
+    first_seq: Annotated[int, Bounds(0, 2**62)] | None = None
 
 
 class LogBatchReply(Message):
     canceled: bool = False
+    # The job's log is full: send no more lines (keep numbering them, so the server can count what was dropped).
+    stop_sending: bool = False
 
 
 class TemplateVariable(Message):

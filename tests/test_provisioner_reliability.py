@@ -138,7 +138,7 @@ def test_cancel_never_loses_to_a_concurrent_acquire(server: ServerProcess, owner
             assert replies["cancel"].status_code == 200
             if replies["acquire"].status_code == 200:
                 assert final["status"] == "canceling" and final["worker_name"] == "racer", final
-                assert daemon.call(f"/jobs/{job_id}/logs", {"logs": []}).json() == {"canceled": True}
+                assert daemon.call(f"/jobs/{job_id}/logs", {"logs": []}).json()["canceled"] is True
                 assert daemon.call(f"/jobs/{job_id}/fail", {"error": "canceled"}).status_code == 204
                 outcomes["acquire won"] += 1
             else:

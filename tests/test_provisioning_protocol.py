@@ -155,8 +155,24 @@ def test_cancel_and_acquire_never_both_win(client: FlaskClient, personas: dict[s
     assert daemon.call(f"/jobs/{running['job']['id']}/acquire").status_code == 200
     canceling = client.patch(f"/api/v2/templateversions/{running['id']}/cancel", headers=personas["bob"].auth)
     assert canceling.json["job"]["status"] == "canceling"
-    assert daemon.call(f"/jobs/{running['job']['id']}/logs", {"logs": []}).json == {"canceled": True}
+    assert daemon.call(f"/jobs/{running['job']['id']}/logs", {"logs": []}).json["canceled"] is True
     daemon.call(f"/jobs/{running['job']['id']}/fail", {"error": "canceled by user"})
+
+
+def test_a_daemon_asking_again_for_the_job_it_holds_gets_it_again(
+    client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    """The reply to an acquire was lost: the daemon's retry must not strand the job it claimed."""
+    daemon, other = FakeDaemon(client, "d1"), FakeDaemon(client, "d2")
+    version = push_version(client, personas["bob"])
+    job_id = version["job"]["id"]
+    first = daemon.call(f"/jobs/{job_id}/acquire")
+    again = daemon.call(f"/jobs/{job_id}/acquire")
+    assert first.status_code == again.status_code == 200
+    assert again.json == first.json
+    assert other.call(f"/jobs/{job_id}/acquire").status_code == 409
+    assert daemon.call(f"/jobs/{job_id}/fail", {"error": "boom"}).status_code == 204
+    assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 409  # once it ended, it is nobody's
 
 
 def test_jobs_belong_to_the_daemon_that_acquired_them(client: FlaskClient, personas: dict[str, Persona]) -> None:

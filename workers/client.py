@@ -54,11 +54,21 @@ class ServerRefused(Exception):
 
 
 class ProvisionerClient:
-    def __init__(self, url: str, *, credential: dict[str, str], timeout: float = 30.0, retry_for: float = 60.0):
+    def __init__(
+        self,
+        url: str,
+        *,
+        credential: dict[str, str],
+        timeout: float = 30.0,
+        retry_for: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
         self.url = url.rstrip("/")
         self.daemon_id = ""
         self.retry_for = retry_for
-        self._http = httpx.Client(base_url=f"{self.url}{API_PREFIX}", headers=credential, timeout=timeout)
+        self._http = httpx.Client(
+            base_url=f"{self.url}{API_PREFIX}", headers=credential, timeout=timeout, transport=transport
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -113,9 +123,9 @@ class ProvisionerClient:
         reply = self.call("/jobs/wait", WaitForJob(timeout_seconds=timeout_seconds), timeout=timeout_seconds + 30)
         return None if reply is None else JobOffer.from_json(reply)
 
-    def post_logs(self, job_id: str, batch: LogBatch) -> bool:
-        """Send a batch (also the heartbeat); True when the job was canceled."""
-        return LogBatchReply.from_json(self.call(f"/jobs/{job_id}/logs", batch)).canceled
+    def post_logs(self, job_id: str, batch: LogBatch) -> LogBatchReply:
+        """Send a batch (also the heartbeat); the reply says whether the job was canceled or its log is full."""
+        return LogBatchReply.from_json(self.call(f"/jobs/{job_id}/logs", batch))
 
     def complete(self, job_id: str, completion: JobCompletion) -> None:
         self.call(f"/jobs/{job_id}/complete", completion)

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 
 from protocol.logs import LogLine
-from protocol.provisionerd import MAX_BATCH_LINES, LogBatch
+from protocol.provisionerd import MAX_BATCH_LINES, LogBatch, LogBatchReply
 from workers.client import ProvisionerClient
 
 log = logging.getLogger(__name__)
@@ -16,16 +16,25 @@ FLUSH_INTERVAL = 0.25
 FLUSH_LINES = 100
 # With nothing to say, still report this often: it keeps the job alive and brings news of a cancel.
 HEARTBEAT_INTERVAL = 1.0
+# Lines held while the server cannot be reached (each at most ~1 KiB once the server truncates it).
+MAX_HELD_LINES = 20_000
 
 
 class LogShipper:
+    """Numbers the job's lines and ships them in order. A batch the server did not take is kept and sent again
+    with the same numbers (the server stores each number once); once the server says the log is full, lines are
+    only counted, and the numbers tell the server how many were dropped."""
+
     def __init__(self, client: ProvisionerClient, job_id: str, on_cancel: Callable[[], None]):
         self.client = client
         self.job_id = job_id
         self.on_cancel = on_cancel
         self.canceled = False
+        self.capped = False
         self._lines: list[LogLine] = []
+        self._first_seq = 0  # the number of self._lines[0] (while capped: of the next line)
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()  # one flush at a time: batches go in order
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"logship-{job_id[:8]}", daemon=True)
@@ -39,10 +48,18 @@ class LogShipper:
         self._wake.set()
         self._thread.join(timeout=60)
         self._flush()  # whatever arrived after the thread's last pass
+        if self._lines:
+            log.error("%d log lines of job %s could not be delivered", len(self._lines), self.job_id)
 
     def add(self, line: LogLine) -> None:
         with self._lock:
+            if self.capped:
+                self._first_seq += 1
+                return
             self._lines.append(line)
+            if len(self._lines) > MAX_HELD_LINES:  # the server has been away long: the oldest go (counted as dropped)
+                del self._lines[0]
+                self._first_seq += 1
             full = len(self._lines) >= FLUSH_LINES
         if full:
             self._wake.set()
@@ -60,14 +77,34 @@ class LogShipper:
                 idle = 0.0
 
     def _flush(self) -> None:
-        with self._lock:
-            batch, self._lines = self._lines, []
-        try:
-            for start in range(0, max(len(batch), 1), MAX_BATCH_LINES):
-                chunk = LogBatch(logs=tuple(batch[start : start + MAX_BATCH_LINES]))
-                canceled = self.client.post_logs(self.job_id, chunk)
-                if canceled and not self.canceled:
-                    self.canceled = True
-                    self.on_cancel()
-        except Exception:  # the job's own completion call will report the real failure
-            log.warning("could not ship logs of job %s", self.job_id, exc_info=True)
+        with self._flushing:
+            with self._lock:
+                batch, first = self._lines, self._first_seq
+                self._lines = []
+                self._first_seq += len(batch)
+            sent = 0
+            try:
+                for start in range(0, max(len(batch), 1), MAX_BATCH_LINES):
+                    chunk = tuple(batch[start : start + MAX_BATCH_LINES])
+                    reply = self.client.post_logs(self.job_id, LogBatch(logs=chunk, first_seq=first + start))
+                    sent = start + len(chunk)
+                    self._heed(reply)
+                    if reply.stop_sending:
+                        break  # the server would drop the rest; the next batch's number tells it how many
+            except Exception:  # kept for the next flush; the job's own completion call reports a lasting outage
+                log.warning("could not ship logs of job %s; keeping them to send again", self.job_id, exc_info=True)
+                with self._lock:
+                    if not self.capped:
+                        self._lines = batch[sent:] + self._lines
+                        self._first_seq = first + sent
+
+    def _heed(self, reply: LogBatchReply) -> None:
+        if reply.stop_sending and not self.capped:
+            log.warning("the log of job %s is full: further lines are counted, not sent", self.job_id)
+            with self._lock:
+                self.capped = True
+                self._first_seq += len(self._lines)
+                self._lines = []
+        if reply.canceled and not self.canceled:
+            self.canceled = True
+            self.on_cancel()

@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 MAX_JOB_LOG_BYTES = 1024 * 1024
 MAX_LINE_CHARS = 1024
+# Two copies of one batch (a retry racing the original) take turns; more rounds than this means something is wrong.
+LOG_BATCH_ATTEMPTS = 5
 TRUNCATED_MARKER = " … [line truncated]"
 DAEMON_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$")
 # A waiting daemon's request re-checks the database this often even without a notice (one may have been lost).
@@ -209,9 +211,16 @@ def acquire_job(daemon: ProvisionerDaemon, job_id: str, settings: Settings) -> A
             f"This job needs terraform {job.required_terraform}; this daemon runs {daemon.terraform or 'an unknown'}"
             " version."
         )
-    if not _claim(daemon, job_id):
+    if not _claim(daemon, job_id) and not _holds(daemon, job_id):
         raise Conflict("The job is no longer pending.")
     return _payload(job_id, settings)
+
+
+def _holds(daemon: ProvisionerDaemon, job_id: str) -> bool:
+    """The daemon asks again for a job it already claimed: its first request's reply was lost on the way. It gets
+    the job again (a refusal would leave the job "running" with nobody running it until the hang timeout)."""
+    job = db.session.get(ProvisionerJob, job_id, populate_existing=True)
+    return job is not None and job.worker_id == daemon.id and job.completed_at is None and job.started_at is not None
 
 
 def _payload(job_id: str, settings: Settings) -> AcquiredJob:
@@ -294,17 +303,39 @@ def owned_running_job(daemon: ProvisionerDaemon, job_id: str) -> ProvisionerJob:
 
 
 def append_logs(daemon: ProvisionerDaemon, job_id: str, batch: LogBatch) -> LogBatchReply:
-    """Store a batch of log lines (capped per job) and bump the heartbeat; the reply says if it was canceled."""
-    job = owned_running_job(daemon, job_id)
-    secrets = job_secrets(job)
-    rows = [_log_row(job, line, secrets) for line in batch.logs]
-    kept = [row for row in rows if row is not None]
-    job.updated_at = utcnow()
-    db.session.add_all(kept)
-    db.session.commit()
-    if kept:
-        publish_job_notice(job.id)
-    return LogBatchReply(canceled=job.canceled_at is not None)
+    """Store a batch of log lines (capped per job, each numbered line once) and bump the heartbeat; the reply says if
+    the job was canceled and whether to send more lines."""
+    for _ in range(LOG_BATCH_ATTEMPTS):
+        job = owned_running_job(daemon, job_id)
+        lines = batch.logs
+        if batch.first_seq is not None:
+            seen = job.log_lines_received
+            lines = lines[max(0, seen - batch.first_seq) :]  # a batch sent again: what was stored is not stored twice
+            end = max(seen, batch.first_seq + len(batch.logs))
+            if not _advance_log_count(job.id, seen, end):
+                db.session.rollback()  # a copy of this batch was stored meanwhile: look again
+                continue
+            job.logs_dropped += max(0, batch.first_seq - seen)  # numbers never sent: lines past the cap
+        secrets = job_secrets(job)
+        kept = [row for row in (_log_row(job, line, secrets) for line in lines) if row is not None]
+        job.updated_at = utcnow()
+        db.session.add_all(kept)
+        db.session.commit()
+        if kept:
+            publish_job_notice(job.id)
+        return LogBatchReply(canceled=job.canceled_at is not None, stop_sending=job.logs_overflowed)
+    raise Conflict("The job's log is being written by another request; send the batch again.")
+
+
+def _advance_log_count(job_id: str, seen: int, end: int) -> bool:
+    """Compare and set: only one of two copies of a batch arriving together moves the count (the other looks again)."""
+    moved = db.session.execute(
+        update(ProvisionerJob)
+        .where(ProvisionerJob.id == job_id, ProvisionerJob.log_lines_received == seen)
+        .values(log_lines_received=end)
+        .execution_options(synchronize_session=False)
+    )
+    return rows_changed(moved) == 1
 
 
 def job_secrets(job: ProvisionerJob) -> tuple[str, ...]:

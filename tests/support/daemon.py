@@ -86,7 +86,8 @@ def import_template(
     archive = acquired.json["template_import"]["archive"]
     assert tar_of({"main.tf": 'resource "terraform_data" "home" {}\n'}) == base64.b64decode(archive)
     assert daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Setting up", "output": "hello"}]}).json == {
-        "canceled": False
+        "canceled": False,
+        "stop_sending": False,
     }
     done = daemon.call(
         f"/jobs/{job_id}/complete",

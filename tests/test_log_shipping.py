@@ -1,0 +1,95 @@
+"""The daemon's log shipper against the real server app, over a network that loses replies and requests: every
+line arrives once and in order, and past the cap the daemon stops sending lines but the count stays exact."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+from flask import Flask
+from flask.testing import FlaskClient
+
+from protocol.logs import LogLine
+from tests.conftest import Persona
+from tests.support.daemon import PSK_HEADERS, FakeDaemon, push_version
+from workers.client import ProvisionerClient
+from workers.logship import LogShipper
+
+
+class UnreliableNetwork(httpx.BaseTransport):
+    """Passes requests to the app; ``lose_replies`` of them reach the server but their reply is lost, and
+    ``refuse`` of them never arrive (the server is away). Counts the log lines that reach the server."""
+
+    def __init__(self, app: Flask, lose_replies: int = 0, refuse: int = 0) -> None:
+        self.app = httpx.WSGITransport(app=app)
+        self.lose_replies, self.refuse = lose_replies, refuse
+        self.lines_sent = 0
+        self._lock = threading.Lock()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        with self._lock:
+            refused = self.refuse > 0
+            self.refuse -= int(refused)
+        if refused:
+            raise httpx.ConnectError("connection refused", request=request)
+        body = json.loads(request.read() or b"{}")
+        response = self.app.handle_request(request)
+        with self._lock:
+            self.lines_sent += len(body.get("logs", []))
+            lost = self.lose_replies > 0 and bool(body.get("logs"))
+            self.lose_replies -= int(lost)
+        if lost:
+            raise httpx.ReadError("connection reset by peer", request=request)
+        return response
+
+
+def _shipper_for(app: Flask, client: FlaskClient, personas: dict[str, Persona], network: UnreliableNetwork) -> tuple[
+    LogShipper, str
+]:  # fmt: skip
+    daemon = FakeDaemon(client)
+    version = push_version(client, personas["bob"])
+    assert daemon.call(f"/jobs/{version['job']['id']}/acquire").status_code == 200
+    # retry_for=0: every failure reaches the shipper at once (a long outage, compressed).
+    server = ProvisionerClient("http://slipway.test", credential=PSK_HEADERS, retry_for=0, transport=network)
+    server.daemon_id = daemon.id
+    return LogShipper(server, version["job"]["id"], on_cancel=lambda: None), str(version["id"])
+
+
+def _stored(client: FlaskClient, personas: dict[str, Persona], version_id: str) -> list[str]:
+    reply = client.get(f"/api/v2/templateversions/{version_id}/logs", headers=personas["bob"].auth)
+    return [line["output"] for line in reply.json]
+
+
+def test_lost_replies_and_refused_requests_lose_and_repeat_nothing(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    network = UnreliableNetwork(app, lose_replies=3, refuse=4)
+    shipper, version_id = _shipper_for(app, client, personas, network)
+    outputs = [f"line {number}" for number in range(500)]
+    # Flushed by hand (the shipper's thread does the same on a timer), so that every fault meets a batch.
+    for start in range(0, len(outputs), 50):
+        for output in outputs[start : start + 50]:
+            shipper.add(LogLine(output=output))
+        shipper._flush()
+    with shipper:
+        pass  # what is still held goes on the way out
+    assert network.lose_replies == 0 and network.refuse == 0, "the faults were not all met"
+    assert _stored(client, personas, version_id) == outputs
+
+
+def test_past_the_cap_lines_are_counted_not_sent(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:
+    network = UnreliableNetwork(app)
+    shipper, version_id = _shipper_for(app, client, personas, network)
+    total = 5_000
+    with shipper:
+        for _ in range(total):
+            shipper.add(LogLine(output="z" * 1000))
+    assert shipper.capped
+    stored = _stored(client, personas, version_id)
+    assert stored[-1].startswith("Log limit of 1024 KiB reached")
+    kept = len(stored) - 1
+    job = client.get(f"/api/v2/provisionerjobs/{shipper.job_id}", headers=personas["alice"].auth).json
+    assert job["logs_dropped"] == total - kept
+    # What was sent after the cap is at most what was already on its way (one flush's worth), not thousands.
+    assert network.lines_sent - kept < 2_000, network.lines_sent
