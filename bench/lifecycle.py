@@ -90,7 +90,7 @@ class Fleet:
                     self.count += 1
                     workspace_id = f"ws-{number:08d}"
                     workspaces.append({
-                        "id": workspace_id, "name": f"w{number}", "owner_id": self.owner_id,
+                        "id": workspace_id, "name": f"w{number}", "name_key": f"w{number}", "owner_id": self.owner_id,
                         "template_id": self.template_id, "deleted": False, "created_at": NOW, "updated_at": NOW,
                         "automatic_updates": "never", "last_used_at": NOW,
                     })  # fmt: skip

@@ -216,3 +216,26 @@ def test_a_table_rebuilt_on_sqlite_keeps_the_rows_that_reference_it(empty_databa
             assert raw(connection, "SELECT count(*) FROM workspace_resources") == 1
             if connection.dialect.name == "sqlite":
                 assert raw(connection, "PRAGMA foreign_keys") == 1
+
+
+def test_names_that_differ_only_in_case_are_renamed_not_lost_when_names_become_case_insensitive(
+    empty_database: Flask,
+) -> None:
+    """0020: workspaces that raced in as "Dev" and "dev" (and a deleted "DEV") all stay; the later live one is
+    renamed with a number, and the old unique index gives way to one on the lower case name."""
+    with empty_database.app_context():
+        upgrade(revision="0019")
+        with db.engine.begin() as connection:
+            insert(connection, "users", id=IDS["user"], username="alice", email="alice@example.com", roles=[])
+            insert(connection, "templates", id=IDS["template"], name="dev", created_by=IDS["user"])
+            for number, (name, deleted) in enumerate([("Dev", False), ("dev", False), ("DEV", True), ("dev-2", False)]):
+                insert(
+                    connection, "workspaces", id=f"w{number}", name=name, owner_id=IDS["user"],
+                    template_id=IDS["template"], deleted=deleted, created_at=datetime(2026, 1, 1 + number, tzinfo=UTC),
+                )  # fmt: skip
+        upgrade(revision="0020")
+        with db.engine.connect() as connection:
+            rows = connection.execute(sa.text("SELECT id, name, name_key FROM workspaces ORDER BY id")).all()
+        assert [tuple(row) for row in rows] == [
+            ("w0", "Dev", "dev"), ("w1", "dev-3", "dev-3"), ("w2", "DEV", "dev"), ("w3", "dev-2", "dev-2"),
+        ]  # fmt: skip

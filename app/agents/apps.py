@@ -78,7 +78,7 @@ def _find_workspace(owner_name: str, workspace_name: str) -> Workspace | None:
         .join(User, User.id == Workspace.owner_id)
         .where(
             func.lower(User.username) == owner_name.lower(),
-            func.lower(Workspace.name) == workspace_name.lower(),
+            Workspace.name_key == workspace_name.lower(),
             Workspace.deleted.is_(False),
         )
     )

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String, UniqueConstraint, text
-from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy.orm import Mapped, mapped_column, relationship, validates
 
 from app.catalog.models import Template, TemplateVersion
 from app.core.columns import IdColumn, MessageListColumn, UTCDateTime, new_id, utcnow
@@ -24,12 +24,13 @@ AUTOMATIC_UPDATES = ("never", "always")
 
 class Workspace(Model):
     __tablename__ = "workspaces"
-    # A name is taken only while its workspace exists: a deleted one frees it.
+    # A name is taken only while its workspace exists (a deleted one frees it), and in any case: "Dev" and "dev"
+    # are one name, as people and URLs treat them. The database decides, so two requests at once cannot both win.
     __table_args__ = (
         Index(
-            "uq_workspaces_owner_id_name",
+            "uq_workspaces_owner_id_name_key",
             "owner_id",
-            "name",
+            "name_key",
             unique=True,
             sqlite_where=text("deleted = 0"),
             postgresql_where=text("deleted = false"),
@@ -38,6 +39,9 @@ class Workspace(Model):
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(32))
+    # lower(name), kept by `_keep_name_key`: a plain column rather than an index on lower(name), which SQLite's
+    # table rebuilds (Alembic batch migrations) cannot reflect and would silently drop.
+    name_key: Mapped[str] = mapped_column(String(32))
     owner_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
     template_id: Mapped[str] = mapped_column(ForeignKey("templates.id"), index=True)
     deleted: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -58,6 +62,11 @@ class Workspace(Model):
 
     owner: Mapped[User] = relationship()
     template: Mapped[Template] = relationship()
+
+    @validates("name")
+    def _keep_name_key(self, key: str, name: str) -> str:
+        self.name_key = name.lower()
+        return name
 
 
 class WorkspaceBuild(Model):

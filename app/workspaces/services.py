@@ -76,15 +76,6 @@ def get_workspace_for(user: User, workspace_id: str, need: str = "read") -> Work
     return workspace
 
 
-def get_workspace_by_name_for(user: User, owner: User, name: str) -> Workspace:
-    workspace: Workspace | None = db.session.scalar(
-        select(Workspace).where(Workspace.owner_id == owner.id, Workspace.name == name, Workspace.deleted.is_(False))
-    )
-    if workspace is None or not can_read(user, workspace):
-        raise NotFound(f"No workspace named {name!r}.")
-    return workspace
-
-
 def get_build_for(user: User, build_id: str) -> WorkspaceBuild:
     build = db.session.get(WorkspaceBuild, build_id)
     if build is None or not can_read(user, build.workspace):
@@ -102,7 +93,7 @@ def visible_workspaces(user: User, *, only_mine: bool = False, name: str | None 
     if only_mine or not user.is_template_admin:
         query = query.where(Workspace.owner_id == user.id)
     if name is not None:
-        query = query.where(Workspace.name == name)
+        query = query.where(Workspace.name_key == name.lower())
     return list(db.session.scalars(query))
 
 
@@ -189,7 +180,7 @@ def create_workspace(
     template = get_template(template_id)
     version = _usable_version(template, version_id)
     taken = select(Workspace.id).where(
-        Workspace.owner_id == owner.id, func.lower(Workspace.name) == name.lower(), Workspace.deleted.is_(False)
+        Workspace.owner_id == owner.id, Workspace.name_key == name.lower(), Workspace.deleted.is_(False)
     )
     if db.session.scalar(taken):
         raise Conflict(f"You already have a workspace named {name!r}.")
