@@ -128,6 +128,9 @@ class AcquiredJob(Message):
     access_url: str
     template_import: ImportJob | None = None
     workspace_build: BuildJob | None = None
+    # The server fails a job it has not heard about for this long (its hang timeout), and another daemon may then
+    # run it: a daemon out of touch for nearly this long stops its Terraform. 0: not said (no such check).
+    lease_seconds: int = 0
 
 
 class LogBatch(Message):

@@ -93,3 +93,33 @@ def test_past_the_cap_lines_are_counted_not_sent(app: Flask, client: FlaskClient
     assert job["logs_dropped"] == total - kept
     # What was sent after the cap is at most what was already on its way (one flush's worth), not thousands.
     assert network.lines_sent - kept < 2_000, network.lines_sent
+
+
+def test_a_job_the_server_no_longer_gives_this_daemon_is_lost_at_the_next_batch(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    shipper, version_id = _shipper_for(app, client, personas, UnreliableNetwork(app))
+    lost: list[str] = []
+    shipper.on_lost = lost.append
+    shipper.add(LogLine(output="before"))
+    shipper._flush()
+    FakeDaemon(client, "d1")  # the job ends meanwhile (here: its daemon's name registering again fails it)
+    shipper.add(LogLine(output="after"))
+    shipper._flush()
+    assert len(lost) == 1 and "already ended" in lost[0], lost
+    assert shipper.lost == lost[0]
+    shipper._flush()  # nothing more is sent, and on_lost is not called again
+    assert len(lost) == 1 and _stored(client, personas, version_id)[0] == "before"
+
+
+def test_a_daemon_out_of_touch_for_most_of_the_lease_stops_the_job_itself(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    network = UnreliableNetwork(app, refuse=10**6)  # the server is gone
+    shipper, _ = _shipper_for(app, client, personas, network)
+    lost = threading.Event()
+    shipper.on_lost = lambda reason: lost.set()
+    shipper.lease_seconds = 2
+    with shipper:
+        assert lost.wait(60), "the daemon never gave up the job"
+    assert shipper.lost is not None and "has not answered" in shipper.lost

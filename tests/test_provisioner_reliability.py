@@ -3,6 +3,7 @@ cancel racing acquisition, credentials refused or revoked while a daemon runs.""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 import redis
 
@@ -18,6 +20,7 @@ from tests.conftest import PASSWORD
 from tests.support.http_daemon import HttpDaemon, api_client, sign_up_owner
 from tests.support.provisionerd import DAEMON_PSK, DaemonProcess, job, push_import, user_token, wait_job
 from tests.support.server import ServerProcess
+from tests.support.waiting import wait_until
 
 TERMINAL = ("succeeded", "failed", "canceled")
 
@@ -68,8 +71,18 @@ def _template(api: httpx.Client, files: dict[str, str]) -> dict[str, Any]:
     return dict(created.json())
 
 
-def test_a_daemon_killed_mid_apply_is_reaped_and_the_next_build_succeeds(tmp_path: Path) -> None:
-    marker = tmp_path / "slow"
+@pytest.fixture
+def marker(tmp_path: Path) -> Iterator[Path]:
+    """The slow template's switch; afterwards, whatever local-exec a killed daemon left behind is ended too."""
+    yield tmp_path / "slow"
+    for pid in _applying(tmp_path / "slow"):
+        with contextlib.suppress(psutil.Error):
+            shell = psutil.Process(pid)
+            for process in [*shell.children(recursive=True), shell]:
+                process.kill()
+
+
+def test_a_daemon_killed_mid_apply_is_reaped_and_the_next_build_succeeds(tmp_path: Path, marker: Path) -> None:
     with (
         _server(tmp_path / "data", "--provisioner-hang-timeout", "3s") as server,
         api_client(server.url, sign_up_owner(server.url, PASSWORD)) as api,
@@ -96,6 +109,42 @@ def test_a_daemon_killed_mid_apply_is_reaped_and_the_next_build_succeeds(tmp_pat
             assert build.status_code == 201, build.text
             done = wait_job(api, build.json()["job"]["id"], TERMINAL, timeout=120)
             assert done["status"] == "succeeded", second.log()
+
+            # The survivor's host freezes mid-apply past the hang timeout (SIGSTOP of it and its Terraform): the job
+            # is reaped, and when the host wakes, its Terraform must not go on applying to a workspace it lost.
+            marker.touch()
+            leftovers = _applying(marker)  # the killed daemon's local-exec outlives it (it has its own session)
+            created = api.post("/workspaces", json={"template_id": template["id"], "name": "frozen"})
+            assert created.status_code == 201, created.text
+            frozen_job = created.json()["latest_build"]["job"]["id"]
+            wait_until(lambda: _applying(marker) - leftovers, timeout=60, what="the apply's local-exec to start")
+            (applying,) = _applying(marker) - leftovers
+            _signal_tree(second, signal.SIGSTOP)
+            try:
+                reaped = wait_job(api, frozen_job, TERMINAL, timeout=60)
+            finally:
+                _signal_tree(second, signal.SIGCONT)
+            assert reaped["status"] == "failed" and "hung" in reaped["error"], reaped
+            wait_until(lambda: applying not in _applying(marker), timeout=30, what="the woken daemon to stop Terraform")
+            assert "no longer this daemon's" in second.log()
+            assert second.process is not None and second.process.poll() is None  # it lives on for the next job
+
+
+def _applying(marker: Path) -> set[int]:
+    """The processes of the slow template's local-exec (its shell names the marker)."""
+    return {
+        process.pid
+        for process in psutil.process_iter(["cmdline"])
+        if str(marker) in " ".join(process.info["cmdline"] or [])
+    }
+
+
+def _signal_tree(daemon: DaemonProcess, signum: int) -> None:
+    assert daemon.process is not None
+    root = psutil.Process(daemon.process.pid)
+    for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(signum)
 
 
 def test_redis_flushed_with_twenty_pending_jobs_all_finish(

@@ -1,14 +1,16 @@
-"""Ships a job's log lines to the server in batches; each post doubles as the job's heartbeat."""
+"""Ships a job's log lines to the server in batches; each post doubles as the job's heartbeat, and tells the daemon
+whether the job is still its own."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from protocol.logs import LogLine
 from protocol.provisionerd import MAX_BATCH_LINES, LogBatch, LogBatchReply
-from workers.client import ProvisionerClient
+from workers.client import ProvisionerClient, ServerRefused
 
 log = logging.getLogger(__name__)
 
@@ -18,19 +20,40 @@ FLUSH_LINES = 100
 HEARTBEAT_INTERVAL = 1.0
 # Lines held while the server cannot be reached (each at most ~1 KiB once the server truncates it).
 MAX_HELD_LINES = 20_000
+# Out of touch for this share of the job's lease, the daemon stops the job's Terraform itself: by the end of the
+# lease the server fails the job and may hand the workspace to another daemon.
+LEASE_SHARE_BEFORE_STOPPING = 0.8
+# What the server answers about a job that is no longer this daemon's: another holds it, or it ended (reaped).
+JOB_NOT_OURS = (403, 404, 409)
 
 
 class LogShipper:
     """Numbers the job's lines and ships them in order. A batch the server did not take is kept and sent again
     with the same numbers (the server stores each number once); once the server says the log is full, lines are
-    only counted, and the numbers tell the server how many were dropped."""
+    only counted, and the numbers tell the server how many were dropped.
 
-    def __init__(self, client: ProvisionerClient, job_id: str, on_cancel: Callable[[], None]):
+    The job is fenced: when the server says the job is no longer this daemon's, or the server has not answered for
+    most of the job's lease, ``on_lost`` is called (once) with the reason, so that two Terraform runs never apply to
+    one workspace at once."""
+
+    def __init__(
+        self,
+        client: ProvisionerClient,
+        job_id: str,
+        on_cancel: Callable[[], None],
+        *,
+        on_lost: Callable[[str], None] = lambda reason: None,
+        lease_seconds: float = 0.0,
+    ):
         self.client = client
         self.job_id = job_id
         self.on_cancel = on_cancel
+        self.on_lost = on_lost
+        self.lease_seconds = lease_seconds
         self.canceled = False
         self.capped = False
+        self.lost: str | None = None
+        self._last_answer = time.monotonic()
         self._lines: list[LogLine] = []
         self._first_seq = 0  # the number of self._lines[0] (while capped: of the next line)
         self._lock = threading.Lock()
@@ -38,17 +61,22 @@ class LogShipper:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"logship-{job_id[:8]}", daemon=True)
+        # Apart from the shipping thread, which may be stuck in a call to a server that does not answer.
+        self._watchdog = threading.Thread(target=self._watch_lease, name=f"lease-{job_id[:8]}", daemon=True)
 
     def __enter__(self) -> LogShipper:
         self._thread.start()
+        if self.lease_seconds > 0:
+            self._watchdog.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=60)
-        self._flush()  # whatever arrived after the thread's last pass
-        if self._lines:
+        if self.lost is None:
+            self._flush()  # whatever arrived after the thread's last pass
+        if self._lines and self.lost is None:
             log.error("%d log lines of job %s could not be delivered", len(self._lines), self.job_id)
 
     def add(self, line: LogLine) -> None:
@@ -64,9 +92,29 @@ class LogShipper:
         if full:
             self._wake.set()
 
+    def _watch_lease(self) -> None:
+        limit = self.lease_seconds * LEASE_SHARE_BEFORE_STOPPING
+        while not self._stop.wait(min(1.0, limit / 10)):
+            silent = time.monotonic() - self._last_answer
+            if silent > limit:
+                self._lose(
+                    f"the server has not answered for {silent:.0f} s; it fails a job it does not hear about for "
+                    f"{self.lease_seconds:.0f} s, and another daemon may then run it"
+                )
+                return
+
+    def _lose(self, reason: str) -> None:
+        with self._lock:
+            if self.lost is not None:
+                return
+            self.lost = reason
+            self._lines = []
+        log.error("job %s is no longer this daemon's: %s; stopping its Terraform now", self.job_id, reason)
+        self.on_lost(reason)
+
     def _run(self) -> None:
         idle = 0.0
-        while not self._stop.is_set():
+        while not self._stop.is_set() and self.lost is None:
             self._wake.wait(FLUSH_INTERVAL)
             self._wake.clear()
             with self._lock:
@@ -87,10 +135,17 @@ class LogShipper:
                 for start in range(0, max(len(batch), 1), MAX_BATCH_LINES):
                     chunk = tuple(batch[start : start + MAX_BATCH_LINES])
                     reply = self.client.post_logs(self.job_id, LogBatch(logs=chunk, first_seq=first + start))
+                    self._last_answer = time.monotonic()
                     sent = start + len(chunk)
                     self._heed(reply)
                     if reply.stop_sending:
                         break  # the server would drop the rest; the next batch's number tells it how many
+            except ServerRefused as exc:
+                self._last_answer = time.monotonic()
+                if exc.status in JOB_NOT_OURS:
+                    self._lose(f"the server says: {exc.message}")
+                else:  # the same batch would be refused again: it goes, the job goes on
+                    log.error("the server refused log lines of job %s: %s", self.job_id, exc.message)
             except Exception:  # kept for the next flush; the job's own completion call reports a lasting outage
                 log.warning("could not ship logs of job %s; keeping them to send again", self.job_id, exc_info=True)
                 with self._lock:

@@ -92,7 +92,13 @@ class JobRunner:
         began = time.monotonic()
         self.metrics.started()
         try:
-            with LogShipper(self.client, job.id, on_cancel=control.cancel) as shipper:
+            # Fenced: a job that is no longer ours (reaped, or we lost touch) has its Terraform killed at once, not
+            # stopped gracefully: another daemon may already be applying to the same workspace.
+            shipper = LogShipper(
+                self.client, job.id, on_cancel=control.cancel, on_lost=lambda reason: control.force(),
+                lease_seconds=job.lease_seconds,
+            )  # fmt: skip
+            with shipper:
                 try:
                     outcome = run_job(job, self.settings, shipper.add, control)
                 except Exception as exc:  # never leave a job running because of a bug of ours
@@ -100,6 +106,8 @@ class JobRunner:
                     outcome = JobFailure(error=f"The provisioner daemon failed: {exc}")
                 if isinstance(outcome, JobFailure) and control.shutdown_reason:
                     outcome = replace(outcome, error=control.shutdown_reason)
+            if shipper.lost is not None:
+                outcome = JobFailure(error=f"The provisioner daemon stopped the job: {shipper.lost}.")
         finally:
             self.active = None
         ok = not isinstance(outcome, JobFailure)

@@ -64,6 +64,12 @@ class RateLimited(DomainError):
     status = 429
 
 
+class ServiceUnavailable(DomainError):
+    """Something the server needs (its database, Redis) is not answering: try again shortly."""
+
+    status = 503
+
+
 class BadGateway(DomainError):
     """Something behind the server (a workspace's app, its agent) did not answer."""
 

@@ -25,7 +25,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 
 from app.core.columns import utcnow
 from app.core.config import Settings
-from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound
+from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceUnavailable
 from app.core.extensions import db, rows_changed
 from app.events.notices import publish_job_notice
 from app.events.relay import EventRelay, queue_key
@@ -226,7 +226,10 @@ def _holds(daemon: ProvisionerDaemon, job_id: str) -> bool:
 def _payload(job_id: str, settings: Settings) -> AcquiredJob:
     job = db.session.get(ProvisionerJob, job_id, populate_existing=True)
     assert job is not None  # noqa: S101 - claimed just now, and jobs are never deleted while running
-    base = AcquiredJob(id=job.id, type=job.type, tags=job.tags, access_url=settings.access_url)  # type: ignore[arg-type]
+    base = AcquiredJob(
+        id=job.id, type=job.type, tags=job.tags, access_url=settings.access_url,  # type: ignore[arg-type]
+        lease_seconds=settings.provisioner_hang_timeout,
+    )  # fmt: skip
     try:
         return handlers_for(job).payload(job, base)
     except Exception as exc:  # a job we cannot describe cannot run: fail it rather than leave it running
@@ -324,7 +327,7 @@ def append_logs(daemon: ProvisionerDaemon, job_id: str, batch: LogBatch) -> LogB
         if kept:
             publish_job_notice(job.id)
         return LogBatchReply(canceled=job.canceled_at is not None, stop_sending=job.logs_overflowed)
-    raise Conflict("The job's log is being written by another request; send the batch again.")
+    raise ServiceUnavailable("The job's log is being written by another request; send the batch again.")
 
 
 def _advance_log_count(job_id: str, seen: int, end: int) -> bool:
