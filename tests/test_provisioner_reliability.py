@@ -84,7 +84,7 @@ def marker(tmp_path: Path) -> Iterator[Path]:
 
 def test_a_daemon_killed_mid_apply_is_reaped_and_the_next_build_succeeds(tmp_path: Path, marker: Path) -> None:
     with (
-        _server(tmp_path / "data", "--provisioner-hang-timeout", "3s") as server,
+        _server(tmp_path / "data", "--provisioner-hang-timeout", "6s") as server,
         api_client(server.url, sign_up_owner(server.url, PASSWORD)) as api,
     ):
         first = _psk_daemon(server, "doomed", tmp_path).start()
@@ -94,7 +94,7 @@ def test_a_daemon_killed_mid_apply_is_reaped_and_the_next_build_succeeds(tmp_pat
         workspace = api.post("/workspaces", json={"template_id": template["id"], "name": "ws"}).json()
         build_job = workspace["latest_build"]["job"]["id"]
         assert wait_job(api, build_job, ("running",))["status"] == "running"
-        time.sleep(2)  # into the apply: the local-exec is sleeping
+        wait_until(lambda: _applying(marker), timeout=60, what="the apply's local-exec to start")
         first.kill_all()
 
         reaped = wait_job(api, build_job, TERMINAL, timeout=40)
