@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, Response, jsonify, render_template, request
+import redis
+import sqlalchemy.exc
+from flask import Flask, Response, current_app, g, jsonify, render_template, request
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
 
@@ -106,6 +108,25 @@ def init_app(app: Flask) -> None:
         if status == 413:
             mapped.message = "The request body is too large."
         return error_response(mapped)
+
+    @app.errorhandler(sqlalchemy.exc.OperationalError)
+    @app.errorhandler(sqlalchemy.exc.TimeoutError)
+    def handle_database_unavailable(error: Exception) -> tuple[Response | str, int]:
+        # The database went away, restarts, is locked or full: nothing the caller did, and it passes. The operator
+        # gets the traceback; the caller a 503 to retry on.
+        log.exception("the database failed on %s %s", request.method, request.path)
+        # The page is shown as to a signed-out visitor: finding who is signed in needs the database. (flask-login
+        # reads the request's user from g._login_user before loading it.)
+        g._login_user = current_app.login_manager.anonymous_user()  # type: ignore[attr-defined]
+        return error_response(
+            ServiceUnavailable("The database is not answering (it may be restarting); try again in a moment.")
+        )
+
+    @app.errorhandler(redis.exceptions.ConnectionError)
+    @app.errorhandler(redis.exceptions.TimeoutError)
+    def handle_redis_unavailable(error: Exception) -> tuple[Response | str, int]:
+        log.warning("Redis failed on %s %s: %s", request.method, request.path, error)
+        return error_response(ServiceUnavailable("Redis is not answering (it may be restarting); try again shortly."))
 
     @app.errorhandler(Exception)
     def handle_unexpected(error: Exception) -> tuple[Response | str, int]:
