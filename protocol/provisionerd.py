@@ -41,6 +41,9 @@ class Registration(Message):
     # The Terraform it runs jobs with, as `version -json` says: "terraform" or "tofu", and e.g. "1.11.4".
     terraform_binary: Annotated[str, MaxLength(16)] = ""
     terraform_version: Annotated[str, MaxLength(32)] = ""
+    # Who the daemon is (workers/identity.py: kept in its cache dir): the same after a restart, different on another
+    # host whatever the name. "": a daemon from before identities, known by its name.
+    instance_id: Annotated[str, MaxLength(64)] = ""
 
 
 class Registered(Message):

@@ -16,6 +16,8 @@ import psutil
 import pytest
 import redis
 
+from app.server.embedded_redis import start_embedded_redis
+from app.server.processes import stop
 from tests.conftest import PASSWORD
 from tests.support.http_daemon import HttpDaemon, api_client, sign_up_owner
 from tests.support.provisionerd import DAEMON_PSK, DaemonProcess, job, push_import, user_token, wait_job
@@ -257,3 +259,50 @@ def test_sigterm_finishes_the_job_and_sigint_cancels_it(
         ended = wait_job(owner, job_id, TERMINAL, timeout=60)
         assert ended["status"] == "failed" and "SIGINT" in ended["error"], ended
         assert daemon.wait_exit() == 0
+
+
+def test_a_redis_daemon_rides_out_redis_outages_at_its_start_and_as_a_job_ends(tmp_path: Path, marker: Path) -> None:
+    """An external daemon trusted with Redis: Redis down when it starts, and down again while its build finishes
+    (RQ's bookkeeping then fails). It waits, says so, and takes the next jobs once Redis is back; it never exits."""
+    redis_dir = tmp_path / "redis"
+    redis_dir.mkdir()
+    redis_process = start_embedded_redis(redis_dir)
+    env = {
+        "SLIPWAY_PROVISIONER_DAEMON_PSK": DAEMON_PSK,
+        "SLIPWAY_REDIS_URL": f"unix://{redis_dir / 'redis.sock'}",
+        "SLIPWAY_PROVISIONER_TRUST_REDIS": "psk",
+    }
+    try:
+        with (
+            ServerProcess(tmp_path / "data", "--provisioner-daemons", "0", env=env) as server,
+            api_client(server.url, sign_up_owner(server.url, PASSWORD)) as api,
+        ):
+            stop([redis_process], grace=5)
+            with _psk_daemon(server, "steady", tmp_path) as daemon:
+                daemon.wait_registered(api)
+                wait_until(lambda: "Redis is not answering" in daemon.log(), timeout=60, what="the daemon to wait")
+                redis_process = start_embedded_redis(redis_dir)
+                template = _template(
+                    api, _local_exec(f"while [ -e {marker} ]; do sleep 0.2; done")
+                )  # once Redis is back
+                assert "listening on" in daemon.log()
+
+                marker.touch()
+                created = api.post("/workspaces", json={"template_id": template["id"], "name": "ws"})
+                build_job = created.json()["latest_build"]["job"]["id"]
+                wait_until(lambda: _applying(marker), timeout=60, what="the apply's local-exec to start")
+                stop([redis_process], grace=5)
+                marker.unlink()  # the build finishes while Redis is away
+                assert wait_job(api, build_job, TERMINAL, timeout=120)["status"] == "succeeded", daemon.log()
+                wait_until(
+                    lambda: daemon.log().count("Redis is not answering") >= 2, timeout=60, what="the second wait"
+                )
+                assert daemon.process is not None and daemon.process.poll() is None, daemon.log()
+
+                redis_process = start_embedded_redis(redis_dir)
+                second = api.post("/workspaces", json={"template_id": template["id"], "name": "ws2"})
+                done = wait_job(api, second.json()["latest_build"]["job"]["id"], TERMINAL, timeout=120)
+                assert done["status"] == "succeeded", daemon.log()
+                assert "Traceback" not in daemon.log(), daemon.log()
+    finally:
+        stop([redis_process], grace=5)

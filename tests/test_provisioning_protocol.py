@@ -159,6 +159,29 @@ def test_cancel_and_acquire_never_both_win(client: FlaskClient, personas: dict[s
     daemon.call(f"/jobs/{running['job']['id']}/fail", {"error": "canceled by user"})
 
 
+def test_daemons_are_known_by_identity_so_same_named_hosts_never_fail_each_others_jobs(
+    client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    """Two hosts both called "builder" (or two replicas' builtin-1): the second registering is another daemon."""
+    first = FakeDaemon(client, "builder", instance_id="6f1c0d0e-0000-4000-8000-000000000001")
+    version = push_version(client, personas["bob"])
+    job_id = version["job"]["id"]
+    assert first.call(f"/jobs/{job_id}/acquire").status_code == 200
+    second = FakeDaemon(client, "builder", instance_id="6f1c0d0e-0000-4000-8000-000000000002")
+    assert second.id != first.id
+    job = client.get(f"/api/v2/provisionerjobs/{job_id}", headers=personas["alice"].auth).json
+    assert job["status"] == "running", job
+    # The first host restarts (same identity, renamed meanwhile): what it held is failed, and its label follows.
+    again = FakeDaemon(client, "builder-eu", instance_id="6f1c0d0e-0000-4000-8000-000000000001")
+    assert again.id == first.id
+    job = client.get(f"/api/v2/provisionerjobs/{job_id}", headers=personas["alice"].auth).json
+    assert job["status"] == "failed" and "restarted" in job["error"]
+    names = {daemon["id"]: daemon["name"] for daemon in client.get(
+        "/api/v2/provisionerdaemons", headers=personas["alice"].auth
+    ).json}  # fmt: skip
+    assert names[first.id] == "builder-eu" and names[second.id] == "builder"
+
+
 def test_a_daemon_asking_again_for_the_job_it_holds_gets_it_again(
     client: FlaskClient, personas: dict[str, Persona]
 ) -> None:

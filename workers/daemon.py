@@ -30,9 +30,10 @@ from rq.serializers import JSONSerializer
 
 from protocol.provisionerd import Registered, Registration
 from workers.client import ProvisionerClient, ServerRefused
+from workers.identity import claim_identity
 from workers.job_control import RunnerSettings
 from workers.metrics import JobMetrics
-from workers.rq_adapter import ProvisionerWorker
+from workers.rq_adapter import ProvisionerWorker, RedisJobSource
 from workers.runner import JobRunner
 from workers.terraform import TerraformNotFoundError, find_terraform
 from workers.terraform.binary import TerraformVersion, terraform_version
@@ -248,7 +249,7 @@ def daemon_version() -> str:
         return "0.0.0+unknown"
 
 
-def _register(client: ProvisionerClient, config: DaemonConfig) -> Registered:
+def _register(client: ProvisionerClient, config: DaemonConfig, instance_id: str) -> Registered:
     """Register, waiting for a server that is not up yet (a daemon may well start first); Ctrl-C ends the wait."""
     while True:
         try:
@@ -256,7 +257,7 @@ def _register(client: ProvisionerClient, config: DaemonConfig) -> Registered:
             terraform = _terraform_of(config)
             registration = Registration(
                 name=config.name, tags=config.tags, version=daemon_version(), ephemeral=ephemeral,
-                terraform_binary=terraform.program, terraform_version=terraform.version,
+                terraform_binary=terraform.program, terraform_version=terraform.version, instance_id=instance_id,
             )  # fmt: skip
             return client.register(registration)
         except ConnectionError as exc:
@@ -273,18 +274,27 @@ def _terraform_of(config: DaemonConfig) -> TerraformVersion:
 
 
 def _redis_source(
-    registration: Registered, config: DaemonConfig, runner: JobRunner, signals: DaemonSignals, connection: redis.Redis
-) -> ProvisionerWorker:
-    queues = [Queue(name, connection=connection, serializer=JSONSerializer) for name in registration.queues]
-    log.info("provisioner daemon %s (pid %d) listening on %d queue(s)", config.name, os.getpid(), len(queues))
-    return ProvisionerWorker(
-        queues,
-        name=f"{config.name}.{registration.daemon_id[:8]}.{os.getpid()}",
-        connection=connection,
-        serializer=JSONSerializer,
-        runner=runner,
-        install_signals=signals.install,
-    )
+    registration: Registered, config: DaemonConfig, runner: JobRunner, signals: DaemonSignals, connection: redis.Redis,
+    *, burst: bool,
+) -> RedisJobSource:  # fmt: skip
+    queue_names = registration.queues
+    log.info("provisioner daemon %s (pid %d) listening on %d queue(s)", config.name, os.getpid(), len(queue_names))
+
+    def make_worker(generation: int) -> ProvisionerWorker:
+        # RQ refuses a name a worker that vanished with Redis may still hold: each worker after an outage gets its own.
+        suffix = f".{generation}" if generation else ""
+        worker = ProvisionerWorker(
+            [Queue(name, connection=connection, serializer=JSONSerializer) for name in queue_names],
+            name=f"{config.name}.{registration.daemon_id[:8]}.{os.getpid()}{suffix}",
+            connection=connection,
+            serializer=JSONSerializer,
+            runner=runner,
+            install_signals=signals.install,
+        )
+        worker.burst, worker.once, worker.idle_exit_seconds = burst, config.once, config.idle_exit_seconds
+        return worker
+
+    return RedisJobSource(make_worker, connection, runner)
 
 
 def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
@@ -292,13 +302,13 @@ def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
     client = ProvisionerClient(config.url, credential=config.credential)
     stop_heartbeats = threading.Event()
     connection: redis.Redis | None = None
+    identity = claim_identity(config.cache_dir, config.name)
     try:
         try:
-            registration = _register(client, config)
+            registration = _register(client, config, identity.id)
         except ServerRefused as exc:
             log.error("the server refused to register this daemon: %s", exc.message)
             return EXIT_REFUSED
-        config.cache_dir.mkdir(parents=True, exist_ok=True)
         metrics = JobMetrics()
         if config.prometheus_address:
             metrics.serve(config.prometheus_address)
@@ -312,11 +322,7 @@ def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
         source: JobSource
         if registration.queues and redis_url:
             connection = redis.Redis.from_url(redis_url)
-            worker = _redis_source(registration, config, runner, signals, connection)
-            worker.burst = burst
-            worker.once = config.once
-            worker.idle_exit_seconds = config.idle_exit_seconds
-            source = worker
+            source = _redis_source(registration, config, runner, signals, connection, burst=burst)
         else:
             if config.redis_url:
                 log.warning("the server serves this daemon over HTTP: --redis-url is not used")
@@ -337,5 +343,6 @@ def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
     finally:
         stop_heartbeats.set()
         client.close()
+        identity.release()
         if connection is not None:
             connection.close()

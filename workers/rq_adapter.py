@@ -9,9 +9,11 @@ this job, then stop" flag). ``tests/workers/test_rq_adapter.py`` fails loudly wh
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+import redis
 from rq import Queue
 from rq.exceptions import StopRequested
 from rq.job import Job
@@ -77,3 +79,89 @@ class ProvisionerWorker(SimpleWorker):
     def stop_now() -> NoReturn:
         """From a signal handler while idle: RQ's loop ends on this exception (its blocking dequeue included)."""
         raise StopRequested
+
+
+# Waiting for Redis to come back: the first retry soon, then no more often than this.
+REDIS_RETRY_SECONDS = (1.0, 10.0)
+REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+class QuietRedisOutages(logging.Filter):
+    """RQ's worker logs a Redis outage as a traceback ("unhandled exception, quitting") and then every 2 s while
+    it retries; the daemon says it once, in a sentence (RedisJobSource), so RQ's copies are trimmed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._retrying = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], REDIS_DOWN):
+            record.exc_info, record.exc_text = None, None
+        retrying = "could not connect to Redis" in record.getMessage()
+        repeated = retrying and self._retrying
+        self._retrying = retrying
+        return not repeated
+
+
+class RedisJobSource:
+    """Jobs from RQ, through Redis outages: when Redis stops answering (at start, while idle, or as a job ends and
+    RQ does its bookkeeping), the daemon says so, waits for Redis and serves again with a fresh worker. It never
+    exits because Redis is away; the job it ran is reported over HTTP, which does not need Redis."""
+
+    def __init__(
+        self, make_worker: Callable[[int], ProvisionerWorker], connection: redis.Redis, runner: JobRunner
+    ) -> None:
+        self.make_worker = make_worker  # the argument counts the workers made: each needs a name of its own
+        self.connection = connection
+        self.runner = runner
+        self.worker: ProvisionerWorker | None = None
+        self.outages = 0
+        self._stop = False
+        logging.getLogger("rq.worker").addFilter(QuietRedisOutages())
+
+    @property
+    def busy(self) -> bool:
+        if self.runner.busy:
+            return True
+        try:
+            return self.worker is not None and self.worker.busy
+        except redis.exceptions.RedisError:  # asked from a signal handler while Redis is away: it runs nothing
+            return False
+
+    def stop_after_job(self) -> None:
+        self._stop = True
+        if self.worker is not None:
+            self.worker.stop_after_job()
+
+    @staticmethod
+    def stop_now() -> NoReturn:
+        raise StopRequested
+
+    def serve(self) -> None:
+        generation = 0
+        try:
+            while not self._stop:
+                try:
+                    self.worker = self.make_worker(generation)
+                    generation += 1
+                    self.worker.serve()
+                    return
+                except REDIS_DOWN as exc:
+                    if self._stop:
+                        return
+                    self.outages += 1
+                    log.warning("Redis is not answering (%s); waiting for it, then taking jobs again", exc)
+                    self._wait_for_redis()
+                    log.info("Redis answers again; taking jobs")
+        except StopRequested:
+            return
+
+    def _wait_for_redis(self) -> None:
+        delay, longest = REDIS_RETRY_SECONDS
+        while not self._stop:
+            time.sleep(delay)
+            try:
+                self.connection.ping()
+                return
+            except REDIS_DOWN:
+                delay = min(delay * 2, longest)

@@ -110,7 +110,7 @@ def daemon_tags(credential: DaemonCredential, requested: dict[str, str]) -> dict
 
 
 def register_daemon(credential: DaemonCredential, registration: Registration, settings: Settings) -> Registered:
-    """Create or refresh the daemon row; a daemon re-registering under its name fails the jobs it held."""
+    """Create or refresh the daemon row; a daemon registering again (a restart) fails the jobs it held."""
     name = registration.name.strip()
     if not DAEMON_NAME_PATTERN.match(name):
         raise InvalidInput("A provisioner daemon name is 1-64 letters, digits, '.', '_' or '-'.")
@@ -119,9 +119,17 @@ def register_daemon(credential: DaemonCredential, registration: Registration, se
         queues = daemon_queue_names(normalised, settings.provisioner_untagged_jobs)
     except TagError as exc:
         raise InvalidInput(str(exc)) from exc
+    instance_id = registration.instance_id.strip() or None
+    # The same daemon again is the same identity (or, for a daemon without one, the same name), with the same
+    # credential: a same-named daemon elsewhere is another daemon, and never fails this one's jobs.
+    same_daemon = (
+        ProvisionerDaemon.instance_id == instance_id
+        if instance_id
+        else (ProvisionerDaemon.name == name) & ProvisionerDaemon.instance_id.is_(None)
+    )
     daemon = db.session.scalar(
         select(ProvisionerDaemon).where(
-            ProvisionerDaemon.name == name,
+            same_daemon,
             ProvisionerDaemon.auth == credential.kind,
             _same(ProvisionerDaemon.user_id, credential.user_id),
             _same(ProvisionerDaemon.key_id, credential.key_id),
@@ -129,13 +137,19 @@ def register_daemon(credential: DaemonCredential, registration: Registration, se
     )
     if daemon is None:
         daemon = ProvisionerDaemon(
-            name=name, auth=credential.kind, user_id=credential.user_id, key_id=credential.key_id
-        )
+            name=name, instance_id=instance_id, auth=credential.kind, user_id=credential.user_id,
+            key_id=credential.key_id,
+        )  # fmt: skip
         db.session.add(daemon)
     else:
         # The same daemon came back (restart, crash): whatever it was running is lost with the old process.
         fail_jobs_held_by(daemon.id, "The provisioner daemon restarted while running this job.")
-    daemon.tags, daemon.version, daemon.last_seen_at = normalised, registration.version[:64], utcnow()
+    daemon.name, daemon.tags, daemon.version, daemon.last_seen_at = (
+        name,
+        normalised,
+        registration.version[:64],
+        utcnow(),
+    )
     daemon.ephemeral = registration.ephemeral
     daemon.terraform_binary, daemon.terraform_version = registration.terraform_binary, registration.terraform_version
     db.session.commit()

@@ -201,7 +201,11 @@ class ProvisionerDaemon(Model):
     __tablename__ = "provisioner_daemons"
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    # The label it registered under; two daemons may share it (hosts with one hostname, replicas' builtin-1).
     name: Mapped[str] = mapped_column(String(128))
+    # Who it is (workers/identity.py), which registering again matches on; None for daemons from before, which are
+    # matched by name.
+    instance_id: Mapped[str | None] = mapped_column(String(64), index=True)
     tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     version: Mapped[str] = mapped_column(String(64), default="")
     # How it authenticated: builtin, psk, key or user (the user is kept for user-scoped daemons).
