@@ -70,6 +70,8 @@ def ssh(workspace: str, command: tuple[str, ...], stdio: bool, force_tty: bool) 
     WORKSPACE may name an agent (WORKSPACE.AGENT) and may carry the "slipway." prefix of `config-ssh` hosts.
     Options go before WORKSPACE: everything after it is the remote command.
     """
+    if command[:1] == ("--",):  # `slipway ssh WS -- CMD`: as with ssh, "--" only ends the options
+        command = command[1:]
     if stdio and (command or force_tty):
         raise click.UsageError("--stdio relays the SSH stream only: it takes no COMMAND and no --tty.")
     endpoint = endpoint_for(workspace_from_host(workspace))

@@ -96,7 +96,7 @@ def test_ssh_runs_commands_with_their_output_input_and_exit_status(deployment: D
     assert result.returncode == 7, result.stderr
     assert result.stdout.splitlines() == ["out", str(deployment.directory("alice", ws1))]
     assert "err" in result.stderr
-    piped = deployment.cli("alice", "ssh", ws1, "wc -c", input_text="12345")
+    piped = deployment.cli("alice", "ssh", ws1, "--", "wc -c", input_text="12345")  # "--" ends options, as in ssh
     assert piped.returncode == 0 and piped.stdout.strip() == "5"
     environment = deployment.cli(
         "alice", "ssh", ws1, "echo $CODER $CODER_WORKSPACE_NAME; env | grep -c '^[A-Z_]*AGENT_TOKEN='"
