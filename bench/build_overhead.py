@@ -232,7 +232,10 @@ class BareTerraform:
             workspace_id=f"id{index}", build_id="b", owner_name="alice", owner_id="u", owner_email="a@example.com",
         )  # fmt: skip
         env = terraform_environment(
-            os.environ, coder_env, cache_dir=self.cache, cli_config_file=install_coder_provider(self.cache)
+            os.environ,
+            coder_env,
+            plugin_cache=self.cache / "plugins",
+            cli_config_file=install_coder_provider(self.cache),
         )
         began = time.perf_counter()
         for step in (["init", "-no-color"], ["apply", "-auto-approve", "-json", "-var", self.var]):

@@ -120,7 +120,7 @@ def test_terraform_gets_the_daemon_interpreter_but_no_other_slipway_variable(tmp
     env = terraform_environment(
         {"PATH": "/usr/bin", "SLIPWAY_SECRET_KEY": "secret", "SLIPWAY_AGENT_PYTHON": "/elsewhere/python"},
         {},
-        cache_dir=tmp_path,
+        plugin_cache=tmp_path / "plugins",
     )
     assert env["SLIPWAY_AGENT_PYTHON"] == sys.executable
     assert "SLIPWAY_SECRET_KEY" not in env

@@ -260,6 +260,12 @@ def test_sigterm_finishes_the_job_and_sigint_cancels_it(
         assert ended["status"] == "failed" and "SIGINT" in ended["error"], ended
         assert daemon.wait_exit() == 0
 
+    # Started twice from one cache dir, it is one daemon (its identity is kept there), with a plugin cache of its own.
+    builders = [d for d in owner.get("/provisionerdaemons").json() if d["name"] == "builder"]
+    assert len(builders) == 1, builders
+    identity = (tmp_path / "provisioner-cache" / "identity" / "builder").read_text().strip()
+    assert [path.name for path in (tmp_path / "provisioner-cache" / "plugins").iterdir()] == [identity]
+
 
 def test_a_redis_daemon_rides_out_redis_outages_at_its_start_and_as_a_job_ends(tmp_path: Path, marker: Path) -> None:
     """An external daemon trusted with Redis: Redis down when it starts, and down again while its build finishes

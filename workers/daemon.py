@@ -313,8 +313,9 @@ def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
         if config.prometheus_address:
             metrics.serve(config.prometheus_address)
         settings = RunnerSettings(
-            config.cache_dir, config.terraform_path, float(registration.force_cancel_seconds), config.init_cache_bytes
-        )
+            config.cache_dir, config.terraform_path, float(registration.force_cancel_seconds), config.init_cache_bytes,
+            plugin_cache_dir=config.cache_dir / "plugins" / identity.id,
+        )  # fmt: skip
         runner = JobRunner(client, settings, metrics=metrics)
         signals = DaemonSignals(runner)
         runner.on_fatal = signals.refuse

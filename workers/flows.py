@@ -118,7 +118,9 @@ class _Toolchain:
         if cache.enabled:
             version = terraform_version(binary)
             terraform = f"{version.program} {version.version} {' '.join(binary.command)}"
-            init_cache = CachedInit(cache, cache.key(workdir, f"{terraform}\0{provider_digest(cli_config_file)}"))
+            # The plugin cache too: an entry's providers are links into the cache of the daemon that made it.
+            toolchain = f"{terraform}\0{provider_digest(cli_config_file)}\0{settings.plugin_cache}"
+            init_cache = CachedInit(cache, cache.key(workdir, toolchain))
         return cls(settings, binary, cli_config_file, init_cache)
 
 
@@ -127,7 +129,7 @@ def _executor(
 ) -> TerraformExecutor:
     settings = toolchain.settings
     env = terraform_environment(
-        os.environ, coder_env, cache_dir=settings.cache_dir, cli_config_file=toolchain.cli_config_file
+        os.environ, coder_env, plugin_cache=settings.plugin_cache, cli_config_file=toolchain.cli_config_file
     )
     executor = TerraformExecutor(
         workdir,

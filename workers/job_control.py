@@ -18,6 +18,14 @@ class RunnerSettings:
     force_cancel_seconds: float = 600.0
     # The cap of the prepared-init cache (workers/terraform/init_cache.py); 0 turns it off.
     init_cache_bytes: int = DEFAULT_MAX_BYTES
+    # Terraform's plugin cache, this daemon's own: init may rewrite a provider there while, were the cache shared,
+    # another daemon's plan or apply ran from it ("Failed to load plugin schemas ... no such file or directory").
+    # None: cache_dir/plugins (a daemon alone on its cache dir).
+    plugin_cache_dir: Path | None = None
+
+    @property
+    def plugin_cache(self) -> Path:
+        return self.plugin_cache_dir or self.cache_dir / "plugins"
 
 
 class JobControl:

@@ -35,7 +35,9 @@ provider "registry.terraform.io/kreuzwerker/docker" {
 def _init(workdir: Path, cache: Path) -> subprocess.CompletedProcess[str]:
     terraform = shutil.which("terraform")
     assert terraform, "terraform must be on PATH for this test"
-    env = terraform_environment(os.environ, {}, cache_dir=cache, cli_config_file=install_coder_provider(cache))
+    env = terraform_environment(
+        os.environ, {}, plugin_cache=cache / "plugins", cli_config_file=install_coder_provider(cache)
+    )
     return subprocess.run(
         [terraform, "init", "-input=false", "-no-color"],
         cwd=workdir,

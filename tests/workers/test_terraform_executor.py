@@ -137,7 +137,10 @@ def make_env(cache_dir: Path, cli_config: Path) -> Callable[..., dict[str, str]]
             parameters={"region": "eu-west"},
         )
         return terraform_environment(
-            dict(os.environ) if host is None else host, extra, cache_dir=cache_dir, cli_config_file=cli_config
+            dict(os.environ) if host is None else host,
+            extra,
+            plugin_cache=cache_dir / "plugins",
+            cli_config_file=cli_config,
         )
 
     return make
@@ -392,7 +395,9 @@ def test_terraform_environment_strips_host_secrets_and_adds_terraform_settings(t
     host = {"PATH": "/usr/bin", "SLIPWAY_SECRET_KEY": "s", "CODER_AGENT_TOKEN": "t", "TF_LOG": "WARN"}
     extra = {"CODER_WORKSPACE_NAME": "dev"}
 
-    env = terraform_environment(host, extra, cache_dir=tmp_path / "cache", cli_config_file=tmp_path / "rc")
+    env = terraform_environment(
+        host, extra, plugin_cache=tmp_path / "cache" / "plugins", cli_config_file=tmp_path / "rc"
+    )
 
     assert env == {
         "PATH": "/usr/bin",

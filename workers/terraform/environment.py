@@ -98,19 +98,18 @@ def terraform_environment(
     host_env: Mapping[str, str],
     extra: Mapping[str, str],
     *,
-    cache_dir: Path,
+    plugin_cache: Path,
     cli_config_file: Path | None = None,
 ) -> dict[str, str]:
     """The environment for every Terraform command of a job.
 
     The host environment without SLIPWAY_* and CODER_* variables, then SLIPWAY_AGENT_PYTHON when this interpreter
-    has the agent, then `extra` (normally `build_coder_env(...)`), then the Terraform settings. Creates the shared
-    plugin cache directory under `cache_dir`.
+    has the agent, then `extra` (normally `build_coder_env(...)`), then the Terraform settings. Creates the plugin
+    cache directory.
     """
     env = {key: value for key, value in host_env.items() if not key.upper().startswith(_STRIPPED_PREFIXES)}
     env.update(agent_python_env())
     env.update(extra)
-    plugin_cache = cache_dir / "plugins"
     plugin_cache.mkdir(mode=0o700, parents=True, exist_ok=True)
     env["TF_PLUGIN_CACHE_DIR"] = str(plugin_cache)
     env["TF_IN_AUTOMATION"] = "1"

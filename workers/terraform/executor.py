@@ -230,8 +230,9 @@ class TerraformExecutor:
 
     @contextmanager
     def _plugin_cache_lock(self) -> Iterator[None]:
-        """One `terraform init` at a time per plugin cache: daemons on a machine share it, and Terraform does not
-        support concurrent use (two inits installing the same provider fail with "file exists")."""
+        """One `terraform init` at a time per plugin cache: Terraform does not support concurrent use (two inits
+        installing the same provider fail with "file exists"). Each daemon has its own cache (RunnerSettings), so
+        this only guards a cache shared by design (tests, or a daemon's cache dir given to another)."""
         cache = self.env.get("TF_PLUGIN_CACHE_DIR")
         if not cache:
             yield
