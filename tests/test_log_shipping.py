@@ -3,45 +3,17 @@ line arrives once and in order, and past the cap the daemon stops sending lines 
 
 from __future__ import annotations
 
-import json
 import threading
 
-import httpx
 from flask import Flask
 from flask.testing import FlaskClient
 
 from protocol.logs import LogLine
 from tests.conftest import Persona
 from tests.support.daemon import PSK_HEADERS, FakeDaemon, push_version
+from tests.support.network_faults import UnreliableNetwork
 from workers.client import ProvisionerClient
 from workers.logship import LogShipper
-
-
-class UnreliableNetwork(httpx.BaseTransport):
-    """Passes requests to the app; ``lose_replies`` of them reach the server but their reply is lost, and
-    ``refuse`` of them never arrive (the server is away). Counts the log lines that reach the server."""
-
-    def __init__(self, app: Flask, lose_replies: int = 0, refuse: int = 0) -> None:
-        self.app = httpx.WSGITransport(app=app)
-        self.lose_replies, self.refuse = lose_replies, refuse
-        self.lines_sent = 0
-        self._lock = threading.Lock()
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        with self._lock:
-            refused = self.refuse > 0
-            self.refuse -= int(refused)
-        if refused:
-            raise httpx.ConnectError("connection refused", request=request)
-        body = json.loads(request.read() or b"{}")
-        response = self.app.handle_request(request)
-        with self._lock:
-            self.lines_sent += len(body.get("logs", []))
-            lost = self.lose_replies > 0 and bool(body.get("logs"))
-            self.lose_replies -= int(lost)
-        if lost:
-            raise httpx.ReadError("connection reset by peer", request=request)
-        return response
 
 
 def _shipper_for(app: Flask, client: FlaskClient, personas: dict[str, Persona], network: UnreliableNetwork) -> tuple[
@@ -100,7 +72,7 @@ def test_a_job_the_server_no_longer_gives_this_daemon_is_lost_at_the_next_batch(
 ) -> None:
     shipper, version_id = _shipper_for(app, client, personas, UnreliableNetwork(app))
     lost: list[str] = []
-    shipper.on_lost = lost.append
+    shipper.on_lost = lambda reason, at_once: lost.append(reason) if at_once else None
     shipper.add(LogLine(output="before"))
     shipper._flush()
     FakeDaemon(client, "d1")  # the job ends meanwhile (here: its daemon's name registering again fails it)
@@ -118,7 +90,7 @@ def test_a_daemon_out_of_touch_for_most_of_the_lease_stops_the_job_itself(
     network = UnreliableNetwork(app, refuse=10**6)  # the server is gone
     shipper, _ = _shipper_for(app, client, personas, network)
     lost = threading.Event()
-    shipper.on_lost = lambda reason: lost.set()
+    shipper.on_lost = lambda reason, at_once: None if at_once else lost.set()
     shipper.lease_seconds = 2
     with shipper:
         assert lost.wait(60), "the daemon never gave up the job"

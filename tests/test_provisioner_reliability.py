@@ -312,3 +312,41 @@ def test_a_redis_daemon_rides_out_redis_outages_at_its_start_and_as_a_job_ends(t
                 assert "Traceback" not in daemon.log(), daemon.log()
     finally:
         stop([redis_process], grace=5)
+
+
+def test_a_build_that_finishes_while_the_server_is_down_keeps_its_state(tmp_path: Path, marker: Path) -> None:
+    """The server goes away mid-apply; the apply finishes; the daemon, unable to report, is killed too. Its outcome
+    waited on its disk: started again once the server is back, it reports it, and the state Terraform left is the
+    one the next build starts from (it knows the resource the build created, rather than nothing)."""
+    server = _server(tmp_path / "data")
+    with server, api_client(server.url, sign_up_owner(server.url, PASSWORD)) as api:
+        daemon = _psk_daemon(server, "keeper", tmp_path).start()
+        daemon.wait_registered(api)
+        template = _template(api, _local_exec(f"while [ -e {marker} ]; do sleep 0.2; done"))
+        marker.touch()
+        created = api.post("/workspaces", json={"template_id": template["id"], "name": "ws"}).json()
+        build = created["latest_build"]
+        wait_until(lambda: _applying(marker), timeout=60, what="the apply's local-exec to start")
+
+        assert server.stop() == 0
+        marker.unlink()  # the apply finishes while nobody can hear of it
+        outbox = tmp_path / "provisioner-cache" / "outbox"
+        wait_until(lambda: any(outbox.rglob(f"{build['job']['id']}.json")), timeout=60, what="the outcome on disk")
+        daemon.kill_all()
+
+        server.start()
+        with _psk_daemon(server, "keeper", tmp_path) as again:
+            again.wait_registered(api)
+
+            def told() -> bool:
+                lines = api.get(f"/workspacebuilds/{build['id']}/logs").json()
+                return any("state it left is recorded" in line["output"] for line in lines)
+
+            wait_until(told, timeout=120, what="the kept outcome to be recorded")
+            assert not any(outbox.rglob("*.json")), "delivered, so no longer kept"
+            stop = api.post(f"/workspaces/{created['id']}/builds", json={"transition": "stop"})
+            assert stop.status_code == 201, stop.text
+            done = wait_job(api, stop.json()["job"]["id"], TERMINAL, timeout=120)
+            assert done["status"] == "succeeded", again.log()
+            stop_log = " ".join(line["output"] for line in api.get(f"/workspacebuilds/{stop.json()['id']}/logs").json())
+            assert "terraform_data.slow: Refreshing state... [id=" in stop_log, stop_log[-2000:]

@@ -73,9 +73,13 @@ class ProvisionerClient:
     def close(self) -> None:
         self._http.close()
 
-    def call(self, path: str, body: Message | None = None, *, timeout: float | None = None) -> JSON:
-        """POST with retries while the server is unreachable or restarting (5xx); other errors raise."""
-        deadline = time.monotonic() + self.retry_for
+    def call(
+        self, path: str, body: Message | None = None, *, timeout: float | None = None, retry_for: float | None = None
+    ) -> JSON:
+        """POST with retries while the server is unreachable or restarting (5xx), for ``retry_for`` seconds (the
+        client's own by default); other errors raise."""
+        retry_for = self.retry_for if retry_for is None else min(retry_for, self.retry_for)
+        deadline = time.monotonic() + retry_for
         delay = 0.05
         reported = ""
         headers = {DAEMON_HEADER: self.daemon_id} if self.daemon_id else {}
@@ -94,7 +98,7 @@ class ProvisionerClient:
             if time.monotonic() + delay > deadline:
                 raise ConnectionError(f"cannot reach {self.url}: {problem}")
             if problem != reported:  # once per kind of trouble, not once per retry
-                log.warning("provisionerd call %s failed (%s); retrying up to %.0f s", path, problem, self.retry_for)
+                log.warning("provisionerd call %s failed (%s); retrying up to %.0f s", path, problem, retry_for)
                 reported = problem
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
@@ -123,9 +127,9 @@ class ProvisionerClient:
         reply = self.call("/jobs/wait", WaitForJob(timeout_seconds=timeout_seconds), timeout=timeout_seconds + 30)
         return None if reply is None else JobOffer.from_json(reply)
 
-    def post_logs(self, job_id: str, batch: LogBatch) -> LogBatchReply:
+    def post_logs(self, job_id: str, batch: LogBatch, *, retry_for: float | None = None) -> LogBatchReply:
         """Send a batch (also the heartbeat); the reply says whether the job was canceled or its log is full."""
-        return LogBatchReply.from_json(self.call(f"/jobs/{job_id}/logs", batch))
+        return LogBatchReply.from_json(self.call(f"/jobs/{job_id}/logs", batch, retry_for=retry_for))
 
     def complete(self, job_id: str, completion: JobCompletion) -> None:
         self.call(f"/jobs/{job_id}/complete", completion)

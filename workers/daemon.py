@@ -315,10 +315,12 @@ def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
         settings = RunnerSettings(
             config.cache_dir, config.terraform_path, float(registration.force_cancel_seconds), config.init_cache_bytes,
             plugin_cache_dir=config.cache_dir / "plugins" / identity.id,
+            outbox_dir=config.cache_dir / "outbox" / identity.id,
         )  # fmt: skip
         runner = JobRunner(client, settings, metrics=metrics)
         signals = DaemonSignals(runner)
         runner.on_fatal = signals.refuse
+        runner.deliver_kept()  # outcomes an earlier run could not report, before any new job
         redis_url = registration.redis_url and (config.redis_url or registration.redis_url)
         source: JobSource
         if registration.queues and redis_url:

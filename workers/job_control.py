@@ -23,9 +23,16 @@ class RunnerSettings:
     # None: cache_dir/plugins (a daemon alone on its cache dir).
     plugin_cache_dir: Path | None = None
 
+    # Where outcomes wait until the server acknowledges them (workers/outbox.py), this daemon's own.
+    outbox_dir: Path | None = None
+
     @property
     def plugin_cache(self) -> Path:
         return self.plugin_cache_dir or self.cache_dir / "plugins"
+
+    @property
+    def outbox(self) -> Path:
+        return self.outbox_dir or self.cache_dir / "outbox"
 
 
 class JobControl:

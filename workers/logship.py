@@ -18,6 +18,9 @@ FLUSH_INTERVAL = 0.25
 FLUSH_LINES = 100
 # With nothing to say, still report this often: it keeps the job alive and brings news of a cancel.
 HEARTBEAT_INTERVAL = 1.0
+# How long one post keeps trying: not long, since a batch that fails is kept and sent again with the next, and a
+# shipper stuck in one long call could neither finish its job's log nor notice a lost lease.
+SHIP_RETRY_SECONDS = 5.0
 # Lines held while the server cannot be reached (each at most ~1 KiB once the server truncates it).
 MAX_HELD_LINES = 20_000
 # Out of touch for this share of the job's lease, the daemon stops the job's Terraform itself: by the end of the
@@ -32,9 +35,10 @@ class LogShipper:
     with the same numbers (the server stores each number once); once the server says the log is full, lines are
     only counted, and the numbers tell the server how many were dropped.
 
-    The job is fenced: when the server says the job is no longer this daemon's, or the server has not answered for
-    most of the job's lease, ``on_lost`` is called (once) with the reason, so that two Terraform runs never apply to
-    one workspace at once."""
+    The job is fenced, so that two Terraform runs never apply to one workspace at once: ``on_lost`` is called (once)
+    with the reason and whether to stop at once. At once when the server says the job is no longer this daemon's
+    (another may already run it); gracefully, so that Terraform saves its state, when the server has not answered
+    for most of the job's lease (the server fails the job only when the lease is over)."""
 
     def __init__(
         self,
@@ -42,7 +46,7 @@ class LogShipper:
         job_id: str,
         on_cancel: Callable[[], None],
         *,
-        on_lost: Callable[[str], None] = lambda reason: None,
+        on_lost: Callable[[str, bool], None] = lambda reason, at_once: None,
         lease_seconds: float = 0.0,
     ):
         self.client = client
@@ -53,6 +57,7 @@ class LogShipper:
         self.canceled = False
         self.capped = False
         self.lost: str | None = None
+        self._stopped_at_once = False
         self._last_answer = time.monotonic()
         self._lines: list[LogLine] = []
         self._first_seq = 0  # the number of self._lines[0] (while capped: of the next line)
@@ -79,6 +84,13 @@ class LogShipper:
         if self._lines and self.lost is None:
             log.error("%d log lines of job %s could not be delivered", len(self._lines), self.job_id)
 
+    def unsent(self) -> tuple[int, tuple[LogLine, ...]]:
+        """The number of the first line still held, and the held lines (none once the job is lost or capped)."""
+        with self._lock:
+            if self.lost is not None or self.capped:
+                return self._first_seq, ()
+            return self._first_seq, tuple(self._lines)
+
     def add(self, line: LogLine) -> None:
         with self._lock:
             if self.capped:
@@ -96,21 +108,31 @@ class LogShipper:
         limit = self.lease_seconds * LEASE_SHARE_BEFORE_STOPPING
         while not self._stop.wait(min(1.0, limit / 10)):
             silent = time.monotonic() - self._last_answer
+            if silent > self.lease_seconds:
+                self._lose(f"the server has not answered for {silent:.0f} s, the job's whole lease", at_once=True)
+                return
             if silent > limit:
                 self._lose(
                     f"the server has not answered for {silent:.0f} s; it fails a job it does not hear about for "
-                    f"{self.lease_seconds:.0f} s, and another daemon may then run it"
+                    f"{self.lease_seconds:.0f} s, and another daemon may then run it",
+                    at_once=False,
                 )
-                return
 
-    def _lose(self, reason: str) -> None:
+    def _lose(self, reason: str, *, at_once: bool) -> None:
+        """Once; a graceful stop already under way is made immediate when the server says so, or the lease ends."""
         with self._lock:
-            if self.lost is not None:
+            if self._stopped_at_once or (self.lost is not None and not at_once):
                 return
-            self.lost = reason
+            first = self.lost is None
+            self.lost = self.lost or reason
+            self._stopped_at_once = at_once
             self._lines = []
-        log.error("job %s is no longer this daemon's: %s; stopping its Terraform now", self.job_id, reason)
-        self.on_lost(reason)
+        if first:
+            how = "now" if at_once else "(it saves its state first)"
+            log.error("job %s is no longer this daemon's: %s; stopping its Terraform %s", self.job_id, reason, how)
+        else:
+            log.error("job %s: %s; stopping its Terraform now", self.job_id, reason)
+        self.on_lost(reason, at_once)
 
     def _run(self) -> None:
         idle = 0.0
@@ -134,7 +156,8 @@ class LogShipper:
             try:
                 for start in range(0, max(len(batch), 1), MAX_BATCH_LINES):
                     chunk = tuple(batch[start : start + MAX_BATCH_LINES])
-                    reply = self.client.post_logs(self.job_id, LogBatch(logs=chunk, first_seq=first + start))
+                    batch_to_send = LogBatch(logs=chunk, first_seq=first + start)
+                    reply = self.client.post_logs(self.job_id, batch_to_send, retry_for=SHIP_RETRY_SECONDS)
                     self._last_answer = time.monotonic()
                     sent = start + len(chunk)
                     self._heed(reply)
@@ -143,7 +166,7 @@ class LogShipper:
             except ServerRefused as exc:
                 self._last_answer = time.monotonic()
                 if exc.status in JOB_NOT_OURS:
-                    self._lose(f"the server says: {exc.message}")
+                    self._lose(f"the server says: {exc.message}", at_once=True)
                 else:  # the same batch would be refused again: it goes, the job goes on
                     log.error("the server refused log lines of job %s: %s", self.job_id, exc.message)
             except Exception:  # kept for the next flush; the job's own completion call reports a lasting outage

@@ -379,6 +379,9 @@ def _log_row(job: ProvisionerJob, line: LogLine, secrets: tuple[str, ...]) -> Pr
 
 
 def complete_job(daemon: ProvisionerDaemon, job_id: str, completion: JobCompletion) -> None:
+    build = completion.workspace_build
+    if _recorded_late(daemon, job_id, build.state if build is not None else None):
+        return
     job = owned_running_job(daemon, job_id)
     try:
         handlers_for(job).complete(job, completion)
@@ -390,6 +393,22 @@ def complete_job(daemon: ProvisionerDaemon, job_id: str, completion: JobCompleti
         _await_confirmation(job)
         return
     finish_job(job)
+
+
+def _recorded_late(daemon: ProvisionerDaemon, job_id: str, state: bytes | None) -> bool:
+    """An outcome for a job of this daemon's that already ended (reaped while the daemon was cut off, or failed
+    when it restarted): its job type keeps what must not be lost, once, and says so in the job's log. True when
+    the outcome was taken this way (the daemon is done with it); False for a job still running."""
+    job = db.session.get(ProvisionerJob, job_id)
+    if job is None or job.completed_at is None or job.worker_id != daemon.id:
+        return False  # the usual path answers: running, or not this daemon's
+    said = handlers_for(job).late(job, state) if state else ""
+    if said:
+        add_notice(job, said)
+    db.session.commit()
+    if said:
+        publish_job_notice(job.id)
+    return True
 
 
 def _await_confirmation(job: ProvisionerJob) -> None:
@@ -412,6 +431,8 @@ def _await_confirmation(job: ProvisionerJob) -> None:
 def fail_job(daemon: ProvisionerDaemon, job_id: str, failure: JobFailure) -> None:
     """The job ended without success; the state Terraform left is kept. A job someone canceled ends canceled
     (its interrupted Terraform is the expected outcome, not a failure to report)."""
+    if _recorded_late(daemon, job_id, failure.state):
+        return
     job = owned_running_job(daemon, job_id)
     handlers_for(job).fail(job, failure)
     if job.canceled_at is not None:

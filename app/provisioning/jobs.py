@@ -56,6 +56,10 @@ def _nothing_on_failure(job: ProvisionerJob, failure: JobFailure) -> None:
     pass
 
 
+def _nothing_late(job: ProvisionerJob, state: bytes) -> str:
+    return ""
+
+
 def _nothing_when_failed(job: ProvisionerJob) -> None:
     pass
 
@@ -75,6 +79,9 @@ class JobHandlers:
     # After a job ended failed, however it ended (the daemon, the reaper, a rejected completion; not a cancel),
     # committed: e.g. telling the person whose build it was.
     failed: Callable[[ProvisionerJob], None] = _nothing_when_failed
+    # A result the daemon reported after the job had ended (the reaper failed it while the daemon was cut off):
+    # keep what must not be lost (a build's Terraform state); returns what to say in the job's log ("": nothing).
+    late: Callable[[ProvisionerJob, bytes], str] = _nothing_late
     # Values that must never be stored in the job's log (masked before storage).
     secrets: Callable[[ProvisionerJob], list[str]] = _no_secrets
     # What each of some jobs of this type is about, read for all of them at once (lists show hundreds).

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from flask import url_for
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import joinedload
 
 from app.catalog.services import sensitive_variable_values
@@ -107,6 +107,28 @@ def build_fail(job: ProvisionerJob, failure: JobFailure) -> None:
         build_for_job(job).state = failure.state
 
 
+def build_late(job: ProvisionerJob, state: bytes) -> str:
+    """The daemon finished the build after the server had failed it. Its state says what Terraform really did:
+    it is recorded, so that the next build starts from there, unless a newer build has run meanwhile (starting
+    from the older state, it owns the workspace's state now)."""
+    build = build_for_job(job)
+    if build.state == state:
+        return ""  # reported again (a reply lost): recorded already
+    newest = db.session.scalar(
+        select(func.max(WorkspaceBuild.build_number)).where(WorkspaceBuild.workspace_id == build.workspace_id)
+    )
+    if newest != build.build_number:
+        return (
+            "The provisioner daemon finished this build after the server had ended it, but a newer build has run "
+            "since: the Terraform state this build left was not recorded. Check the workspace's resources."
+        )
+    build.state = state
+    return (
+        "The provisioner daemon finished this build after the server had ended it: the Terraform state it left is "
+        "recorded, so the next build starts from what Terraform really did."
+    )
+
+
 def build_failed(job: ProvisionerJob) -> None:
     """Tell the workspace's owner (the build-failed notification), whoever started the build."""
     if job.canceled_at is not None:
@@ -162,6 +184,7 @@ def build_handlers(agent_scripts: AgentScripts) -> JobHandlers:
         complete=build_complete,
         fail=build_fail,
         failed=build_failed,
+        late=build_late,
         secrets=build_secrets,
         describe=build_subjects,
     )
