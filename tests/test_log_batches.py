@@ -12,14 +12,7 @@ from app.core.extensions import db
 from app.provisioning.daemons import _advance_log_count
 from app.provisioning.models import ProvisionerJob, ProvisionerJobLog
 from tests.conftest import Persona
-from tests.support.daemon import FakeDaemon, push_version
-
-
-def _running_job(client: FlaskClient, personas: dict[str, Persona]) -> tuple[FakeDaemon, str, str]:
-    daemon = FakeDaemon(client)
-    version = push_version(client, personas["bob"])
-    assert daemon.call(f"/jobs/{version['job']['id']}/acquire").status_code == 200
-    return daemon, str(version["job"]["id"]), str(version["id"])
+from tests.support.daemon import FakeDaemon, running_import
 
 
 def _lines(*outputs: str) -> list[dict[str, str]]:
@@ -38,7 +31,7 @@ def _post(daemon: FakeDaemon, job_id: str, first_seq: int, lines: list[dict[str,
 
 
 def test_a_batch_sent_again_is_stored_once(client: FlaskClient, personas: dict[str, Persona]) -> None:
-    daemon, job_id, version_id = _running_job(client, personas)
+    daemon, job_id, version_id = running_import(client, personas)
     _post(daemon, job_id, 0, _lines("a", "b"))
     _post(daemon, job_id, 0, _lines("a", "b"))  # the reply was lost: the daemon sends the same batch again
     _post(daemon, job_id, 1, _lines("b", "c", "d"))  # a retry that picked up lines meanwhile
@@ -51,7 +44,7 @@ def test_a_batch_sent_again_is_stored_once(client: FlaskClient, personas: dict[s
 def test_past_the_cap_the_daemon_is_told_to_stop_and_its_numbers_count_the_dropped_lines(
     client: FlaskClient, personas: dict[str, Persona]
 ) -> None:
-    daemon, job_id, version_id = _running_job(client, personas)
+    daemon, job_id, version_id = running_import(client, personas)
     full = [{"output": "y" * 1000} for _ in range(1000)]  # 1 MB: the cap falls inside the second batch
     assert _post(daemon, job_id, 0, full) == {"canceled": False, "stop_sending": False}
     assert _post(daemon, job_id, 1000, full)["stop_sending"] is True
@@ -67,7 +60,7 @@ def test_past_the_cap_the_daemon_is_told_to_stop_and_its_numbers_count_the_dropp
 def test_unnumbered_batches_from_older_daemons_are_stored_as_they_come(
     client: FlaskClient, personas: dict[str, Persona]
 ) -> None:
-    daemon, job_id, version_id = _running_job(client, personas)
+    daemon, job_id, version_id = running_import(client, personas)
     for _ in range(2):
         daemon.call(f"/jobs/{job_id}/logs", {"logs": _lines("same")})
     assert _stored(client, personas, version_id) == ["same", "same"]
@@ -76,7 +69,7 @@ def test_unnumbered_batches_from_older_daemons_are_stored_as_they_come(
 def test_of_two_copies_arriving_together_only_one_moves_the_count(
     app: Flask, client: FlaskClient, personas: dict[str, Persona]
 ) -> None:
-    _, job_id, _ = _running_job(client, personas)
+    _, job_id, _ = running_import(client, personas)
     with app.app_context():
         assert _advance_log_count(job_id, 0, 5)
         assert not _advance_log_count(job_id, 0, 5)  # the second copy read the count before the first moved it

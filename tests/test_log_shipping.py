@@ -10,7 +10,7 @@ from flask.testing import FlaskClient
 
 from protocol.logs import LogLine
 from tests.conftest import Persona
-from tests.support.daemon import PSK_HEADERS, FakeDaemon, push_version
+from tests.support.daemon import PSK_HEADERS, FakeDaemon, running_import
 from tests.support.network_faults import UnreliableNetwork
 from workers.client import ProvisionerClient
 from workers.logship import LogShipper
@@ -19,13 +19,11 @@ from workers.logship import LogShipper
 def _shipper_for(app: Flask, client: FlaskClient, personas: dict[str, Persona], network: UnreliableNetwork) -> tuple[
     LogShipper, str
 ]:  # fmt: skip
-    daemon = FakeDaemon(client)
-    version = push_version(client, personas["bob"])
-    assert daemon.call(f"/jobs/{version['job']['id']}/acquire").status_code == 200
+    daemon, job_id, version_id = running_import(client, personas)
     # retry_for=0: every failure reaches the shipper at once (a long outage, compressed).
     server = ProvisionerClient("http://slipway.test", credential=PSK_HEADERS, retry_for=0, transport=network)
     server.daemon_id = daemon.id
-    return LogShipper(server, version["job"]["id"], on_cancel=lambda: None), str(version["id"])
+    return LogShipper(server, job_id, on_cancel=lambda: None), version_id
 
 
 def _stored(client: FlaskClient, personas: dict[str, Persona], version_id: str) -> list[str]:

@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 from protocol.logs import LogLine
 from protocol.provisionerd import BuildResult, ImportResult, JobCompletion, JobFailure
 from tests.conftest import Persona
-from tests.support.daemon import PSK_HEADERS, FakeDaemon, push_version
+from tests.support.daemon import PSK_HEADERS, FakeDaemon, running_import
 from tests.support.network_faults import UnreliableNetwork
 from workers import runner as runner_module
 from workers.client import ProvisionerClient
@@ -41,6 +41,11 @@ def test_entries_round_trip_privately_and_an_unreadable_one_is_set_aside(tmp_pat
         outbox.forget("../escape")
 
 
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner_module, "DELIVERY_RETRY_SECONDS", (0.01, 0.05))
+
+
 def _runner(app: Flask, daemon: FakeDaemon, network: UnreliableNetwork, cache: Path) -> JobRunner:
     server = ProvisionerClient("http://slipway.test", credential=PSK_HEADERS, retry_for=0, transport=network)
     server.daemon_id = daemon.id
@@ -48,13 +53,9 @@ def _runner(app: Flask, daemon: FakeDaemon, network: UnreliableNetwork, cache: P
 
 
 def test_an_outcome_waits_out_a_server_that_does_not_answer_then_goes_once(
-    app: Flask, client: FlaskClient, personas: dict[str, Persona], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    app: Flask, client: FlaskClient, personas: dict[str, Persona], tmp_path: Path, quick_retries: None
 ) -> None:
-    monkeypatch.setattr(runner_module, "DELIVERY_RETRY_SECONDS", (0.01, 0.05))
-    daemon = FakeDaemon(client)
-    version = push_version(client, personas["bob"])
-    job_id = version["job"]["id"]
-    assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
+    daemon, job_id, version_id = running_import(client, personas)
     network = UnreliableNetwork(app, refuse=20, lose_replies=1)
     runner = _runner(app, daemon, network, tmp_path)
     entry = Undelivered(job_id, JobCompletion(template_import=ImportResult()), 0, (LogLine(output="the last line"),))
@@ -62,19 +63,15 @@ def test_an_outcome_waits_out_a_server_that_does_not_answer_then_goes_once(
     assert network.refuse == 0 and network.lose_replies == 0
     job = client.get(f"/api/v2/provisionerjobs/{job_id}", headers=personas["alice"].auth).json
     assert job["status"] == "succeeded"
-    logs = client.get(f"/api/v2/templateversions/{version['id']}/logs", headers=personas["bob"].auth).json
+    logs = client.get(f"/api/v2/templateversions/{version_id}/logs", headers=personas["bob"].auth).json
     assert [line["output"] for line in logs] == ["the last line"]
     assert list(Outbox(runner.settings.outbox).pending()) == []
 
 
 def test_a_daemon_stopped_while_the_server_is_away_reports_at_its_next_start(
-    app: Flask, client: FlaskClient, personas: dict[str, Persona], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    app: Flask, client: FlaskClient, personas: dict[str, Persona], tmp_path: Path, quick_retries: None
 ) -> None:
-    monkeypatch.setattr(runner_module, "DELIVERY_RETRY_SECONDS", (0.01, 0.05))
-    daemon = FakeDaemon(client)
-    version = push_version(client, personas["bob"])
-    job_id = version["job"]["id"]
-    assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
+    daemon, job_id, _ = running_import(client, personas)
     away = _runner(app, daemon, UnreliableNetwork(app, refuse=10**6), tmp_path)
     delivering = threading.Thread(target=away.deliver, args=(Undelivered(job_id, JobFailure(error="apply failed")),))
     delivering.start()
@@ -95,10 +92,7 @@ def test_an_outcome_kept_for_a_job_the_server_ended_meanwhile_is_taken_not_retri
 ) -> None:
     """The daemon restarted (which fails what it held) and then reports what it kept: the server takes it as late
     (tests/test_late_outcomes.py: a build's state is recorded), and the entry goes."""
-    daemon = FakeDaemon(client)
-    version = push_version(client, personas["bob"])
-    job_id = version["job"]["id"]
-    assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
+    daemon, job_id, _ = running_import(client, personas)
     Outbox(tmp_path / "outbox").keep(Undelivered(job_id, JobFailure(error="x", state=base64.b64encode(b"{}"))))
     FakeDaemon(client)  # registering again: the held job is failed ("restarted")
     runner = _runner(app, daemon, UnreliableNetwork(app), tmp_path)

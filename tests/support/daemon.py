@@ -69,6 +69,14 @@ def push_version(client: FlaskClient, admin: Persona, tags: dict[str, str] | Non
     return dict(version.json)
 
 
+def running_import(client: FlaskClient, personas: dict[str, Persona]) -> tuple[FakeDaemon, str, str]:
+    """A template import a fresh stand-in daemon has acquired: the daemon, the job's id and the version's id."""
+    daemon = FakeDaemon(client)
+    version = push_version(client, personas["bob"])
+    assert daemon.call(f"/jobs/{version['job']['id']}/acquire").status_code == 200
+    return daemon, str(version["job"]["id"]), str(version["id"])
+
+
 def import_template(
     client: FlaskClient,
     personas: dict[str, Persona],
