@@ -28,10 +28,10 @@ class ApiError(click.ClickException):
 
 
 class SlipwayClient:
-    def __init__(self, url: str, token: str | None = None):
+    def __init__(self, url: str, token: str | None = None, *, transport: httpx.BaseTransport | None = None):
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=TIMEOUT)
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=TIMEOUT, transport=transport)
 
     def request(
         self,
