@@ -10,9 +10,7 @@ from datetime import timedelta
 
 from flask import Flask, current_app
 from redis import Redis
-from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
-from rq.serializers import JSONSerializer
 from sqlalchemy import select
 
 from app.core.columns import utcnow
@@ -20,13 +18,15 @@ from app.core.config import Settings
 from app.core.extensions import db
 from app.core.redis_client import get_redis
 from app.provisioning.daemons import add_notice, finish_job
-from app.provisioning.jobs import dispatch
+from app.provisioning.jobs import dispatch_many
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
 
 log = logging.getLogger(__name__)
 # A job just created may not be in Redis yet (its request commits, then enqueues): leave it alone a while.
 RECONCILE_GRACE = timedelta(seconds=5)
 CANCEL_MARGIN = timedelta(seconds=60)
+# The RQ states of an entry a daemon will still pick up (or is picking up).
+WAITING = (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED)
 FORGET_DAEMONS_AFTER = timedelta(days=7)
 EXTENSION_KEY = "slipway_maintenance_tasks"
 
@@ -89,33 +89,35 @@ def _minutes(seconds: int) -> str:
 
 
 def reconcile_queues() -> int:
-    """Re-enqueue pending jobs that Redis no longer holds; the database is the truth about what is pending."""
-    pending = db.session.scalars(
-        select(ProvisionerJob).where(
+    """Re-enqueue pending jobs that Redis no longer holds; the database is the truth about what is pending. One
+    query and one Redis round trip, however many jobs wait."""
+    pending = db.session.execute(
+        select(ProvisionerJob.id, ProvisionerJob.queue).where(
             ProvisionerJob.started_at.is_(None),
             ProvisionerJob.completed_at.is_(None),
             ProvisionerJob.canceled_at.is_(None),
             ProvisionerJob.created_at < utcnow() - RECONCILE_GRACE,
         )
     ).all()
-    restored = 0
-    connection = get_redis()
-    for job in pending:
-        if not _waiting_in_redis(job.id, connection):
-            dispatch(job)
-            restored += 1
-    if restored:
-        log.warning("re-enqueued %d pending provisioner job(s) missing from Redis", restored)
-    return restored
+    if not pending:
+        return 0
+    waiting = _waiting_in_redis([job_id for job_id, _ in pending], get_redis())
+    missing = [(job_id, queue) for job_id, queue in pending if job_id not in waiting]
+    if missing:
+        dispatch_many(missing)
+        log.warning("re-enqueued %d pending provisioner job(s) missing from Redis", len(missing))
+    return len(missing)
 
 
-def _waiting_in_redis(job_id: str, connection: Redis) -> bool:
-    """Queued or being picked up; an entry that ended (a daemon died before acquiring) counts as missing."""
-    try:
-        status = Job.fetch(job_id, connection=connection, serializer=JSONSerializer).get_status(refresh=False)
-    except NoSuchJobError:
-        return False
-    return status in (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED)
+def _waiting_in_redis(job_ids: Sequence[str], connection: Redis) -> set[str]:
+    """The jobs whose RQ entry is queued or being picked up; an entry that ended (a daemon died before acquiring)
+    or is gone counts as missing."""
+    pipeline = connection.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipeline.hget(Job.key_for(job_id), "status")
+    statuses = pipeline.execute()
+    alive = {status.value.encode() for status in WAITING}
+    return {job_id for job_id, status in zip(job_ids, statuses, strict=True) if status in alive}
 
 
 def forget_daemons() -> int:
