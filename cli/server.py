@@ -78,6 +78,12 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "A running job silent this long is failed by the reaper. [default: 5m]",
     ),
     (
+        "--log-retention",
+        "SLIPWAY_LOG_RETENTION",
+        "Trim the logs of jobs finished longer ago than this (e.g. 30d) to their first 20 and last 50 lines and their "
+        "errors, saying how many lines went; 0 keeps every line. [default: 0]",
+    ),
+    (
         "--provisioner-pending-timeout",
         "SLIPWAY_PROVISIONER_PENDING_TIMEOUT",
         "A job no daemon took within this is failed by the reaper. [default: 30m]",

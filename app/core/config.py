@@ -79,6 +79,9 @@ class Settings:
     provisioner_trust_redis: tuple[str, ...] = ()
     provisioner_untagged_jobs: str = "any"
     provisioner_hang_timeout: int = 300
+    # Finished jobs' logs older than this are trimmed to their first and last lines and their errors; 0 keeps
+    # every line for ever.
+    log_retention: int = 0
     provisioner_pending_timeout: int = 1800
     provisioner_force_cancel_interval: int = 600
     # How often an idle daemon calls in; it is offline after 90 s of silence (hidden, for tests).
@@ -207,6 +210,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         provisioner_trust_redis=_trusted_credentials(env),
         provisioner_untagged_jobs=_choice(env, "PROVISIONER_UNTAGGED_JOBS", ("any", "untagged-only")),
         provisioner_hang_timeout=_duration(env, "PROVISIONER_HANG_TIMEOUT", "5m"),
+        log_retention=_duration(env, "LOG_RETENTION", "0", allow_zero=True),
         provisioner_pending_timeout=_duration(env, "PROVISIONER_PENDING_TIMEOUT", "30m"),
         provisioner_force_cancel_interval=_duration(env, "PROVISIONER_FORCE_CANCEL_INTERVAL", "10m"),
         provisioner_heartbeat_interval=_duration(env, "PROVISIONER_HEARTBEAT_INTERVAL", "10s"),
@@ -417,13 +421,13 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     return raw
 
 
-def _duration(env: Mapping[str, str], name: str, default: str) -> int:
+def _duration(env: Mapping[str, str], name: str, default: str, *, allow_zero: bool = False) -> int:
     raw = _get(env, name) or default
     try:
         seconds = parse_duration(raw)
     except ValueError as exc:
         raise SettingsError(f"{PREFIX}{name}: {exc}") from exc
-    if seconds <= 0:
+    if seconds <= 0 and not allow_zero:
         raise SettingsError(f"{PREFIX}{name} must be longer than zero")
     return seconds
 

@@ -20,6 +20,7 @@ from app.core.redis_client import get_redis
 from app.provisioning.daemons import add_notice, finish_job
 from app.provisioning.jobs import dispatch_many
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
+from app.provisioning.retention import trim_old_logs
 
 log = logging.getLogger(__name__)
 # A job just created may not be in Redis yet (its request commits, then enqueues): leave it alone a while.
@@ -138,6 +139,7 @@ def run_maintenance(settings: Settings) -> None:
         reap_jobs(settings)
         reconcile_queues()
         forget_daemons()
+        trim_old_logs(settings)
         for task in tasks:
             task(settings)
     finally:

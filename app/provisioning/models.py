@@ -88,6 +88,8 @@ class ProvisionerJob(Model):
     # How many lines the daemon has numbered so far (batches carry the number of their first line): a batch sent
     # again after a lost reply is recognised and stored once, and lines never sent (past the cap) are counted.
     log_lines_received: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # When log retention trimmed the job's log (app/provisioning/retention.py); None: whole.
+    logs_trimmed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     @hybrid_property
     def status(self) -> str:
