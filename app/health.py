@@ -1,14 +1,18 @@
-"""``GET /healthz``: plain ``OK`` when the database and Redis answer, 503 naming the failing part otherwise."""
+"""``GET /healthz``: plain ``OK`` when the database and Redis answer and the data dir's disk has room, 503 naming
+the failing part otherwise."""
 
 from __future__ import annotations
 
 import logging
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, current_app
 from sqlalchemy import text
 
+from app.core.config import Settings
+from app.core.disk import MIN_FREE_BYTES, disk_space
 from app.core.extensions import db
 from app.core.redis_client import get_redis
+from protocol.values import format_size
 
 log = logging.getLogger(__name__)
 bp = Blueprint("health", __name__)
@@ -29,6 +33,16 @@ def healthz() -> Response:
     except Exception:
         log.warning("health check: redis did not answer", exc_info=True)
         failing.append("redis")
-    if failing:
-        return Response(f"unhealthy: {', '.join(failing)} not answering\n", 503, mimetype="text/plain")
+    problems = [f"{', '.join(failing)} not answering"] if failing else []
+    settings: Settings = current_app.config["SLIPWAY_SETTINGS"]
+    try:
+        free, _ = disk_space(settings.data_dir)
+    except OSError:
+        log.warning("health check: cannot read the data dir's disk space", exc_info=True)
+        problems.append("data dir unreadable")
+    else:
+        if free < MIN_FREE_BYTES:
+            problems.append(f"disk full ({format_size(free)} free under the data dir)")
+    if problems:
+        return Response(f"unhealthy: {'; '.join(problems)}\n", 503, mimetype="text/plain")
     return Response("OK\n", 200, mimetype="text/plain")

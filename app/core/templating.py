@@ -12,6 +12,7 @@ from flask import Flask
 
 from app.core.safe_urls import safe_icon_url, safe_url
 from protocol.tags import format_tags
+from protocol.values import format_size
 
 
 def init_app(app: Flask) -> None:
@@ -20,6 +21,7 @@ def init_app(app: Flask) -> None:
     app.jinja_env.filters["duration"] = duration
     app.jinja_env.filters["tags"] = format_tags
     app.jinja_env.filters["tag_flags"] = tag_flags
+    app.jinja_env.filters["size"] = format_size
     # Every URL a template, agent or daemon chose goes through one of these before it becomes a link or an image.
     app.jinja_env.filters["safe_url"] = safe_url
     app.jinja_env.filters["safe_icon_url"] = safe_icon_url

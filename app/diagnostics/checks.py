@@ -26,6 +26,7 @@ from websockets.sync.client import connect
 from app.catalog.models import Template, TemplateVersion
 from app.core.columns import rfc3339, utcnow
 from app.core.config import Settings
+from app.core.disk import MIN_FREE_BYTES, WARN_FREE_SHARE, database_size, disk_space
 from app.core.extensions import db
 from app.core.redis_client import get_redis
 from app.core.signing import signer
@@ -34,6 +35,7 @@ from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
 from app.provisioning.queue import queue_depths, untagged_rule
 from protocol.codec import JsonObject
 from protocol.tags import SCOPE_USER, daemon_can_run
+from protocol.values import format_size
 
 log = logging.getLogger("slipway.health")
 OK, WARNING, ERROR = "ok", "warning", "error"
@@ -99,7 +101,32 @@ def check_database() -> Section:
         section.warn(
             "database_slow", f"The database answers in {latency} ms (median), over {DATABASE_THRESHOLD_MS} ms."
         )
+    _check_space(section)
     return section
+
+
+def _check_space(section: Section) -> None:
+    """The database's size, and the room left where the data dir lives."""
+    try:
+        section.details["size_bytes"] = database_size()
+    except Exception:  # a size that cannot be read is no finding of its own
+        log.warning("health: cannot read the database size", exc_info=True)
+    finally:
+        db.session.rollback()
+    data_dir = _settings().data_dir
+    try:
+        free, total = disk_space(data_dir)
+    except OSError as exc:
+        section.warn("data_dir_unreadable", f"The data dir {data_dir} cannot be read: {exc.strerror}.", ERROR)
+        return
+    section.details.update(disk_free_bytes=free, disk_total_bytes=total)
+    if free < MIN_FREE_BYTES:
+        section.warn("disk_full", f"The disk of the data dir is full: {format_size(free)} free.", ERROR)
+    elif total and free / total < WARN_FREE_SHARE:
+        section.warn(
+            "disk_nearly_full",
+            f"The disk of the data dir is nearly full: {format_size(free)} of {format_size(total)} free.",
+        )
 
 
 def check_redis() -> Section:
