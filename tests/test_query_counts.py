@@ -53,6 +53,7 @@ def test_lists_cost_the_same_queries_at_10_and_at_200_rows(
     checked = {
         "the member's workspaces": ("/api/v2/workspaces", carol.auth, client),
         "every workspace, for the owner": ("/api/v2/workspaces", alice.auth, client),
+        "a page of workspaces": ("/api/v2/workspaces?limit=25&offset=5", alice.auth, client),
         "jobs": ("/api/v2/provisionerjobs?limit=500", alice.auth, client),
         "daemons": ("/api/v2/provisionerdaemons", alice.auth, client),
         "the workspaces page": ("/workspaces", None, pages),

@@ -9,11 +9,12 @@ from typing import Protocol
 from flask import Response, request
 
 from app.core.extensions import db
+from app.core.validation import query_int
 from app.events import get_relay
 from app.events.relay import EventRelay
 from app.events.sse import event_stream, log_cursor, sse_event, stream_cursor
 from app.events.streams import follow_lines, line_event
-from app.provisioning.jobs import job_logs
+from app.provisioning.jobs import MAX_LOG_LINES_READ, job_logs
 from app.provisioning.models import ACTIVE_STATUSES, AWAITING_CONFIRMATION, ProvisionerJob, ProvisionerJobLog
 from protocol.codec import JsonObject
 
@@ -57,6 +58,9 @@ def logs_response(job: ProvisionerJob) -> Response:
     """GET .../logs: the lines after ``?after=`` as JSON, or with ``follow=true`` a live SSE stream."""
     after = log_cursor(request.args.get("after", "0"))
     if request.args.get("follow", "").lower() not in ("true", "1"):
-        return Response(json.dumps([line.to_json() for line in job_logs(job.id, after)]), mimetype="application/json")
+        # A page at a time with ?limit= (the next page: ?after=<the last id>); at most 10,000 lines per call.
+        limit = query_int("limit", MAX_LOG_LINES_READ, minimum=1, maximum=MAX_LOG_LINES_READ)
+        page = job_logs(job.id, after, limit)
+        return Response(json.dumps([line.to_json() for line in page]), mimetype="application/json")
     cursor = stream_cursor(request.args.get("after"), request.headers.get("Last-Event-ID"))
     return event_stream(follow_job(get_relay(), job.id, cursor, JsonRenderer()))

@@ -11,6 +11,7 @@ from app.auth.blueprints import api_blueprint
 from app.catalog.services import get_version
 from app.core.columns import rfc3339
 from app.core.errors import Forbidden, InvalidInput
+from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, string_field
 from app.provisioning.jobs import cancel_job
 from app.provisioning.log_api import logs_response
@@ -123,11 +124,15 @@ def create_workspace() -> tuple[Response, int]:
 
 @bp.get("/workspaces")
 def list_workspaces() -> Response:
+    """All the caller may see, or a page of them (``?limit=&offset=``); ``X-Total-Count`` says how many."""
     owner = request.args.get("owner", "")
     if owner not in ("", "me"):
         raise InvalidInput("owner may only be 'me'.")
-    workspaces = services.visible_workspaces(api_user(), only_mine=owner == "me", name=request.args.get("name") or None)
-    return jsonify(workspaces_json(workspaces))
+    query = services.visible_workspaces_query(
+        api_user(), only_mine=owner == "me", name=request.args.get("name") or None
+    )
+    workspaces, total = PageRequest.from_args().rows(query)
+    return with_total(jsonify(workspaces_json(workspaces)), total, len(workspaces))
 
 
 @bp.get("/workspaces/<workspace_id>")

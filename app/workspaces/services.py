@@ -84,17 +84,22 @@ def get_build_for(user: User, build_id: str) -> WorkspaceBuild:
 
 
 def visible_workspaces(user: User, *, only_mine: bool = False, name: str | None = None) -> list[Workspace]:
+    return list(db.session.scalars(visible_workspaces_query(user, only_mine=only_mine, name=name)))
+
+
+def visible_workspaces_query(user: User, *, only_mine: bool = False, name: str | None = None) -> Select[Workspace]:
+    """The workspaces ``user`` may see, by name (then id, so that pages never overlap)."""
     query = (
         select(Workspace)
         .where(Workspace.deleted.is_(False))
         .options(joinedload(Workspace.owner), joinedload(Workspace.template))
-        .order_by(Workspace.name)
+        .order_by(Workspace.name_key, Workspace.id)
     )
     if only_mine or not user.is_template_admin:
         query = query.where(Workspace.owner_id == user.id)
     if name is not None:
         query = query.where(Workspace.name_key == name.lower())
-    return list(db.session.scalars(query))
+    return query
 
 
 def latest_builds(workspaces: Sequence[Workspace], *, with_state: bool = False) -> dict[str, WorkspaceBuild]:
