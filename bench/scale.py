@@ -202,10 +202,12 @@ def count_statements(deployment: Deployment) -> dict[str, int]:
         client = app.test_client() if api else pages[who]
         headers = tokens[who] if api else {}
         client.get(path, headers=headers)  # a token's first use records when it was used
-        with counted(app) as statements:
-            reply = client.get(path, headers=headers)
-        assert reply.status_code == 200, (label, reply.status_code, reply.get_data(as_text=True)[:300])
-        counts[label] = len(statements)
+        # The fewer of two: a periodic write (a session's "last seen", the health report) is not the list's cost.
+        for _ in range(2):
+            with counted(app) as statements:
+                reply = client.get(path, headers=headers)
+            assert reply.status_code == 200, (label, reply.status_code, reply.get_data(as_text=True)[:300])
+            counts[label] = min(counts.get(label, len(statements)), len(statements))
     return counts
 
 
