@@ -138,6 +138,9 @@ async def _session(endpoint: TunnelEndpoint, request: SessionRequest, stdin: Int
     ssh_socket, pump_socket = socket.socketpair()
     reader, writer = await asyncio.open_connection(sock=pump_socket)
     bridge = asyncio.create_task(pump(connection, StreamEnd(reader, writer)))
+    # A tunnel that ends (the server died or restarted, the network went) must end the SSH session too: closing
+    # our end of the socketpair is the EOF asyncssh notices; otherwise it would wait for the agent for ever.
+    bridge.add_done_callback(lambda _: writer.close())
     try:
         return await _run_client(ssh_socket, request, stdin)
     except (asyncssh.Error, OSError) as exc:
