@@ -134,6 +134,9 @@ class AcquiredJob(Message):
     # The server fails a job it has not heard about for this long (its hang timeout), and another daemon may then
     # run it: a daemon out of touch for nearly this long stops its Terraform. 0: not said (no such check).
     lease_seconds: int = 0
+    # The number of the job's next log line: not 0 when the job ran before (a plan held for confirmation, then run
+    # again), since the server stores each number once.
+    first_log_seq: Annotated[int, Bounds(0, 2**62)] = 0
 
 
 class LogBatch(Message):

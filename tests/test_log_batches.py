@@ -39,6 +39,8 @@ def test_a_batch_sent_again_is_stored_once(client: FlaskClient, personas: dict[s
     assert _stored(client, personas, version_id) == ["a", "b", "c", "d"]
     job = client.get(f"/api/v2/provisionerjobs/{job_id}", headers=personas["alice"].auth).json
     assert job["logs_dropped"] == 0
+    # A job that runs again (a plan held for confirmation) goes on from the next number, not from 0.
+    assert daemon.call(f"/jobs/{job_id}/acquire").json["first_log_seq"] == 4
 
 
 def test_past_the_cap_the_daemon_is_told_to_stop_and_its_numbers_count_the_dropped_lines(

@@ -48,6 +48,7 @@ class LogShipper:
         *,
         on_lost: Callable[[str, bool], None] = lambda reason, at_once: None,
         lease_seconds: float = 0.0,
+        first_seq: int = 0,
     ):
         self.client = client
         self.job_id = job_id
@@ -60,7 +61,7 @@ class LogShipper:
         self._stopped_at_once = False
         self._last_answer = time.monotonic()
         self._lines: list[LogLine] = []
-        self._first_seq = 0  # the number of self._lines[0] (while capped: of the next line)
+        self._first_seq = first_seq  # the number of self._lines[0] (while capped: of the next line)
         self._lock = threading.Lock()
         self._flushing = threading.Lock()  # one flush at a time: batches go in order
         self._wake = threading.Event()

@@ -103,7 +103,7 @@ class JobRunner:
             shipper = LogShipper(
                 self.client, job.id, on_cancel=control.cancel,
                 on_lost=lambda reason, at_once: control.force() if at_once else control.cancel(),
-                lease_seconds=job.lease_seconds,
+                lease_seconds=job.lease_seconds, first_seq=job.first_log_seq,
             )  # fmt: skip
             with shipper:
                 try:

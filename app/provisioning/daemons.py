@@ -242,7 +242,7 @@ def _payload(job_id: str, settings: Settings) -> AcquiredJob:
     assert job is not None  # noqa: S101 - claimed just now, and jobs are never deleted while running
     base = AcquiredJob(
         id=job.id, type=job.type, tags=job.tags, access_url=settings.access_url,  # type: ignore[arg-type]
-        lease_seconds=settings.provisioner_hang_timeout,
+        lease_seconds=settings.provisioner_hang_timeout, first_log_seq=job.log_lines_received,
     )  # fmt: skip
     try:
         return handlers_for(job).payload(job, base)
