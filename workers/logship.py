@@ -170,8 +170,8 @@ class LogShipper:
                     self._lose(f"the server says: {exc.message}", at_once=True)
                 else:  # the same batch would be refused again: it goes, the job goes on
                     log.error("the server refused log lines of job %s: %s", self.job_id, exc.message)
-            except Exception:  # kept for the next flush; the job's own completion call reports a lasting outage
-                log.warning("could not ship logs of job %s; keeping them to send again", self.job_id, exc_info=True)
+            except Exception as exc:  # kept for the next flush (the client already said what the trouble is)
+                log.warning("could not ship logs of job %s (%s); keeping them to send again", self.job_id, exc)
                 with self._lock:
                     if not self.capped:
                         self._lines = batch[sent:] + self._lines
