@@ -144,12 +144,8 @@ def register_daemon(credential: DaemonCredential, registration: Registration, se
     else:
         # The same daemon came back (restart, crash): whatever it was running is lost with the old process.
         fail_jobs_held_by(daemon.id, "The provisioner daemon restarted while running this job.")
-    daemon.name, daemon.tags, daemon.version, daemon.last_seen_at = (
-        name,
-        normalised,
-        registration.version[:64],
-        utcnow(),
-    )
+    daemon.name, daemon.tags = name, normalised  # the name is a label: it may change across restarts
+    daemon.version, daemon.last_seen_at = registration.version[:64], utcnow()
     daemon.ephemeral = registration.ephemeral
     daemon.terraform_binary, daemon.terraform_version = registration.terraform_binary, registration.terraform_version
     db.session.commit()
