@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import random
 import re
 import sys
@@ -44,7 +43,7 @@ from app.server.embedded_redis import start_embedded_redis
 from app.server.processes import stop
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
-from bench._harness import SLIPWAY, free_port, percentile
+from bench._harness import Server, percentile
 from protocol.provisionerd import JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD
 from tests.support.postgres import PostgresCluster
 from tests.support.queries import counted
@@ -246,35 +245,18 @@ def _signed_in(url: str, email: str) -> httpx.Client:
     return client
 
 
-def run_server(settings_env: dict[str, str], measure: Callable[[str], None]) -> list[float]:
+def run_server(env: dict[str, str], measure: Callable[[str], None]) -> list[float]:
     """A real server (two web workers, no built-in daemons) on the seeded database; returns web workers' RSS (MB)."""
-    import subprocess
-
-    port = free_port()
-    data_dir = tempfile.mkdtemp(prefix="slipway-bench-")
-    args = [SLIPWAY, "server", "--address", f"127.0.0.1:{port}", "--data-dir", data_dir,
-            "--provisioner-daemons", "0", "--web-workers", "2", "--lifecycle-interval", "0"]  # fmt: skip
-    process = subprocess.Popen(args, env=settings_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
+    args = ("--provisioner-daemons", "0", "--web-workers", "2", "--lifecycle-interval", "0")
+    server = Server(extra_args=args, env=env).start()
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(process.stderr.read().decode() if process.stderr else "server did not start")
-            time.sleep(0.2)
-        measure(url)
-        tree = psutil.Process(process.pid).children(recursive=True)
+        measure(server.url)
+        assert server.process is not None
+        tree = psutil.Process(server.process.pid).children(recursive=True)
         masters = {child.pid for child in tree if "gunicorn" in " ".join(child.cmdline())}
-        workers = [child for child in tree if child.ppid() in masters]
-        return [worker.memory_info().rss / 1e6 for worker in workers]
+        return [child.memory_info().rss / 1e6 for child in tree if child.ppid() in masters]
     finally:
-        process.send_signal(2)
-        process.wait(timeout=60)
+        server.stop()
 
 
 def main() -> None:
@@ -305,8 +287,7 @@ def main() -> None:
         for size in sizes:
             deployment.grow_to(size)
             statements[size] = count_statements(deployment)
-            server_env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
-            server_env.update({key: value for key, value in env.items() if key != "SLIPWAY_DATA_DIR"})
+            server_env = {key: value for key, value in env.items() if key != "SLIPWAY_DATA_DIR"}
 
             def measure(url: str, size: int = size) -> None:
                 timings[size] = time_requests(deployment, url, args.requests)
