@@ -103,6 +103,9 @@ class QuietRedisOutages(logging.Filter):
         return not repeated
 
 
+QUIET_REDIS_OUTAGES = QuietRedisOutages()
+
+
 class RedisJobSource:
     """Jobs from RQ, through Redis outages: when Redis stops answering (at start, while idle, or as a job ends and
     RQ does its bookkeeping), the daemon says so, waits for Redis and serves again with a fresh worker. It never
@@ -115,9 +118,8 @@ class RedisJobSource:
         self.connection = connection
         self.runner = runner
         self.worker: ProvisionerWorker | None = None
-        self.outages = 0
         self._stop = False
-        logging.getLogger("rq.worker").addFilter(QuietRedisOutages())
+        logging.getLogger("rq.worker").addFilter(QUIET_REDIS_OUTAGES)  # once: a filter already added is not again
 
     @property
     def busy(self) -> bool:
@@ -149,7 +151,6 @@ class RedisJobSource:
                 except REDIS_DOWN as exc:
                     if self._stop:
                         return
-                    self.outages += 1
                     log.warning("Redis is not answering (%s); waiting for it, then taking jobs again", exc)
                     self._wait_for_redis()
                     log.info("Redis answers again; taking jobs")

@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from app.core.extensions import db
 
@@ -28,7 +27,7 @@ def database_size() -> int | None:
     engine = db.engine
     if engine.dialect.name == "postgresql":
         return int(db.session.scalar(text("SELECT pg_database_size(current_database())")) or 0)
-    database = make_url(str(engine.url)).database
+    database = engine.url.database
     if engine.dialect.name != "sqlite" or not database or database == ":memory:":
         return None
     files = [Path(database + suffix) for suffix in ("", "-wal", "-shm")]
