@@ -11,7 +11,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import Persona
-from tests.support.daemon import FakeDaemon, import_template
+from tests.support.daemon import FakeDaemon, held_first_build, import_template
 
 RACERS = 20
 
@@ -34,18 +34,12 @@ def race(app: Flask, request: Callable[[FlaskClient, int], Any]) -> list[Any]:
     return replies
 
 
-def _finish(daemon: FakeDaemon, job_id: str) -> None:
-    assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
-    assert daemon.call(f"/jobs/{job_id}/complete", {"workspace_build": {}}).status_code == 204
-
-
 def test_stop_requests_at_once_make_one_build(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:
     carol = personas["carol"]
     daemon = FakeDaemon(client)
-    template = import_template(client, personas, daemon)
-    body = {"template_id": template["id"], "name": "busy", "rich_parameter_values": [{"name": "region", "value": "eu"}]}
-    workspace = client.post("/api/v2/workspaces", json=body, headers=carol.auth).json
-    _finish(daemon, workspace["latest_build"]["job"]["id"])
+    workspace = held_first_build(client, personas, daemon, import_template(client, personas, daemon), "busy")
+    done = daemon.call(f"/jobs/{workspace['latest_build']['job']['id']}/complete", {"workspace_build": {}})
+    assert done.status_code == 204
 
     replies = race(
         app,

@@ -13,18 +13,14 @@ from app.core.extensions import db
 from app.provisioning.daemons import fail_jobs_held_by
 from app.workspaces.models import WorkspaceBuild
 from tests.conftest import Persona
-from tests.support.daemon import FakeDaemon, import_template
+from tests.support.daemon import FakeDaemon, held_first_build, import_template
 
 STATE = b'{"version": 4, "serial": 7, "resources": [{"type": "terraform_data", "name": "home"}]}'
 
 
 def _reaped_build(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> tuple[FakeDaemon, dict[str, Any]]:
     daemon = FakeDaemon(client)
-    template = import_template(client, personas, daemon)
-    body = {"template_id": template["id"], "name": "ws", "rich_parameter_values": [{"name": "region", "value": "eu"}]}
-    workspace = client.post("/api/v2/workspaces", json=body, headers=personas["carol"].auth).json
-    job_id = workspace["latest_build"]["job"]["id"]
-    assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
+    workspace = held_first_build(client, personas, daemon, import_template(client, personas, daemon))
     with app.app_context():  # what the reaper does to a job it has not heard about
         fail_jobs_held_by(daemon.id, "The provisioner daemon stopped reporting (hung).")
     return daemon, workspace

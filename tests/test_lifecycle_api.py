@@ -11,17 +11,15 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import Persona
-from tests.support.daemon import FakeDaemon, import_template
+from tests.support.daemon import FakeDaemon, held_first_build, import_template
 
 
 @pytest.fixture
 def setup(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> dict[str, Any]:
     daemon = FakeDaemon(client)
     template = import_template(client, personas, daemon)
-    body = {"template_id": template["id"], "name": "ws", "rich_parameter_values": [{"name": "region", "value": "eu"}]}
-    workspace = client.post("/api/v2/workspaces", json=body, headers=personas["carol"].auth).json
+    workspace = held_first_build(client, personas, daemon, template)
     job_id = workspace["latest_build"]["job"]["id"]
-    assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
     assert daemon.call(f"/jobs/{job_id}/complete", {"workspace_build": {"resources": []}}).status_code == 204
     return {"template": template, "workspace": workspace}
 

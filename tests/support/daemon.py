@@ -77,6 +77,16 @@ def running_import(client: FlaskClient, personas: dict[str, Persona]) -> tuple[F
     return daemon, str(version["job"]["id"]), str(version["id"])
 
 
+def held_first_build(
+    client: FlaskClient, personas: dict[str, Persona], daemon: FakeDaemon, template: dict[str, Any], name: str = "ws"
+) -> dict[str, Any]:
+    """A workspace of carol's, created from ``template``, whose first build ``daemon`` has acquired."""
+    body = {"template_id": template["id"], "name": name, "rich_parameter_values": [{"name": "region", "value": "eu"}]}
+    workspace: dict[str, Any] = client.post("/api/v2/workspaces", json=body, headers=personas["carol"].auth).json
+    assert daemon.call(f"/jobs/{workspace['latest_build']['job']['id']}/acquire").status_code == 200
+    return workspace
+
+
 def import_template(
     client: FlaskClient,
     personas: dict[str, Persona],
