@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -151,8 +152,13 @@ class ProvisionerJob(Model):
     @classmethod
     def queue_order(cls) -> tuple[ColumnElement[int], ColumnElement[datetime], ColumnElement[str]]:
         """The order daemons take pending jobs in: high priority first, then oldest first."""
-        low_last = case((cls.priority == PRIORITY_LOW, 1), else_=0)
-        return low_last, cls.created_at.asc(), cls.id.asc()
+        low_last, created_at, job_id = cls.serve_key(cls)
+        return low_last, created_at.asc(), job_id.asc()
+
+    @staticmethod
+    def serve_key(job: Any) -> tuple[ColumnElement[int], ColumnElement[datetime], ColumnElement[str]]:
+        """What queue_order() sorts on, for the table or an alias of it (to compare two jobs' places in SQL)."""
+        return case((job.priority == PRIORITY_LOW, 1), else_=0), job.created_at, job.id
 
     def to_json(self, **extra: JsonValue) -> JsonObject:
         return {

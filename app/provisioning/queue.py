@@ -11,14 +11,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from flask import current_app
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, and_, func, select, tuple_
+from sqlalchemy.orm import aliased
 
 from app.core.columns import utcnow
 from app.core.extensions import db
 from app.provisioning.models import DAEMON_STALE_AFTER, PENDING, ProvisionerDaemon, ProvisionerJob
-from protocol.tags import daemon_can_run, queue_name
+from protocol.tags import LOW_PRIORITY_SUFFIX, daemon_can_run
 from protocol.terraform_versions import satisfies
 
 
@@ -37,13 +39,8 @@ def online_daemons() -> list[ProvisionerDaemon]:
     return list(db.session.scalars(query.order_by(ProvisionerDaemon.created_at)))
 
 
-def pending_jobs() -> list[ProvisionerJob]:
-    query = select(ProvisionerJob).where(
-        ProvisionerJob.started_at.is_(None),
-        ProvisionerJob.completed_at.is_(None),
-        ProvisionerJob.canceled_at.is_(None),
-    )
-    return list(db.session.scalars(query.order_by(*ProvisionerJob.queue_order())))
+def _pending(job: type[ProvisionerJob] | Any) -> ColumnElement[bool]:
+    return and_(job.started_at.is_(None), job.completed_at.is_(None), job.canceled_at.is_(None))
 
 
 def untagged_rule() -> str:
@@ -53,7 +50,11 @@ def untagged_rule() -> str:
 
 def queue_depths() -> Counter[str]:
     """Pending jobs per tag set, of both priorities: what autoscalers scale on and the health report watches."""
-    return Counter(queue_name(job.tags) for job in pending_jobs())
+    query = select(ProvisionerJob.queue, func.count()).where(_pending(ProvisionerJob)).group_by(ProvisionerJob.queue)
+    depths: Counter[str] = Counter()
+    for queue, count in db.session.execute(query):
+        depths[queue.removesuffix(LOW_PRIORITY_SUFFIX)] += count
+    return depths
 
 
 def terraform_fits(daemon: ProvisionerDaemon, job: ProvisionerJob) -> bool:
@@ -79,28 +80,80 @@ def needs_terraform(job: ProvisionerJob, daemons: Sequence[ProvisionerDaemon]) -
     return f"needs terraform {job.required_terraform}; daemons have {', '.join(have)}"
 
 
+@dataclass(frozen=True)
+class _Group:
+    """Pending jobs that every daemon takes or leaves alike: one queue (tag set and priority) and Terraform need."""
+
+    queue: str
+    required_terraform: str | None
+
+
 def queue_infos(jobs: Sequence[ProvisionerJob]) -> dict[str, QueueInfo]:
-    """QueueInfo for each of ``jobs``, from one read of the pending jobs and the online daemons."""
+    """QueueInfo for each of ``jobs``, from a few aggregate queries whatever the number of pending jobs.
+
+    Daemons are matched against each group of pending jobs rather than each job, and daemons that match the same
+    groups share their queue: a job's position under such daemons is the number of their groups' jobs served no
+    later than it, which one grouped count answers for the whole page.
+    """
     daemons = online_daemons()
-    queued: Counter[str] = Counter()
-    best: dict[str, int] = {}
-    matches: dict[str, list[str]] = {}
-    for job in pending_jobs():  # in the order each daemon will serve them, so that its queue grows in that order
-        matches[job.id] = [daemon.id for daemon in matching_daemons(job, daemons)]
-        for daemon_id in matches[job.id]:
-            queued[daemon_id] += 1
-            best[job.id] = min(best.get(job.id, queued[daemon_id]), queued[daemon_id])
+    totals, group_tags = _pending_groups()
+    serving = {group: _daemons_serving(group, tags, daemons) for group, tags in group_tags.items()}
+    # Daemons that take the same groups have the same queue; each such queue, by the groups it holds.
+    queues = {frozenset(group for group in serving if daemon.id in serving[group]) for daemon in daemons}
+    ahead = _served_no_later([job.id for job in jobs if job.status == PENDING])
     infos = {}
     for job in jobs:
-        if job.status == PENDING and job.id in matches:
-            daemon_ids = matches[job.id]
-            size = max((queued[daemon_id] for daemon_id in daemon_ids), default=0)
-            infos[job.id] = QueueInfo(best.get(job.id, 0), size, len(daemon_ids))
-        else:
+        group = _Group(job.queue, job.required_terraform)
+        if job.status != PENDING or group not in serving:
             infos[job.id] = QueueInfo(available=len(matching_daemons(job, daemons)))
+        else:
+            held_in = [queue for queue in queues if group in queue]
+            position = min((sum(ahead[job.id][other] for other in queue) for queue in held_in), default=0)
+            size = max((sum(totals[other] for other in queue) for queue in held_in), default=0)
+            infos[job.id] = QueueInfo(position, size, len(serving[group]))
         if job.status == PENDING and infos[job.id].available == 0:
             infos[job.id] = QueueInfo(needs_terraform=needs_terraform(job, daemons))
     return infos
+
+
+def _pending_groups() -> tuple[Counter[_Group], dict[_Group, dict[str, str]]]:
+    """How many jobs wait in each group, and each group's tags (read from one of its jobs)."""
+    grouped = (
+        select(ProvisionerJob.queue, ProvisionerJob.required_terraform, func.count(), func.min(ProvisionerJob.id))
+        .where(_pending(ProvisionerJob))
+        .group_by(ProvisionerJob.queue, ProvisionerJob.required_terraform)
+    )
+    totals: Counter[_Group] = Counter()
+    examples: dict[str, _Group] = {}
+    for queue, required, count, example in db.session.execute(grouped):
+        totals[_Group(queue, required)] = count
+        examples[example] = _Group(queue, required)
+    if not examples:
+        return totals, {}
+    tags = select(ProvisionerJob.id, ProvisionerJob.tags).where(ProvisionerJob.id.in_(examples))
+    return totals, {examples[job_id]: job_tags for job_id, job_tags in db.session.execute(tags)}
+
+
+def _daemons_serving(group: _Group, tags: dict[str, str], daemons: Sequence[ProvisionerDaemon]) -> set[str]:
+    example = ProvisionerJob(tags=tags, required_terraform=group.required_terraform)
+    return {daemon.id for daemon in matching_daemons(example, daemons)}
+
+
+def _served_no_later(job_ids: Sequence[str]) -> dict[str, Counter[_Group]]:
+    """For each pending job, the pending jobs of each group that daemons serve before it, or it itself."""
+    ahead: dict[str, Counter[_Group]] = {job_id: Counter() for job_id in job_ids}
+    if not job_ids:
+        return ahead
+    other, job = aliased(ProvisionerJob), aliased(ProvisionerJob)
+    query = (
+        select(job.id, other.queue, other.required_terraform, func.count())
+        .join(other, tuple_(*ProvisionerJob.serve_key(other)) <= tuple_(*ProvisionerJob.serve_key(job)))
+        .where(job.id.in_(job_ids), _pending(other))
+        .group_by(job.id, other.queue, other.required_terraform)
+    )
+    for job_id, queue, required, count in db.session.execute(query):
+        ahead[job_id][_Group(queue, required)] = count
+    return ahead
 
 
 def queue_info(job: ProvisionerJob) -> QueueInfo:
