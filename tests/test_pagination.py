@@ -3,11 +3,14 @@ everything, as they always did."""
 
 from __future__ import annotations
 
+import re
+
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.conftest import Persona
+from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template, running_import
+from tests.support.web import sign_in
 from tests.test_query_counts import add_workspaces
 
 
@@ -42,3 +45,29 @@ def test_a_log_is_read_a_page_at_a_time(client: FlaskClient, personas: dict[str,
     rest = client.get(f"{path}?limit=5&after={first[-1]['id']}", headers=auth).json
     assert [line["output"] for line in first + rest] == [f"line {n}" for n in range(7)]
     assert client.get(f"{path}?limit=0", headers=auth).status_code == 400
+
+
+def test_the_workspaces_page_shows_one_page_at_a_time(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    template_id = str(import_template(client, personas, FakeDaemon(client))["id"])
+    add_workspaces(app, template_id, personas["carol"].id, 30)
+    pages = app.test_client()
+    sign_in(pages, "carol@example.com", PASSWORD)
+
+    def names(page: str) -> list[str]:
+        return re.findall(r"<strong>(w\d+)</strong>", page)
+
+    first = pages.get("/workspaces").get_data(as_text=True)
+    assert len(names(first)) == 25 and "1–25 of 30" in first and 'rel="next" href="/workspaces?page=2"' in first
+    second = pages.get("/workspaces?page=2").get_data(as_text=True)
+    assert len(names(second)) == 5 and "26–30 of 30" in second and 'rel="prev"' in second
+    assert set(names(first)) | set(names(second)) == {f"w{number}" for number in range(30)}
+    # The live stream watches the page on screen, and a bookmark past the end shows the last page.
+    assert "/workspaces/events?seen=" in second and "page=2" in second
+    assert names(pages.get("/workspaces?page=9").get_data(as_text=True)) == names(second)
+    bad = pages.get("/workspaces?page=0")
+    assert bad.status_code == 400 and "page must be a whole number" in bad.get_data(as_text=True)
+    other = app.test_client()
+    sign_in(other, "dave@example.com", PASSWORD)
+    assert "of 30" not in other.get("/workspaces").get_data(as_text=True)  # a member sees only their own

@@ -1,7 +1,8 @@
-"""``?limit=`` and ``?offset=`` for list APIs, and the ``X-Total-Count`` header that says how many there are.
+"""``?limit=`` and ``?offset=`` for list APIs, and the ``X-Total-Count`` header that says how many there are;
+``?page=`` for the dashboard's lists.
 
 Lists answer every row when no limit is asked for (what the API always did, and what scripts rely on); a client
-that pages asks for a limit and follows the total.
+that pages asks for a limit and follows the total. The dashboard always shows one page (``PAGE_SIZE`` rows).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from flask import Response
+from flask import Response, request, url_for
 from sqlalchemy import Select, func, select
 
 from app.core.extensions import db
@@ -34,13 +35,58 @@ class PageRequest:
         """The page's rows, and the total count when the page is not everything (None when it is)."""
         if self.limit is None and not self.offset:
             return list(db.session.scalars(query).unique()), None
-        total = db.session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0
         paged = query.offset(self.offset)
         if self.limit is not None:
             paged = paged.limit(self.limit)
-        return list(db.session.scalars(paged).unique()), int(total)
+        return list(db.session.scalars(paged).unique()), count_rows(query)
+
+
+def count_rows(query: Select[Any]) -> int:
+    return int(db.session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0)
 
 
 def with_total(response: Response, total: int | None, shown: int) -> Response:
     response.headers[TOTAL_HEADER] = str(shown if total is None else total)
     return response
+
+
+PAGE_SIZE = 25
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a dashboard list (``?page=``, from 1): its rows, and where it stands among all of them."""
+
+    rows: list[Any]
+    number: int
+    size: int
+    total: int
+
+    @property
+    def count(self) -> int:
+        return max(1, -(-self.total // self.size))
+
+    @property
+    def first(self) -> int:
+        return (self.number - 1) * self.size + 1 if self.rows else 0
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.rows) - 1 if self.rows else 0
+
+    def link(self, number: int) -> str:
+        """This list at page ``number``, keeping its other query parameters (filters, sort)."""
+        args = {key: value for key, value in request.args.items() if key != "page"}
+        return url_for(str(request.endpoint), **(request.view_args or {}), **args, page=number)
+
+
+def requested_page() -> int:
+    return query_int("page", 1, minimum=1)
+
+
+def page_of(query: Select[Any], number: int, size: int = PAGE_SIZE) -> Page:
+    """Page ``number`` of the rows; past the end (a bookmark of a list that has shrunk), the last page."""
+    total = count_rows(query)
+    number = min(number, max(1, -(-total // size)))
+    rows = list(db.session.scalars(query.offset((number - 1) * size).limit(size)).unique())
+    return Page(rows, number, size, total)

@@ -15,6 +15,7 @@ from app.catalog import services as catalog
 from app.catalog.models import TemplateVersion
 from app.core.errors import DomainError
 from app.core.extensions import db
+from app.core.pagination import page_of, requested_page
 from app.events import get_relay
 from app.events.sse import event_stream
 from app.events.streams import follow_changes, follow_statuses, seen_token
@@ -38,11 +39,13 @@ def home() -> Response:
 
 @bp.get("/workspaces")
 def index() -> str:
-    workspaces = services.visible_workspaces(page_user())
-    latest = services.latest_builds(workspaces)
-    rows = [(workspace, latest[workspace.id]) for workspace in workspaces]
+    page = page_of(services.visible_workspaces_query(page_user()), requested_page())
+    latest = services.latest_builds(page.rows)
+    rows = [(workspace, latest[workspace.id]) for workspace in page.rows]
     seen = seen_token({"refresh": _list_state(rows)})
-    return render_template("workspaces/index.html", rows=rows, status_of=services.build_status, stream_seen=seen)
+    return render_template(
+        "workspaces/index.html", rows=rows, page=page, status_of=services.build_status, stream_seen=seen
+    )
 
 
 def _list_state(rows: Sequence[tuple[Workspace, WorkspaceBuild]]) -> list[tuple[str, int, str]]:
@@ -57,16 +60,17 @@ SECTION_POLL_SECONDS = 2.0
 
 @bp.get("/workspaces/events")
 def status_events() -> Response:
-    """`refresh` when any workspace this user sees (or the one named by ?workspace=) changes status; for one
-    workspace also each section's event (`agents`) when what it shows changes."""
+    """`refresh` when a workspace on the list's page (?page=) or the one named by ?workspace= changes status; for
+    one workspace also each section's event (`agents`) when what it shows changes."""
     user = page_user()
     only = request.args.get("workspace")
     seen = request.args.get("seen")
     if only:
         return _workspace_events(services.get_workspace_for(user, only).id, seen)
+    number = requested_page()
 
     def statuses() -> list[tuple[str, int, str]]:
-        workspaces = services.visible_workspaces(user)
+        workspaces = page_of(services.visible_workspaces_query(user), number).rows
         latest = services.latest_builds(workspaces)
         return _list_state([(workspace, latest[workspace.id]) for workspace in workspaces])
 
