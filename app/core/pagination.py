@@ -76,8 +76,8 @@ class Page:
 
     def link(self, number: int) -> str:
         """This list at page ``number``, keeping its other query parameters (filters, sort)."""
-        args = {key: value for key, value in request.args.items() if key != "page"}
-        return url_for(str(request.endpoint), **(request.view_args or {}), **args, page=number)
+        values: dict[str, Any] = {**(request.view_args or {}), **request.args.to_dict(), "page": number}
+        return url_for(str(request.endpoint), **values)
 
 
 def requested_page() -> int:
