@@ -8,10 +8,18 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
+from tests.conftest import PASSWORD
+from tests.support.daemon_user import shared_dir
+from tests.support.http_daemon import api_client, sign_up_owner
 from tests.support.net import free_port
+from tests.support.provisionerd import push_import, wait_job
 from tests.support.server import SLIPWAY, ServerProcess, run_server_once
+from tests.support.waiting import wait_until
+
+TERMINAL = ("succeeded", "failed", "canceled")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -102,3 +110,37 @@ def test_unreachable_database_is_one_clear_line(tmp_path: Path) -> None:
 def test_version_flag() -> None:
     result = subprocess.run([SLIPWAY, "--version"], capture_output=True, text=True, check=True)
     assert result.stdout.startswith("slipway, version ")
+
+
+def test_stopping_the_server_mid_build_cancels_the_build_and_leaves_no_process(tmp_path: Path) -> None:
+    """Ctrl-C while a built-in daemon applies: the daemon cancels the build while the web server still takes its
+    outcome, Terraform and what it started (a local-exec) end with it, and the build says why once back."""
+    marker = shared_dir() / f"applying-{tmp_path.name}"  # where the daemon's user can see it
+    slow = f'  provisioner "local-exec" {{\n    command = "while [ -e {marker} ]; do sleep 0.2; done"\n  }}\n'
+    files = {"main.tf": f'resource "terraform_data" "slow" {{\n{slow}}}\n'}
+    server = ServerProcess(tmp_path / "data", "--provisioner-daemons", "1", "--provisioner-grant-access")
+    marker.touch()
+    with server, api_client(server.url, sign_up_owner(server.url, PASSWORD)) as api:
+        version = push_import(api, files=files)
+        assert wait_job(api, version["job"]["id"], TERMINAL, timeout=180)["status"] == "succeeded"
+        template = api.post("/templates", json={"name": "slow", "version_id": version["id"]}).json()
+        build = api.post("/workspaces", json={"template_id": template["id"], "name": "ws"}).json()["latest_build"]
+        wait_until(lambda: _running(marker), timeout=120, what="the apply's local-exec")
+
+        assert server.stop() == 0
+        assert not _running(marker), "the local-exec outlived the server"
+        assert "cancel any running build first" in server.log()
+        server.start()
+        job = wait_job(api, build["job"]["id"], TERMINAL, timeout=60)
+        assert job["status"] == "failed" and "stopped (SIGINT)" in job["error"], job
+        log = " ".join(line["output"] for line in api.get(f"/workspacebuilds/{build['id']}/logs").json())
+        assert "local-exec" in log and "Error running command" in log, log[-2000:]
+    marker.unlink()
+
+
+def _running(marker: Path) -> list[int]:
+    return [
+        process.pid
+        for process in psutil.process_iter(["cmdline"])
+        if str(marker) in " ".join(process.info["cmdline"] or [])
+    ]

@@ -54,6 +54,37 @@ def spawn(
     return process
 
 
+def interrupt(processes: Sequence[subprocess.Popen[bytes]], *, grace: float, force_grace: float) -> None:
+    """SIGINT each process and wait up to ``grace`` seconds in total; then SIGINT those still running again and wait
+    up to ``force_grace`` more. (A daemon cancels its job on the first, Terraform keeping its state, and kills its
+    Terraform with everything Terraform started on the second.)"""
+    for process in processes:
+        _signal(process, signal.SIGINT)
+    if _wait_all(processes, grace):
+        return
+    for process in processes:
+        _signal(process, signal.SIGINT)
+    _wait_all(processes, force_grace)
+
+
+def _wait_all(processes: Sequence[subprocess.Popen[bytes]], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    for process in processes:
+        try:
+            process.wait(timeout=max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            return False
+    return True
+
+
+def _signal(process: subprocess.Popen[bytes], signum: int) -> None:
+    if process.poll() is None:
+        try:
+            os.kill(process.pid, signum)
+        except ProcessLookupError:
+            pass
+
+
 def stop(processes: Sequence[subprocess.Popen[bytes]], *, grace: float) -> None:
     """SIGTERM every process, wait up to ``grace`` seconds in total, then SIGKILL what is left."""
     for process in processes:

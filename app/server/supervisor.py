@@ -35,10 +35,14 @@ from app.server.embedded_redis import (
     embedded_redis_url,
     start_embedded_redis,
 )
-from app.server.processes import spawn, stop
+from app.server.processes import interrupt, spawn, stop
 
 log = logging.getLogger("slipway.server")
 SHUTDOWN_GRACE_SECONDS = 10.0
+# On the way out, built-in daemons cancel their builds while the web server still takes the builds' last lines and
+# outcome: Terraform is interrupted (its state kept) and gets this long before it is killed with all it started.
+BUILD_CANCEL_GRACE_SECONDS = 30.0
+BUILD_KILL_GRACE_SECONDS = 5.0
 
 
 class StartupError(RuntimeError):
@@ -270,12 +274,18 @@ class Supervisor:
         # setting the Event here could wait on its lock forever (the watch loop's own wait held it once, and the
         # server never stopped). So: a flag the loop reads, and killing needs no lock.
         if self.signalled:  # a second Ctrl-C: stop waiting politely
+            for daemon in self.daemons:  # a second SIGINT: the daemon kills its Terraform now
+                if daemon.process is not None and daemon.process.poll() is None:
+                    os.kill(daemon.process.pid, signal.SIGINT)
             for child in self.children:
                 child.kill()
         self.signalled = True
 
     def shutdown(self) -> None:
         daemon_processes = [daemon.process for daemon in self.daemons if daemon.process is not None]
+        if any(process.poll() is None for process in daemon_processes):
+            self.echo("Stopping: built-in provisioner daemons cancel any running build first (Ctrl-C again stops at once).")
+            interrupt(daemon_processes, grace=BUILD_CANCEL_GRACE_SECONDS, force_grace=BUILD_KILL_GRACE_SECONDS)
         stop(daemon_processes + self.children, grace=SHUTDOWN_GRACE_SECONDS)
         self.daemons.clear()
         if self.redis_process is not None:
