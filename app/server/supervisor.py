@@ -284,7 +284,7 @@ class Supervisor:
     def shutdown(self) -> None:
         daemon_processes = [daemon.process for daemon in self.daemons if daemon.process is not None]
         if any(process.poll() is None for process in daemon_processes):
-            self.echo("Stopping: built-in provisioner daemons cancel any running build first (Ctrl-C again stops at once).")
+            self.echo("Stopping: built-in provisioner daemons cancel any running build first (Ctrl-C again: at once).")
             interrupt(daemon_processes, grace=BUILD_CANCEL_GRACE_SECONDS, force_grace=BUILD_KILL_GRACE_SECONDS)
         stop(daemon_processes + self.children, grace=SHUTDOWN_GRACE_SECONDS)
         self.daemons.clear()
