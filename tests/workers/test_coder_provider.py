@@ -379,3 +379,30 @@ def test_install_is_idempotent_and_launches_the_daemons_interpreter(tmp_path: Pa
     assert len(launchers) == len(MIRRORED_VERSIONS)
     assert all(path.read_text().startswith(f"#!{sys.executable} -I\n") for path in launchers)
     assert 'include = ["registry.terraform.io/coder/coder"]' in config.read_text()
+
+
+def test_a_value_known_only_by_its_prefix_at_plan_time_is_validated_once_known(template: Template) -> None:
+    """Terraform 1.6+ sends "unknown, but starts with 'code-'" (a refined unknown, msgpack extension 12) for a
+    string built from a value not yet known: it is unknown, not the raw prefix to check as a slug ("code-" ends in a
+    dash and would fail), and the real value is checked at apply."""
+    workspace = template(
+        """
+resource "terraform_data" "suffix" {}
+resource "coder_agent" "dev" {
+  os   = "linux"
+  arch = "amd64"
+}
+resource "coder_app" "code" {
+  agent_id     = coder_agent.dev.id
+  slug         = "code-${substr(terraform_data.suffix.id, 0, 4)}"
+  display_name = "Code ${terraform_data.suffix.id}"
+  url          = "http://localhost:${length(terraform_data.suffix.id)}"
+}
+"""
+    )
+
+    state = workspace.apply()
+
+    app = resource_values(state, "coder_app.code")
+    assert re.fullmatch(r"code-[0-9a-f]{4}", app["slug"]), app
+    assert app["url"] == "http://localhost:36"

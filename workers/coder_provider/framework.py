@@ -7,6 +7,7 @@
   create (computed attributes inside nested blocks, such as `item.is_null`, must be known or unknown in the plan,
   never null) and we must answer destroy plans, which the base servicer rejects although it announces them.
 - `serve`: `tf.runner.run_provider` hard-wires the base servicer, so this is its loop with ours in place.
+- `read_refined_unknowns`: Terraform 1.6+ sends refined unknowns, which `tf` reads as raw msgpack extensions.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import tempfile
 from concurrent import futures
 from typing import Any
 
+from tf import utils as tf_utils
 from tf.gen import tfplugin_pb2 as pb
 from tf.iface import PlanContext, Provider
 from tf.provider import ProviderServicer, _decode_state, _encode_state, _encode_state_d
@@ -102,8 +104,34 @@ class CoderProviderServicer(ProviderServicer):  # type: ignore[misc]
         )
 
 
+# cty's msgpack extension for an unknown that carries refinements ("not null", "a string starting with 'code-'",
+# number bounds, collection length), which Terraform 1.6+ sends for values partly known at plan time.
+REFINED_UNKNOWN_EXTENSION = 12
+
+
+def read_refined_unknowns() -> None:
+    """Read refined unknowns as Unknown, as the plain unknown (extension 0) already is.
+
+    `tf` 1.2 knows only extension 0 and hands any other extension to the provider as an ``ExtType``, which
+    validation then checks as if it were the value ("slug ExtType(code=12, ...) must match"). The refinements only
+    narrow what the value may become; the provider checks the value itself once it is known, so dropping them
+    loses nothing. This belongs in `tf`'s reader (`tf.utils._msgpack_ext_hook`), which every request goes through;
+    until `tf` reads them itself, the reader is wrapped here, once per provider process.
+    """
+    reader = tf_utils._msgpack_ext_hook
+    if getattr(reader, "reads_refined_unknowns", False):
+        return
+
+    def read_extension(code: int, data: bytes) -> Any:
+        return Unknown if code == REFINED_UNKNOWN_EXTENSION else reader(code, data)
+
+    read_extension.reads_refined_unknowns = True  # type: ignore[attr-defined]
+    tf_utils._msgpack_ext_hook = read_extension
+
+
 def serve(provider: Provider) -> None:
     """Serve `provider` over go-plugin's gRPC handshake, as `tf.runner.run_provider` does (production mode)."""
+    read_refined_unknowns()
     import grpc  # type: ignore[import-untyped]  # no stubs installed
     from tf.gen import grpc_controller_pb2 as controller_pb
     from tf.gen import grpc_controller_pb2_grpc as controller_rpc
