@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -20,12 +21,21 @@ TRIVIAL_TEMPLATE = {"main.tf": 'resource "terraform_data" "home" {}\n'}
 
 
 class DaemonProcess:
-    """One external daemon; credentials come from ``env`` (SLIPWAY_PROVISIONER_DAEMON_PSK, …) or ``args``."""
+    """One external daemon; credentials come from ``env`` (SLIPWAY_PROVISIONER_DAEMON_PSK, …) or ``args``.
+    ``wrapper``: the command it runs under, e.g. ``ip netns exec NAME`` for a daemon on a host of its own."""
 
-    def __init__(self, url: str, name: str, work_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        work_dir: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        wrapper: Sequence[str] = (),
+    ) -> None:
         self.name = name
         self.log_path = work_dir / f"daemon-{name}.log"
-        self.args = [SLIPWAY, "provisionerd", "start", "--url", url, "--name", name, *args]
+        self.args = [*wrapper, SLIPWAY, "provisionerd", "start", "--url", url, "--name", name, *args]
         self.env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
         self.env.update({"XDG_CONFIG_HOME": str(work_dir / "config"), "HOME": os.environ.get("HOME", str(work_dir))})
         self.env.setdefault("SLIPWAY_PROVISIONER_CACHE_DIR", str(work_dir / "provisioner-cache"))

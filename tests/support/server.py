@@ -21,7 +21,8 @@ SLIPWAY = str(Path(sys.executable).with_name("slipway"))
 
 
 class ServerProcess:
-    """`user`: run the server as that user rather than as the test's own."""
+    """`user`: run the server as that user rather than as the test's own. `bind_address`: the one address it
+    listens on (an address of this host, e.g. its end of a link to a network namespace)."""
 
     def __init__(
         self,
@@ -30,16 +31,17 @@ class ServerProcess:
         env: dict[str, str] | None = None,
         user: str | None = None,
         start_timeout: float = 90.0,
+        bind_address: str = "127.0.0.1",
     ) -> None:
         self.start_timeout = start_timeout  # for `with`: a machine shared with other test runs can be slow
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{bind_address}:{self.port}"
         self.data_dir = data_dir
         self.log_path = data_dir.parent / f"server-{self.port}.log"
         self.args = [
             "server",
             "--address",
-            f"127.0.0.1:{self.port}",
+            f"{bind_address}:{self.port}",
             "--data-dir",
             str(data_dir),
             *extra_args,
