@@ -40,22 +40,23 @@ class PostgresCluster:
             shutil.chown(self.root, "postgres")
         initdb = [_pg_bin("initdb"), "-D", str(self.data), "-U", self.user, "--auth=trust", "-E", "UTF8"]
         subprocess.run(_as_postgres([*initdb, "--locale=C.UTF-8", "--no-sync"]), check=True, capture_output=True)
+        self.resume()
+
+    def resume(self) -> None:
+        """Start the cluster's server (again, after :meth:`halt`), on the same port and data."""
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories={self.root} -c fsync=off"
         options += " -c full_page_writes=off -c synchronous_commit=off -c max_connections=300"
+        log = str(self.root / "server.log")
         subprocess.run(
-            _as_postgres(
-                [
-                    _pg_bin("pg_ctl"),
-                    "-D",
-                    str(self.data),
-                    "-l",
-                    str(self.root / "server.log"),
-                    "-w",
-                    "-o",
-                    options,
-                    "start",
-                ]
-            ),
+            _as_postgres([_pg_bin("pg_ctl"), "-D", str(self.data), "-l", log, "-w", "-o", options, "start"]),
+            check=True,
+            capture_output=True,
+        )
+
+    def halt(self) -> None:
+        """Stop the server as a restart does (fast: sessions are ended, committed data is kept), keeping the data."""
+        subprocess.run(
+            _as_postgres([_pg_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"]),
             check=True,
             capture_output=True,
         )
