@@ -82,8 +82,10 @@ class LogShipper:
         self._thread.join(timeout=60)
         if self.lost is None:
             self._flush()  # whatever arrived after the thread's last pass
-        if self._lines and self.lost is None:
-            log.error("%d log lines of job %s could not be delivered", len(self._lines), self.job_id)
+        if self._lines and self.lost is None:  # the runner sends them with the outcome (kept on disk until then)
+            log.warning(
+                "%d log lines of job %s are not delivered yet: they go with its outcome", len(self._lines), self.job_id
+            )
 
     def unsent(self) -> tuple[int, tuple[LogLine, ...]]:
         """The number of the first line still held, and the held lines (none once the job is lost or capped)."""
