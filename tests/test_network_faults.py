@@ -117,10 +117,12 @@ def test_a_build_partitioned_from_the_server_for_a_minute_mid_apply_succeeds_onc
     wait_until(lambda: "keeping them to send again" in daemon.log(), timeout=PARTITION_SECONDS, what="a held batch")
     numbered.switch.unlink()  # the apply ends while the partition lasts: its outcome waits on the daemon's disk
     outcome = f"{build['job']['id']}.json"
+    # On a busy machine this may take past the minute: the partition then lasts until it is done (well within the
+    # 4 minutes after which the daemon would give the job up).
     wait_until(lambda: any(_outbox(tmp_path).rglob(outcome)), timeout=120, what="the outcome to be kept on disk")
-    assert time.monotonic() - cut_at < PARTITION_SECONDS, "the apply outlasted the partition; the test proves less"
-    time.sleep(PARTITION_SECONDS - (time.monotonic() - cut_at))  # the fault's length, not a wait for an event
+    time.sleep(max(0.0, PARTITION_SECONDS - (time.monotonic() - cut_at)))  # the fault's length, not a wait
     host.apply(HEALTHY)
+    healed_at = time.monotonic()
     assert host.link is not None and host.link.dropped > 0
 
     done = wait_job(api, build["job"]["id"], TERMINAL, timeout=180)
@@ -128,7 +130,9 @@ def test_a_build_partitioned_from_the_server_for_a_minute_mid_apply_succeeds_onc
     printed = numbered.assert_ran_once_and_logged_each_line_once(api, build["id"])
     wait_until(lambda: not any(_outbox(tmp_path).rglob("*.json")), timeout=30, what="the outbox to empty")
     assert "Traceback" not in daemon.log(), daemon.log()
-    print(f"{printed} lines, {time.monotonic() - cut_at:.0f} s from the cut to the end")
+    print(
+        f"{printed} lines; partitioned {healed_at - cut_at:.0f} s, then {time.monotonic() - healed_at:.0f} s to the end"
+    )
 
 
 @pytest.mark.timeout(600)

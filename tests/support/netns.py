@@ -33,7 +33,10 @@ _LINK_NETWORK = ipaddress.IPv4Network("10.231.0.0/16")
 
 
 def _ip(*args: str) -> None:
-    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
+    try:
+        done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
+    except FileNotFoundError:
+        raise AssertionError("these tests need the `ip` command (iproute2); they do not skip without it") from None
     if done.returncode != 0:
         raise AssertionError(
             f"`ip {' '.join(args)}` failed ({done.stderr.strip()}): these tests need root, network namespaces and "
