@@ -23,7 +23,7 @@ from agent import __version__, git
 from agent.api import AgentAPI, AgentAPIError, Backoff, ProblemLog, retry
 from agent.apphealth import AppHealthReporter
 from agent.config import TOKEN_VARIABLES, AgentConfig, ConfigError, load_config
-from agent.cron import CronError, CronSchedule, run_on_schedule
+from agent.cron import run_on_schedule
 from agent.environment import (
     SessionContext,
     build_environment,
@@ -52,6 +52,7 @@ from agent.sshd import SSHService
 from agent.tunnels import TunnelDialer, control_dial
 from protocol.agentapi import LifecycleState, Manifest
 from protocol.codec import ProtocolError
+from protocol.cron import CronError, parse_schedule
 from protocol.resources import Script
 
 log = logging.getLogger("agent")
@@ -278,7 +279,7 @@ class Agent:
         async with asyncio.TaskGroup() as group:
             for script in scripts:
                 try:
-                    schedule = CronSchedule.parse(script.cron)
+                    schedule = parse_schedule(script.cron)
                 except CronError as exc:
                     message = f"the cron schedule {script.cron!r} is invalid, so this script never runs: {exc}"
                     log.warning("script %r: %s", script.name, message)

@@ -1,13 +1,14 @@
-"""Six-field cron expressions, seconds first."""
+"""Cron schedules as Coder's agent reads them: six fields, seconds first, the day of the week optional."""
 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
-from agent.cron import CronError, CronSchedule, parse_field, run_on_schedule
+from agent.cron import run_on_schedule
+from protocol.cron import CronError, CronSchedule, IntervalSchedule, parse_field, parse_schedule, unix_format_warning
 from tests.agent.support import run
 
 
@@ -24,13 +25,14 @@ def test_fields_accept_stars_numbers_ranges_lists_and_steps() -> None:
 @pytest.mark.parametrize(
     ("expression", "message"),
     [
-        ("* * * * *", "six"),
+        ("* * * *", "six"),
+        ("0 0 0 0 0 0 0", "six"),
         ("60 * * * * *", "second: 60 is outside 0-59"),
         ("* * 24 * * *", "hour: 24 is outside 0-23"),
         ("* * * 0 * *", "day of month: 0 is outside 1-31"),
         ("* * * * 13 *", "month: 13 is outside 1-12"),
         ("* * * * * 8", "day of week: 8 is outside 0-7"),
-        ("* * * * * MON", "not a number"),
+        ("* * * * * MOON", "not a number"),
         ("* 5-1 * * * *", "backwards"),
         ("* */0 * * * *", "minute: 0 is outside"),
         ("* 1,,2 * * * *", "not a number"),
@@ -97,3 +99,24 @@ def test_runs_once_per_matching_second() -> None:
     run(scenario())
     assert 2 <= len(runs) <= 3
     assert len({moment.replace(microsecond=0) for moment in runs}) == len(runs)
+
+
+def test_coders_grammar_five_fields_names_question_marks_and_descriptors() -> None:
+    # Five fields are six without the day of the week, still seconds first: minute 22 of every hour.
+    assert CronSchedule.parse("0 22 * * *") == CronSchedule.parse("0 22 * * * *")
+    assert CronSchedule.parse("0 30 9 ? JAN-mar MON-FRI") == CronSchedule.parse("0 30 9 * 1-3 1-5")
+    assert CronSchedule.parse("@daily") == CronSchedule.parse("@midnight") == CronSchedule.parse("0 0 0 * * *")
+    assert CronSchedule.parse("@weekly").next_after(datetime(2026, 3, 4, 12)) == datetime(2026, 3, 8)
+    assert parse_schedule("@hourly").next_after(datetime(2026, 3, 4, 12, 5)) == datetime(2026, 3, 4, 13)
+    every = parse_schedule("@every 1h30m")
+    assert every == IntervalSchedule(timedelta(minutes=90))
+    assert every.next_after(datetime(2026, 3, 4, 12, 0, 0, 700)) == datetime(2026, 3, 4, 13, 30)
+    assert parse_schedule("@every 1500ms") == IntervalSchedule(timedelta(seconds=1))
+    with pytest.raises(CronError, match="not a duration"):
+        parse_schedule("@every soon")
+
+
+def test_a_unix_style_expression_gets_coders_warning_and_a_six_field_one_none() -> None:
+    warning = unix_format_warning("0 22 * * *")
+    assert "appears to be in Unix 5-field format" in warning and "'0 0 22 * * *'" in warning
+    assert unix_format_warning("0 0 22 * * *") == unix_format_warning("61 * * * *") == ""

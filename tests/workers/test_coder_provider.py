@@ -406,3 +406,42 @@ resource "coder_app" "code" {
     app = resource_values(state, "coder_app.code")
     assert re.fullmatch(r"code-[0-9a-f]{4}", app["slug"]), app
     assert app["url"] == "http://localhost:36"
+
+
+SCRIPT = """
+resource "coder_agent" "dev" {{
+  os   = "linux"
+  arch = "amd64"
+}}
+resource "coder_script" "nightly" {{
+  agent_id     = coder_agent.dev.id
+  display_name = "Nightly"
+  script       = "echo hi"
+  {settings}
+}}
+"""
+
+
+def test_a_unix_style_cron_is_accepted_with_coders_warning(template: Template) -> None:
+    """Coder reads cron seconds first with the day of the week optional, so `0 22 * * *` is valid (minute 22 of
+    every hour) and the plan warns the way Coder's provider does; templates with nightly scripts import."""
+    workspace = template(SCRIPT.format(settings='cron = "0 22 * * *"'))
+    planned = workspace.run("plan", "-input=false")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    output = " ".join(planned.stdout.split())
+    assert "appears to be in Unix 5-field format" in output and "'0 0 22 * * *'" in output
+    state = workspace.apply()
+    assert resource_values(state, "coder_script.nightly")["cron"] == "0 22 * * *"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ('cron = "0 0 0 0 0 0 0"', "0 0 0 0 0 0 0 is not a valid cron expression"),
+        ('cron = "@every never"', "is not a valid cron expression"),
+        ("run_on_stop = false", 'at least one of "run_on_start", "run_on_stop", or "cron" must be set'),
+        ('cron = "@daily"\n  start_blocks_login = true', '"start_blocks_login" can only be set if "run_on_start"'),
+    ],
+)
+def test_script_rules_fail_the_plan_in_coders_words(template: Template, settings: str, message: str) -> None:
+    assert message in template(SCRIPT.format(settings=settings)).plan_error()

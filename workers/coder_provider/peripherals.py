@@ -8,6 +8,7 @@ from tf.schema import Block
 from tf.types import Unknown
 from tf.utils import Diagnostics
 
+from protocol.cron import CronError, parse_schedule, unix_format_warning
 from workers.coder_provider.base import (
     BOOL,
     NUMBER,
@@ -91,15 +92,23 @@ class ScriptResource(CoderResource):
     )
 
     def check(self, diags: Diagnostics, config: State) -> None:
-        if not (config.get("run_on_start") or config.get("run_on_stop") or config.get("cron") is not None):
-            diags.add_error("Invalid coder_script", "at least one of run_on_start, run_on_stop or cron must be set")
+        # The real provider's words, which Terraform users search for. (An unknown value counts as set.)
+        if not (config.get("run_on_start") or config.get("run_on_stop") or config.get("cron")):
+            unset = 'at least one of "run_on_start", "run_on_stop", or "cron" must be set'
+            diags.add_error("Invalid coder_script", unset)
+        if config.get("start_blocks_login") is True and not config.get("run_on_start"):
+            diags.add_error("Invalid coder_script", '"start_blocks_login" can only be set if "run_on_start" is "true"')
         cron = config.get("cron")
-        if is_known(cron) and len(str(cron).split()) != 6:
-            diags.add_error(
-                "Invalid coder_script cron",
-                f"cron {cron!r} must have 6 fields, seconds first (e.g. '0 0 22 * * *')",
-                path=["cron"],
-            )
+        if not is_known(cron) or cron is None:
+            return
+        try:
+            parse_schedule(str(cron))
+        except CronError as exc:
+            diags.add_error("Invalid coder_script cron", f"{cron} is not a valid cron expression: {exc}", path=["cron"])
+            return
+        warning = unix_format_warning(str(cron))
+        if warning:
+            diags.add_warning("coder_script cron runs seconds first", warning, path=["cron"])
 
 
 class EnvResource(CoderResource):
