@@ -19,6 +19,13 @@ from protocol.values import is_whole_number, parse_decimal
 ParameterType = Literal["string", "number", "bool", "list(string)"]
 TYPES: tuple[str, ...] = ("string", "number", "bool", "list(string)")
 MONOTONIC = ("increasing", "decreasing")
+# The form types each type allows, with options and without; the first is the default (Coder's formtype.go).
+FORM_TYPES: dict[str, dict[bool, tuple[str, ...]]] = {
+    "string": {True: ("radio", "dropdown"), False: ("input", "textarea")},
+    "number": {True: ("radio", "dropdown"), False: ("input", "slider")},
+    "bool": {True: ("radio", "dropdown"), False: ("checkbox", "switch")},
+    "list(string)": {True: ("radio", "multi-select"), False: ("tag-select",)},
+}
 
 
 class ParameterError(ValueError):
@@ -69,6 +76,35 @@ class RichParameter(Message):
     def option_values(self) -> list[str]:
         return [option.value for option in self.options]
 
+    @property
+    def option_type(self) -> str:
+        """The type of each option's value: the parameter's own, except for a multi-select list(string), whose
+        options are its items (a radio list(string) offers whole lists, each option a JSON array)."""
+        multi = self.type == "list(string)" and bool(self.options) and self.form_type == "multi-select"
+        return "string" if multi else self.type
+
+
+def resolve_form_type(parameter: RichParameter) -> str:
+    """The parameter's form type: the one it names, or its type's default (Coder's ``ValidateFormType``)."""
+    allowed = FORM_TYPES.get(parameter.type, {}).get(bool(parameter.options), ())
+    if not allowed:
+        raise ParameterError(
+            f'"type" attribute={_quoted(parameter.type)} is not supported, choose one of [{" ".join(TYPES)}]',
+            "Invalid form_type for parameter",
+        )
+    form_type = parameter.form_type or allowed[0]
+    if form_type not in allowed:
+        opposite = FORM_TYPES[parameter.type][not parameter.options]
+        where = ""
+        if form_type in opposite:
+            where = " when options exist" if parameter.options else " when options do not exist"
+        raise ParameterError(
+            f'"form_type" attribute={_quoted(form_type)} is not supported for "type"={_quoted(parameter.type)}'
+            f"{where}, choose one of [{' '.join(allowed)}]",
+            "Invalid form_type for parameter",
+        )
+    return form_type
+
 
 def _quoted(text: str) -> str:
     """Go's ``%q`` for the texts Coder quotes (close enough: a JSON string)."""
@@ -107,11 +143,13 @@ def list_items(value: str) -> list[str]:
     return items
 
 
-def check_declaration(parameter: RichParameter) -> None:
-    """The rules a template's declaration must follow, whatever value it gets (checked at import)."""
+def check_declaration(parameter: RichParameter, *, check_default: bool = True) -> None:
+    """The rules a template's declaration must follow, whatever value it gets (checked at import). The default is
+    checked unless ``check_default`` is False (a value was given, as Coder checks only the value it uses)."""
     kind = parameter.type
     if kind not in TYPES:
         raise ParameterError(f"type {_quoted(kind)} must be one of {', '.join(TYPES)}", "Invalid parameter type")
+    resolve_form_type(parameter)
     if parameter.ephemeral and not parameter.mutable:
         raise ParameterError("an ephemeral parameter must be mutable", "Ephemeral parameter must be mutable")
     if parameter.ephemeral and parameter.required:
@@ -120,7 +158,7 @@ def check_declaration(parameter: RichParameter) -> None:
         )
     _check_validation_block(parameter)
     _check_options(parameter)
-    if not parameter.required:
+    if not parameter.required and check_default:
         check_value(parameter, parameter.default_value, None, what="Default value")
 
 
@@ -154,8 +192,7 @@ def _check_validation_block(parameter: RichParameter) -> None:
 def _check_options(parameter: RichParameter) -> None:
     names: set[str] = set()
     values: set[str] = set()
-    # A list(string) parameter's options are its elements.
-    option_type = "string" if parameter.type == "list(string)" else parameter.type
+    option_type = parameter.option_type
     for option in parameter.options:
         if option.name in names:
             raise ParameterError(
@@ -171,7 +208,7 @@ def _check_options(parameter: RichParameter) -> None:
             raise ParameterError(
                 str(exc),
                 f"Option {_quoted(option.name)} with value={_quoted(option.value)} is not of type "
-                f"{_quoted(parameter.type)}",
+                f"{_quoted(option_type)}",
             ) from None
         names.add(option.name)
         values.add(option.value)
@@ -182,7 +219,7 @@ def check_value(parameter: RichParameter, value: str, previous: str | None, *, w
     ``previous`` is the last build's value, for ``monotonic``."""
     options = parameter.option_values
     if options:
-        if parameter.type == "list(string)":
+        if parameter.type == "list(string)" and parameter.option_type == "string":  # multi-select: each item
             missing = [item for item in list_items(value) if item not in options]
             if missing:
                 raise ParameterError(

@@ -103,6 +103,11 @@ def test_parameter_values_come_from_the_environment_and_options_keep_their_order
     assert (hostname["value"], hostname["optional"]) == ("box", False)
     assert resource_values(plan, "data.coder_parameter.tools")["value"] == '["a","b"]'
     assert resource_values(plan, "data.coder_parameter.debug")["value"] == "false"
+    # The form each one gets, computed as Coder's provider computes it when the template names none.
+    forms = {name: resource_values(plan, f"data.coder_parameter.{name}")["form_type"] for name in ("region", "cpus")}
+    assert forms | {"tools": resource_values(plan, "data.coder_parameter.tools")["form_type"]} == {
+        "region": "radio", "cpus": "input", "tools": "tag-select"
+    }  # fmt: skip
 
 
 def test_a_required_parameter_without_a_value_plans_empty_for_template_imports(parameters: TemplateDir) -> None:
@@ -174,6 +179,20 @@ def test_monotonic_parameter_cannot_go_down_from_the_previous_build(parameters: 
         ),
         ('type = "colour"', 'type "colour" must be one of string, number, bool, list(string)'),
         ('validation {\n    regex = "^a"\n  }', "an error must be specified with a regex validation"),
+        (
+            'form_type = "slider"',
+            'Invalid form_type for parameter: "form_type" attribute="slider" is not supported for "type"="string", '
+            "choose one of [input textarea]",
+        ),
+        (
+            'type = "list(string)"\n  form_type = "multi-select"',
+            '"form_type" attribute="multi-select" is not supported for "type"="list(string)" when options do not '
+            "exist, choose one of [tag-select]",
+        ),
+        (
+            'type = "list(string)"\n  option {\n    name = "A"\n    value = "a"\n  }',
+            'Option "A" with value="a" is not of type "list(string)"',
+        ),
     ],
 )
 def test_invalid_parameter_declarations_fail_the_plan(template: Template, block: str, message: str) -> None:

@@ -41,7 +41,15 @@ MONOTONIC = 'type = "number"\n  mutable = true\n  validation {\n    monotonic = 
 OPTIONS = (
     'mutable = true\n  option {\n    name = "A"\n    value = "a"\n  }\n  option {\n    name = "B"\n    value = "b"\n  }'
 )
-LIST_OPTIONS = OPTIONS.replace("mutable = true", 'type = "list(string)"\n  mutable = true')
+# A list(string) with options is a radio of whole lists by default (each option a JSON array, as the jetbrains
+# module writes them), a multi-select of items only when it says so.
+MULTI_SELECT = OPTIONS.replace(
+    "mutable = true", 'type = "list(string)"\n  form_type = "multi-select"\n  mutable = true'
+)
+RADIO_LISTS = (
+    'type = "list(string)"\n  mutable = true\n  option {\n    name = "Both"\n    value = jsonencode(["a", "b"])\n  }\n'
+    '  option {\n    name = "None"\n    value = jsonencode([])\n  }'
+)
 
 CASES = [
     # Go's regexp.MatchString finds a match anywhere (the server used to demand a full match).
@@ -68,8 +76,11 @@ CASES = [
     Case("bool_yes", 'type = "bool"\n  mutable = true', "yes", False, words='"yes" is not a bool'),
     Case("option_listed", OPTIONS, "b", True),
     Case("option_missing", OPTIONS, "c", False, words="must be defined as one of options"),
-    Case("list_of_options", LIST_OPTIONS, '["a","b"]', True),
-    Case("list_outside_options", LIST_OPTIONS, '["a","z"]', False, words='values "z" are missing'),
+    Case("list_of_options", MULTI_SELECT, '["a","b"]', True),
+    Case("list_outside_options", MULTI_SELECT, '["a","z"]', False, words='values "z" are missing'),
+    Case("list_radio_option", RADIO_LISTS, '["a","b"]', True),
+    Case("list_radio_empty_option", RADIO_LISTS, "[]", True),
+    Case("list_radio_part_of_option", RADIO_LISTS, '["a"]', False, words="must be defined as one of options"),
     Case("list_not_json", 'type = "list(string)"\n  mutable = true', "a,b", False, words="not a valid list of strings"),
     Case("monotonic_up", MONOTONIC, "5", True, previous="4"),
     Case("monotonic_down", MONOTONIC, "3", False, previous="4", words="must be equal or greater than previous"),

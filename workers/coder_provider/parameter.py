@@ -12,7 +12,14 @@ import uuid
 from tf.schema import Block
 from tf.utils import Diagnostics
 
-from protocol.parameters import ParameterError, ParameterOption, RichParameter, check_declaration, check_value
+from protocol.parameters import (
+    ParameterError,
+    ParameterOption,
+    RichParameter,
+    check_declaration,
+    check_value,
+    resolve_form_type,
+)
 from workers.coder_provider.base import (
     BOOL,
     NUMBER,
@@ -47,6 +54,7 @@ def declared(state: State) -> RichParameter:
     return RichParameter(
         name=state["name"],
         type=state["type"],
+        form_type=state.get("form_type") or "",
         mutable=state["mutable"],
         ephemeral=state["ephemeral"],
         required=state["default"] is None,
@@ -67,7 +75,7 @@ class ParameterDataSource(CoderDataSource):
         optional("display_name", STRING),
         optional("description", STRING),
         optional("type", STRING, "string"),
-        optional("form_type", STRING),
+        optional("form_type", STRING, ""),
         optional("mutable", BOOL, False),
         optional("default", STRING),
         optional("icon", STRING),
@@ -122,17 +130,19 @@ class ParameterDataSource(CoderDataSource):
         value = supplied if supplied is not None else state["default"]
         state["value"] = "" if value is None else value
         try:
-            self.check(state, value, os.environ.get(parameter_env_name(name, previous=True)))
+            self.check(state, value, os.environ.get(parameter_env_name(name, previous=True)), supplied is None)
+            state["form_type"] = resolve_form_type(declared(state))  # computed, as Coder's provider does
         except ParameterError as exc:
             diags.add_error(f"Invalid parameter {name!r}", f"coder_parameter {name!r}: {exc.summary}: {exc}")
             return None
         return state
 
     @staticmethod
-    def check(state: State, value: str | None, previous: str | None) -> None:
+    def check(state: State, value: str | None, previous: str | None, check_default: bool = True) -> None:
         """The server's own rules (protocol/parameters.py): the declaration, then the value when there is one
-        (a template import plans a required parameter without one)."""
+        (a template import plans a required parameter without one). The default is checked only when it is the
+        value (``check_default``): a valid value given by a person makes an invalid default irrelevant."""
         parameter = declared(state)
-        check_declaration(parameter)
+        check_declaration(parameter, check_default=check_default)
         if value is not None:
             check_value(parameter, value, previous)
