@@ -10,13 +10,14 @@ from app.auth.blueprints import api_blueprint
 from app.core.columns import rfc3339
 from app.core.config import Settings
 from app.core.errors import InvalidInput, NotFound
+from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, string_field, whole_number_field
 from app.users import services
 from app.users.models import ROLE_OWNER
 from app.users.tokens import (
+    api_tokens_query,
     create_api_token,
     issue_session_token,
-    list_api_tokens,
     revoke_api_token,
     revoke_session_token,
 )
@@ -74,7 +75,8 @@ def me() -> Response:
 @bp.get("/users")
 @require_role(ROLE_OWNER)
 def list_users() -> Response:
-    return jsonify([user.to_json() for user in services.list_users()])
+    users, total = PageRequest.from_args().rows(services.users_query())
+    return with_total(jsonify([user.to_json() for user in users]), total, len(users))
 
 
 @bp.post("/users")
@@ -134,7 +136,8 @@ def create_token() -> tuple[Response, int]:
 
 @bp.get("/users/me/tokens")
 def list_tokens() -> Response:
-    return jsonify([key.to_json() for key in list_api_tokens(api_user())])
+    tokens, total = PageRequest.from_args().rows(api_tokens_query(api_user()))
+    return with_total(jsonify([key.to_json() for key in tokens]), total, len(tokens))
 
 
 @bp.delete("/users/me/tokens/<token_id>")

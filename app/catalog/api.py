@@ -11,6 +11,7 @@ from app.auth.blueprints import api_blueprint
 from app.catalog import services, storage
 from app.catalog.models import TemplateVersion
 from app.core.errors import TooLarge
+from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, name_values, string_field, string_map_field
 from app.externalauth import services as external_auth
 from app.files.services import MAX_ARCHIVE_BYTES
@@ -136,7 +137,8 @@ def create_template() -> tuple[Response, int]:
 
 @bp.get("/templates")
 def list_templates() -> Response:
-    return jsonify([template.to_json() for template in services.list_templates(request.args.get("name"))])
+    templates, total = PageRequest.from_args().rows(services.templates_query(request.args.get("name")))
+    return with_total(jsonify([template.to_json() for template in templates]), total, len(templates))
 
 
 @bp.get("/templates/<template_id>")
@@ -146,8 +148,8 @@ def get_template(template_id: str) -> Response:
 
 @bp.get("/templates/<template_id>/versions")
 def list_versions(template_id: str) -> Response:
-    template = services.get_template(template_id)
-    return jsonify(versions_json(services.list_versions(template)))
+    versions, total = PageRequest.from_args().rows(services.versions_query(services.get_template(template_id)))
+    return with_total(jsonify(versions_json(versions)), total, len(versions))
 
 
 @bp.patch("/templates/<template_id>/versions")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload
 
@@ -103,11 +103,16 @@ def create_template(actor: User, name: str, version_id: str, display_name: str =
     return template
 
 
-def list_templates(name: str | None = None) -> list[Template]:
-    query = select(Template).order_by(Template.name)
+def templates_query(name: str | None = None) -> Select[Template]:
+    """Templates by name (then id, so that pages never overlap), or the one named ``name``."""
+    query = select(Template).order_by(Template.name, Template.id)
     if name:
         query = query.where(Template.name == name)
-    return list(db.session.scalars(query))
+    return query
+
+
+def list_templates(name: str | None = None) -> list[Template]:
+    return list(db.session.scalars(templates_query(name)))
 
 
 def get_template(template_id: str) -> Template:
@@ -124,14 +129,18 @@ def get_template_by_name(name: str) -> Template:
     return template
 
 
-def list_versions(template: Template) -> list[TemplateVersion]:
-    query = (
+def versions_query(template: Template) -> Select[TemplateVersion]:
+    """A template's versions newest first (then by id, so that pages never overlap), each with its import job."""
+    return (
         select(TemplateVersion)
         .where(TemplateVersion.template_id == template.id)
         .options(joinedload(TemplateVersion.job))
-        .order_by(TemplateVersion.created_at.desc())
+        .order_by(TemplateVersion.created_at.desc(), TemplateVersion.id.desc())
     )
-    return list(db.session.scalars(query))
+
+
+def list_versions(template: Template) -> list[TemplateVersion]:
+    return list(db.session.scalars(versions_query(template)))
 
 
 def promote_version(template: Template, version_id: str) -> Template:

@@ -7,8 +7,9 @@ that pages asks for a limit and follows the total. The dashboard always shows on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from flask import Response, request, url_for
 from sqlalchemy import Select, func, select
@@ -18,6 +19,7 @@ from app.core.validation import query_int
 
 MAX_LIMIT = 1000
 TOTAL_HEADER = "X-Total-Count"
+Item = TypeVar("Item")
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class PageRequest:
 
     def rows(self, query: Select[Any]) -> tuple[list[Any], int | None]:
         """The page's rows, and the total count when the page is not everything (None when it is)."""
-        if self.limit is None and not self.offset:
+        if self.is_everything:
             return list(db.session.scalars(query).unique()), None
         paged = query.offset(self.offset)
         if self.limit is not None:
@@ -43,6 +45,18 @@ class PageRequest:
 
 def count_rows(query: Select[Any]) -> int:
     return int(db.session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0)
+
+    @property
+    def is_everything(self) -> bool:
+        return self.limit is None and not self.offset
+
+    def slice(self, items: Sequence[Item]) -> tuple[list[Item], int | None]:
+        """The page of a list already filtered in Python (where the filter cannot be said in SQL), with its total
+        as ``rows`` gives it."""
+        if self.is_everything:
+            return list(items), None
+        end = None if self.limit is None else self.offset + self.limit
+        return list(items[self.offset : end]), len(items)
 
 
 def with_total(response: Response, total: int | None, shown: int) -> Response:

@@ -8,6 +8,7 @@ from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
 from app.core.errors import NotFound
 from app.core.extensions import db
+from app.core.pagination import PageRequest, with_total
 from app.core.validation import json_body
 from app.notifications import delivery, services
 from app.notifications.models import NotificationDelivery
@@ -18,7 +19,14 @@ bp = api_blueprint("notifications_api", __name__)
 
 @bp.get("/notifications/inbox")
 def inbox() -> Response:
-    return jsonify([notification.to_json() for notification in services.inbox(api_user().id)])
+    """The newest 100 as always, or any page of the whole inbox; ``X-Total-Count`` counts all of it either way."""
+    user_id, page = api_user().id, PageRequest.from_args()
+    total: int | None
+    if page.is_everything:
+        notifications, total = services.inbox(user_id), services.inbox_size(user_id)
+    else:
+        notifications, total = page.rows(services.inbox_query(user_id))
+    return with_total(jsonify([notification.to_json() for notification in notifications]), total, len(notifications))
 
 
 @bp.put("/notifications/inbox/<notification_id>/read")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from flask import Response, jsonify, request
 
 from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
 from app.core.errors import InvalidInput
+from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, query_int, string_field, string_map_field
 from app.provisioning import keys, overview
 from app.provisioning.jobs import cancel_job
@@ -25,9 +27,9 @@ ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
 def list_daemons() -> Response:
     """``?tags={"env":"prod"}``: only the daemons that would take a job with those tags; ``&terraform=>= 1.12``:
     and whose Terraform satisfies that constraint."""
-    status = request.args.get("status") or None
+    status, page = request.args.get("status") or None, PageRequest.from_args()
     if "tags" not in request.args and "terraform" not in request.args:
-        return jsonify([view.to_json() for view in overview.daemon_views(status)])
+        return _daemons_page(overview.daemon_views(status), page)
     tags = _tags_query(request.args.get("tags", "{}"))
     required = request.args.get("terraform", "").strip()
     if required:
@@ -36,7 +38,14 @@ def list_daemons() -> Response:
         except ConstraintError as exc:
             raise InvalidInput(str(exc), validations=[{"field": "terraform", "detail": str(exc)}]) from None
     serving = overview.daemons_serving(tags, api_user().id, status)
-    return jsonify([view.to_json() for view in serving if satisfies(view.daemon.terraform_version, required)])
+    return _daemons_page([view for view in serving if satisfies(view.daemon.terraform_version, required)], page)
+
+
+def _daemons_page(views: Sequence[overview.DaemonView], page: PageRequest) -> Response:
+    # A daemon's status, tags and Terraform are judged in Python, so the page is cut after them; daemons are few
+    # (one per machine), and their views cost the same few queries however many there are.
+    shown, total = page.slice(views)
+    return with_total(jsonify([view.to_json() for view in shown]), total, len(shown))
 
 
 def _tags_query(raw: str) -> dict[str, str]:
@@ -53,10 +62,12 @@ def _tags_query(raw: str) -> dict[str, str]:
 @bp.get("/provisionerjobs")
 @require_role(*ADMINS)
 def list_jobs() -> Response:
-    """Newest first, a page at a time: ``?limit=`` (at most 500) and ``?offset=`` reach every job."""
+    """Newest first, a page at a time: ``?limit=`` (50 unless asked, at most 500) and ``?offset=`` reach every
+    job, and ``X-Total-Count`` says how many there are. Unlike other lists this one never answers everything at
+    once: there are far more jobs than anything else."""
     statuses = overview.parse_statuses(request.args.getlist("status"))
     page = overview.job_views(statuses, query_int("limit", 50, minimum=1), query_int("offset", 0))
-    return jsonify([view.to_json() for view in page])
+    return with_total(jsonify([view.to_json() for view in page]), overview.jobs_count(statuses), len(page))
 
 
 @bp.get("/provisionerjobs/<job_id>")
@@ -84,7 +95,8 @@ def create_key() -> tuple[Response, int]:
 @bp.get("/provisionerkeys")
 @require_role(*ADMINS)
 def list_keys() -> Response:
-    return jsonify([key.to_json() for key in keys.list_keys()])
+    provisioner_keys, total = PageRequest.from_args().rows(keys.keys_query())
+    return with_total(jsonify([key.to_json() for key in provisioner_keys]), total, len(provisioner_keys))
 
 
 @bp.delete("/provisionerkeys/<name>")

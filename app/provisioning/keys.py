@@ -10,7 +10,7 @@ import hmac
 import re
 import secrets
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 
 from app.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from app.core.extensions import db
@@ -55,8 +55,13 @@ def create_key(creator: User, name: str, tags: dict[str, str]) -> tuple[Provisio
     return key, secret
 
 
+def keys_query() -> Select[ProvisionerKey]:
+    """Provisioner keys oldest first, then by id so that pages never overlap."""
+    return select(ProvisionerKey).order_by(ProvisionerKey.created_at, ProvisionerKey.id)
+
+
 def list_keys() -> list[ProvisionerKey]:
-    return list(db.session.scalars(select(ProvisionerKey).order_by(ProvisionerKey.created_at)))
+    return list(db.session.scalars(keys_query()))
 
 
 def delete_key(name: str) -> None:

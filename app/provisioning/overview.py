@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlalchemy import Select, func, select
 
@@ -38,6 +39,7 @@ JOB_STATUSES = (PENDING, RUNNING, AWAITING_CONFIRMATION, SUCCEEDED, FAILED, CANC
 IDLE, BUSY, OFFLINE = "idle", "busy", "offline"
 DAEMON_STATUSES = (IDLE, BUSY, OFFLINE)
 MAX_JOBS_LISTED = 500
+Selected = TypeVar("Selected")
 
 
 @dataclass(frozen=True)
@@ -115,12 +117,14 @@ def daemons_serving(job_tags: Mapping[str, str], user_id: str, status: str | Non
 
 
 def daemon_views(status: str | None = None) -> list[DaemonView]:
-    """Every daemon, newest first: offline once silent for 90 s, else busy while it holds an unfinished job.
-    Four queries whatever the number of daemons: the daemons, their keys, the jobs they hold or last held, and
-    what those jobs are about."""
+    """Every daemon, newest first (then by id, so that pages never overlap): offline once silent for 90 s, else
+    busy while it holds an unfinished job. Four queries whatever the number of daemons: the daemons, their keys,
+    the jobs they hold or last held, and what those jobs are about."""
     if status is not None and status not in DAEMON_STATUSES:
         raise InvalidInput(f"status must be one of {', '.join(DAEMON_STATUSES)}.")
-    daemons = db.session.scalars(select(ProvisionerDaemon).order_by(ProvisionerDaemon.created_at.desc())).all()
+    daemons = db.session.scalars(
+        select(ProvisionerDaemon).order_by(ProvisionerDaemon.created_at.desc(), ProvisionerDaemon.id.desc())
+    ).all()
     keys = {key_id: name for key_id, name in db.session.execute(select(ProvisionerKey.id, ProvisionerKey.name))}
     unfinished = db.session.scalars(
         select(ProvisionerJob).where(ProvisionerJob.worker_id.is_not(None), ProvisionerJob.completed_at.is_(None))
@@ -173,9 +177,16 @@ def job_views(statuses: Sequence[str] = (), limit: int = 50, offset: int = 0) ->
 def jobs_query(statuses: Sequence[str], limit: int, offset: int = 0) -> Select[ProvisionerJob]:
     """A page of jobs newest first; a filter on active statuses is served by the index of unfinished jobs."""
     query = select(ProvisionerJob).order_by(ProvisionerJob.created_at.desc(), ProvisionerJob.id.desc())
-    if statuses:
-        query = query.where(ProvisionerJob.status_in(statuses))
-    return query.limit(max(1, min(limit, MAX_JOBS_LISTED))).offset(max(0, offset))
+    return _of_statuses(query, statuses).limit(max(1, min(limit, MAX_JOBS_LISTED))).offset(max(0, offset))
+
+
+def jobs_count(statuses: Sequence[str] = ()) -> int:
+    """How many jobs ``jobs_query`` pages through (its X-Total-Count)."""
+    return db.session.scalar(_of_statuses(select(func.count(ProvisionerJob.id)), statuses)) or 0
+
+
+def _of_statuses(query: Select[Selected], statuses: Sequence[str]) -> Select[Selected]:
+    return query.where(ProvisionerJob.status_in(statuses)) if statuses else query
 
 
 def views_of(jobs: Sequence[ProvisionerJob]) -> list[JobView]:

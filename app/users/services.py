@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import timedelta
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Select, delete, func, select
 from sqlalchemy.exc import IntegrityError
 from werkzeug.security import check_password_hash, generate_password_hash
 
@@ -96,8 +96,13 @@ def authenticate(email: str, password: str) -> User:
     return user
 
 
+def users_query() -> Select[User]:
+    """Every user by username (then id, so that pages never overlap)."""
+    return select(User).order_by(User.username, User.id)
+
+
 def list_users() -> list[User]:
-    return list(db.session.scalars(select(User).order_by(User.username)))
+    return list(db.session.scalars(users_query()))
 
 
 def get_user(user_id: str) -> User:

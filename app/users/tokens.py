@@ -7,7 +7,7 @@ import hmac
 import secrets
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload
 
@@ -94,9 +94,17 @@ def resolve_token(raw: str) -> User:
     return user
 
 
+def api_tokens_query(user: User) -> Select[ApiKey]:
+    """``user``'s own API tokens (never anyone else's), oldest first, then by id so that pages never overlap."""
+    return (
+        select(ApiKey)
+        .where(ApiKey.user_id == user.id, ApiKey.kind == KIND_TOKEN)
+        .order_by(ApiKey.created_at, ApiKey.id)
+    )
+
+
 def list_api_tokens(user: User) -> list[ApiKey]:
-    query = select(ApiKey).where(ApiKey.user_id == user.id, ApiKey.kind == KIND_TOKEN).order_by(ApiKey.created_at)
-    return list(db.session.scalars(query))
+    return list(db.session.scalars(api_tokens_query(user)))
 
 
 def revoke_api_token(user: User, token_id: str) -> None:

@@ -143,7 +143,8 @@ def get_workspace(workspace_id: str) -> Response:
 @bp.get("/workspaces/<workspace_id>/builds")
 def list_builds(workspace_id: str) -> Response:
     workspace = services.get_workspace_for(api_user(), workspace_id)
-    return jsonify(builds_json(services.list_builds(workspace)))
+    builds, total = PageRequest.from_args().rows(services.builds_query(workspace))
+    return with_total(jsonify(builds_json(builds)), total, len(builds))
 
 
 @bp.post("/workspaces/<workspace_id>/builds")

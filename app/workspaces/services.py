@@ -160,14 +160,18 @@ def latest_build(workspace: Workspace) -> WorkspaceBuild:
     return build
 
 
-def list_builds(workspace: Workspace) -> list[WorkspaceBuild]:
-    query = (
+def builds_query(workspace: Workspace) -> Select[WorkspaceBuild]:
+    """A workspace's builds, newest first (build numbers are unique within a workspace, so pages never overlap)."""
+    return (
         select(WorkspaceBuild)
         .where(WorkspaceBuild.workspace_id == workspace.id)
         .options(joinedload(WorkspaceBuild.job), joinedload(WorkspaceBuild.template_version))
         .order_by(WorkspaceBuild.build_number.desc())
     )
-    return list(db.session.scalars(query))
+
+
+def list_builds(workspace: Workspace) -> list[WorkspaceBuild]:
+    return list(db.session.scalars(builds_query(workspace)))
 
 
 def create_workspace(
