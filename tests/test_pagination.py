@@ -4,14 +4,134 @@ everything, as they always did."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import PASSWORD, Persona
+from tests.support import bulk
 from tests.support.daemon import FakeDaemon, import_template, running_import
 from tests.support.web import sign_in
 from tests.test_query_counts import add_workspaces
+
+# Rows of the list's kind: more than two pages of three. Many are copies that share their original's created_at,
+# so that only the id tiebreak keeps pages apart.
+ROWS = 7
+
+
+@dataclass(frozen=True)
+class Scene:
+    """What every paged list below reads: a template (its import ran on a stand-in daemon) and carol's workspace."""
+
+    app: Flask
+    personas: dict[str, Persona]
+    template: dict[str, Any]
+    daemon_id: str
+    workspace_id: str
+
+
+@dataclass(frozen=True)
+class PagedList:
+    path: Callable[[Scene], str]
+    reader: str
+    add_rows: Callable[[Scene], None]
+    total: int  # what ``reader`` sees once the rows are added
+    whole: str = ""  # the query that asks for everything (jobs answer 50 unless asked for more)
+
+
+def tokens_of_carol_and_dave(scene: Scene) -> None:
+    for name in ("carol", "dave"):
+        bulk.add_tokens(scene.app, scene.personas[name].id, ROWS)
+
+
+def notifications_of_carol_and_dave(scene: Scene) -> None:
+    for name in ("carol", "dave"):
+        bulk.add_notifications(scene.app, scene.personas[name].id, ROWS)
+
+
+PAGED_LISTS = {
+    "users": PagedList(
+        lambda s: "/api/v2/users", "alice", lambda s: bulk.add_users(s.app, s.personas["dave"].id, ROWS), 4 + ROWS
+    ),
+    # carol's tokens only, not dave's.
+    "tokens": PagedList(
+        lambda s: "/api/v2/users/me/tokens",
+        "carol",
+        tokens_of_carol_and_dave,
+        ROWS,
+    ),
+    "templates": PagedList(
+        lambda s: "/api/v2/templates", "carol", lambda s: bulk.add_templates(s.app, s.template["id"], ROWS), 1 + ROWS
+    ),
+    "versions": PagedList(
+        lambda s: f"/api/v2/templates/{s.template['id']}/versions",
+        "bob",
+        lambda s: bulk.add_versions(s.app, s.template["active_version_id"], ROWS),
+        1 + ROWS,
+    ),
+    "builds": PagedList(
+        lambda s: f"/api/v2/workspaces/{s.workspace_id}/builds",
+        "carol",
+        lambda s: bulk.add_builds(s.app, s.workspace_id, ROWS, s.daemon_id),
+        1 + ROWS,
+    ),
+    "daemons": PagedList(
+        lambda s: "/api/v2/provisionerdaemons", "alice", lambda s: bulk.add_daemons(s.app, s.daemon_id, ROWS), 1 + ROWS
+    ),
+    "keys": PagedList(
+        lambda s: "/api/v2/provisionerkeys", "bob", lambda s: bulk.add_keys(s.app, s.personas["bob"].id, ROWS), ROWS
+    ),
+    # The import, carol's first build, and the copied imports.
+    "jobs": PagedList(
+        lambda s: "/api/v2/provisionerjobs",
+        "alice",
+        lambda s: bulk.add_versions(s.app, s.template["active_version_id"], ROWS),
+        2 + ROWS,
+        whole="?limit=500",
+    ),
+    # carol's notifications only, not dave's.
+    "inbox": PagedList(
+        lambda s: "/api/v2/notifications/inbox",
+        "carol",
+        notifications_of_carol_and_dave,
+        ROWS,
+    ),
+}
+
+
+@pytest.fixture
+def scene(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> Scene:
+    daemon = FakeDaemon(client)
+    template = import_template(client, personas, daemon)
+    add_workspaces(app, template["id"], personas["carol"].id, 1)
+    workspace_id = client.get("/api/v2/workspaces", headers=personas["carol"].auth).json[0]["id"]
+    return Scene(app, personas, template, daemon.id, workspace_id)
+
+
+@pytest.mark.parametrize("listed", PAGED_LISTS.values(), ids=PAGED_LISTS.keys())
+def test_each_list_pages_in_a_stable_order_with_the_total_its_reader_may_see(
+    client: FlaskClient, scene: Scene, listed: PagedList
+) -> None:
+    listed.add_rows(scene)
+    path, auth = listed.path(scene), scene.personas[listed.reader].auth
+
+    whole = client.get(path + listed.whole, headers=auth)
+    assert whole.status_code == 200, whole.json
+    ids = [item["id"] for item in whole.json]
+    assert len(ids) == len(set(ids)) == listed.total
+    assert whole.headers["X-Total-Count"] == str(listed.total)
+    pages = [client.get(f"{path}?limit=3&offset={offset}", headers=auth) for offset in range(0, listed.total, 3)]
+    assert [item["id"] for page in pages for item in page.json] == ids
+    assert {page.headers["X-Total-Count"] for page in pages} == {str(listed.total)}
+    assert client.get(f"{path}?limit=3&offset={listed.total}", headers=auth).json == []
+
+    for bad in ("limit=-1", "limit=many", "offset=-1", "offset=first"):
+        reply = client.get(f"{path}?{bad}", headers=auth)
+        assert reply.status_code == 400 and reply.json["validations"][0]["field"] == bad.split("=")[0], bad
 
 
 def test_workspaces_page_in_a_stable_order_with_a_total(
@@ -35,6 +155,24 @@ def test_workspaces_page_in_a_stable_order_with_a_total(
     for bad in ("limit=-1", "limit=1001", "offset=x"):
         reply = client.get(f"/api/v2/workspaces?{bad}", headers=alice.auth)
         assert reply.status_code == 400 and reply.json["validations"][0]["field"] == bad.split("=")[0]
+
+
+def test_the_inbox_and_jobs_still_answer_their_newest_unless_asked_for_a_page(
+    client: FlaskClient, scene: Scene
+) -> None:
+    """Before paging, the inbox answered its newest 100 and the jobs list its newest 50: so they still do, and the
+    total now says how many more there are."""
+    alice, carol = scene.personas["alice"], scene.personas["carol"]
+    bulk.add_notifications(scene.app, carol.id, 103)
+    inbox = client.get("/api/v2/notifications/inbox", headers=carol.auth)
+    assert len(inbox.json) == 100 and inbox.headers["X-Total-Count"] == "103"
+    newest = client.get("/api/v2/notifications/inbox?limit=100", headers=carol.auth)
+    assert newest.json == inbox.json
+
+    bulk.add_versions(scene.app, scene.template["active_version_id"], 51)  # 53 jobs with the import and the build
+    jobs = client.get("/api/v2/provisionerjobs", headers=alice.auth)
+    assert len(jobs.json) == 50 and jobs.headers["X-Total-Count"] == "53"
+    assert client.get("/api/v2/provisionerjobs?limit=600", headers=alice.auth).headers["X-Total-Count"] == "53"
 
 
 def test_a_log_is_read_a_page_at_a_time(client: FlaskClient, personas: dict[str, Persona]) -> None:
