@@ -93,6 +93,12 @@ PAGED_LISTS = {
         2 + ROWS,
         whole="?limit=500",
     ),
+    "failing deliveries": PagedList(
+        lambda s: "/api/v2/notifications/deliveries",
+        "alice",
+        lambda s: bulk.add_failing_deliveries(s.app, s.personas["carol"].id, ROWS),
+        ROWS,
+    ),
     # carol's notifications only, not dave's.
     "inbox": PagedList(
         lambda s: "/api/v2/notifications/inbox",

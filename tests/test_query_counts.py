@@ -58,6 +58,7 @@ def test_lists_cost_the_same_queries_at_10_and_at_500_rows(
         bulk.add_daemons(app, daemon.id, count)
         bulk.add_keys(app, bob.id, count)
         bulk.add_notifications(app, carol.id, count)
+        bulk.add_failing_deliveries(app, carol.id, count)
         # Imports and builds made in turns, after the workspaces: at both sizes the newest jobs (a page of jobs,
         # the latest finished) are of both kinds, and the queries each kind needs are counted at both.
         for turn in range(0, count, JOBS_PER_TURN):
@@ -78,6 +79,7 @@ def test_lists_cost_the_same_queries_at_10_and_at_500_rows(
         "the member's workspaces": ("/api/v2/workspaces", carol.auth),
         "every workspace, for the owner": ("/api/v2/workspaces", alice.auth),
         "the member's inbox": ("/api/v2/notifications/inbox?limit=1000", carol.auth),
+        "failing deliveries": ("/api/v2/notifications/deliveries?limit=1000", alice.auth),
     }
     # Each list also a page at a time, which adds the count of the whole.
     checked = {
@@ -88,6 +90,7 @@ def test_lists_cost_the_same_queries_at_10_and_at_500_rows(
         },
         "the workspaces page": ("/workspaces", None, pages),
         "the provisioners page": ("/provisioners", None, pages),
+        "the lifecycle page (with failing deliveries)": ("/workspaces/lifecycle", None, pages),
     }
 
     grow_each_kind_by(SMALL)

@@ -54,7 +54,14 @@ def set_preferences() -> Response:
 @bp.get("/notifications/deliveries")
 @require_role(ROLE_OWNER)
 def failing_deliveries() -> Response:
-    return jsonify([row.to_json() for row in delivery.failing_deliveries()])
+    """The newest 200 as always, or any page of them all; ``X-Total-Count`` counts them all either way."""
+    page = PageRequest.from_args()
+    total: int | None
+    if page.is_everything:
+        rows, total = delivery.failing_deliveries(), delivery.failing_count()
+    else:
+        rows, total = page.rows(delivery.failing_deliveries_query())
+    return with_total(jsonify([row.to_json() for row in rows]), total, len(rows))
 
 
 @bp.post("/notifications/deliveries/<delivery_id>/retry")

@@ -25,7 +25,8 @@ import httpx
 from flask import current_app
 from rq import Queue
 from rq.serializers import JSONSerializer
-from sqlalchemy import select
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import joinedload
 
 from app.core.columns import rfc3339, utcnow
 from app.core.config import Settings
@@ -196,16 +197,30 @@ def send_webhook(settings: Settings, notification: Notification, user: User) -> 
         raise DeliveryError(f"webhook answered HTTP {reply.status_code}")
 
 
+FAILING_SHOWN = 200
+
+
+def failing_deliveries_query() -> Select[NotificationDelivery]:
+    """For admins: what has failed for good or is being retried, newest first (then by id, so that pages never
+    overlap)."""
+    return (
+        select(NotificationDelivery)
+        .where((NotificationDelivery.status == FAILED) | (NotificationDelivery.attempts > 0))
+        .where(NotificationDelivery.status != SENT)
+        .order_by(NotificationDelivery.created_at.desc(), NotificationDelivery.id)
+    )
+
+
 def failing_deliveries() -> list[NotificationDelivery]:
-    """For admins: what has failed for good or is being retried, newest first."""
-    return list(
-        db.session.scalars(
-            select(NotificationDelivery)
-            .where((NotificationDelivery.status == FAILED) | (NotificationDelivery.attempts > 0))
-            .where(NotificationDelivery.status != SENT)
-            .order_by(NotificationDelivery.created_at.desc())
-            .limit(200)
-        )
+    """The newest ``FAILING_SHOWN`` of them: what the upcoming page, and the API unless asked for a page, show."""
+    # With their notifications: the page shows each one's title.
+    query = failing_deliveries_query().options(joinedload(NotificationDelivery.notification))
+    return list(db.session.scalars(query.limit(FAILING_SHOWN)))
+
+
+def failing_count() -> int:
+    return (
+        db.session.scalar(select(func.count()).select_from(failing_deliveries_query().order_by(None).subquery())) or 0
     )
 
 

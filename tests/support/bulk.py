@@ -15,7 +15,7 @@ from sqlalchemy import func, inspect, select
 from app.catalog.models import Template, TemplateVersion
 from app.core.columns import new_id, utcnow
 from app.core.extensions import Model, db
-from app.notifications.models import Notification
+from app.notifications.models import FAILED, Notification, NotificationDelivery
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob, ProvisionerKey
 from app.users.models import KIND_TOKEN, ApiKey, User
 from app.workspaces.models import Workspace, WorkspaceBuild
@@ -144,6 +144,24 @@ def add_notifications(app: Flask, user_id: str, count: int) -> None:
     with app.app_context():
         db.session.add_all(
             Notification(user_id=user_id, event="workspace_stopped", title=f"Stopped {n}") for n in range(count)
+        )
+        db.session.commit()
+        db.session.remove()
+
+
+def add_failing_deliveries(app: Flask, user_id: str, count: int) -> None:
+    """Notifications of ``user_id``'s whose webhook delivery failed for good."""
+    with app.app_context():
+        notifications = [
+            Notification(id=new_id(), user_id=user_id, event="workspace_stopped", title=f"Stopped {n}")
+            for n in range(count)
+        ]
+        db.session.add_all(notifications)
+        db.session.add_all(
+            NotificationDelivery(
+                notification_id=notification.id, channel="webhook", status=FAILED, attempts=5, last_error="HTTP 500"
+            )
+            for notification in notifications
         )
         db.session.commit()
         db.session.remove()
