@@ -1,6 +1,6 @@
-"""The queries that grow with history are served by indexes, on both databases: a page of one job's log, and the
-job lists filtered by an active status. (Asked of the planner with EXPLAIN; on PostgreSQL with sequential scans
-discouraged, since on a test's few rows a scan is what it would pick anyway.)"""
+"""The queries that grow with history are served by indexes, on both databases: a page of one job's log, the
+job lists filtered by an active status, and a page of a template's versions. (Asked of the planner with EXPLAIN;
+on PostgreSQL with sequential scans discouraged, since on a test's few rows a scan is what it would pick anyway.)"""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import Select, select, text, update
 
+from app.catalog.models import Template
+from app.catalog.services import versions_query
 from app.core.extensions import db
 from app.provisioning.jobs import job_logs_query
 from app.provisioning.models import (
@@ -92,3 +94,14 @@ def test_the_indexable_filter_answers_as_the_status_does(
             by_case = set(db.session.scalars(select(ProvisionerJob.id).where(ProvisionerJob.status == status)))
             rewritten = set(db.session.scalars(select(ProvisionerJob.id).where(ProvisionerJob.status_in([status]))))
             assert rewritten == by_case and by_case, status
+
+
+def test_a_page_of_a_templates_versions_is_read_in_the_index_order(app: Flask) -> None:
+    """Newest first, a page at a time: the versions are read from (template_id, created_at, id) in that order, not
+    all found and then sorted."""
+    template = Template(id="00000000-0000-0000-0000-000000000000")
+    with app.app_context():
+        shown = plan(versions_query(template).limit(25).offset(50))
+        db.session.rollback()
+    assert "ix_template_versions_template_id_created_at" in shown, shown
+    assert "TEMP B-TREE" not in shown and "Sort" not in shown, shown

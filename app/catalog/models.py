@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 from sqlalchemy.sql.expression import false, true
 
@@ -80,9 +80,12 @@ class Template(Model):
 
 class TemplateVersion(Model):
     __tablename__ = "template_versions"
+    # A template's versions newest first, a page at a time, read in the index's order (no sort of them all); it
+    # also serves every lookup by template, which had an index of its own.
+    __table_args__ = (Index("ix_template_versions_template_id_created_at", "template_id", "created_at", "id"),)
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
-    template_id: Mapped[str | None] = mapped_column(ForeignKey("templates.id", ondelete="CASCADE"), index=True)
+    template_id: Mapped[str | None] = mapped_column(ForeignKey("templates.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(64))
     readme: Mapped[str] = mapped_column(Text, default="")
     job_id: Mapped[str] = mapped_column(ForeignKey("provisioner_jobs.id"), unique=True)
