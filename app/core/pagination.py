@@ -42,10 +42,6 @@ class PageRequest:
             paged = paged.limit(self.limit)
         return list(db.session.scalars(paged).unique()), count_rows(query)
 
-
-def count_rows(query: Select[Any]) -> int:
-    return int(db.session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0)
-
     @property
     def is_everything(self) -> bool:
         return self.limit is None and not self.offset
@@ -57,6 +53,10 @@ def count_rows(query: Select[Any]) -> int:
             return list(items), None
         end = None if self.limit is None else self.offset + self.limit
         return list(items[self.offset : end]), len(items)
+
+
+def count_rows(query: Select[Any]) -> int:
+    return int(db.session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0)
 
 
 def with_total(response: Response, total: int | None, shown: int) -> Response:
