@@ -128,8 +128,6 @@ def _pending_groups() -> tuple[Counter[_Group], dict[_Group, dict[str, str]]]:
     for queue, required, count, example in db.session.execute(grouped):
         totals[_Group(queue, required)] = count
         examples[example] = _Group(queue, required)
-    if not examples:
-        return totals, {}
     tags = select(ProvisionerJob.id, ProvisionerJob.tags).where(ProvisionerJob.id.in_(examples))
     return totals, {examples[job_id]: job_tags for job_id, job_tags in db.session.execute(tags)}
 
@@ -141,9 +139,8 @@ def _daemons_serving(group: _Group, tags: dict[str, str], daemons: Sequence[Prov
 
 def _served_no_later(job_ids: Sequence[str]) -> dict[str, Counter[_Group]]:
     """For each pending job, the pending jobs of each group that daemons serve before it, or it itself."""
+    # Asked even for no job, so that a page costs the same queries whatever it holds.
     ahead: dict[str, Counter[_Group]] = {job_id: Counter() for job_id in job_ids}
-    if not job_ids:
-        return ahead
     other, job = aliased(ProvisionerJob), aliased(ProvisionerJob)
     query = (
         select(job.id, other.queue, other.required_terraform, func.count())
