@@ -15,7 +15,7 @@ from flask.testing import FlaskClient
 from tests.conftest import PASSWORD, Persona
 from tests.support import bulk
 from tests.support.daemon import FakeDaemon, import_template, running_import
-from tests.support.web import sign_in
+from tests.support.web import post_form, sign_in
 from tests.test_query_counts import add_workspaces
 
 # Rows of the list's kind: more than two pages of three. Many are copies that share their original's created_at,
@@ -215,3 +215,21 @@ def test_the_workspaces_page_shows_one_page_at_a_time(
     other = app.test_client()
     sign_in(other, "dave@example.com", PASSWORD)
     assert "of 30" not in other.get("/workspaces").get_data(as_text=True)  # a member sees only their own
+
+
+def test_the_users_and_templates_pages_show_one_page_at_a_time(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    template = import_template(client, personas, FakeDaemon(client))
+    bulk.add_users(app, personas["carol"].id, 30)  # 34 with the personas
+    bulk.add_templates(app, template["id"], 29)  # 30
+    pages = app.test_client()
+    sign_in(pages, "alice@example.com", PASSWORD)
+    for path, total in (("/users", 34), ("/templates", 30)):
+        first = pages.get(path).get_data(as_text=True)
+        assert f"1–25 of {total}" in first and f'rel="next" href="{path}?page=2"' in first, path
+        last = pages.get(f"{path}?page=2").get_data(as_text=True)
+        assert f"26–{total} of {total}" in last and 'rel="prev"' in last, path
+    # A template upload refused shows the list again from its own view: the pages still link to the list.
+    refused = post_form(pages, "/templates", {"name": ""})
+    assert refused.status_code == 400 and 'href="/templates?page=2"' in refused.get_data(as_text=True)

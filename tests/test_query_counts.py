@@ -89,6 +89,8 @@ def test_lists_cost_the_same_queries_at_10_and_at_500_rows(
             for name, (path, headers) in lists.items()
         },
         "the workspaces page": ("/workspaces", None, pages),
+        "the users page": ("/users", None, pages),
+        "the templates page": ("/templates", None, pages),
         "the provisioners page": ("/provisioners", None, pages),
         "the lifecycle page (with failing deliveries)": ("/workspaces/lifecycle", None, pages),
     }

@@ -8,6 +8,7 @@ from werkzeug.wrappers import Response
 from app.auth.access import current_browser_session_id, page_user, require_role, sign_in_browser
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
+from app.core.pagination import page_of, requested_page
 from app.externalauth import services as external_auth
 from app.lifecycle import settings as lifecycle_settings
 from app.notifications import services as notifications
@@ -41,7 +42,11 @@ def index() -> str | tuple[str, int] | Response:
             return redirect(url_for("users.index"))
     return (
         render_template(
-            "users/index.html", users=services.list_users(), form=form, errors=errors, roles=ASSIGNABLE_ROLES
+            "users/index.html",
+            page=page_of(services.users_query(), requested_page(), endpoint="users.index"),
+            form=form,
+            errors=errors,
+            roles=ASSIGNABLE_ROLES,
         ),
         status,
     )

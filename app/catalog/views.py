@@ -12,6 +12,7 @@ from app.auth.blueprints import page_blueprint
 from app.catalog import services, storage
 from app.core.errors import DomainError, InvalidInput
 from app.core.markdown_render import render_markdown
+from app.core.pagination import page_of, requested_page
 from app.core.templating import tar_of_uploads
 from app.externalauth import services as external_auth
 from app.files.services import MAX_ARCHIVE_BYTES
@@ -34,7 +35,8 @@ def index() -> str:
 def _index_context() -> dict[str, object]:
     user = page_user()
     usage = storage.storage_usage(user, storage.configured_quota()) if user.is_template_admin else None
-    return {"templates": services.list_templates(), "storage": usage}
+    page = page_of(services.templates_query(), requested_page(), endpoint="catalog.index")
+    return {"page": page, "storage": usage}
 
 
 @bp.get("/templates/routing-check")

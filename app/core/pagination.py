@@ -75,6 +75,8 @@ class Page:
     number: int
     size: int
     total: int
+    # The list's own view, when the page may be shown by another (a form's POST answered with the list).
+    endpoint: str = ""
 
     @property
     def count(self) -> int:
@@ -90,6 +92,8 @@ class Page:
 
     def link(self, number: int) -> str:
         """This list at page ``number``, keeping its other query parameters (filters, sort)."""
+        if self.endpoint and self.endpoint != request.endpoint:  # shown by another view (a form's POST)
+            return url_for(self.endpoint, page=number)
         values: dict[str, Any] = {**(request.view_args or {}), **request.args.to_dict(), "page": number}
         return url_for(str(request.endpoint), **values)
 
@@ -98,9 +102,9 @@ def requested_page() -> int:
     return query_int("page", 1, minimum=1)
 
 
-def page_of(query: Select[Any], number: int, size: int = PAGE_SIZE) -> Page:
+def page_of(query: Select[Any], number: int, size: int = PAGE_SIZE, *, endpoint: str = "") -> Page:
     """Page ``number`` of the rows; past the end (a bookmark of a list that has shrunk), the last page."""
     total = count_rows(query)
     number = min(number, max(1, -(-total // size)))
     rows = list(db.session.scalars(query.offset((number - 1) * size).limit(size)).unique())
-    return Page(rows, number, size, total)
+    return Page(rows, number, size, total, endpoint)
