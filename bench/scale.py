@@ -184,6 +184,9 @@ def endpoints(deployment: Deployment) -> dict[str, tuple[str, str]]:
         "API a build's log, first 1,000 lines": (
             f"/api/v2/workspacebuilds/{deployment.long_build_id}/logs?limit=1000", "owner"),
         "API users (500)": ("/api/v2/users", "owner"),
+        "API users, a page of 25": ("/api/v2/users?limit=25&offset=100", "owner"),
+        "page /users": ("/users", "owner"),
+        "page /templates": ("/templates", "member"),
         "API templates": ("/api/v2/templates", "owner"),
         "API users/me, member": ("/api/v2/users/me", "member"),
     }  # fmt: skip
