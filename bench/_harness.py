@@ -10,11 +10,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import psutil
+
+if TYPE_CHECKING:
+    from tests.support.postgres import PostgresCluster
 
 SLIPWAY = str(Path(sys.executable).with_name("slipway"))
 OWNER_PASSWORD = "correct-horse-battery"
@@ -165,3 +171,30 @@ def sign_up_owner(url: str) -> tuple[httpx.Client, str]:
     token = str(login.json()["session_token"])
     api = httpx.Client(base_url=f"{url}/api/v2", headers={"Authorization": f"Bearer {token}"}, timeout=60)
     return api, token
+
+
+@contextmanager
+def postgres_and_redis(database: str) -> Iterator[tuple[PostgresCluster, dict[str, str]]]:
+    """A throwaway PostgreSQL cluster holding ``database``, and a Redis: the cluster, and the environment a server
+    (or an app) reaches both with."""
+    # Here rather than at the top: the benchmarks that only start a server do not put the repository on sys.path.
+    from app.server.embedded_redis import start_embedded_redis
+    from app.server.processes import stop
+    from tests.support.postgres import PostgresCluster
+
+    cluster = PostgresCluster()
+    cluster.start()
+    redis_dir = Path(tempfile.mkdtemp(prefix="slipway-bench-redis-"))
+    redis_process = start_embedded_redis(redis_dir)
+    try:
+        cluster.execute(f"CREATE DATABASE {database}")
+        yield (
+            cluster,
+            {
+                "SLIPWAY_DATABASE_URL": cluster.url(database),
+                "SLIPWAY_REDIS_URL": f"unix://{redis_dir / 'redis.sock'}",
+            },
+        )
+    finally:
+        stop([redis_process], grace=5)
+        cluster.stop()

@@ -36,12 +36,10 @@ from app.files.models import File
 from app.lifecycle.executor import run_tick
 from app.lifecycle.models import LifecycleTick
 from app.provisioning.models import ProvisionerJob
-from app.server.embedded_redis import start_embedded_redis
-from app.server.processes import stop
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
+from bench._harness import postgres_and_redis
 from protocol.provisionerd import JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD
-from tests.support.postgres import PostgresCluster
 from tests.support.queries import counted
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -142,24 +140,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    cluster = PostgresCluster()
-    cluster.start()
-    redis_dir = Path(tempfile.mkdtemp(prefix="slipway-bench-redis-"))
-    redis_process = start_embedded_redis(redis_dir)
-    try:
-        cluster.execute("CREATE DATABASE lifecycle")
-        settings = load_settings({
-            "SLIPWAY_DATA_DIR": tempfile.mkdtemp(prefix="slipway-bench-"),
-            "SLIPWAY_DATABASE_URL": cluster.url("lifecycle"), "SLIPWAY_SECRET_KEY": "bench",
-            "SLIPWAY_REDIS_URL": f"unix://{redis_dir / 'redis.sock'}",
-        })  # fmt: skip
-        app = create_app(settings)
+    with postgres_and_redis("lifecycle") as (_, external):
+        env = {"SLIPWAY_DATA_DIR": tempfile.mkdtemp(prefix="slipway-bench-"), "SLIPWAY_SECRET_KEY": "bench", **external}
+        app = create_app(load_settings(env))
         with app.app_context():
             upgrade()
         run(app, args.rounds)
-    finally:
-        stop([redis_process], grace=5)
-        cluster.stop()
 
 
 def run(app: Flask, rounds: int) -> None:

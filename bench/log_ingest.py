@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -23,12 +22,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from _harness import Server, median, percentile, sign_up_owner  # noqa: E402
+from _harness import Server, median, percentile, postgres_and_redis, sign_up_owner  # noqa: E402
 
-from app.server.embedded_redis import start_embedded_redis  # noqa: E402
-from app.server.processes import stop  # noqa: E402
 from tests.support.archives import tar_of  # noqa: E402
-from tests.support.postgres import PostgresCluster  # noqa: E402
 
 PSK = "bench-psk"
 LINE = "module.workspace.docker_container.main[0]: Still creating... [{n}s elapsed] (line {seq})"
@@ -113,21 +109,8 @@ def main() -> None:
     print(f"log_ingest: {args.lines:,} lines per job in batches of {args.batch}; 2 web workers")
     measure("SQLite", lambda: Server(env=env).start(), args)
 
-    cluster = PostgresCluster()
-    cluster.start()
-    redis_dir = Path(tempfile.mkdtemp(prefix="slipway-bench-redis-"))
-    redis_process = start_embedded_redis(redis_dir)
-    try:
-        cluster.execute("CREATE DATABASE ingest")
-        external = {
-            **env,
-            "SLIPWAY_DATABASE_URL": cluster.url("ingest"),
-            "SLIPWAY_REDIS_URL": f"unix://{redis_dir / 'redis.sock'}",
-        }
-        measure("PostgreSQL", lambda: Server(env=external).start(), args)
-    finally:
-        stop([redis_process], grace=5)
-        cluster.stop()
+    with postgres_and_redis("ingest") as (_, external):
+        measure("PostgreSQL", lambda: Server(env={**env, **external}).start(), args)
     print("PostgreSQL here runs with fsync=off (the test cluster's settings): a durable disk writes slower.")
 
 

@@ -39,11 +39,9 @@ from app.core.extensions import db
 from app.factory import create_app
 from app.files.models import File
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
-from app.server.embedded_redis import start_embedded_redis
-from app.server.processes import stop
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
-from bench._harness import Server, percentile
+from bench._harness import Server, percentile, postgres_and_redis
 from protocol.provisionerd import JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD
 from tests.support.postgres import PostgresCluster
 from tests.support.queries import counted
@@ -269,17 +267,8 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
 
-    cluster = PostgresCluster()
-    cluster.start()
-    redis_dir = Path(tempfile.mkdtemp(prefix="slipway-bench-redis-"))
-    redis_process = start_embedded_redis(redis_dir)
-    try:
-        cluster.execute("CREATE DATABASE scale")
-        env = {
-            "SLIPWAY_DATA_DIR": tempfile.mkdtemp(prefix="slipway-bench-"),
-            "SLIPWAY_DATABASE_URL": cluster.url("scale"), "SLIPWAY_SECRET_KEY": "bench",
-            "SLIPWAY_REDIS_URL": f"unix://{redis_dir / 'redis.sock'}",
-        }  # fmt: skip
+    with postgres_and_redis("scale") as (cluster, external):
+        env = {"SLIPWAY_DATA_DIR": tempfile.mkdtemp(prefix="slipway-bench-"), "SLIPWAY_SECRET_KEY": "bench", **external}
         app = create_app(load_settings(env))
         with app.app_context():
             upgrade()
@@ -297,9 +286,6 @@ def main() -> None:
 
             memory[size] = run_server(server_env, measure)
         report(sizes, statements, timings, memory)
-    finally:
-        stop([redis_process], grace=5)
-        cluster.stop()
 
 
 def report(

@@ -15,7 +15,7 @@ from flask import Flask
 from app.factory import create_app
 from tests.conftest import PASSWORD, close_app, make_settings
 from tests.support.http_daemon import api_client, sign_up_owner
-from tests.support.numbered_build import TERMINAL, NumberedBuild, numbered_lines
+from tests.support.numbered_build import TERMINAL, NumberedBuild
 from tests.support.postgres import PostgresCluster
 from tests.support.provisionerd import DAEMON_PSK, DaemonProcess, wait_job
 from tests.support.server import ServerProcess
@@ -117,12 +117,7 @@ def test_postgresql_restarted_mid_build_the_api_answers_503_and_the_build_succee
         DaemonProcess(server.url, "builder", tmp_path, env={"SLIPWAY_PROVISIONER_DAEMON_PSK": DAEMON_PSK}) as daemon,
     ):
         daemon.wait_registered(api, timeout=60)
-        template = numbered.template(api)
-        numbered.switch.touch()
-        created = api.post("/workspaces", json={"template_id": template["id"], "name": "ws"})
-        assert created.status_code == 201, created.text
-        build = created.json()["latest_build"]
-        wait_until(lambda: numbered_lines(api, build["id"])[20], timeout=120, what="the apply's lines in the log")
+        build = numbered.start(api, numbered.template(api))
 
         own_postgres.halt()
         down_at = time.monotonic()

@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import PASSWORD
 from tests.support.http_daemon import api_client, sign_up_owner
 from tests.support.netns import HEALTHY, Faults, IsolatedHost
-from tests.support.numbered_build import TERMINAL, NumberedBuild, numbered_lines
+from tests.support.numbered_build import TERMINAL, NumberedBuild
 from tests.support.provisionerd import DAEMON_PSK, DaemonProcess, wait_job
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_until
@@ -104,12 +104,7 @@ def test_a_build_partitioned_from_the_server_for_a_minute_mid_apply_succeeds_onc
     again are stored once), Terraform applied once, and the outbox is empty."""
     daemon.wait_registered(api, timeout=60)
     numbered = NumberedBuild(runs=tmp_path / "runs", switch=tmp_path / "switch")
-    template = numbered.template(api)
-    numbered.switch.touch()
-    created = api.post("/workspaces", json={"template_id": template["id"], "name": "ws"})
-    assert created.status_code == 201, created.text
-    build = created.json()["latest_build"]
-    wait_until(lambda: numbered_lines(api, build["id"])[20], timeout=120, what="the apply's lines to reach the server")
+    build = numbered.start(api, numbered.template(api))
 
     host.apply(Faults(partitioned=True))
     cut_at = time.monotonic()

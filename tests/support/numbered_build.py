@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from tests.support.provisionerd import push_import, wait_job
+from tests.support.waiting import wait_until
 
 TERMINAL = ("succeeded", "failed", "canceled")
 _NUMBERED = re.compile(r"\bline-(\d+)\b")
@@ -44,6 +45,16 @@ class NumberedBuild:
         created = api.post("/templates", json={"name": "numbered", "version_id": version["id"]})
         assert created.status_code == 201, created.text
         return dict(created.json())
+
+    def start(self, api: httpx.Client, template: dict[str, Any], *, lines: int = 20) -> dict[str, Any]:
+        """A workspace of ``template`` whose build applies until the switch is removed; its build, once ``lines``
+        of the apply's lines have reached the server."""
+        self.switch.touch()
+        created = api.post("/workspaces", json={"template_id": template["id"], "name": "ws"})
+        assert created.status_code == 201, created.text
+        build: dict[str, Any] = created.json()["latest_build"]
+        wait_until(lambda: numbered_lines(api, build["id"])[lines], timeout=120, what="the apply's lines in the log")
+        return build
 
     def assert_ran_once_and_logged_each_line_once(self, api: httpx.Client, build_id: str) -> int:
         """The apply ran once, and the build's log holds each of its lines once; the number of lines."""
