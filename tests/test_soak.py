@@ -10,7 +10,8 @@ import pytest
 from tests.support.postgres import PostgresCluster
 from tests.support.soak import SoakPlan, figures, soak_deployment
 
-SMALL = SoakPlan(seconds=60, replicas=2, daemons=3, builds=20, viewers=20, lines_per_build=60, line_pause=0.05)
+# Two viewers a build, one starting on each replica: whichever builds run when the kill comes, streams break.
+SMALL = SoakPlan(seconds=60, replicas=2, daemons=3, builds=20, viewers=40, lines_per_build=60, line_pause=0.05)
 
 
 @pytest.mark.timeout(900)  # about two minutes of load, on a machine that other runs share

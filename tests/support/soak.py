@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ STALLED = "awaiting_confirmation"
 RECONNECT_SECONDS = 1.0
 # Terraform prefixes what a local-exec prints with the resource's address.
 NUMBERED_LINE = re.compile(r"\(local-exec\): line-(\d+)$")
+# A steady reader of the API beside the load (a dashboard's workspace list), alternating replicas.
+PROBE_SECONDS = 0.5
 # A build's transitions in turn: its workspace is created (start), stopped, started and stopped again.
 TRANSITIONS = ("start", "stop", "start", "stop")
 
@@ -150,6 +152,7 @@ class ApiCall:
     replica: int
     seconds: float
     status: int  # 0: no answer
+    what: str  # method and path
 
 
 class Api:
@@ -173,16 +176,16 @@ class Api:
             try:
                 response = self.clients[index].request(method, path, json=json, params=params)
             except httpx.ConnectError:  # nothing was sent: another replica takes it
-                self._note(ApiCall(began, index, time.monotonic() - began, 0), failover=True)
+                self._note(ApiCall(began, index, time.monotonic() - began, 0, f"{method} {path}"), failover=True)
                 if attempt % len(self.clients) == len(self.clients) - 1:
                     time.sleep(RECONNECT_SECONDS)  # every replica refused: give them a moment
                 continue
             except httpx.TransportError as exc:
-                self._note(ApiCall(began, index, time.monotonic() - began, 0), failover=True)
+                self._note(ApiCall(began, index, time.monotonic() - began, 0, f"{method} {path}"), failover=True)
                 if method == "GET":
                     continue
                 raise AmbiguousRequest(f"{method} {path} on replica {index}: {exc!r}") from exc
-            self._note(ApiCall(began, index, time.monotonic() - began, response.status_code))
+            self._note(ApiCall(began, index, time.monotonic() - began, response.status_code, f"{method} {path}"))
             return response
         raise ConnectionError(f"no replica answered {method} {path}")
 
@@ -236,8 +239,10 @@ class SoakReport:
     api_calls: list[ApiCall]
     failovers: int
     runs: list[str]  # the build ids the template noted, one per apply
+    began: float  # monotonic, when the run began
     killed_at: float  # seconds into the run
     downtime_seconds: float
+    outage: tuple[datetime, datetime]  # wall clock: killed, answering again
     running_at_kill: int  # builds whose job was running when the replica was killed
     peak_rss_mb: list[float]
     wall_seconds: float
@@ -396,8 +401,8 @@ class Soak:
             threading.Thread(target=self._view, args=(viewer,), name=f"viewer-{viewer.number}")
             for viewer in self.viewers
         ]
-        sampler = threading.Thread(target=self._sample_memory, name="rss", daemon=True)
-        sampler.start()
+        for background in (self._sample_memory, lambda: self._probe(api)):
+            threading.Thread(target=background, daemon=True).start()
         for thread in threads:
             thread.daemon = True
             thread.start()
@@ -406,13 +411,13 @@ class Soak:
         self.stopping.wait(max(0.0, plan.kill_after - (time.monotonic() - began)))
         victim = self.replicas[plan.killed_replica]
         running_at_kill = sum(
-            1 for job in api.get("/provisionerjobs", 1 % plan.replicas, status="running")
+            1 for job in api.get("/provisionerjobs", (plan.killed_replica + 1) % plan.replicas, status="running")
         ) if plan.replicas > 1 else 0  # fmt: skip
-        killed = time.monotonic()
+        killed, killed_wall = time.monotonic(), datetime.now(UTC)
         victim.kill()
         progress(f"{killed - began:6.1f} s: replica {plan.killed_replica} killed ({running_at_kill} builds running)")
         victim.start()
-        downtime = time.monotonic() - killed
+        downtime, back_wall = time.monotonic() - killed, datetime.now(UTC)
         progress(f"{time.monotonic() - began:6.1f} s: replica {plan.killed_replica} back after {downtime:.1f} s")
 
         # The builds' schedule ends at plan.seconds; the last ones, and their viewers, then have time to finish.
@@ -431,10 +436,18 @@ class Soak:
         api.close()
         return SoakReport(
             plan=plan, builds=self.builds, viewers=self.viewers, api_calls=api.calls, failovers=api.failovers,
-            runs=runs, killed_at=killed - began, downtime_seconds=downtime, running_at_kill=running_at_kill,
+            runs=runs, began=began, killed_at=killed - began, downtime_seconds=downtime,
+            outage=(killed_wall, back_wall), running_at_kill=running_at_kill,
             peak_rss_mb=[replica.peak_rss_mb for replica in self.replicas], wall_seconds=wall,
             daemon_logs={daemon.name: daemon.log() for daemon in self.daemons}, errors=self.errors,
         )  # fmt: skip
+
+    def _probe(self, api: Api) -> None:
+        replica = 0
+        while not self.stopping.wait(PROBE_SECONDS):
+            with contextlib.suppress(Exception):  # its calls are recorded, answered or not
+                api.request("GET", "/workspaces", replica, params={"owner": "me"})
+            replica = (replica + 1) % len(self.replicas)
 
     def _sample_memory(self) -> None:
         while not self.stopping.wait(1.0):
@@ -510,8 +523,9 @@ class Soak:
         while not build.created.wait(1.0):
             if self.stopping.is_set():
                 return
-        # The first connection alternates between replicas, so that each holds streams when one is killed.
-        replica = viewer.number % self.plan.replicas
+        # The first connection alternates between replicas, so that each holds streams when one is killed; a build's
+        # second viewer starts on the other replica than its first.
+        replica = (viewer.number + viewer.number // self.plan.builds) % self.plan.replicas
         timeout = httpx.Timeout(30, read=60)  # heartbeats come every ~15 s
         with httpx.Client(timeout=timeout, headers={"Authorization": f"Bearer {self.token}"}) as client:
             while not self.stopping.is_set():
@@ -578,37 +592,65 @@ def seconds_between(start: str | None, end: str | None) -> float | None:
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
+def _p50_p99(values: list[float], unit: str, scale: float = 1.0) -> str:
+    if not values:
+        return "none"
+    return f"p50 {percentile(values, 0.5) * scale:.1f} {unit}, p99 {percentile(values, 0.99) * scale:.1f} {unit}"
+
+
+def _overlaps(job: dict[str, Any], outage: tuple[datetime, datetime]) -> bool:
+    """The job ran (acquired -> done) while the killed replica was away."""
+    started, completed = job.get("started_at"), job.get("completed_at")
+    if not started or not completed:
+        return False
+    return datetime.fromisoformat(started) < outage[1] and datetime.fromisoformat(completed) > outage[0]
+
+
 def figures(report: SoakReport) -> list[str]:
     """What bench/soak.py prints (and the test shows on failure)."""
     plan = report.plan
     jobs = [build.job for build in report.builds]
     succeeded = [job for job in jobs if job.get("status") == "succeeded"]
     failed = [job for job in jobs if job.get("status") != "succeeded"]
-    total = [d for job in succeeded if (d := seconds_between(job.get("created_at"), job.get("completed_at")))]
-    running = [d for job in succeeded if (d := seconds_between(job.get("started_at"), job.get("completed_at")))]
+    hit = [job for job in succeeded if _overlaps(job, report.outage)]
+    spared = [job for job in succeeded if not _overlaps(job, report.outage)]
+
+    def durations(of: list[dict[str, Any]], since: str) -> list[float]:
+        return [d for job in of if (d := seconds_between(job.get(since), job.get("completed_at"))) is not None]
+
     answered = [call for call in report.api_calls if call.status]
-    latencies = [call.seconds * 1000 for call in answered]
+    down_from, down_until = report.killed_at, report.killed_at + report.downtime_seconds
+    during = [c.seconds for c in answered if down_from <= c.at - report.began <= down_until]
+    outside = [c.seconds for c in answered if not down_from <= c.at - report.began <= down_until]
     errors = [call for call in answered if call.status >= 500]
     viewers_clean = sum(1 for viewer in report.viewers if not viewer.problems)
-    lines = [
+    return [
         f"plan: {plan.seconds:.0f} s of builds, {plan.replicas} replicas, {plan.daemons} daemons, {plan.builds} builds "
         f"on {plan.workspaces} workspaces, {plan.viewers} viewers, {plan.lines_per_build} lines a build "
         f"{plan.line_pause * 1000:.0f} ms apart; replica {plan.killed_replica} killed -9 at {report.killed_at:.0f} s",
         f"wall time {report.wall_seconds:.0f} s; builds running at the kill: {report.running_at_kill}",
         f"builds: {len(succeeded)} succeeded, {len(failed)} failed or unfinished",
         *(f"  failed: job {job.get('id')} {job.get('status')}: {job.get('error')}" for job in failed[:20]),
-        f"build duration (queued -> done) p50 {percentile(total, 0.5):.1f} s, p99 {percentile(total, 0.99):.1f} s; "
-        f"running (acquired -> done) p50 {percentile(running, 0.5):.1f} s, p99 {percentile(running, 0.99):.1f} s",
+        f"build duration, queued -> done: {_p50_p99(durations(succeeded, 'created_at'), 's')}; "
+        f"acquired -> done: {_p50_p99(durations(succeeded, 'started_at'), 's')}",
+        f"  acquired -> done of the {len(hit)} builds running while the replica was away: "
+        f"{_p50_p99(durations(hit, 'started_at'), 's')}; of the others: "
+        f"{_p50_p99(durations(spared, 'started_at'), 's')}",
         f"applies noted: {len(report.runs)} for {len(set(report.runs))} builds",
         f"viewers: {viewers_clean}/{len(report.viewers)} saw every line of their build exactly once; "
         f"{sum(v.connections for v in report.viewers)} connections, {sum(v.dropped for v in report.viewers)} dropped "
         f"before the end, {sum(len(v.refused) for v in report.viewers)} refused "
-        f"({sorted(set(s for v in report.viewers for s in v.refused))})",
-        f"API during the run: {len(answered)} calls, p50 {percentile(latencies, 0.5):.0f} ms, "
-        f"p99 {percentile(latencies, 0.99):.0f} ms, {len(errors)} answered 5xx, "
-        f"{len(report.api_calls) - len(answered)} without an answer (then sent to another replica)",
+        f"({sorted({status for v in report.viewers for status in v.refused})})",
+        f"API during the run: {len(answered)} calls, {_p50_p99([c.seconds for c in answered], 'ms', 1000)}; "
+        f"while the replica was away {_p50_p99(during, 'ms', 1000)}, otherwise {_p50_p99(outside, 'ms', 1000)}; "
+        f"{len(errors)} answered 5xx, {len(report.api_calls) - len(answered)} without an answer (then sent to "
+        "another replica)",
+        "  slowest: "
+        + "; ".join(
+            f"{call.what} on replica {call.replica} at {call.at - report.began:.0f} s: {call.seconds * 1000:.0f} ms"
+            for call in sorted(answered, key=lambda call: -call.seconds)[:3]
+        ),
         f"replica {plan.killed_replica} downtime (kill -9 -> /healthz answers again): {report.downtime_seconds:.1f} s",
         "peak RSS (server and its children): "
         + ", ".join(f"replica {index} {rss:.0f} MB" for index, rss in enumerate(report.peak_rss_mb)),
     ]
-    return lines
