@@ -17,7 +17,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
@@ -25,7 +26,9 @@ from urllib.parse import urlsplit
 
 import redis
 from flask_migrate import upgrade
+from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.pool import NullPool
 
 from app.core.config import Settings, ensure_secret_key
 from app.server.builtin_daemons import DaemonLaunch, DaemonSetupError, plan_daemon_launch
@@ -50,6 +53,8 @@ class StartupError(RuntimeError):
 
 
 MAINTENANCE_INTERVAL_SECONDS = 10.0
+# The PostgreSQL advisory lock replicas take around their migrations (any fixed number; "slipway" in ASCII).
+MIGRATION_LOCK_KEY = 0x736C6970776179
 # A built-in daemon that keeps dying is restarted at most this often, so a broken setup does not spin.
 DAEMON_RESTART_BACKOFF_SECONDS = (1.0, 30.0)
 
@@ -371,7 +376,7 @@ def migrate_database(settings: Settings) -> bool:
 
     app = create_app(settings)
     try:
-        with app.app_context():
+        with app.app_context(), migration_lock(settings.database_url):
             upgrade()
             # Before serving: no row may be encrypted with a key this server lacks.
             check_keys(current_keyring())
@@ -382,6 +387,29 @@ def migrate_database(settings: Settings) -> bool:
         raise StartupError(f"cannot use the database: {exc.orig}".splitlines()[0]) from exc
     except SQLAlchemyError as exc:
         raise StartupError(f"database error while migrating: {exc}".splitlines()[0]) from exc
+
+
+@contextmanager
+def migration_lock(database_url: str) -> Iterator[None]:
+    """One replica migrates at a time: replicas started together on a fresh PostgreSQL database would otherwise
+    create the same tables at once, and all but one exit on a duplicate key. The others wait, then find nothing to
+    do. (SQLite is one host's file; its own locking serialises the migrations.)"""
+    if not database_url.startswith("postgresql"):
+        yield
+        return
+    engine = create_engine(database_url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            # Session-level: held across the migrations' own transactions, gone if this process dies.
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            connection.commit()
+            try:
+                yield
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK_KEY})
+                connection.commit()
+    finally:
+        engine.dispose()
 
 
 def child_environment(settings: Settings) -> dict[str, str]:
