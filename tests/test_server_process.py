@@ -11,6 +11,8 @@ import httpx
 import psutil
 import pytest
 
+from app.core.config import load_settings
+from app.server.supervisor import open_listener
 from tests.conftest import PASSWORD
 from tests.support.daemon_user import shared_dir
 from tests.support.http_daemon import api_client, sign_up_owner
@@ -85,6 +87,16 @@ def test_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
         result = run_server_once("--data-dir", str(tmp_path), "--address", f"127.0.0.1:{port}")
     assert result.returncode != 0
     assert result.stderr.strip() == f"slipway: cannot listen on 127.0.0.1:{port}: address already in use"
+
+
+def test_the_port_is_held_but_refuses_connections_until_the_web_workers_listen(tmp_path: Path) -> None:
+    """While a server migrates and starts its workers (seconds, more on a restart), a connection is refused rather
+    than accepted and left waiting, so a client or a load balancer goes to another replica at once; the port is
+    held all along (another server cannot take it)."""
+    port = free_port()
+    held = open_listener(load_settings({"SLIPWAY_ADDRESS": f"127.0.0.1:{port}", "SLIPWAY_DATA_DIR": str(tmp_path)}))
+    with held, pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=10)
 
 
 def test_unwritable_data_dir_is_one_clear_line(tmp_path: Path) -> None:

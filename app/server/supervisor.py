@@ -349,7 +349,12 @@ def _unix_socket_path(url: str) -> Path | None:
 
 
 def open_listener(settings: Settings) -> socket.socket:
-    """Bind the web port here, so "address in use" is one clear line before anything else starts."""
+    """Bind the web port here, so "address in use" is one clear line before anything else starts.
+
+    Bound, not listening: gunicorn listens once its workers can answer. A socket listening from here on would
+    accept connections during the migrations and the workers' start (10 s and more on a restart) and leave them
+    waiting; refused instead, a client or a load balancer tries another replica at once.
+    """
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -358,7 +363,6 @@ def open_listener(settings: Settings) -> socket.socket:
     listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         listener.bind((settings.host, settings.port))
-        listener.listen(2048)
     except OSError as exc:
         listener.close()
         reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
