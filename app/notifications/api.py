@@ -8,7 +8,7 @@ from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
 from app.core.errors import NotFound
 from app.core.extensions import db
-from app.core.pagination import PageRequest, with_total
+from app.core.pagination import PageRequest, count_rows, with_total
 from app.core.validation import json_body
 from app.notifications import delivery, services
 from app.notifications.models import NotificationDelivery
@@ -23,7 +23,7 @@ def inbox() -> Response:
     user_id, page = api_user().id, PageRequest.from_args()
     total: int | None
     if page.is_everything:
-        notifications, total = services.inbox(user_id), services.inbox_size(user_id)
+        notifications, total = services.inbox(user_id), count_rows(services.inbox_query(user_id))
     else:
         notifications, total = page.rows(services.inbox_query(user_id))
     return with_total(jsonify([notification.to_json() for notification in notifications]), total, len(notifications))
@@ -58,7 +58,7 @@ def failing_deliveries() -> Response:
     page = PageRequest.from_args()
     total: int | None
     if page.is_everything:
-        rows, total = delivery.failing_deliveries(), delivery.failing_count()
+        rows, total = delivery.failing_deliveries(), count_rows(delivery.failing_deliveries_query())
     else:
         rows, total = page.rows(delivery.failing_deliveries_query())
     return with_total(jsonify([row.to_json() for row in rows]), total, len(rows))

@@ -25,7 +25,7 @@ import httpx
 from flask import current_app
 from rq import Queue
 from rq.serializers import JSONSerializer
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import joinedload
 
 from app.core.columns import rfc3339, utcnow
@@ -216,12 +216,6 @@ def failing_deliveries() -> list[NotificationDelivery]:
     # With their notifications: the page shows each one's title.
     query = failing_deliveries_query().options(joinedload(NotificationDelivery.notification))
     return list(db.session.scalars(query.limit(FAILING_SHOWN)))
-
-
-def failing_count() -> int:
-    return (
-        db.session.scalar(select(func.count()).select_from(failing_deliveries_query().order_by(None).subquery())) or 0
-    )
 
 
 def retry(delivery: NotificationDelivery) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from flask import current_app
-from sqlalchemy import Select, func, select, update
+from sqlalchemy import Select, select, update
 
 from app.core.columns import utcnow
 from app.core.config import Settings
@@ -129,10 +129,6 @@ def inbox_query(user_id: str) -> Select[Notification]:
 def inbox(user_id: str) -> list[Notification]:
     """The newest ``INBOX_SIZE``: what the inbox shows when not asked for a page."""
     return list(db.session.scalars(inbox_query(user_id).limit(INBOX_SIZE)))
-
-
-def inbox_size(user_id: str) -> int:
-    return db.session.scalar(select(func.count()).where(Notification.user_id == user_id)) or 0
 
 
 def mark_read(user_id: str, notification_id: str | None) -> None:
