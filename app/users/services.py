@@ -101,10 +101,6 @@ def users_query() -> Select[User]:
     return select(User).order_by(User.username, User.id)
 
 
-def list_users() -> list[User]:
-    return list(db.session.scalars(users_query()))
-
-
 def get_user(user_id: str) -> User:
     user = db.session.get(User, user_id)
     if user is None:
