@@ -33,8 +33,8 @@ DESCRIPTORS = {
     "@daily": "0 0 0 * * *", "@midnight": "0 0 0 * * *", "@hourly": "0 0 * * * *",
 }  # fmt: skip
 EVERY = "@every "
-GO_DURATION = re.compile(r"(?:(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+")
 GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+GO_DURATION = re.compile(f"(?:{GO_DURATION_PART.pattern})+")
 GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 # An expression such as "0 0 0 30 2 *" never matches; stop looking after this long.
 SEARCH_LIMIT = timedelta(days=366 * 5)

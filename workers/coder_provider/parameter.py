@@ -130,15 +130,17 @@ class ParameterDataSource(CoderDataSource):
         value = supplied if supplied is not None else state["default"]
         state["value"] = "" if value is None else value
         try:
-            self.check(state, value, os.environ.get(parameter_env_name(name, previous=True)), supplied is None)
-            state["form_type"] = resolve_form_type(declared(state))  # computed, as Coder's provider does
+            parameter = self.check(
+                state, value, os.environ.get(parameter_env_name(name, previous=True)), supplied is None
+            )
+            state["form_type"] = resolve_form_type(parameter)  # computed, as Coder's provider does
         except ParameterError as exc:
             diags.add_error(f"Invalid parameter {name!r}", f"coder_parameter {name!r}: {exc.summary}: {exc}")
             return None
         return state
 
     @staticmethod
-    def check(state: State, value: str | None, previous: str | None, check_default: bool = True) -> None:
+    def check(state: State, value: str | None, previous: str | None, check_default: bool = True) -> RichParameter:
         """The server's own rules (protocol/parameters.py): the declaration, then the value when there is one
         (a template import plans a required parameter without one). The default is checked only when it is the
         value (``check_default``): a valid value given by a person makes an invalid default irrelevant."""
@@ -146,3 +148,4 @@ class ParameterDataSource(CoderDataSource):
         check_declaration(parameter, check_default=check_default)
         if value is not None:
             check_value(parameter, value, previous)
+        return parameter
