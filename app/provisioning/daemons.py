@@ -195,9 +195,7 @@ def _claim(daemon: ProvisionerDaemon, job_id: str) -> bool:
         update(ProvisionerJob)
         .where(
             ProvisionerJob.id == job_id,
-            ProvisionerJob.started_at.is_(None),
-            ProvisionerJob.canceled_at.is_(None),
-            ProvisionerJob.completed_at.is_(None),
+            ProvisionerJob.waiting(),
         )
         .values(started_at=now, updated_at=now, worker_id=daemon.id)
     )
@@ -272,9 +270,7 @@ def wait_for_job(
                 select(ProvisionerJob.id, ProvisionerJob.required_terraform)
                 .where(
                     ProvisionerJob.queue.in_(queues),
-                    ProvisionerJob.started_at.is_(None),
-                    ProvisionerJob.completed_at.is_(None),
-                    ProvisionerJob.canceled_at.is_(None),
+                    ProvisionerJob.waiting(),
                 )
                 .order_by(*ProvisionerJob.queue_order())
                 .limit(OFFER_CANDIDATES)

@@ -94,9 +94,7 @@ def reconcile_queues() -> int:
     query and one Redis round trip, however many jobs wait."""
     pending = db.session.execute(
         select(ProvisionerJob.id, ProvisionerJob.queue).where(
-            ProvisionerJob.started_at.is_(None),
-            ProvisionerJob.completed_at.is_(None),
-            ProvisionerJob.canceled_at.is_(None),
+            ProvisionerJob.waiting(),
             ProvisionerJob.created_at < utcnow() - RECONCILE_GRACE,
         )
     ).all()

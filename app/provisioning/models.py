@@ -155,6 +155,12 @@ class ProvisionerJob(Model):
         low_last, created_at, job_id = cls.serve_key(cls)
         return low_last, created_at.asc(), job_id.asc()
 
+    @classmethod
+    def waiting(cls, job: Any = None) -> ColumnElement[bool]:
+        """Waiting for a daemon to take it: not started, ended or canceled (of the table, or of ``job``, an alias)."""
+        job = cls if job is None else job
+        return and_(job.started_at.is_(None), job.completed_at.is_(None), job.canceled_at.is_(None))
+
     @staticmethod
     def serve_key(job: Any) -> tuple[ColumnElement[int], ColumnElement[datetime], ColumnElement[str]]:
         """What queue_order() sorts on, for the table or an alias of it (to compare two jobs' places in SQL)."""

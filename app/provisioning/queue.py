@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from flask import current_app
-from sqlalchemy import ColumnElement, and_, func, select, tuple_
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import aliased
 
 from app.core.columns import utcnow
@@ -39,10 +38,6 @@ def online_daemons() -> list[ProvisionerDaemon]:
     return list(db.session.scalars(query.order_by(ProvisionerDaemon.created_at)))
 
 
-def _pending(job: type[ProvisionerJob] | Any) -> ColumnElement[bool]:
-    return and_(job.started_at.is_(None), job.completed_at.is_(None), job.canceled_at.is_(None))
-
-
 def untagged_rule() -> str:
     rule: str = current_app.config["SLIPWAY_SETTINGS"].provisioner_untagged_jobs
     return rule
@@ -50,7 +45,7 @@ def untagged_rule() -> str:
 
 def queue_depths() -> Counter[str]:
     """Pending jobs per tag set, of both priorities: what autoscalers scale on and the health report watches."""
-    query = select(ProvisionerJob.queue, func.count()).where(_pending(ProvisionerJob)).group_by(ProvisionerJob.queue)
+    query = select(ProvisionerJob.queue, func.count()).where(ProvisionerJob.waiting()).group_by(ProvisionerJob.queue)
     depths: Counter[str] = Counter()
     for queue, count in db.session.execute(query):
         depths[queue.removesuffix(LOW_PRIORITY_SUFFIX)] += count
@@ -120,7 +115,7 @@ def _pending_groups() -> tuple[Counter[_Group], dict[_Group, dict[str, str]]]:
     """How many jobs wait in each group, and each group's tags (read from one of its jobs)."""
     grouped = (
         select(ProvisionerJob.queue, ProvisionerJob.required_terraform, func.count(), func.min(ProvisionerJob.id))
-        .where(_pending(ProvisionerJob))
+        .where(ProvisionerJob.waiting())
         .group_by(ProvisionerJob.queue, ProvisionerJob.required_terraform)
     )
     totals: Counter[_Group] = Counter()
@@ -145,7 +140,7 @@ def _served_no_later(job_ids: Sequence[str]) -> dict[str, Counter[_Group]]:
     query = (
         select(job.id, other.queue, other.required_terraform, func.count())
         .join(other, tuple_(*ProvisionerJob.serve_key(other)) <= tuple_(*ProvisionerJob.serve_key(job)))
-        .where(job.id.in_(job_ids), _pending(other))
+        .where(job.id.in_(job_ids), ProvisionerJob.waiting(other))
         .group_by(job.id, other.queue, other.required_terraform)
     )
     for job_id, queue, required, count in db.session.execute(query):
