@@ -233,3 +233,23 @@ def test_the_users_and_templates_pages_show_one_page_at_a_time(
     # A template upload refused shows the list again from its own view: the pages still link to the list.
     refused = post_form(pages, "/templates", {"name": ""})
     assert refused.status_code == 400 and 'href="/templates?page=2"' in refused.get_data(as_text=True)
+
+
+def test_the_provisioners_page_shows_a_page_of_daemons_and_the_head_of_the_queue(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    daemon = FakeDaemon(client, "real")
+    bulk.add_daemons(app, daemon.id, 30)  # 31, the copies older than it
+    pages = app.test_client()
+    sign_in(pages, "alice@example.com", PASSWORD)
+    first = pages.get("/provisioners").get_data(as_text=True)
+    rows = re.findall(r'data-daemon="([^"]+)"', first)
+    assert rows[0] == "real" and len(rows) == 25 and "1–25 of 31" in first
+    assert 'rel="next" href="/provisioners?page=2"' in first
+    # The live parts re-read and watch the same page, and the partial's pager links to the page itself.
+    second = pages.get("/provisioners?page=2").get_data(as_text=True)
+    assert len(re.findall(r'data-daemon="', second)) == 6 and "26–31 of 31" in second
+    assert "/provisioners/overview?page=2" in second and "page=2" in second.split("/provisioners/events?", 1)[1]
+    partial = pages.get("/provisioners/overview?page=2").get_data(as_text=True)
+    assert 'rel="prev" href="/provisioners?page=1"' in partial
+    assert set(rows).isdisjoint(re.findall(r'data-daemon="([^"]+)"', second))

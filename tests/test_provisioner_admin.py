@@ -102,6 +102,13 @@ def test_daemon_status_idle_busy_offline(app: Flask, client: FlaskClient, person
     assert daemons["busy"]["status"] == "idle" and daemons["busy"]["previous_job"]["status"] == "succeeded"
     offline = client.get("/api/v2/provisionerdaemons?status=offline", headers=bob.auth).json
     assert [d["name"] for d in offline] == ["gone"]
+    # Each status is chosen by the database, so that a page of one status is cut after the filter.
+    second = push_version(client, bob)["job"]
+    assert idle.call(f"/jobs/{second['id']}/acquire").status_code == 200
+    for status, expected in (("busy", ["idle"]), ("idle", ["busy"]), ("offline", ["gone"])):
+        listed = client.get(f"/api/v2/provisionerdaemons?status={status}&limit=1", headers=bob.auth)
+        assert [d["name"] for d in listed.json] == expected and listed.headers["X-Total-Count"] == "1", status
+    assert client.get("/api/v2/provisionerdaemons?status=lost", headers=bob.auth).status_code == 400
     assert idle.call("/heartbeat").status_code == 200
 
 

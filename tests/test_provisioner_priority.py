@@ -99,7 +99,12 @@ def test_a_persons_build_runs_before_a_flood_of_automatic_builds(fleet: Fleet, a
     sign_in(fleet.client, fleet.admin.email, PASSWORD)
     page = fleet.client.get("/provisioners")
     assert page.status_code == 200
-    assert page.get_data(as_text=True).count('title="Queued by the lifecycle executor') == FLOOD
+    # The head of the queue, in the order daemons take it: the person's build first, then automatic ones.
+    html = page.get_data(as_text=True)
+    pending_table = html.split('id="pending-jobs"', 1)[1].split("</table>", 1)[0]
+    assert pending_table.index(person_job["id"]) < pending_table.index('title="Queued by the lifecycle executor')
+    assert pending_table.count('title="Queued by the lifecycle executor') == 24
+    assert f"The first 25 of {FLOOD + 1} waiting jobs" in html
 
     # An RQ worker takes the first job of the first of its queues that has one.
     queues = [

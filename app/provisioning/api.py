@@ -29,7 +29,8 @@ def list_daemons() -> Response:
     and whose Terraform satisfies that constraint."""
     status, page = request.args.get("status") or None, PageRequest.from_args()
     if "tags" not in request.args and "terraform" not in request.args:
-        return _daemons_page(overview.daemon_views(status), page)
+        daemons, total = page.rows(overview.daemons_query(status))
+        return with_total(jsonify([view.to_json() for view in overview.views_of_daemons(daemons)]), total, len(daemons))
     tags = _tags_query(request.args.get("tags", "{}"))
     required = request.args.get("terraform", "").strip()
     if required:
@@ -42,8 +43,8 @@ def list_daemons() -> Response:
 
 
 def _daemons_page(views: Sequence[overview.DaemonView], page: PageRequest) -> Response:
-    # A daemon's status, tags and Terraform are judged in Python, so the page is cut after them; daemons are few
-    # (one per machine), and their views cost the same few queries however many there are.
+    # Tags and Terraform constraints are judged in Python, so this page is cut after them; daemons are few (one per
+    # machine), and their views cost the same few queries however many there are.
     shown, total = page.slice(views)
     return with_total(jsonify([view.to_json() for view in shown]), total, len(shown))
 

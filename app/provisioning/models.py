@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -55,6 +54,8 @@ class ProvisionerJob(Model):
             sqlite_where=text("completed_at IS NULL"),
             postgresql_where=text("completed_at IS NULL"),
         ),
+        # A daemon's latest finished job (the Provisioners page), and the jobs to unlink when a daemon is deleted.
+        Index("ix_provisioner_jobs_worker_id_completed_at", "worker_id", "completed_at"),
     )
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
@@ -152,19 +153,12 @@ class ProvisionerJob(Model):
     @classmethod
     def queue_order(cls) -> tuple[ColumnElement[int], ColumnElement[datetime], ColumnElement[str]]:
         """The order daemons take pending jobs in: high priority first, then oldest first."""
-        low_last, created_at, job_id = cls.serve_key(cls)
-        return low_last, created_at.asc(), job_id.asc()
+        return case((cls.priority == PRIORITY_LOW, 1), else_=0), cls.created_at.asc(), cls.id.asc()
 
     @classmethod
-    def waiting(cls, job: Any = None) -> ColumnElement[bool]:
-        """Waiting for a daemon to take it: not started, ended or canceled (of the table, or of ``job``, an alias)."""
-        job = cls if job is None else job
-        return and_(job.started_at.is_(None), job.completed_at.is_(None), job.canceled_at.is_(None))
-
-    @staticmethod
-    def serve_key(job: Any) -> tuple[ColumnElement[int], ColumnElement[datetime], ColumnElement[str]]:
-        """What queue_order() sorts on, for the table or an alias of it (to compare two jobs' places in SQL)."""
-        return case((job.priority == PRIORITY_LOW, 1), else_=0), job.created_at, job.id
+    def waiting(cls) -> ColumnElement[bool]:
+        """Waiting for a daemon to take it: not started, ended or canceled."""
+        return and_(cls.started_at.is_(None), cls.completed_at.is_(None), cls.canceled_at.is_(None))
 
     def to_json(self, **extra: JsonValue) -> JsonObject:
         return {
@@ -243,6 +237,11 @@ class ProvisionerDaemon(Model):
     @property
     def is_online(self) -> bool:
         return utcnow() - self.last_seen_at < DAEMON_STALE_AFTER
+
+    @classmethod
+    def online(cls) -> ColumnElement[bool]:
+        """``is_online``, for a query."""
+        return cls.last_seen_at > utcnow() - DAEMON_STALE_AFTER
 
 
 class ProvisionerKey(Model):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sqlalchemy import Select, func, select
+from sqlalchemy.orm import aliased
 
 from app.core.columns import rfc3339
 from app.core.errors import InvalidInput, NotFound
@@ -17,7 +18,6 @@ from app.core.extensions import db
 from app.provisioning.jobs import JobSubject, describe_job, describe_jobs
 from app.provisioning.keys import BUILTIN_KEY_NAME, PSK_KEY_NAME, USER_KEY_NAME
 from app.provisioning.models import (
-    ACTIVE_STATUSES,
     AWAITING_CONFIRMATION,
     CANCELED,
     CANCELING,
@@ -116,33 +116,49 @@ def daemons_serving(job_tags: Mapping[str, str], user_id: str, status: str | Non
     return [view for view in daemon_views(status) if daemon_can_run(view.daemon.tags, tags, rule)]
 
 
-def daemon_views(status: str | None = None) -> list[DaemonView]:
-    """Every daemon, newest first (then by id, so that pages never overlap): offline once silent for 90 s, else
-    busy while it holds an unfinished job. Four queries whatever the number of daemons: the daemons, their keys,
-    the jobs they hold or last held, and what those jobs are about."""
+def daemons_query(status: str | None = None) -> Select[ProvisionerDaemon]:
+    """Daemons newest first (then by id, so that pages never overlap), of one status if asked: offline once silent
+    for 90 s, else busy while it holds an unfinished job."""
     if status is not None and status not in DAEMON_STATUSES:
         raise InvalidInput(f"status must be one of {', '.join(DAEMON_STATUSES)}.")
-    daemons = db.session.scalars(
-        select(ProvisionerDaemon).order_by(ProvisionerDaemon.created_at.desc(), ProvisionerDaemon.id.desc())
-    ).all()
+    query = select(ProvisionerDaemon).order_by(ProvisionerDaemon.created_at.desc(), ProvisionerDaemon.id.desc())
+    if status is None:
+        return query
+    online = ProvisionerDaemon.online()
+    holding = (
+        select(ProvisionerJob.id)
+        .where(ProvisionerJob.worker_id == ProvisionerDaemon.id, ProvisionerJob.completed_at.is_(None))
+        .exists()
+    )
+    return query.where({OFFLINE: ~online, BUSY: online & holding, IDLE: online & ~holding}[status])
+
+
+def daemon_views(status: str | None = None) -> list[DaemonView]:
+    """Every daemon (of ``status``), as ``daemons_query`` lists them."""
+    return views_of_daemons(db.session.scalars(daemons_query(status)).all())
+
+
+def views_of_daemons(daemons: Sequence[ProvisionerDaemon]) -> list[DaemonView]:
+    """Each daemon with its status and jobs, in four queries however many: their keys, the jobs they hold, the jobs
+    they last finished, and what those jobs are about."""
+    ids = [daemon.id for daemon in daemons]
     keys = {key_id: name for key_id, name in db.session.execute(select(ProvisionerKey.id, ProvisionerKey.name))}
     unfinished = db.session.scalars(
-        select(ProvisionerJob).where(ProvisionerJob.worker_id.is_not(None), ProvisionerJob.completed_at.is_(None))
+        select(ProvisionerJob).where(ProvisionerJob.worker_id.in_(ids), ProvisionerJob.completed_at.is_(None))
     ).all()
-    # Each daemon's most recently finished job, in one query: the finished jobs whose completion is their worker's
-    # latest.
-    latest = (
-        select(ProvisionerJob.worker_id, func.max(ProvisionerJob.completed_at).label("completed_at"))
-        .where(ProvisionerJob.worker_id.is_not(None), ProvisionerJob.completed_at.is_not(None))
-        .group_by(ProvisionerJob.worker_id)
-        .subquery()
+    # Each daemon's most recently finished job: one probe of the (worker_id, completed_at) index per daemon, however
+    # long the job history.
+    finished_job = aliased(ProvisionerJob)
+    latest_finished = (
+        select(finished_job.id)
+        .where(finished_job.worker_id == ProvisionerDaemon.id, finished_job.completed_at.is_not(None))
+        .order_by(finished_job.completed_at.desc())
+        .limit(1)
+        .correlate(ProvisionerDaemon)
+        .scalar_subquery()
     )
-    finished = db.session.scalars(
-        select(ProvisionerJob).join(
-            latest,
-            (ProvisionerJob.worker_id == latest.c.worker_id) & (ProvisionerJob.completed_at == latest.c.completed_at),
-        )
-    ).all()
+    of_these = select(latest_finished).select_from(ProvisionerDaemon).where(ProvisionerDaemon.id.in_(ids))
+    finished = db.session.scalars(select(ProvisionerJob).where(ProvisionerJob.id.in_(of_these))).all()
     subjects = describe_jobs([*unfinished, *finished])
 
     def summary(job: ProvisionerJob | None) -> JobSummary | None:
@@ -157,7 +173,7 @@ def daemon_views(status: str | None = None) -> list[DaemonView]:
         views.append(
             DaemonView(daemon, state, key_name(daemon, keys), summary(running), summary(previous.get(daemon.id)))
         )
-    return [view for view in views if status is None or view.status == status]
+    return views
 
 
 def parse_statuses(raw: Sequence[str]) -> list[str]:
@@ -195,11 +211,32 @@ def views_of(jobs: Sequence[ProvisionerJob]) -> list[JobView]:
     return [JobView(job, infos[job.id], subjects[job.id], names.get(job.worker_id or "", "")) for job in jobs]
 
 
-def admin_jobs(recent: int = 20) -> dict[str, list[JobView]]:
-    """The Provisioners page's job sections: everything waiting or running, and the latest finished."""
-    active = db.session.scalars(
+@dataclass(frozen=True)
+class AdminJobs:
+    """The Provisioners page's job sections."""
+
+    # The first jobs daemons will take, in the order they will take them, and how many wait in all.
+    pending: list[JobView]
+    pending_total: int
+    running: list[JobView]
+    recent: list[JobView]
+
+    def shown(self) -> list[JobView]:
+        return [*self.pending, *self.running, *self.recent]
+
+
+def admin_jobs(pending_shown: int = 25, recent: int = 20) -> AdminJobs:
+    """The head of the queue, everything running, and the latest finished: a page that costs the same however long
+    the queue grows (the jobs API lists the rest)."""
+    pending = db.session.scalars(
         select(ProvisionerJob)
-        .where(ProvisionerJob.status_in(ACTIVE_STATUSES))
+        .where(ProvisionerJob.status_in([PENDING]))
+        .order_by(*ProvisionerJob.queue_order())
+        .limit(pending_shown)
+    ).all()
+    running = db.session.scalars(
+        select(ProvisionerJob)
+        .where(ProvisionerJob.status_in([RUNNING, CANCELING]))
         .order_by(ProvisionerJob.created_at)
         .limit(MAX_JOBS_LISTED)
     ).all()
@@ -209,12 +246,13 @@ def admin_jobs(recent: int = 20) -> dict[str, list[JobView]]:
         .order_by(ProvisionerJob.completed_at.desc())
         .limit(recent)
     ).all()
-    views = views_of([*active, *finished])
-    return {
-        "pending": [view for view in views if view.job.status == PENDING],
-        "running": [view for view in views if view.job.status in (RUNNING, CANCELING)],
-        "recent": [view for view in views if view.job.completed_at is not None],
-    }
+    views = {view.job.id: view for view in views_of([*pending, *running, *finished])}
+    return AdminJobs(
+        pending=[views[job.id] for job in pending],
+        pending_total=jobs_count([PENDING]),
+        running=[views[job.id] for job in running],
+        recent=[views[job.id] for job in finished],
+    )
 
 
 def get_job_for(user: User, job_id: str) -> ProvisionerJob:

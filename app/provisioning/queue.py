@@ -13,12 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flask import current_app
-from sqlalchemy import func, select, tuple_
-from sqlalchemy.orm import aliased
+from sqlalchemy import func, select
 
-from app.core.columns import utcnow
 from app.core.extensions import db
-from app.provisioning.models import DAEMON_STALE_AFTER, PENDING, ProvisionerDaemon, ProvisionerJob
+from app.provisioning.models import PENDING, ProvisionerDaemon, ProvisionerJob
 from protocol.tags import LOW_PRIORITY_SUFFIX, daemon_can_run
 from protocol.terraform_versions import satisfies
 
@@ -34,7 +32,7 @@ class QueueInfo:
 
 
 def online_daemons() -> list[ProvisionerDaemon]:
-    query = select(ProvisionerDaemon).where(ProvisionerDaemon.last_seen_at >= utcnow() - DAEMON_STALE_AFTER)
+    query = select(ProvisionerDaemon).where(ProvisionerDaemon.online())
     return list(db.session.scalars(query.order_by(ProvisionerDaemon.created_at)))
 
 
@@ -84,68 +82,67 @@ class _Group:
 
 
 def queue_infos(jobs: Sequence[ProvisionerJob]) -> dict[str, QueueInfo]:
-    """QueueInfo for each of ``jobs``, from a few aggregate queries whatever the number of pending jobs.
+    """QueueInfo for each of ``jobs``, from one pass over the waiting jobs whatever the number of jobs asked about.
 
     Daemons are matched against each group of pending jobs rather than each job, and daemons that match the same
     groups share their queue: a job's position under such daemons is the number of their groups' jobs served no
-    later than it, which one grouped count answers for the whole page.
+    later than it.
     """
     daemons = online_daemons()
-    totals, group_tags = _pending_groups()
-    serving = {group: _daemons_serving(group, tags, daemons) for group, tags in group_tags.items()}
+    waiting = _waiting_in_order({job.id for job in jobs if job.status == PENDING})
+    serving = {group: _daemons_serving(group, tags, daemons) for group, tags in waiting.tags.items()}
     # Daemons that take the same groups have the same queue; each such queue, by the groups it holds.
     queues = {frozenset(group for group in serving if daemon.id in serving[group]) for daemon in daemons}
-    ahead = _served_no_later([job.id for job in jobs if job.status == PENDING])
     infos = {}
     for job in jobs:
         group = _Group(job.queue, job.required_terraform)
-        if job.status != PENDING or group not in serving:
+        if job.status != PENDING or group not in serving or job.id not in waiting.ahead:
             infos[job.id] = QueueInfo(available=len(matching_daemons(job, daemons)))
         else:
             held_in = [queue for queue in queues if group in queue]
-            position = min((sum(ahead[job.id][other] for other in queue) for queue in held_in), default=0)
-            size = max((sum(totals[other] for other in queue) for queue in held_in), default=0)
+            ahead = waiting.ahead[job.id]
+            position = min((sum(ahead[other] for other in queue) for queue in held_in), default=0)
+            size = max((sum(waiting.totals[other] for other in queue) for queue in held_in), default=0)
             infos[job.id] = QueueInfo(position, size, len(serving[group]))
         if job.status == PENDING and infos[job.id].available == 0:
             infos[job.id] = QueueInfo(needs_terraform=needs_terraform(job, daemons))
     return infos
 
 
-def _pending_groups() -> tuple[Counter[_Group], dict[_Group, dict[str, str]]]:
-    """How many jobs wait in each group, and each group's tags (read from one of its jobs)."""
-    grouped = (
-        select(ProvisionerJob.queue, ProvisionerJob.required_terraform, func.count(), func.min(ProvisionerJob.id))
+@dataclass(frozen=True)
+class _Waiting:
+    totals: Counter[_Group]
+    # Of each group, the tags (read from one of its jobs).
+    tags: dict[_Group, dict[str, str]]
+    # For each job asked about, the jobs of each group that daemons serve before it, or it itself.
+    ahead: dict[str, Counter[_Group]]
+
+
+def _waiting_in_order(asked: set[str]) -> _Waiting:
+    """One pass over the waiting jobs in the order daemons take them, reading three short columns of each: cheaper
+    than comparing every job asked about with every waiting one in SQL, which grows with their product."""
+    query = (
+        select(ProvisionerJob.id, ProvisionerJob.queue, ProvisionerJob.required_terraform)
         .where(ProvisionerJob.waiting())
-        .group_by(ProvisionerJob.queue, ProvisionerJob.required_terraform)
+        .order_by(*ProvisionerJob.queue_order())
     )
     totals: Counter[_Group] = Counter()
     examples: dict[str, _Group] = {}
-    for queue, required, count, example in db.session.execute(grouped):
-        totals[_Group(queue, required)] = count
-        examples[example] = _Group(queue, required)
+    ahead: dict[str, Counter[_Group]] = {}
+    for job_id, queue, required in db.session.execute(query):
+        group = _Group(queue, required)
+        if group not in totals:
+            examples[job_id] = group
+        totals[group] += 1
+        if job_id in asked:
+            ahead[job_id] = totals.copy()
     tags = select(ProvisionerJob.id, ProvisionerJob.tags).where(ProvisionerJob.id.in_(examples))
-    return totals, {examples[job_id]: job_tags for job_id, job_tags in db.session.execute(tags)}
+    return _Waiting(totals, {examples[job_id]: job_tags for job_id, job_tags in db.session.execute(tags)}, ahead)
 
 
 def _daemons_serving(group: _Group, tags: dict[str, str], daemons: Sequence[ProvisionerDaemon]) -> set[str]:
     example = ProvisionerJob(tags=tags, required_terraform=group.required_terraform)
     return {daemon.id for daemon in matching_daemons(example, daemons)}
-
-
-def _served_no_later(job_ids: Sequence[str]) -> dict[str, Counter[_Group]]:
-    """For each pending job, the pending jobs of each group that daemons serve before it, or it itself."""
-    # Asked even for no job, so that a page costs the same queries whatever it holds.
-    ahead: dict[str, Counter[_Group]] = {job_id: Counter() for job_id in job_ids}
-    other, job = aliased(ProvisionerJob), aliased(ProvisionerJob)
-    query = (
-        select(job.id, other.queue, other.required_terraform, func.count())
-        .join(other, tuple_(*ProvisionerJob.serve_key(other)) <= tuple_(*ProvisionerJob.serve_key(job)))
-        .where(job.id.in_(job_ids), ProvisionerJob.waiting(other))
-        .group_by(job.id, other.queue, other.required_terraform)
-    )
-    for job_id, queue, required, count in db.session.execute(query):
-        ahead[job_id][_Group(queue, required)] = count
-    return ahead
 
 
 def queue_info(job: ProvisionerJob) -> QueueInfo:

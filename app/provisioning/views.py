@@ -13,6 +13,7 @@ from werkzeug.wrappers import Response
 from app.auth.access import page_user, require_role
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
+from app.core.pagination import Page, page_of, requested_page
 from app.events import get_relay
 from app.events.sse import event_stream
 from app.events.streams import follow_statuses, seen_token
@@ -30,23 +31,31 @@ PAGE_POLL_SECONDS = 5.0
 
 
 def _page_context(**extra: Any) -> dict[str, Any]:
-    daemons, jobs = overview.daemon_views(), overview.admin_jobs()
+    daemons, jobs = _daemons_page(), overview.admin_jobs()
+    views = overview.views_of_daemons(daemons.rows)
     return {
-        "daemons": daemons,
+        "daemons": views,
+        "daemon_page": daemons,
         "jobs": jobs,
         "keys": keys.list_keys(),
-        "stream_seen": seen_token({"refresh": _live_state(daemons, jobs)}),
+        "stream_seen": seen_token({"refresh": _live_state(views, jobs)}),
         **extra,
     }
 
 
+def _daemons_page() -> Page:
+    """The page of daemons asked for (``?page=``); the page's live parts and its stream watch the same one."""
+    return page_of(overview.daemons_query(), requested_page(), endpoint="provisioners.index")
+
+
 def _live_state(
-    daemons: list[overview.DaemonView], jobs: dict[str, list[overview.JobView]]
-) -> tuple[list[tuple[str, str, str | None]], list[tuple[str, str, QueueInfo]]]:
+    daemons: list[overview.DaemonView], jobs: overview.AdminJobs
+) -> tuple[list[tuple[str, str, str | None]], list[tuple[str, str, QueueInfo]], int]:
     """What the page's stream compares: each daemon's status and job, each job's status and place in its queue."""
     return (
         [(view.daemon.id, view.status, view.current_job.id if view.current_job else None) for view in daemons],
-        [(view.job.id, view.job.status, view.queue) for section in jobs.values() for view in section],
+        [(view.job.id, view.job.status, view.queue) for view in jobs.shown()],
+        jobs.pending_total,
     )
 
 
@@ -66,8 +75,11 @@ def live_overview() -> str:
 @bp.get("/provisioners/events")
 @require_role(*ADMINS)
 def events() -> Response:
+    number = requested_page()
+
     def live_state() -> object:
-        return _live_state(overview.daemon_views(), overview.admin_jobs())
+        daemons = page_of(overview.daemons_query(), number)
+        return _live_state(overview.views_of_daemons(daemons.rows), overview.admin_jobs())
 
     seen = request.args.get("seen")
     return event_stream(follow_statuses(get_relay(), live_state, poll_seconds=PAGE_POLL_SECONDS, seen=seen))

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from flask import url_for
 from sqlalchemy import func, select
-from sqlalchemy.orm import joinedload
+from sqlalchemy.orm import selectinload
 
 from app.catalog.services import sensitive_variable_values
 from app.core.columns import utcnow
@@ -153,9 +153,10 @@ def build_subjects(jobs: Sequence[ProvisionerJob]) -> dict[str, JobSubject]:
     builds = db.session.scalars(
         select(WorkspaceBuild)
         .where(WorkspaceBuild.job_id.in_([job.id for job in jobs]))
+        # Loaded by key in queries of their own: a join lets PostgreSQL hash every workspace to find a page's few.
         .options(
-            joinedload(WorkspaceBuild.workspace).joinedload(Workspace.owner),
-            joinedload(WorkspaceBuild.workspace).joinedload(Workspace.template),
+            selectinload(WorkspaceBuild.workspace).selectinload(Workspace.owner),
+            selectinload(WorkspaceBuild.workspace).selectinload(Workspace.template),
         )
     ).all()
     return {

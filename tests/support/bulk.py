@@ -115,11 +115,13 @@ def add_builds(app: Flask, workspace_id: str, count: int, daemon_id: str) -> Non
 
 def add_daemons(app: Flask, like_daemon_id: str, count: int) -> None:
     """Daemons last seen an hour ago: offline, as most of a long list are (every online daemon is matched against
-    every pending job to place jobs in queues, work that grows with both but asks the database nothing)."""
+    every pending job to place jobs in queues, work that grows with both but asks the database nothing). Older
+    than the daemon copied, so that the first page of a list (newest first) still shows it and its jobs."""
     last_seen = utcnow() - timedelta(hours=1)
 
     def vary(daemon: ProvisionerDaemon, n: int) -> list[Model]:
-        return [copy_of(daemon, name=f"d{n:04}", instance_id=None, last_seen_at=last_seen)]
+        created = daemon.created_at - timedelta(days=1)
+        return [copy_of(daemon, name=f"d{n:04}", instance_id=None, last_seen_at=last_seen, created_at=created)]
 
     add_copies(app, ProvisionerDaemon, like_daemon_id, count, vary)
 
