@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from flask import Flask, current_app
 from rq import Queue
@@ -24,7 +25,7 @@ from app.core.errors import InvalidInput
 from app.core.extensions import db, rows_changed
 from app.core.redis_client import get_redis
 from app.events.notices import publish_job_notice, publish_job_queued
-from app.provisioning.models import ProvisionerJob, ProvisionerJobLog
+from app.provisioning.models import LogLine, ProvisionerJob, ProvisionerJobLog
 from protocol.codec import JsonObject
 from protocol.provisionerd import RUN_JOB_FUNCTION, AcquiredJob, JobCompletion, JobFailure
 from protocol.tags import PRIORITY_HIGH, queue_name
@@ -212,14 +213,14 @@ def confirm_job(job: ProvisionerJob) -> ProvisionerJob:
     return job
 
 
-def job_logs(job_id: str, after: int = 0, limit: int = MAX_LOG_LINES_READ) -> list[ProvisionerJobLog]:
-    return list(db.session.scalars(job_logs_query(job_id, after, limit)))
+def job_logs(job_id: str, after: int = 0, limit: int = MAX_LOG_LINES_READ) -> list[LogLine]:
+    return [LogLine(**row._asdict()) for row in db.session.execute(job_logs_query(job_id, after, limit))]
 
 
-def job_logs_query(job_id: str, after: int, limit: int) -> Select[ProvisionerJobLog]:
+def job_logs_query(job_id: str, after: int, limit: int) -> Select[Any]:
     """One page of a job's log: served by the (job_id, id) index, whatever other jobs logged."""
     return (
-        select(ProvisionerJobLog)
+        select(*LogLine.columns())
         .where(ProvisionerJobLog.job_id == job_id, ProvisionerJobLog.id > after)
         .order_by(ProvisionerJobLog.id)
         .limit(limit)

@@ -15,20 +15,20 @@ from app.events.relay import EventRelay
 from app.events.sse import event_stream, log_cursor, sse_event, stream_cursor
 from app.events.streams import follow_lines, line_event
 from app.provisioning.jobs import MAX_LOG_LINES_READ, job_logs
-from app.provisioning.models import ACTIVE_STATUSES, AWAITING_CONFIRMATION, ProvisionerJob, ProvisionerJobLog
+from app.provisioning.models import ACTIVE_STATUSES, AWAITING_CONFIRMATION, LogLine, ProvisionerJob
 from protocol.codec import JsonObject
 
 
 class JobLogRenderer(Protocol):
     """How a stream shows a job's lines and its end (JSON for programs, HTML for pages)."""
 
-    def update(self, job: ProvisionerJob, lines: Sequence[ProvisionerJobLog]) -> Iterator[str]: ...
+    def update(self, job: ProvisionerJob, lines: Sequence[LogLine]) -> Iterator[str]: ...
 
     def end(self, job: ProvisionerJob) -> Iterator[str]: ...
 
 
 def follow_job(relay: EventRelay, job_id: str, after: int, renderer: JobLogRenderer) -> Iterator[str]:
-    def fetch(since: int) -> tuple[ProvisionerJob | None, list[ProvisionerJobLog]]:
+    def fetch(since: int) -> tuple[ProvisionerJob | None, list[LogLine]]:
         job = db.session.get(ProvisionerJob, job_id, populate_existing=True)
         return job, job_logs(job_id, since) if job is not None else []
 
@@ -43,7 +43,7 @@ def _followed_to_its_end(job: ProvisionerJob) -> bool:
 class JsonRenderer:
     """API.md's stream: one `log` event per line, then `end` with the job's final status."""
 
-    def update(self, job: ProvisionerJob, lines: Sequence[ProvisionerJobLog]) -> Iterator[str]:
+    def update(self, job: ProvisionerJob, lines: Sequence[LogLine]) -> Iterator[str]:
         if lines:  # one write for the whole batch, not one per line
             yield "".join(line_event(line) for line in lines)
 

@@ -20,7 +20,7 @@ from app.events import get_relay
 from app.events.sse import event_stream, sse_event, stream_cursor
 from app.provisioning.jobs import job_logs
 from app.provisioning.log_api import follow_job
-from app.provisioning.models import ProvisionerJob, ProvisionerJobLog
+from app.provisioning.models import LogLine, ProvisionerJob, ProvisionerJobLog
 from app.provisioning.presenter import job_json
 
 
@@ -30,11 +30,11 @@ def _duration(start: datetime, end: datetime) -> str:
 
 
 class LogHtml:
-    def __init__(self, open_stage: ProvisionerJobLog | None = None) -> None:
+    def __init__(self, open_stage: LogLine | None = None) -> None:
         # The first line of the stage still running when this batch starts (its header is already shown).
         self.open_stage = open_stage
 
-    def render(self, lines: Sequence[ProvisionerJobLog], end: datetime | None = None) -> Markup:
+    def render(self, lines: Sequence[LogLine], end: datetime | None = None) -> Markup:
         parts: list[str] = []
         pending_header: int | None = None  # index in parts of a header written in this batch, duration unknown
         for line in lines:
@@ -56,7 +56,7 @@ class LogHtml:
             self.open_stage = None
         return Markup("".join(parts))  # noqa: S704 - every value above is escaped
 
-    def _header(self, first: ProvisionerJobLog, duration: str) -> str:
+    def _header(self, first: LogLine, duration: str) -> str:
         return (
             f'<div class="log-stage" id="stage-{first.id}">{escape(first.stage) or "&nbsp;"}'
             f'<span class="stage-duration" id="stage-{first.id}-duration">{duration}</span></div>'
@@ -78,7 +78,7 @@ class HtmlRenderer:
 
     def __init__(
         self,
-        open_stage: ProvisionerJobLog | None,
+        open_stage: LogLine | None,
         status_of: Callable[[ProvisionerJob], str],
         *,
         job_status: bool,
@@ -91,7 +91,7 @@ class HtmlRenderer:
         self.shown_status: str | None = None
         self.placeholder_removed = False
 
-    def update(self, job: ProvisionerJob, lines: Sequence[ProvisionerJobLog]) -> Iterator[str]:
+    def update(self, job: ProvisionerJob, lines: Sequence[LogLine]) -> Iterator[str]:
         parts: list[str] = []
         if lines:
             if not self.placeholder_removed:  # "waiting for a daemon…" goes with the first line
@@ -131,7 +131,7 @@ def log_page_context(job: ProvisionerJob) -> dict[str, Any]:
     }
 
 
-def stage_opening(job_id: str, cursor: int) -> ProvisionerJobLog | None:
+def stage_opening(job_id: str, cursor: int) -> LogLine | None:
     """The first line of the stage that line ``cursor`` belongs to: where a resumed page's open stage began."""
     last = db.session.get(ProvisionerJobLog, cursor) if cursor else None
     if last is None or last.job_id != job_id:
@@ -148,7 +148,8 @@ def stage_opening(job_id: str, cursor: int) -> ProvisionerJobLog | None:
             ProvisionerJobLog.stage == last.stage,
         )
     )
-    return db.session.get(ProvisionerJobLog, first_id) if first_id else last
+    first = db.session.execute(select(*LogLine.columns()).where(ProvisionerJobLog.id == (first_id or cursor))).one()
+    return LogLine(**first._asdict())
 
 
 def page_stream(

@@ -107,18 +107,21 @@ def latest_builds(workspaces: Sequence[Workspace], *, with_state: bool = False) 
     queue the next build), in one query whatever the number of workspaces."""
     if not workspaces:
         return {}
-    newest = (
-        select(WorkspaceBuild.workspace_id, func.max(WorkspaceBuild.build_number).label("number"))
+    # Ranked among their own workspace's builds only: a join with the builds' maximum numbers let PostgreSQL hash
+    # every build there is (100,000) to find a few hundred.
+    ranked = (
+        select(
+            WorkspaceBuild.id,
+            func.row_number()
+            .over(partition_by=WorkspaceBuild.workspace_id, order_by=WorkspaceBuild.build_number.desc())
+            .label("rank"),
+        )
         .where(WorkspaceBuild.workspace_id.in_([workspace.id for workspace in workspaces]))
-        .group_by(WorkspaceBuild.workspace_id)
         .subquery()
     )
     query = (
         select(WorkspaceBuild)
-        .join(
-            newest,
-            (WorkspaceBuild.workspace_id == newest.c.workspace_id) & (WorkspaceBuild.build_number == newest.c.number),
-        )
+        .where(WorkspaceBuild.id.in_(select(ranked.c.id).where(ranked.c.rank == 1)))
         .options(joinedload(WorkspaceBuild.job), joinedload(WorkspaceBuild.template_version))
     )
     if with_state:
