@@ -15,7 +15,8 @@
   });
 })();
 
-// A form (or the button that submits it) with data-confirm asks before it goes: deleting a workspace or a key.
+// A form (or the button that submits it) with data-confirm asks before it goes: deleting a key, signing out
+// everywhere. (Deleting a workspace has its own page, where its name is typed out.)
 // Inline handlers (onclick="return confirm(…)") would need 'unsafe-inline' in the Content-Security-Policy.
 document.addEventListener("submit", function (event) {
   var submitter = event.submitter;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+from typing import Any
 
 from flask import Flask
 from flask.testing import FlaskClient
@@ -150,3 +151,74 @@ def test_page_stream_continues_stages_and_ends_with_every_line(
 
 def page_cursor(page: str) -> str:
     return page.split("after=")[1].split('"')[0]
+
+
+def _running_workspace(app: Flask, personas: dict[str, Persona], name: str = "ws") -> dict[str, Any]:
+    """Carol's workspace, its first build finished by the stand-in daemon (a delete is refused while one runs)."""
+    api = app.test_client()
+    daemon = FakeDaemon(api)
+    template = import_template(api, personas, daemon)
+    body = {"template_id": template["id"], "name": name, "rich_parameter_values": [{"name": "region", "value": "eu"}]}
+    workspace = api.post("/api/v2/workspaces", json=body, headers=personas["carol"].auth).json
+    job_id = workspace["latest_build"]["job"]["id"]
+    daemon.call(f"/jobs/{job_id}/acquire")
+    daemon.call(f"/jobs/{job_id}/complete", {"workspace_build": {"resources": RESOURCES["start"]}})
+    return dict(workspace)
+
+
+def _latest_transition(app: Flask, personas: dict[str, Persona], workspace_id: str) -> str:
+    reply = app.test_client().get(f"/api/v2/workspaces/{workspace_id}", headers=personas["carol"].auth)
+    return str(reply.json["latest_build"]["transition"])
+
+
+def test_deleting_a_workspace_needs_its_name_typed(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    workspace = _running_workspace(app, personas)
+    delete_page = f"/workspaces/{workspace['id']}/delete"
+    sign_in(client, "carol@example.com", PASSWORD)
+    page = client.get(f"/workspaces/{workspace['id']}").get_data(as_text=True)
+    assert f'href="{delete_page}"' in page and 'value="delete"' not in page
+    form = client.get(delete_page).get_data(as_text=True)
+    assert "Type <strong>ws</strong> to confirm" in form and 'name="csrf_token"' in form
+
+    for typed in ("", "WS", "ws2", " ws"):
+        wrong = post_form(client, delete_page, {"name": typed})
+        assert wrong.status_code == 400, typed
+        assert "Type the workspace&#39;s name, ws, to delete it." in wrong.get_data(as_text=True)
+    assert _latest_transition(app, personas, workspace["id"]) == "start"  # nothing was deleted
+
+    # The start/stop form cannot delete without the name either: it sends the person to the page that asks.
+    skipped = post_form(
+        client, f"/workspaces/{workspace['id']}/builds", {"transition": "delete"}, token_from=delete_page
+    )
+    assert skipped.status_code == 302 and skipped.headers["Location"].endswith(delete_page)
+    assert _latest_transition(app, personas, workspace["id"]) == "start"
+
+    deleted = post_form(client, delete_page, {"name": "ws"})
+    assert deleted.status_code == 302 and deleted.headers["Location"] == "/workspaces"
+    listing = client.get("/workspaces").get_data(as_text=True)
+    assert "ws is being deleted." in listing
+    assert _latest_transition(app, personas, workspace["id"]) == "delete"
+    # A second delete while the first is queued is refused on the form, not with a 500.
+    again = post_form(client, delete_page, {"name": "ws"})
+    assert again.status_code == 409 and "already active" in again.get_data(as_text=True)
+
+
+def test_only_who_may_act_on_a_workspace_reaches_its_delete_page(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    workspace = _running_workspace(app, personas)
+    delete_page = f"/workspaces/{workspace['id']}/delete"
+    # dave (a member) may not see carol's workspace; bob (template admin) may see it but not act on it.
+    for person, status in (("dave", 404), ("bob", 403)):
+        other = app.test_client()
+        sign_in(other, f"{person}@example.com", PASSWORD)
+        assert other.get(delete_page).status_code == status, person
+        refused = other.post(delete_page, data={"name": "ws", "csrf_token": csrf_token(other, "/account")})
+        assert refused.status_code == status, person
+    assert _latest_transition(app, personas, workspace["id"]) == "start"
+    # alice, a deployment owner, may delete anyone's workspace.
+    sign_in(client, "alice@example.com", PASSWORD)
+    assert post_form(client, delete_page, {"name": "ws"}).status_code == 302
+    assert _latest_transition(app, personas, workspace["id"]) == "delete"

@@ -232,6 +232,16 @@ def create_build(
     return build_for_job(job)
 
 
+def delete_workspace(actor: User, workspace: Workspace, typed_name: str) -> WorkspaceBuild:
+    """Queue the delete build once the workspace's name has been typed out: a stray click destroys nothing."""
+    if typed_name != workspace.name:
+        raise InvalidInput(
+            f"Type the workspace's name, {workspace.name}, to delete it.",
+            validations=[{"field": "name", "detail": f"That is not {workspace.name}: nothing was deleted."}],
+        )
+    return create_build(actor, workspace, "delete", {})
+
+
 def queue_build(
     actor: User,
     workspace: Workspace,

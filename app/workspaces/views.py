@@ -200,12 +200,32 @@ def _schedule_form(workspace: Workspace) -> dict[str, str]:
 def transition(workspace_id: str) -> Response:
     user = page_user()
     workspace = services.get_workspace_for(user, workspace_id, need="act")
+    transition = request.form.get("transition", "")
+    if transition == "delete":  # only through the page that asks for the name
+        return redirect(url_for("workspaces.delete", workspace_id=workspace.id))
     try:
-        build = services.create_build(user, workspace, request.form.get("transition", ""), {})
+        build = services.create_build(user, workspace, transition, {})
     except DomainError as error:
         flash(error.message + "".join(f" {item['field']}: {item['detail']}" for item in error.validations), "error")
         return redirect(url_for("workspaces.show", workspace_id=workspace.id))
     return redirect(url_for("workspaces.build", build_id=build.id))
+
+
+@bp.route("/workspaces/<workspace_id>/delete", methods=["GET", "POST"])
+def delete(workspace_id: str) -> str | Response | tuple[str, int]:
+    """Deleting asks for the workspace's name; then the list, which no longer shows it once the delete is done
+    (the build's page would soon be a 404)."""
+    user = page_user()
+    workspace = services.get_workspace_for(user, workspace_id, need="act")
+    if request.method == "POST":
+        try:
+            services.delete_workspace(user, workspace, request.form.get("name", ""))
+        except DomainError as error:
+            page = render_template("workspaces/delete.html", workspace=workspace, error=error.message)
+            return page, error.status
+        flash(f"{workspace.name} is being deleted.", "info")
+        return redirect(url_for("workspaces.index"))
+    return render_template("workspaces/delete.html", workspace=workspace, error="")
 
 
 @bp.get("/builds/<build_id>")
