@@ -164,6 +164,10 @@ def test_deleting_still_asks_first(deployment: Deployment, page: Page, problems:
     page.fill("input[name=name]", "doome")
     page.get_by_role("button", name="Delete doomed").click()
     expect(page.locator(".flash-error")).to_contain_text("Type the workspace's name, doomed, to delete it.")
+    # The refusal is a 400 on purpose, which Chromium reports on the console: that one is expected.
+    refused = [problem for problem in problems if "/delete: Failed to load resource" in problem and "400" in problem]
+    assert len(refused) == 1, problems
+    problems.remove(refused[0])
     assert deployment.workspace("alice", "doomed")["latest_build"]["transition"] == "start"
     page.fill("input[name=name]", "doomed")
     page.get_by_role("button", name="Delete doomed").click()
@@ -188,20 +192,31 @@ def test_htmx_updates_and_sign_out_everywhere_work_under_the_policy(
     assert page.context.browser is not None
     other = page.context.browser.new_context().new_page()  # alice in a second browser
     sign_in(other, deployment)
-    asked = answer_dialogs(page, [True, True])
+    asked = answer_dialogs(page, [True])
 
+    # Changing a user asks on a page of its own (no dialog), then the users page says what happened.
     open_page(page, f"{deployment.url}/users")
-    dave = page.locator("tr", has_text="dave@example.com")
-    dave.get_by_role("button", name="Suspend").click()  # hx-confirm, then an htmx post that swaps the row
+    page.locator("tr", has_text="dave@example.com").get_by_role("button", name="Suspend").click()
+    expect(page.locator("#confirm-user-change h2")).to_have_text("Suspend dave?")
+    page.get_by_role("button", name="Suspend dave").click()
+    expect(page.locator(".flash")).to_contain_text("dave was suspended.")
     expect(page.locator("tr", has_text="dave@example.com").locator(".badge")).to_have_text("suspended")
     page.locator("tr", has_text="dave@example.com").get_by_role("button", name="Activate").click()
+    page.get_by_role("button", name="Activate dave").click()
+    expect(page.locator(".flash")).to_contain_text("dave was activated.")
     expect(page.locator("tr", has_text="dave@example.com").locator(".badge")).to_have_text("active")
+    role = page.locator("tr", has_text="dave@example.com").get_by_label("Role of dave", exact=True)
+    role.select_option("template-admin")
+    page.get_by_role("button", name="Change the role of dave").click()
+    expect(page.locator("#confirm-user-change h2")).to_have_text("Make dave a template admin?")
+    page.get_by_role("link", name="Cancel").click()  # nothing changes
+    expect(role).to_have_value("member")
 
     open_page(page, f"{deployment.url}/account")
     expect(page.locator("#session-table")).to_contain_text("this browser")
     page.get_by_role("button", name="Sign out everywhere").click()
     expect(page).to_have_url(f"{deployment.url}/login")
     expect(page.locator(".flash")).to_contain_text("You have signed out everywhere")
-    assert asked[0].startswith("Suspend dave?") and asked[1].startswith("Sign out everywhere?")
+    assert len(asked) == 1 and asked[0].startswith("Sign out everywhere?")
     other.goto(f"{deployment.url}/workspaces")
     expect(other).to_have_url(re.compile(r"/login\?next="))

@@ -81,16 +81,70 @@ def test_owner_manages_users_on_the_users_page(client: FlaskClient, personas: di
     assert "erin" in page and "Created erin" in page
     duplicate = post_form(client, "/users", {"username": "erin", "email": "e2@example.com", "password": PASSWORD})
     assert duplicate.status_code == 409 and "This username is taken." in duplicate.get_data(as_text=True)
-    # htmx row update: suspend carol; the fragment comes back with her new status.
-    token = csrf_token(client, "/users")
-    row = client.post(
-        f"/users/{personas['carol'].id}",
-        data={"status": "suspended"},
-        headers={"X-CSRFToken": token, "HX-Request": "true"},
-    )
-    fragment = row.get_data(as_text=True)
-    assert row.status_code == 200
-    assert "<tr" in fragment and "suspended" in fragment and "<html" not in fragment
+
+
+def _user_status(app: Flask, personas: dict[str, Persona], person: str) -> tuple[list[str], str]:
+    reply = app.test_client().get(f"/api/v2/users/{personas[person].id}", headers=personas["alice"].auth)
+    return list(reply.json["roles"]), str(reply.json["status"])
+
+
+def test_role_change_asks_first_then_says_what_happened(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    sign_in(client, "alice@example.com", PASSWORD)
+    carol = f"/users/{personas['carol'].id}"
+    users = client.get("/users").get_data(as_text=True)
+    assert f'action="{carol}"' in users and "hx-post" not in users.split(f'id="user-{personas["carol"].id}"')[1][:600]
+    asked = post_form(client, carol, {"role": "owner"}, token_from="/users")
+    page = asked.get_data(as_text=True)
+    assert asked.status_code == 200
+    assert "Make carol an owner?" in page and 'name="confirmed" value="yes"' in page and 'name="csrf_token"' in page
+    assert _user_status(app, personas, "carol") == (["member"], "active")  # asking changes nothing
+
+    done = post_form(client, carol, {"role": "owner", "confirmed": "yes"}, token_from="/users")
+    assert done.status_code == 302 and done.headers["Location"] == "/users"
+    assert "carol is now an owner." in client.get("/users").get_data(as_text=True)
+    assert _user_status(app, personas, "carol") == (["owner", "member"], "active")
+    back = post_form(client, carol, {"role": "template-admin", "confirmed": "yes"}, token_from="/users")
+    assert back.status_code == 302
+    assert "carol is now a template admin." in client.get("/users").get_data(as_text=True)
+
+    same = post_form(client, carol, {"role": "template-admin"}, token_from="/users")
+    assert same.status_code == 200 and "carol is already a template admin" in same.get_data(as_text=True)
+    for junk in ({"role": "root"}, {"status": "gone"}, {}):
+        refused = post_form(client, carol, junk, token_from="/users")
+        assert refused.status_code == 400, junk
+        assert "Nothing was changed." in refused.get_data(as_text=True)
+    assert post_form(client, carol, {"role": "root", "confirmed": "yes"}, token_from="/users").status_code == 400
+    assert post_form(client, "/users/no-such-user", {"role": "owner"}, token_from="/users").status_code == 404
+    # What the service refuses is said on the confirmation, before anyone confirms.
+    own = post_form(client, f"/users/{personas['alice'].id}", {"role": "member"}, token_from="/users")
+    assert own.status_code == 403 and "You cannot remove your own owner role" in own.get_data(as_text=True)
+    assert _user_status(app, personas, "carol") == (["template-admin", "member"], "active")
+
+
+def test_suspension_asks_first_then_says_what_happened(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    sign_in(client, "alice@example.com", PASSWORD)
+    dave = f"/users/{personas['dave'].id}"
+    asked = post_form(client, dave, {"status": "suspended"}, token_from="/users")
+    assert asked.status_code == 200 and "Suspend dave?" in asked.get_data(as_text=True)
+    assert _user_status(app, personas, "dave")[1] == "active"
+    done = post_form(client, dave, {"status": "suspended", "confirmed": "yes"}, token_from="/users")
+    assert done.status_code == 302
+    users = client.get("/users").get_data(as_text=True)
+    assert "dave was suspended." in users and "Activate…" in users
+    assert _user_status(app, personas, "dave")[1] == "suspended"
+    assert "Activate dave?" in post_form(client, dave, {"status": "active"}, token_from="/users").get_data(as_text=True)
+    assert post_form(client, dave, {"status": "active", "confirmed": "yes"}, token_from="/users").status_code == 302
+    assert "dave was activated." in client.get("/users").get_data(as_text=True)
+    assert _user_status(app, personas, "dave")[1] == "active"
+    itself = post_form(client, f"/users/{personas['alice'].id}", {"status": "suspended"}, token_from="/users")
+    assert itself.status_code == 403 and "You cannot suspend yourself." in itself.get_data(as_text=True)
+    # Without the CSRF token nothing is asked or changed.
+    assert client.post(dave, data={"status": "suspended", "confirmed": "yes"}).status_code == 400
+    assert _user_status(app, personas, "dave")[1] == "active"
 
 
 def test_members_and_template_admins_cannot_open_users_page(client: FlaskClient, personas: dict[str, Persona]) -> None:
@@ -99,8 +153,9 @@ def test_members_and_template_admins_cannot_open_users_page(client: FlaskClient,
         sign_in(client, email, PASSWORD)
         assert client.get("/users").status_code == 403
         token = csrf_token(client, "/account")
-        response = client.post(f"/users/{personas['dave'].id}", data={"status": "suspended", "csrf_token": token})
-        assert response.status_code == 403
+        for data in ({"status": "suspended"}, {"status": "suspended", "confirmed": "yes"}, {"role": "owner"}):
+            response = client.post(f"/users/{personas['dave'].id}", data={**data, "csrf_token": token})
+            assert response.status_code == 403, data
         post_form(client, "/logout", {}, token_from="/account")
 
 
@@ -110,7 +165,8 @@ def test_suspension_ends_the_browser_session(app: Flask, personas: dict[str, Per
     assert carol.get("/workspaces").status_code == 200
     sign_in(alice, "alice@example.com", PASSWORD)
     token = csrf_token(alice, "/users")
-    alice.post(f"/users/{personas['carol'].id}", data={"status": "suspended"}, headers={"X-CSRFToken": token})
+    data = {"status": "suspended", "confirmed": "yes", "csrf_token": token}
+    assert alice.post(f"/users/{personas['carol'].id}", data=data).status_code == 302
     assert "/login" in carol.get("/workspaces").headers["Location"]
 
 

@@ -14,7 +14,15 @@ from app.lifecycle import settings as lifecycle_settings
 from app.notifications import services as notifications
 from app.users import services
 from app.users.browser_sessions import end_browser_session_of, list_browser_sessions
-from app.users.models import ASSIGNABLE_ROLES, ROLE_OWNER
+from app.users.models import (
+    ASSIGNABLE_ROLES,
+    ROLE_MEMBER,
+    ROLE_OWNER,
+    ROLE_TEMPLATE_ADMIN,
+    STATUS_ACTIVE,
+    STATUS_SUSPENDED,
+    User,
+)
 from app.users.tokens import create_api_token, list_api_tokens, revoke_api_token
 from protocol.values import parse_duration
 
@@ -52,19 +60,48 @@ def index() -> str | tuple[str, int] | Response:
     )
 
 
+# How the confirmation and the message after it name each role.
+ROLE_PHRASES = {ROLE_OWNER: "an owner", ROLE_TEMPLATE_ADMIN: "a template admin", ROLE_MEMBER: "a member"}
+STATUS_OUTCOMES = {STATUS_SUSPENDED: "was suspended", STATUS_ACTIVE: "was activated"}
+
+
 @bp.post("/users/<user_id>")
 @require_role(ROLE_OWNER)
-def update(user_id: str) -> str | tuple[str, int]:
-    """One row changes in place (htmx): role and status. Errors show inside the row."""
-    role = request.form.get("role")
-    status = request.form.get("status")
-    roles = None if role is None else ([role] if role in ASSIGNABLE_ROLES else [])
-    error = None
+def update(user_id: str) -> str | tuple[str, int] | Response:
+    """Change a user's role or status in two steps: the row's form brings a confirmation page (nothing changes yet,
+    but what would be refused is said at once), whose form sends ``confirmed`` back; then the users page says what
+    happened."""
+    actor, user = page_user(), services.get_user(user_id)
+    role, status = request.form.get("role") or None, request.form.get("status") or None
+    roles = None if role is None else [role]
+    confirming = request.form.get("confirmed") != "yes"
     try:
-        user = services.update_user(page_user(), user_id, roles=roles, status=status or None)
-    except DomainError as exc:
-        user, error = services.get_user(user_id), exc.message
-    return render_template("users/_partials/row.html", user=user, roles=ASSIGNABLE_ROLES, error=error)
+        if role is None and status is None:
+            raise InvalidInput("Choose a role or a status for the user.")
+        if confirming:
+            services.check_user_update(actor, user, roles=roles, status=status)
+        else:
+            services.update_user(actor, user.id, roles=roles, status=status)
+    except DomainError as error:
+        return _confirm_page(user, role, status, error=error.message), error.status
+    if confirming:
+        return _confirm_page(user, role, status, error="")
+    done = ([f"is now {ROLE_PHRASES[role]}"] if role else []) + ([STATUS_OUTCOMES[status]] if status else [])
+    flash(f"{user.username} {' and '.join(done)}.", "success")
+    return redirect(url_for("users.index"))
+
+
+def _confirm_page(user: User, role: str | None, status: str | None, *, error: str) -> str:
+    current_role = next((name for name in ASSIGNABLE_ROLES if name in user.roles), ROLE_MEMBER)
+    return render_template(
+        "users/confirm.html",
+        user=user,
+        role=role,
+        status=status,
+        error=error,
+        unchanged=(role is None or role == current_role) and (status is None or status == user.status),
+        role_phrases=ROLE_PHRASES,
+    )
 
 
 @bp.post("/users/<user_id>/oidc-link")

@@ -121,9 +121,11 @@ def _last_owner_error(user: User) -> Conflict:
     return Conflict(f"{user.username} is the last active owner: make another user an owner first.")
 
 
-def update_user(actor: User, user_id: str, *, roles: list[str] | None = None, status: str | None = None) -> User:
-    """Change roles and/or status; nobody can leave the deployment without an active owner."""
-    user = get_user(user_id)
+def check_user_update(
+    actor: User, user: User, *, roles: list[str] | None = None, status: str | None = None
+) -> list[str] | None:
+    """Refuse what ``update_user`` would refuse, changing nothing (the dashboard asks before it changes a user);
+    returns the roles as stored."""
     new_roles = None if roles is None else normalise_roles(roles)
     if status is not None and status not in (STATUS_ACTIVE, STATUS_SUSPENDED):
         raise InvalidInput("Unknown status.", validations=[{"field": "status", "detail": "Use active or suspended."}])
@@ -137,6 +139,13 @@ def update_user(actor: User, user_id: str, *, roles: list[str] | None = None, st
             raise Forbidden("You cannot suspend yourself.")
         if is_last_active_owner(user):
             raise _last_owner_error(user)
+    return new_roles
+
+
+def update_user(actor: User, user_id: str, *, roles: list[str] | None = None, status: str | None = None) -> User:
+    """Change roles and/or status; nobody can leave the deployment without an active owner."""
+    user = get_user(user_id)
+    new_roles = check_user_update(actor, user, roles=roles, status=status)
     if new_roles is not None:
         user.roles = new_roles
     if status is not None:
