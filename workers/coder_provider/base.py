@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import uuid
 from typing import Any, ClassVar, Protocol
 
@@ -28,6 +29,22 @@ def is_known(value: Any) -> bool:
     return value is not Unknown and value is not None
 
 
+# The form the SDK's validation.IsUUID accepts (hashicorp/go-uuid): hyphenated, any case.
+UUID_PATTERN = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+def check_uuid(diags: Diagnostics, key: str, value: Any, path: list[Any]) -> None:
+    """The SDK's validation.IsUUID, in its words (templates and modules are debugged by searching them)."""
+    if is_known(value) and not UUID_PATTERN.match(str(value)):
+        diags.add_error(f"Invalid {key}", f'expected "{key}" to be a valid UUID, got {value}', path=path)
+
+
+def check_not_empty(diags: Diagnostics, key: str, value: Any, path: list[Any]) -> None:
+    """The SDK's validation.StringIsNotEmpty, in its words."""
+    if value == "":
+        diags.add_error(f"Invalid {key}", f'expected "{key}" to not be an empty string, got ', path=path)
+
+
 def required(name: str, kind: TfType) -> Attribute:
     return Attribute(name, kind, required=True, requires_replace=True)
 
@@ -38,6 +55,11 @@ def optional(name: str, kind: TfType, default: Any = None, *, sensitive: bool = 
     if default is None:
         return Attribute(name, kind, optional=True, requires_replace=True, sensitive=sensitive)
     return Attribute(name, kind, optional=True, computed=True, default=default, requires_replace=True)
+
+
+def optional_computed(name: str, kind: TfType) -> Attribute:
+    """Optional, and set by the provider when the configuration leaves it out (unknown in the plan until then)."""
+    return Attribute(name, kind, optional=True, computed=True, requires_replace=True)
 
 
 def computed(name: str, kind: TfType | None = None, *, sensitive: bool = False) -> Attribute:
@@ -102,7 +124,7 @@ class CoderResource(_Declared, Resource):  # type: ignore[misc]  # tf ships no t
     def plan(self, ctx: Any, current: State | None, planned: State) -> State:
         return self.shape_plan(planned)
 
-    def create(self, ctx: Any, planned: State) -> State:
+    def create(self, ctx: Any, planned: State) -> State | None:
         state = dict(planned)
         state["id"] = str(uuid.uuid4())
         return self.fill(state)
@@ -123,7 +145,19 @@ class CoderResource(_Declared, Resource):  # type: ignore[misc]  # tf ships no t
 
 
 class CoderDataSource(_Declared, DataSource):  # type: ignore[misc]
-    """A data source computed from the provider's configuration and the CODER_* environment."""
+    """A data source computed from the provider's configuration and the CODER_* environment.
+
+    Subclasses declare `name` and `schema_`, implement `compute` and may override `check_config` (config
+    validation).
+    """
+
+    def validate(self, diags: Diagnostics, type_name: str, config: State) -> None:
+        super().validate(diags, type_name, config)
+        if not diags.has_errors():
+            self.check_config(diags, config)
+
+    def check_config(self, diags: Diagnostics, config: State) -> None:
+        """Reject invalid configuration; values may still be Unknown here, and blocks None."""
 
     def read(self, ctx: ReadDataContext, config: State) -> State | None:
         # Terraform wants every attribute back; unset optional ones stay null as in the configuration.

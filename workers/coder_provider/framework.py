@@ -2,6 +2,8 @@
 
 - `ListNestedBlock`: Coder's `option`, `item` and `metadata` blocks are ordered lists; `tf` only offers Set and
   Single nesting, and a set would let Terraform reorder a parameter's options.
+- `SetNestedBlock`: the real provider declares some single blocks (`coder_ai_task.sidebar_app`,
+  `coder_workspace_preset.prebuilds`) as sets of at most one; `tf`'s own NestedBlock is abstract.
 - `ObjectType`: `coder_workspace_owner.rbac_roles` is a list of objects; `tf` has no object type.
 - `CoderProviderServicer`: the base servicer only lets a resource shape its plan on update. We also need it on
   create (computed attributes inside nested blocks, such as `item.is_null`, must be known or unknown in the plan,
@@ -62,6 +64,24 @@ class ListNestedBlock(NestedBlock):  # type: ignore[misc]  # tf ships no type in
     def semantically_equal(self, a_decoded: Any, b_decoded: Any) -> bool:
         # Unlike a set, order is part of the value.
         return bool(a_decoded == b_decoded)
+
+
+class SetNestedBlock(ListNestedBlock):
+    """A nested block whose instances form a set (protocol nesting mode SET); on the wire a set is a list too."""
+
+    def to_pb(self) -> Any:
+        return pb.Schema.NestedBlock(
+            type_name=self.type_name,
+            block=self.block.to_pb(),
+            min_items=self.min_items,
+            max_items=self.max_items,
+            nesting=pb.Schema.NestedBlock.NestingMode.SET,
+        )
+
+    def semantically_equal(self, a_decoded: Any, b_decoded: Any) -> bool:
+        if a_decoded is None or b_decoded is None:
+            return a_decoded is b_decoded
+        return all(item in b_decoded for item in a_decoded) and all(item in a_decoded for item in b_decoded)
 
 
 class ObjectType(TfType):  # type: ignore[misc]

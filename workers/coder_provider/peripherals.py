@@ -1,8 +1,10 @@
-"""`coder_app`, `coder_script`, `coder_env` and `coder_metadata`: what hangs off an agent or a resource."""
+"""`coder_app`, `coder_script`, `coder_env`, `coder_metadata`, `coder_external_agent` and `coder_devcontainer`: what
+hangs off an agent or a resource."""
 
 from __future__ import annotations
 
 import re
+import uuid
 
 from tf.schema import Block
 from tf.types import Unknown
@@ -15,6 +17,7 @@ from workers.coder_provider.base import (
     STRING,
     CoderResource,
     State,
+    check_not_empty,
     computed,
     is_known,
     optional,
@@ -159,3 +162,30 @@ class MetadataResource(CoderResource):
 
     def fill(self, state: State) -> State:
         return self.shape_plan(state)
+
+
+class ExternalAgentResource(CoderResource):
+    """An agent that runs outside the template's infrastructure; Coder gives its token to whoever starts it."""
+
+    name = "external_agent"
+    schema_ = schema(required("agent_id", STRING), computed("id"))
+
+
+class DevcontainerResource(CoderResource):
+    """A Dev Container the agent autostarts; it joins the workspace as a sub-agent of its own."""
+
+    name = "devcontainer"
+    schema_ = schema(
+        required("agent_id", STRING),
+        required("workspace_folder", STRING),
+        optional("config_path", STRING),
+        computed("subagent_id"),
+        computed("id"),
+    )
+
+    def check(self, diags: Diagnostics, config: State) -> None:
+        check_not_empty(diags, "workspace_folder", config.get("workspace_folder"), ["workspace_folder"])
+
+    def fill(self, state: State) -> State:
+        state["subagent_id"] = str(uuid.uuid4())
+        return state

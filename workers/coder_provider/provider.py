@@ -12,7 +12,15 @@ from tf.utils import Diagnostics
 from workers.coder_provider.agent import AgentResource
 from workers.coder_provider.base import STRING, env, optional
 from workers.coder_provider.parameter import ParameterDataSource
-from workers.coder_provider.peripherals import AppResource, EnvResource, MetadataResource, ScriptResource
+from workers.coder_provider.peripherals import (
+    AppResource,
+    DevcontainerResource,
+    EnvResource,
+    ExternalAgentResource,
+    MetadataResource,
+    ScriptResource,
+)
+from workers.coder_provider.tasks import AITaskResource, TaskDataSource
 from workers.coder_provider.workspace import (
     ExternalAuthDataSource,
     ProvisionerDataSource,
@@ -60,7 +68,16 @@ class CoderProvider(Provider):  # type: ignore[misc]  # tf ships no type informa
         return self.url if self.url.endswith("/") else self.url + "/"
 
     def get_resources(self) -> list[type[Resource]]:
-        return [AgentResource, AppResource, EnvResource, MetadataResource, ScriptResource]
+        return [
+            AgentResource,
+            AppResource,
+            EnvResource,
+            MetadataResource,
+            ScriptResource,
+            AITaskResource,
+            ExternalAgentResource,
+            DevcontainerResource,
+        ]
 
     def get_data_sources(self) -> list[type[DataSource]]:
         return [
@@ -70,4 +87,5 @@ class CoderProvider(Provider):  # type: ignore[misc]  # tf ships no type informa
             ProvisionerDataSource,
             ExternalAuthDataSource,
             WorkspaceTagsDataSource,
+            TaskDataSource,
         ]
