@@ -114,3 +114,64 @@ def test_a_task_without_an_app_fails_at_apply(template: Template) -> None:
 
 def test_an_invalid_task_id_fails_the_task_data_source(template: Template) -> None:
     assert "invalid UUID" in template('data "coder_task" "me" {}').plan_error({"CODER_TASK_ID": "not a valid UUID"})
+
+
+SECRETS = """
+data "coder_secret" "token" {
+  env          = "MY_TOKEN"
+  help_message = "Add MY_TOKEN under Secrets"
+}
+data "coder_secret" "key" {
+  file         = "~/.ssh/id_rsa"
+  help_message = "Add your SSH key"
+}
+"""
+START_BUILD = {"CODER_WORKSPACE_BUILD_ID": "build-1", "CODER_WORKSPACE_TRANSITION": "start"}
+
+
+@pytest.fixture
+def secrets(template: Template) -> TemplateDir:
+    return template(SECRETS)
+
+
+def test_secrets_come_from_the_provisioners_variables(secrets: TemplateDir) -> None:
+    env = {
+        **START_BUILD,
+        "CODER_SECRET_ENV_MY_TOKEN": "token-value",
+        "CODER_SECRET_FILE_" + b"~/.ssh/id_rsa".hex(): "key-contents",
+    }
+
+    plan = secrets.plan(env)
+
+    token = resource_values(plan, "data.coder_secret.token")
+    assert (token["id"], token["value"]) == ("env:MY_TOKEN", "token-value")
+    key = resource_values(plan, "data.coder_secret.key")
+    assert (key["id"], key["value"]) == ("file:~/.ssh/id_rsa", "key-contents")
+
+
+def test_a_missing_secret_fails_only_a_start_build(secrets: TemplateDir) -> None:
+    # Stopping, or planning outside a build (a template import), must not need the user's secrets.
+    stopped = secrets.plan({**START_BUILD, "CODER_WORKSPACE_TRANSITION": "stop"})
+    assert resource_values(stopped, "data.coder_secret.token")["value"] == ""
+    assert resource_values(secrets.plan(), "data.coder_secret.key")["value"] == ""
+
+    output = secrets.plan_error({**START_BUILD, "CODER_SECRET_FILE_" + b"~/.ssh/id_rsa".hex(): "key"})
+
+    assert 'Missing required secret: environment variable "MY_TOKEN"' in output
+    assert 'Required: environment variable "MY_TOKEN" Help message: Add MY_TOKEN under Secrets' in output
+    assert 'To resolve: ensure a secret exposes the environment variable "MY_TOKEN".' in output
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ('env = "MY-TOKEN"', '`env` must be a POSIX-compliant identifier matching "^[a-zA-Z_][a-zA-Z0-9_]*$"'),
+        ('file = "secret.txt"', '`file` must start with `/` or `~/`; got "secret.txt"'),
+        ('env = "A"\n  file = "/a"', "exactly one of `env` or `file` must be set"),
+        ("", "exactly one of `env` or `file` must be set"),
+    ],
+)
+def test_invalid_secret_declarations_fail_the_plan(template: Template, settings: str, message: str) -> None:
+    source = f'data "coder_secret" "s" {{\n  {settings}\n  help_message = "help"\n}}'
+
+    assert message in template(source).plan_error()

@@ -24,6 +24,7 @@ from workers.coder_provider.tasks import AITaskResource, TaskDataSource
 from workers.coder_provider.workspace import (
     ExternalAuthDataSource,
     ProvisionerDataSource,
+    SecretDataSource,
     WorkspaceDataSource,
     WorkspaceOwnerDataSource,
     WorkspaceTagsDataSource,
@@ -88,4 +89,5 @@ class CoderProvider(Provider):  # type: ignore[misc]  # tf ships no type informa
             ExternalAuthDataSource,
             WorkspaceTagsDataSource,
             TaskDataSource,
+            SecretDataSource,
         ]

@@ -1,9 +1,10 @@
-"""Data sources describing the build: the workspace, its owner, the provisioner, external auth and tags."""
+"""Data sources describing the build: the workspace, its owner, the provisioner, external auth, tags and secrets."""
 
 from __future__ import annotations
 
 import json
 import platform
+import re
 import uuid
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ from workers.coder_provider.base import (
     State,
     computed,
     env,
+    is_known,
     optional,
     required,
     schema,
@@ -149,3 +151,73 @@ class WorkspaceTagsDataSource(CoderDataSource):
     def compute(self, diags: Diagnostics, state: State) -> State | None:
         state["id"] = str(uuid.uuid4())
         return state
+
+
+# The rule Coder applies when a user stores a secret; checking it here catches a typo at plan time.
+SECRET_ENV_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def secret_env_variable(name: str) -> str:
+    return f"CODER_SECRET_ENV_{name}"
+
+
+def secret_file_variable(path: str) -> str:
+    # Hex, because a path holds characters no variable name may.
+    return f"CODER_SECRET_FILE_{path.encode().hex()}"
+
+
+class SecretDataSource(CoderDataSource):
+    """A user secret the workspace needs, matched by the variable (`env`) or the file (`file`) it provides.
+
+    Its value comes from CODER_SECRET_ENV_<env> or CODER_SECRET_FILE_<hex of file>, which Coder's provisioner sets
+    from the owner's stored secrets. Slipway stores no user secrets and its daemon sets neither, so, as Coder's
+    provider does for a user without the secret, a start build (CODER_WORKSPACE_BUILD_ID set, transition start)
+    fails naming the secret and the template's help_message; any other run (stop, destroy, a template import, a
+    plan outside a build) reads an empty value so that a missing secret never keeps a workspace from stopping.
+    An empty value counts as missing.
+    """
+
+    name = "secret"
+    schema_ = schema(
+        optional("env", STRING),
+        optional("file", STRING),
+        required("help_message", STRING),
+        computed("value", sensitive=True),
+        computed("id"),
+    )
+
+    def check_config(self, diags: Diagnostics, config: State) -> None:
+        name, path = config.get("env"), config.get("file")
+        if is_known(name) and name and not SECRET_ENV_NAME.match(name):
+            diags.add_error(
+                "Invalid coder_secret env",
+                f"`env` must be a POSIX-compliant identifier matching {json.dumps(SECRET_ENV_NAME.pattern)}; "
+                f"got {json.dumps(name)}",
+                path=["env"],
+            )
+        if is_known(path) and path and not path.startswith(("/", "~/")):
+            message = f"`file` must start with `/` or `~/`; got {json.dumps(path)}"
+            diags.add_error("Invalid coder_secret file", message, path=["file"])
+
+    def compute(self, diags: Diagnostics, state: State) -> State | None:
+        name, path = state.get("env") or "", state.get("file") or ""
+        if bool(name) == bool(path):
+            diags.add_error("Invalid coder_secret", "exactly one of `env` or `file` must be set")
+            return None
+        if name:
+            state["id"], value = f"env:{name}", env(secret_env_variable(name))
+            requirement = f"environment variable {json.dumps(name)}"
+        else:
+            state["id"], value = f"file:{path}", env(secret_file_variable(path))
+            requirement = f"file {json.dumps(path)}"
+        state["value"] = value
+        start_build = bool(env("CODER_WORKSPACE_BUILD_ID")) and env("CODER_WORKSPACE_TRANSITION") == "start"
+        if value or not start_build:
+            return state
+        help_message = state.get("help_message") or ""
+        detail = f"Required: {requirement}\n\n"
+        if help_message:
+            detail += f"Help message: {help_message}\n\n"
+        detail += f"To resolve: ensure a secret exposes the {requirement}.\n"
+        diags.add_error(f"Missing required secret: {requirement}", detail)
+        return None
