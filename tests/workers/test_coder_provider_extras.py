@@ -175,3 +175,92 @@ def test_invalid_secret_declarations_fail_the_plan(template: Template, settings:
     source = f'data "coder_secret" "s" {{\n  {settings}\n  help_message = "help"\n}}'
 
     assert message in template(source).plan_error()
+
+
+PRESET = """
+data "coder_workspace_preset" "large" {{
+  name        = "large"
+  description = "Eight CPUs"
+  icon        = "/icon/region.svg"
+  parameters  = {{ cpus = "8", region = "eu" }}
+  {settings}
+}}
+"""
+PREBUILDS = """prebuilds {{
+    instances = 2
+    expiration_policy {{
+      ttl = {ttl}
+    }}
+    scheduling {{
+      timezone = "{timezone}"
+      schedule {{
+        cron      = "{first}"
+        instances = 3
+      }}
+      schedule {{
+        cron      = "{second}"
+        instances = 1
+      }}
+    }}
+  }}"""
+
+
+def prebuilds(
+    *, ttl: int = 86400, timezone: str = "Europe/Berlin", first: str = "* 8-18 * * 1-5", second: str = "* 8-18 * * 6"
+) -> str:
+    return PREBUILDS.format(ttl=ttl, timezone=timezone, first=first, second=second)
+
+
+def test_a_preset_lists_its_parameters_and_prebuild_schedule(template: Template) -> None:
+    plan = template(PRESET.format(settings=prebuilds())).plan()
+
+    preset = resource_values(plan, "data.coder_workspace_preset.large")
+    assert (preset["id"], preset["default"], preset["parameters"]) == ("large", False, {"cpus": "8", "region": "eu"})
+    prebuild = preset["prebuilds"][0]
+    assert (prebuild["instances"], prebuild["expiration_policy"]) == (2, [{"ttl": 86400}])
+    scheduling = prebuild["scheduling"][0]
+    assert scheduling["timezone"] == "Europe/Berlin"
+    assert [(s["cron"], s["instances"]) for s in scheduling["schedule"]] == [("* 8-18 * * 1-5", 3), ("* 8-18 * * 6", 1)]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        pytest.param(prebuilds(ttl=1800), "must be 0 or between 3600 and 31536000, got 1800", id="ttl"),
+        pytest.param(
+            prebuilds(timezone="InvalidLocation"),
+            'failed to load timezone "InvalidLocation": unknown time zone InvalidLocation',
+            id="timezone",
+        ),
+        pytest.param(
+            prebuilds(first="0 8-18 * * 1-5"), "cron spec failed validation: minute field should be *", id="minute"
+        ),
+        pytest.param(
+            prebuilds(first="* 25-26 * * 1-5"),
+            "failed to parse cron spec: end of range (26) above maximum (23): 25-26",
+            id="hour-range",
+        ),
+        pytest.param(
+            prebuilds(second="* 18-19 * * 5-6"),
+            "schedules overlap with each other: schedules overlap: * 8-18 * * 1-5 and * 18-19 * * 5-6",
+            id="overlap",
+        ),
+    ],
+)
+def test_invalid_prebuilds_fail_the_plan(template: Template, settings: str, message: str) -> None:
+    assert message in template(PRESET.format(settings=settings)).plan_error()
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ('name = ""', 'expected "name" to not be an empty string'),
+        (
+            'name = "p"\n  description = "' + "d" * 129 + '"',
+            "expected length of description to be in the range (0 - 128)",
+        ),
+        ('name = "p"\n  icon = "/icon/%zz.svg"', "invalid URL escape"),
+    ],
+)
+def test_invalid_preset_attributes_fail_the_plan(template: Template, source: str, message: str) -> None:
+    assert message in template(f'data "coder_workspace_preset" "p" {{\n  {source}\n}}').plan_error()

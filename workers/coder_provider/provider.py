@@ -20,6 +20,7 @@ from workers.coder_provider.peripherals import (
     MetadataResource,
     ScriptResource,
 )
+from workers.coder_provider.presets import WorkspacePresetDataSource
 from workers.coder_provider.tasks import AITaskResource, TaskDataSource
 from workers.coder_provider.workspace import (
     ExternalAuthDataSource,
@@ -90,4 +91,5 @@ class CoderProvider(Provider):  # type: ignore[misc]  # tf ships no type informa
             WorkspaceTagsDataSource,
             TaskDataSource,
             SecretDataSource,
+            WorkspacePresetDataSource,
         ]
