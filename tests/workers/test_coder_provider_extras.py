@@ -62,6 +62,8 @@ def test_a_task_build_reports_its_task_and_prompt(tasks: TemplateDir) -> None:
     )
     container = resource_values(state, "coder_devcontainer.repo")
     assert uuid.UUID(container["subagent_id"]) and container["config_path"] is None
+    rerun = tasks.run("plan", "-input=false", "-detailed-exitcode", env={"CODER_TASK_ID": TASK_ID})
+    assert rerun.returncode == 0, rerun.stdout  # nothing planned to change, sidebar_app set included
 
 
 def test_a_workspace_build_is_not_a_task(tasks: TemplateDir) -> None:
@@ -264,3 +266,34 @@ def test_invalid_prebuilds_fail_the_plan(template: Template, settings: str, mess
 )
 def test_invalid_preset_attributes_fail_the_plan(template: Template, source: str, message: str) -> None:
     assert message in template(f'data "coder_workspace_preset" "p" {{\n  {source}\n}}').plan_error()
+
+
+def test_display_apps_and_metadata_items_take_coders_defaults(template: Template) -> None:
+    workspace = template(
+        """
+resource "coder_agent" "dev" {
+  os   = "linux"
+  arch = "amd64"
+  display_apps {
+    vscode = false
+  }
+}
+resource "coder_metadata" "info" {
+  resource_id = coder_agent.dev.id
+  item {
+    key   = "region"
+    value = "eu"
+  }
+}
+"""
+    )
+
+    state = workspace.apply()
+
+    assert resource_values(state, "coder_agent.dev")["display_apps"] == [
+        {"vscode": False, "vscode_insiders": False, "web_terminal": True, "ssh_helper": True,
+         "port_forwarding_helper": True}
+    ]  # fmt: skip
+    assert resource_values(state, "coder_metadata.info")["item"][0]["sensitive"] is False
+    # Defaults filled in at plan time leave nothing to change on the next plan.
+    assert workspace.run("plan", "-input=false", "-detailed-exitcode").returncode == 0

@@ -48,14 +48,17 @@ _METADATA = ListNestedBlock(
         ]
     ),
 )
+# The apps Coder shows for an agent unless its display_apps block says otherwise (Coder's provider defaults).
+DISPLAY_APP_DEFAULTS = {
+    "vscode": True,
+    "vscode_insiders": False,
+    "web_terminal": True,
+    "ssh_helper": True,
+    "port_forwarding_helper": True,
+}
 _DISPLAY_APPS = ListNestedBlock(
     "display_apps",
-    Block(
-        attributes=[
-            optional(name, BOOL)
-            for name in ("vscode", "vscode_insiders", "web_terminal", "ssh_helper", "port_forwarding_helper")
-        ]
-    ),
+    Block(attributes=[optional(name, BOOL, default) for name, default in DISPLAY_APP_DEFAULTS.items()]),
     max_items=1,
 )
 _RESOURCES_MONITORING = ListNestedBlock(
@@ -134,7 +137,18 @@ class AgentResource(CoderResource):
         if duplicates:
             diags.add_error("Duplicate coder_agent metadata key", f"metadata keys must be unique: {duplicates}")
 
+    def shape_plan(self, planned: State) -> State:
+        # `tf` fills defaults in for top-level attributes only; a block's left-out apps get theirs here. (Coder's
+        # provider also adds the whole block when it is left out, which only its legacy SDK may do: Terraform
+        # rejects a planned block the configuration does not have. Slipway's server does not read the block.)
+        for apps in planned.get("display_apps") or []:
+            for name, default in DISPLAY_APP_DEFAULTS.items():
+                if apps.get(name) is None:
+                    apps[name] = default
+        return planned
+
     def fill(self, state: State) -> State:
+        state = self.shape_plan(state)
         state["token"] = agent_token()
         state["init_script"] = init_script(
             state["os"], state["arch"], self.provider.access_url, state.get("auth") or "token"

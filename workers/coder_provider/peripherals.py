@@ -143,7 +143,7 @@ class MetadataResource(CoderResource):
                     attributes=[
                         required("key", STRING),
                         optional("value", STRING),
-                        optional("sensitive", BOOL),
+                        optional("sensitive", BOOL, False),
                         computed("is_null", BOOL),
                     ]
                 ),
@@ -156,6 +156,9 @@ class MetadataResource(CoderResource):
         items = planned.get("item")
         if isinstance(items, list):
             for item in items:
+                # Nested defaults are ours to fill in (`tf` fills top-level ones only).
+                if item.get("sensitive") is None:
+                    item["sensitive"] = False
                 value = item.get("value")
                 item["is_null"] = Unknown if value is Unknown else value is None
         return planned
