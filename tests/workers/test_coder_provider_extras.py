@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.workers.conftest import TemplateDir, resource_values
+from workers.coder_provider.presets import ScheduleError, check_prebuild_cron, schedules_overlap
 
 Template = Callable[..., TemplateDir]
 TASK_ID = "7d8d4c2e-fb57-44f9-a183-22509819c2e7"
@@ -297,3 +298,55 @@ resource "coder_metadata" "info" {
     assert resource_values(state, "coder_metadata.info")["item"][0]["sensitive"] is False
     # Defaults filled in at plan time leave nothing to change on the next plan.
     assert workspace.run("plan", "-input=false", "-detailed-exitcode").returncode == 0
+
+
+# Cases of Coder's helpers/schedule_validation_test.go (TestSchedulesOverlap): plain functions, no Terraform needed.
+@pytest.mark.parametrize(
+    ("first", "second", "overlap"),
+    [
+        ("* 9-18 * * 1-5", "* 9-18 * * 1-5", True),
+        ("* 9-12 * * 1-5", "* 13-18 * * 1-5", False),
+        ("* 9-18 * * 1,3,5", "* 9-18 * * 2,4,6", False),
+        ("* 9-18 1 * 1-3", "* 9-18 2 * 4-5", False),  # both days restricted: either one may match
+        ("* 9-18 1 * 1,3,5", "* 9-18 1 * 2,4,6", True),
+        ("* * * * 1-5", "* 9-18 * * 1-5", True),
+        ("* 9-11,13-15 * * 1-5", "* 12,16-18 * * 1-5", False),
+        ("* 9-11,13-15 * * 1-5", "* 10-12,14-16 * * 1-5", True),
+        ("* 9-18 * 1-6 *", "* 9-18 * 7-12 *", False),
+    ],
+)
+def test_prebuild_schedules_overlap_as_coder_computes_it(first: str, second: str, overlap: bool) -> None:
+    assert schedules_overlap(first, second) is overlap
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "message"),
+    [
+        ("* 25-26 * * 1-5", "* 9-18 * * 1-5", "invalid hour range"),
+        ("* 9-18 * 13 1-5", "* 9-18 * * 1-5", "invalid month range"),
+        ("* 9-18 * *", "* 9-18 * * 1-5", "has 4 fields, expected 5 fields"),
+        ("* 9-18 * * MON", "* 9-18 * * 1-5", 'invalid day range: invalid value: strconv.Atoi: parsing "MON"'),
+    ],
+)
+def test_unreadable_schedules_are_named_in_the_overlap_check(first: str, second: str, message: str) -> None:
+    with pytest.raises(ScheduleError, match=message):
+        schedules_overlap(first, second)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("* 8-18 * * MON-FRI", ""),
+        ("* */2 * jan-mar *", ""),
+        ("* 8 * * 7", "failed to parse cron spec: end of range (7) above maximum (6): 7"),
+        ("* 9-8 * * *", "failed to parse cron spec: beginning of range (9) beyond end of range (8): 9-8"),
+        ("* 1-2-3 * * *", "failed to parse cron spec: too many hyphens: 1-2-3"),
+        (
+            "* x * * *",
+            'failed to parse cron spec: failed to parse int from x: strconv.Atoi: parsing "x": invalid syntax',
+        ),
+        ("* * * *", "cron spec failed validation: cron specification should consist of 5 fields"),
+    ],
+)
+def test_prebuild_cron_is_read_as_robfig_cron_reads_it(spec: str, message: str) -> None:
+    assert check_prebuild_cron(spec) == message
