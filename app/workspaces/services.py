@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from sqlalchemy import Select, func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import joinedload, undefer
+from sqlalchemy.orm import joinedload, selectinload, undefer
 
 from app.catalog.models import Template, TemplateVersion
 from app.catalog.services import get_template, get_version
@@ -122,7 +122,8 @@ def latest_builds(workspaces: Sequence[Workspace], *, with_state: bool = False) 
     query = (
         select(WorkspaceBuild)
         .where(WorkspaceBuild.id.in_(select(ranked.c.id).where(ranked.c.rank == 1)))
-        .options(joinedload(WorkspaceBuild.job), joinedload(WorkspaceBuild.template_version))
+        # Versions are few and shared (a template's active one): joined, each would be decoded again on every row.
+        .options(joinedload(WorkspaceBuild.job), selectinload(WorkspaceBuild.template_version))
     )
     if with_state:
         query = query.options(undefer(WorkspaceBuild.state))
