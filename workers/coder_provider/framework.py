@@ -37,8 +37,10 @@ NAME_PATTERN = r"^[a-z0-9](-?[a-z0-9])*$"
 class ListNestedBlock(NestedBlock):  # type: ignore[misc]  # tf ships no type information
     """A nested block whose instances keep the order they are written in (protocol nesting mode LIST)."""
 
+    nesting = pb.Schema.NestedBlock.NestingMode.LIST
+
     def __init__(self, type_name: str, block: Block, *, min_items: int = 0, max_items: int = 0) -> None:
-        # The mode passed to the base class is never used: to_pb below says LIST.
+        # The mode passed to the base class is never used: to_pb below says ``nesting``.
         super().__init__(type_name, NestMode.Set, block, min_items=min_items, max_items=max_items)
 
     def to_pb(self) -> Any:
@@ -47,7 +49,7 @@ class ListNestedBlock(NestedBlock):  # type: ignore[misc]  # tf ships no type in
             block=self.block.to_pb(),
             min_items=self.min_items,
             max_items=self.max_items,
-            nesting=pb.Schema.NestedBlock.NestingMode.LIST,
+            nesting=self.nesting,
         )
 
     def encode(self, value: Any) -> Any:
@@ -69,14 +71,7 @@ class ListNestedBlock(NestedBlock):  # type: ignore[misc]  # tf ships no type in
 class SetNestedBlock(ListNestedBlock):
     """A nested block whose instances form a set (protocol nesting mode SET); on the wire a set is a list too."""
 
-    def to_pb(self) -> Any:
-        return pb.Schema.NestedBlock(
-            type_name=self.type_name,
-            block=self.block.to_pb(),
-            min_items=self.min_items,
-            max_items=self.max_items,
-            nesting=pb.Schema.NestedBlock.NestingMode.SET,
-        )
+    nesting = pb.Schema.NestedBlock.NestingMode.SET
 
     def semantically_equal(self, a_decoded: Any, b_decoded: Any) -> bool:
         if a_decoded is None or b_decoded is None:
