@@ -55,10 +55,18 @@ def follow_build(client: SlipwayClient, build: WorkspaceBuild, what: str, *, ass
         if not assume_yes and not click.confirm("Apply this plan?", default=False):
             client.request("PATCH", f"/api/v2/workspacebuilds/{build.id}/cancel")
             raise click.ClickException(f"{what} canceled: the plan was not confirmed, nothing was changed.")
-        lines = client.get_list(JobLog, logs)  # the job is idle now: nothing is logged until it is confirmed
+        lines = read_log(client, logs)  # the job is idle now: nothing is logged until it is confirmed
         client.request("POST", f"/api/v2/workspacebuilds/{build.id}/confirm")
         end = follow_job(client, logs, after=lines[-1].id if lines else 0)
     report(end, what)
+
+
+def read_log(client: SlipwayClient, path: str) -> list[JobLog]:
+    """Every line of a job's log so far: the server answers a page per call, the next after the last id read."""
+    lines: list[JobLog] = []
+    while page := client.get_list(JobLog, f"{path}?after={lines[-1].id if lines else 0}"):
+        lines.extend(page)
+    return lines
 
 
 def _print_review(review: PlanReview) -> None:
@@ -191,7 +199,7 @@ def logs(name: str, follow: bool, build_number: int | None) -> None:
         _print_agent_logs(client, build.id)
         return
     stage = None
-    for line in client.get_list(JobLog, path):
+    for line in read_log(client, path):
         if line.stage != stage:
             stage = line.stage
             click.secho(f"==> {stage}", bold=True)

@@ -8,10 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from cli.client import SlipwayClient
+from cli.workspaces import read_log
 from tests.conftest import PASSWORD, Persona
 from tests.support import bulk
 from tests.support.daemon import FakeDaemon, import_template, running_import
@@ -181,14 +184,24 @@ def test_the_inbox_and_jobs_still_answer_their_newest_unless_asked_for_a_page(
     assert client.get("/api/v2/provisionerjobs?limit=600", headers=alice.auth).headers["X-Total-Count"] == "53"
 
 
-def test_a_log_is_read_a_page_at_a_time(client: FlaskClient, personas: dict[str, Persona]) -> None:
+def test_a_log_is_read_a_page_at_a_time(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:
     daemon, job_id, version_id = running_import(client, personas)
-    daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"output": f"line {n}"} for n in range(7)]})
+    written = [f"line {n}" for n in range(1500)]
+    for start in range(0, len(written), 500):
+        batch = {"logs": [{"output": output} for output in written[start : start + 500]]}
+        assert daemon.call(f"/jobs/{job_id}/logs", batch).status_code == 200
     path, auth = f"/api/v2/templateversions/{version_id}/logs", personas["bob"].auth
     first = client.get(f"{path}?limit=5", headers=auth).json
     rest = client.get(f"{path}?limit=5&after={first[-1]['id']}", headers=auth).json
-    assert [line["output"] for line in first + rest] == [f"line {n}" for n in range(7)]
+    assert [line["output"] for line in first + rest] == written[:10]
     assert client.get(f"{path}?limit=0", headers=auth).status_code == 400
+    # Without a limit, a page of 1,000 lines (not the whole log in one body); the CLI reads on to the end.
+    default = client.get(path, headers=auth).json
+    assert [line["output"] for line in default] == written[:1000]
+    assert len(client.get(f"{path}?limit=10000", headers=auth).json) == 1500
+    token = auth["Authorization"].removeprefix("Bearer ")
+    cli = SlipwayClient("http://slipway.test", token, transport=httpx.WSGITransport(app=app))
+    assert [line.output for line in read_log(cli, path)] == written
 
 
 def test_the_workspaces_page_shows_one_page_at_a_time(

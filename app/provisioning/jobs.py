@@ -33,6 +33,8 @@ from protocol.tags import PRIORITY_HIGH, queue_name
 log = logging.getLogger(__name__)
 EXTENSION_KEY = "slipway_job_handlers"
 MAX_LOG_LINES_READ = 10_000
+# What one API read answers without ?limit= (~150 KB of JSON); readers page on with ?after=<the last id>.
+LOG_PAGE_LINES = 1_000
 
 
 @dataclass(frozen=True)

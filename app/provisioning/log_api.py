@@ -14,7 +14,7 @@ from app.events import get_relay
 from app.events.relay import EventRelay
 from app.events.sse import event_stream, log_cursor, sse_event, stream_cursor
 from app.events.streams import follow_lines, line_event
-from app.provisioning.jobs import MAX_LOG_LINES_READ, job_logs
+from app.provisioning.jobs import LOG_PAGE_LINES, MAX_LOG_LINES_READ, job_logs
 from app.provisioning.models import ACTIVE_STATUSES, AWAITING_CONFIRMATION, LogLine, ProvisionerJob
 from protocol.codec import JsonObject
 
@@ -58,8 +58,8 @@ def logs_response(job: ProvisionerJob) -> Response:
     """GET .../logs: the lines after ``?after=`` as JSON, or with ``follow=true`` a live SSE stream."""
     after = log_cursor(request.args.get("after", "0"))
     if request.args.get("follow", "").lower() not in ("true", "1"):
-        # A page at a time with ?limit= (the next page: ?after=<the last id>); at most 10,000 lines per call.
-        limit = query_int("limit", MAX_LOG_LINES_READ, minimum=1, maximum=MAX_LOG_LINES_READ)
+        # A page at a time (the next page: ?after=<the last id>): 1,000 lines, or ?limit= up to 10,000.
+        limit = query_int("limit", LOG_PAGE_LINES, minimum=1, maximum=MAX_LOG_LINES_READ)
         page = job_logs(job.id, after, limit)
         return Response(json.dumps([line.to_json() for line in page]), mimetype="application/json")
     cursor = stream_cursor(request.args.get("after"), request.headers.get("Last-Event-ID"))
