@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from urllib.parse import urlencode
 
 import click
 
@@ -127,10 +128,18 @@ delete = _transition_command("delete", "Delete", "Deleting")
 
 
 @click.command("list")
+@click.option(
+    "--search",
+    "-s",
+    default="",
+    metavar="FILTER",
+    help="Coder's filter, e.g. 'owner:me status:running template:docker outdated:true name:dev'.",
+)
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def list_workspaces(output: str) -> None:
+def list_workspaces(search: str, output: str) -> None:
     """List your workspaces (admins: everyone's)."""
-    answer = authenticated_client().get("/api/v2/workspaces")
+    client = authenticated_client()
+    answer = client.get(f"/api/v2/workspaces?{urlencode({'q': search})}" if search else "/api/v2/workspaces")
     if output == "json":
         print_json(answer)
         return

@@ -109,6 +109,10 @@ def test_local_example_lifecycle(server: ServerProcess, tmp_path: Path, workspac
     assert "Stopping ws1 succeeded." in stopped.stdout
     assert _wait_gone(directory) and directory.exists()
     assert "stopped" in run_cli("list", env=env).stdout
+    assert "ws1" in run_cli("list", "--search", "status:stopped owner:me", env=env).stdout
+    assert "ws1" not in run_cli("list", "-s", "status:running", env=env).stdout
+    unreadable = run_cli("list", "-s", "colour:red", env=env)
+    assert unreadable.returncode != 0 and "Unknown filter 'colour'" in unreadable.stderr, unreadable.stderr
 
     started = run_cli("start", "ws1", env=env)
     assert started.returncode == 0, started.stdout + started.stderr

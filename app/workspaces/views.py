@@ -7,15 +7,16 @@ from functools import partial
 
 from flask import flash, redirect, render_template, request, url_for
 from markupsafe import Markup, escape
+from sqlalchemy import Select
 from werkzeug.wrappers import Response
 
 from app.auth.access import page_user
 from app.auth.blueprints import page_blueprint
 from app.catalog import services as catalog
 from app.catalog.models import TemplateVersion
-from app.core.errors import DomainError
+from app.core.errors import DomainError, InvalidInput
 from app.core.extensions import db
-from app.core.pagination import page_of, requested_page
+from app.core.pagination import PAGE_SIZE, Page, page_of, requested_page
 from app.events import get_relay
 from app.events.sse import event_stream
 from app.events.streams import follow_changes, follow_statuses, seen_token
@@ -24,8 +25,10 @@ from app.provisioning.jobs import cancel_job
 from app.provisioning.log_html import log_page_context, page_stream
 from app.provisioning.overview import daemons_serving
 from app.resources.services import job_resources
+from app.users.models import User
 from app.workspaces import services
 from app.workspaces.models import Workspace, WorkspaceBuild
+from app.workspaces.search import filtered, parse_filter
 from app.workspaces.sections import workspace_sections
 from protocol.provisionerd import NameValue
 
@@ -38,14 +41,33 @@ def home() -> Response:
 
 
 @bp.get("/workspaces")
-def index() -> str:
-    page = page_of(services.visible_workspaces_query(page_user()), requested_page())
+def index() -> str | tuple[str, int]:
+    """The workspaces the user may see, a page at a time, narrowed by the search box (``?q=``, Coder's filter)."""
+    search = request.args.get("q", "").strip()
+    try:
+        query = _listed(page_user(), search)
+    except InvalidInput as error:  # the box keeps what was typed, with what is wrong with it
+        page = Page([], 1, PAGE_SIZE, 0)
+        context = {"rows": [], "page": page, "search": search, "search_error": error.message, "stream_seen": ""}
+        return render_template("workspaces/index.html", status_of=services.build_status, **context), 400
+    page = page_of(query, requested_page())
     latest = services.latest_builds(page.rows)
     rows = [(workspace, latest[workspace.id]) for workspace in page.rows]
     seen = seen_token({"refresh": _list_state(rows)})
     return render_template(
-        "workspaces/index.html", rows=rows, page=page, status_of=services.build_status, stream_seen=seen
+        "workspaces/index.html",
+        rows=rows,
+        page=page,
+        search=search,
+        search_error="",
+        status_of=services.build_status,
+        stream_seen=seen,
     )
+
+
+def _listed(user: User, search: str) -> Select[Workspace]:
+    query = services.visible_workspaces_query(user)
+    return filtered(query, parse_filter(search), user) if search else query
 
 
 def _list_state(rows: Sequence[tuple[Workspace, WorkspaceBuild]]) -> list[tuple[str, int, str]]:
@@ -67,10 +89,10 @@ def status_events() -> Response:
     seen = request.args.get("seen")
     if only:
         return _workspace_events(services.get_workspace_for(user, only).id, seen)
-    number = requested_page()
+    number, listed = requested_page(), _listed(user, request.args.get("q", "").strip())
 
     def statuses() -> list[tuple[str, int, str]]:
-        workspaces = page_of(services.visible_workspaces_query(user), number).rows
+        workspaces = page_of(listed, number).rows
         latest = services.latest_builds(workspaces)
         return _list_state([(workspace, latest[workspace.id]) for workspace in workspaces])
 

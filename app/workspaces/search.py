@@ -1,0 +1,132 @@
+"""Coder's workspace filter (``?q=``): ``owner:me template:docker status:running outdated:true name:dev``.
+
+Terms are ``key:value`` separated by spaces (quote a value with spaces); a bare word is ``name:``. Every term
+narrows the list, and each is said in SQL, so that a filtered list pages and counts like any other. Shared by
+the API and the dashboard's search box.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from sqlalchemy import ColumnElement, Select, exists, func, select
+from sqlalchemy.orm import aliased
+
+from app.catalog.models import Template
+from app.core.errors import InvalidInput
+from app.provisioning.models import (
+    AWAITING_CONFIRMATION,
+    CANCELED,
+    CANCELING,
+    FAILED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    ProvisionerJob,
+)
+from app.users.models import User
+from app.workspaces.models import Workspace, WorkspaceBuild
+from app.workspaces.services import DONE, IN_PROGRESS
+
+KEYS = ("owner", "template", "status", "outdated", "name")
+# A workspace's status is its latest build's job status read through the build's transition (services.status_for).
+STATUSES = (*DONE.values(), *IN_PROGRESS.values(), PENDING, AWAITING_CONFIRMATION, FAILED, CANCELING, CANCELED)
+
+
+@dataclass(frozen=True)
+class WorkspaceFilter:
+    owner: str | None = None
+    template: str | None = None
+    status: str | None = None
+    outdated: bool | None = None
+    name: str | None = None
+
+
+def parse_filter(text: str) -> WorkspaceFilter:
+    """The filter a ``q=`` says; a term it cannot read is a 400 that says what it takes."""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        raise _bad("A quote is not closed.") from None
+    terms: dict[str, str] = {}
+    for word in words:
+        key, colon, value = word.partition(":")
+        key, value = (key.lower(), value.strip()) if colon else ("name", word)
+        if key not in KEYS:
+            raise _bad(f"Unknown filter {key!r}: use {', '.join(f'{name}:' for name in KEYS)}.")
+        if not value:
+            raise _bad(f"{key}: needs a value, as in {key}:{_EXAMPLES[key]}.")
+        if key in terms and terms[key] != value:
+            raise _bad(f"{key}: is given twice ({terms[key]!r} and {value!r}); a workspace has one.")
+        terms[key] = value
+    status = terms.get("status", "").lower() or None
+    if status is not None and status not in STATUSES:
+        raise _bad(f"Unknown status {status!r}: use {', '.join(STATUSES)}.")
+    outdated = terms.get("outdated", "").lower() or None
+    if outdated not in (None, "true", "false"):
+        raise _bad(f"outdated: takes true or false, not {outdated!r}.")
+    return WorkspaceFilter(
+        owner=terms.get("owner"),
+        template=terms.get("template"),
+        status=status,
+        outdated=None if outdated is None else outdated == "true",
+        name=terms.get("name"),
+    )
+
+
+_EXAMPLES = {"owner": "me", "template": "docker", "status": "running", "outdated": "true", "name": "dev"}
+
+
+def _bad(message: str) -> InvalidInput:
+    return InvalidInput(message, validations=[{"field": "q", "detail": message}])
+
+
+def filtered(query: Select[Workspace], wanted: WorkspaceFilter, user: User) -> Select[Workspace]:
+    """``query`` (of workspaces) narrowed to what ``wanted`` says; ``owner:me`` is ``user``."""
+    if wanted.owner is not None:
+        if wanted.owner.lower() == "me":
+            query = query.where(Workspace.owner_id == user.id)
+        else:
+            owners = select(User.id).where(func.lower(User.username) == wanted.owner.lower())
+            query = query.where(Workspace.owner_id.in_(owners))
+    if wanted.template is not None:
+        query = query.where(Workspace.template_id.in_(select(Template.id).where(Template.name == wanted.template)))
+    if wanted.name is not None:
+        query = query.where(Workspace.name_key.contains(wanted.name.lower(), autoescape=True))
+    if wanted.status is not None:
+        query = query.where(_latest_build_where(_status_is(wanted.status)))
+    if wanted.outdated is not None:
+        active = (
+            select(Template.active_version_id)
+            .where(Template.id == Workspace.template_id)
+            .correlate(Workspace)  # the listed workspace, two levels out
+            .scalar_subquery()
+        )
+        outdated = _latest_build_where(WorkspaceBuild.template_version_id != active)
+        query = query.where(outdated if wanted.outdated else ~outdated)
+    return query
+
+
+def _latest_build_where(condition: ColumnElement[bool]) -> ColumnElement[bool]:
+    """The workspace's latest build (a WorkspaceBuild, joined with its ProvisionerJob) meets ``condition``."""
+    earlier = aliased(WorkspaceBuild)
+    newest = (
+        select(func.max(earlier.build_number))
+        .where(earlier.workspace_id == Workspace.id)
+        .correlate(Workspace)  # the listed workspace, two levels out
+        .scalar_subquery()
+    )
+    return exists(
+        select(WorkspaceBuild.id)
+        .join(ProvisionerJob, ProvisionerJob.id == WorkspaceBuild.job_id)
+        .where(WorkspaceBuild.workspace_id == Workspace.id, WorkspaceBuild.build_number == newest, condition)
+    )
+
+
+def _status_is(status: str) -> ColumnElement[bool]:
+    for transitions, job_status in ((DONE, SUCCEEDED), (IN_PROGRESS, RUNNING)):
+        for transition, shown in transitions.items():
+            if shown == status:
+                return (WorkspaceBuild.transition == transition) & ProvisionerJob.status_in([job_status])
+    return ProvisionerJob.status_in([status])
