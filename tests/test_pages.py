@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from flask import Flask
 from flask.testing import FlaskClient
+from sqlalchemy import update
 
+from app.core.columns import utcnow
+from app.core.extensions import db
+from app.users.models import BrowserSession, User
 from tests.conftest import PASSWORD, Persona
 from tests.support.web import csrf_token, post_form, sign_in
 
@@ -213,3 +219,28 @@ def test_api_token_page_shows_the_secret_once(client: FlaskClient, personas: dic
     assert "laptop" in again and secret not in again
     bad = post_form(client, "/account/tokens", {"name": "x", "lifetime": "forever"}, token_from="/account")
     assert bad.status_code == 400 and "not a duration" in bad.get_data(as_text=True)
+
+
+def test_last_seen_follows_browser_activity_at_most_once_a_minute(app: Flask, personas: dict[str, Persona]) -> None:
+    carol, alice = app.test_client(), app.test_client()
+    sign_in(carol, "carol@example.com", PASSWORD)
+    sign_in(alice, "alice@example.com", PASSWORD)
+    row = alice.get("/users").get_data(as_text=True).split(f'id="user-{personas["carol"].id}"', 1)[1].split("</tr>")[0]
+    assert "just now" in row and "never" not in row
+
+    def carol_seen() -> datetime | None:
+        with app.app_context():
+            user = db.session.get(User, personas["carol"].id)
+            assert user is not None
+            return user.last_seen_at
+
+    long_ago = utcnow() - timedelta(minutes=10)
+    with app.app_context():
+        db.session.execute(update(User).where(User.id == personas["carol"].id).values(last_seen_at=long_ago))
+        db.session.execute(update(BrowserSession).values(last_used_at=long_ago))
+        db.session.commit()
+    assert carol.get("/workspaces").status_code == 200
+    seen = carol_seen()
+    assert seen is not None and seen > long_ago + timedelta(minutes=9)
+    assert carol.get("/workspaces").status_code == 200
+    assert carol_seen() == seen  # a second page within the minute writes nothing

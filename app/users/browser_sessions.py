@@ -17,7 +17,7 @@ from app.core.columns import utcnow
 from app.core.errors import NotFound
 from app.core.extensions import db
 from app.users.models import STATUS_ACTIVE, BrowserSession, User
-from app.users.tokens import LAST_USED_RESOLUTION, hash_secret, new_credential, split_credential
+from app.users.tokens import hash_secret, new_credential, record_use, split_credential
 
 USER_AGENT_LENGTH = 255
 
@@ -40,6 +40,7 @@ def start_browser_session(user: User, *, lifetime_seconds: int, user_agent: str)
             user_agent=user_agent[:USER_AGENT_LENGTH],
         )
     )
+    user.last_seen_at = now  # signing in is being seen
     db.session.commit()
     return f"{lookup_id}-{secret}"
 
@@ -64,9 +65,7 @@ def resolve_browser_session(credential: str) -> BrowserSession | None:
     now = utcnow()
     if found is None or found.expires_at <= now or found.user.status != STATUS_ACTIVE:
         return None
-    if found.last_used_at is None or now - found.last_used_at > LAST_USED_RESOLUTION:
-        found.last_used_at = now
-        db.session.commit()
+    record_use(found, now)
     return found
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
@@ -14,11 +14,27 @@ from sqlalchemy.orm import joinedload
 from app.core.columns import utcnow
 from app.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from app.core.extensions import db
-from app.users.models import KIND_SESSION, KIND_TOKEN, STATUS_ACTIVE, ApiKey, User
+from app.users.models import KIND_SESSION, KIND_TOKEN, STATUS_ACTIVE, ApiKey, BrowserSession, User
 
 INVALID_TOKEN = "The session token is invalid or has expired. Sign in again."  # noqa: S105 - a message
 # last_used_at is written at most this often, so a busy client does not turn every read into a write.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def record_use(credential: ApiKey | BrowserSession, now: datetime) -> None:
+    """Stamp the credential's last use and its user's "last seen" (the users page shows it), throttled.
+
+    Both are checked, so that a person whose credential was stamped just before ``last_seen_at`` existed still shows.
+    """
+    user = credential.user
+    if _stale(credential.last_used_at, now) or _stale(user.last_seen_at, now):
+        credential.last_used_at = now
+        user.last_seen_at = now
+        db.session.commit()
+
+
+def _stale(stamp: datetime | None, now: datetime) -> bool:
+    return stamp is None or now - stamp > LAST_USED_RESOLUTION
 
 
 def hash_secret(secret: str) -> str:
@@ -87,9 +103,7 @@ def resolve_token(raw: str) -> User:
         raise Unauthorized(INVALID_TOKEN)
     if key.user.status != STATUS_ACTIVE:
         raise Unauthorized("This account is suspended.")
-    if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
-        key.last_used_at = now
-        db.session.commit()
+    record_use(key, now)
     user: User = key.user
     return user
 
