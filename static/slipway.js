@@ -26,3 +26,61 @@ document.addEventListener("submit", function (event) {
     event.preventDefault();
   }
 });
+
+// Copy buttons (templates/_copy.html): copy the <code> beside the button, say so on the button for a moment and in
+// the page's status region for screen readers. Without the clipboard API (plain http on another host, or permission
+// refused) the text is selected instead, for Ctrl+C.
+(function () {
+  function announce(message) {
+    var status = document.getElementById("copy-status");
+    if (status) {
+      status.textContent = "";
+      // A fresh text node each time, so that saying "Copied" twice is still announced twice.
+      window.setTimeout(function () { status.textContent = message; }, 50);
+    }
+  }
+  function showOnButton(button, label) {
+    window.clearTimeout(button.slipwayCopyTimer);
+    button.textContent = label;
+    button.slipwayCopyTimer = window.setTimeout(function () { button.textContent = "Copy"; }, 2000);
+  }
+  function selectText(code) {
+    var range = document.createRange();
+    range.selectNodeContents(code);
+    var selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("button[data-copy]");
+    var holder = button && button.closest(".copyable");
+    var code = holder && holder.querySelector("code");
+    if (!code) {
+      return;
+    }
+    var text = code.textContent;
+    function fallback() {
+      selectText(code);
+      showOnButton(button, "Press Ctrl+C");
+      announce("Selected: press Ctrl+C to copy.");
+    }
+    if (!navigator.clipboard || !window.isSecureContext) {
+      fallback();
+      return;
+    }
+    navigator.clipboard.writeText(text).then(function () {
+      showOnButton(button, "Copied");
+      announce("Copied to the clipboard.");
+    }, fallback);
+  });
+
+  // A secret shown once must not sit unnoticed below the fold: bring it into view with its Copy button focused.
+  var once = document.querySelector(".secret-once");
+  var copy = once && once.querySelector("button[data-copy]");
+  if (once) {
+    once.scrollIntoView({block: "center"});
+    if (copy) {
+      copy.focus({preventScroll: true});
+    }
+  }
+})();

@@ -136,6 +136,36 @@ def test_the_web_terminal_works_under_the_policy(
     page.screenshot(path=str(ARTIFACTS / "csp-terminal.png"))
 
 
+def test_copy_buttons_work_under_the_policy(
+    deployment: Deployment, agent: dict[str, Any], page: Page, problems: list[str]
+) -> None:
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=deployment.url)
+    sign_in(page, deployment)
+
+    # A new token is brought into view with its Copy button focused; the button copies it and says so.
+    open_page(page, f"{deployment.url}/account")
+    page.fill("input[name=name]", "copied")
+    page.get_by_role("button", name="Create token").click()
+    secret = page.locator("#new-token")
+    copy = page.get_by_role("button", name="Copy token")
+    expect(copy).to_be_focused()
+    expect(secret).to_be_in_viewport()
+    copy.click()
+    expect(copy).to_have_text("Copied")
+    expect(page.locator("#copy-status")).to_have_text("Copied to the clipboard.")
+    assert page.evaluate("navigator.clipboard.readText()") == secret.inner_text().strip()
+    expect(copy).to_have_text("Copy", timeout=5_000)  # back after a moment
+    page.screenshot(path=str(ARTIFACTS / "copy-new-token.png"))
+
+    # Commands in a swapped-in fragment copy too: the agent panel's SSH command.
+    open_page(page, f"{deployment.url}/workspaces")
+    page.get_by_role("link", name="csp", exact=True).click()
+    ssh = page.get_by_role("button", name="Copy SSH command")
+    ssh.click()
+    expect(ssh).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == "slipway ssh csp"
+
+
 def answer_dialogs(page: Page, answers: list[bool]) -> list[str]:
     """Answer the next confirm() dialogs in turn (dismiss or accept); returns their messages as they come."""
     asked: list[str] = []
