@@ -84,3 +84,42 @@ document.addEventListener("submit", function (event) {
     }
   }
 })();
+
+// Relative times (the `ago` and `duration` filters in app/core/templating.py) keep counting while the page stays
+// open. The wording here must stay the server's. Swapped-in fragments arrive with fresh text from the server.
+window.slipwayRefreshTimes = (function () {
+  function ago(seconds) {
+    var units = [["day", 86400], ["hour", 3600], ["minute", 60]];
+    for (var i = 0; i < units.length; i++) {
+      if (seconds >= units[i][1]) {
+        var count = Math.floor(seconds / units[i][1]);
+        return count + " " + units[i][0] + (count !== 1 ? "s" : "") + " ago";
+      }
+    }
+    return "just now";
+  }
+  function duration(seconds) {
+    if (seconds < 60) {
+      return seconds + "s";
+    }
+    var rest = seconds % 60;
+    return Math.floor(seconds / 60) + "m " + (rest < 10 ? "0" : "") + rest + "s";
+  }
+  function secondsSince(iso, now) {
+    return Math.floor((now - Date.parse(iso)) / 1000);
+  }
+  function refresh() {
+    var now = Date.now();
+    document.querySelectorAll("time[data-ago]").forEach(function (element) {
+      element.textContent = ago(secondsSince(element.getAttribute("datetime"), now));
+    });
+    document.querySelectorAll("time[data-since]").forEach(function (element) {
+      var seconds = Math.max(0, secondsSince(element.getAttribute("data-since"), now));
+      element.textContent = duration(seconds);
+      element.setAttribute("datetime", "PT" + seconds + "S");
+    });
+    document.dispatchEvent(new CustomEvent("slipway:times-refreshed"));
+  }
+  window.setInterval(refresh, 30000);
+  return refresh;
+})();

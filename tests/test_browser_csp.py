@@ -136,7 +136,7 @@ def test_the_web_terminal_works_under_the_policy(
     page.screenshot(path=str(ARTIFACTS / "csp-terminal.png"))
 
 
-def test_copy_buttons_work_under_the_policy(
+def test_copy_buttons_and_relative_times_work_under_the_policy(
     deployment: Deployment, agent: dict[str, Any], page: Page, problems: list[str]
 ) -> None:
     page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=deployment.url)
@@ -156,6 +156,14 @@ def test_copy_buttons_work_under_the_policy(
     assert page.evaluate("navigator.clipboard.readText()") == secret.inner_text().strip()
     expect(copy).to_have_text("Copy", timeout=5_000)  # back after a moment
     page.screenshot(path=str(ARTIFACTS / "copy-new-token.png"))
+
+    # The token's "created" time counts on without a reload, and keeps the exact time on hover.
+    created = page.locator("time[data-ago]").first
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", created.get_attribute("title") or "")
+    expect(created).to_have_text("just now")
+    created.evaluate("element => element.setAttribute('datetime', new Date(Date.now() - 7260e3).toISOString())")
+    page.evaluate("window.slipwayRefreshTimes()")
+    expect(created).to_have_text("2 hours ago")
 
     # Commands in a swapped-in fragment copy too: the agent panel's SSH command.
     open_page(page, f"{deployment.url}/workspaces")

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 
 from flask import Flask
+from markupsafe import Markup
 
 from app.core.safe_urls import safe_icon_url, safe_url
 from protocol.tags import format_tags
@@ -16,9 +17,13 @@ from protocol.values import format_size
 
 
 def init_app(app: Flask) -> None:
-    app.jinja_env.filters["ago"] = time_ago
+    # `ago` and `duration` give <time> elements that static/slipway.js keeps current; the `_text` variants are for
+    # attributes and anywhere else markup cannot go.
+    app.jinja_env.filters["ago"] = time_ago_element
+    app.jinja_env.filters["ago_text"] = time_ago
     app.jinja_env.globals["product_name"] = "Slipway"
-    app.jinja_env.filters["duration"] = duration
+    app.jinja_env.filters["duration"] = duration_element
+    app.jinja_env.filters["duration_text"] = duration
     app.jinja_env.filters["tags"] = format_tags
     app.jinja_env.filters["tag_flags"] = tag_flags
     app.jinja_env.filters["size"] = format_size
@@ -41,6 +46,36 @@ def duration(start: datetime | None, end: datetime | None = None) -> str:
         return ""
     seconds = int(((end or datetime.now(UTC)) - start).total_seconds())
     return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def exact_time(value: datetime) -> str:
+    """What a hover shows: the exact instant, in UTC as every other time on the dashboard."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def time_ago_element(value: datetime | None) -> Markup | str:
+    """``3 minutes ago`` in a <time> element the script refreshes (``data-ago``), with the exact time on hover."""
+    if value is None:
+        return "never"
+    return Markup('<time datetime="{}" title="{}" data-ago>{}</time>').format(
+        _iso(value), exact_time(value), time_ago(value)
+    )
+
+
+def duration_element(start: datetime | None, end: datetime | None = None) -> Markup | str:
+    """A duration in a <time> element: while it has no end the script counts it up (``data-since``)."""
+    if start is None:
+        return ""
+    title = f"{exact_time(start)} – {exact_time(end)}" if end else f"since {exact_time(start)}"
+    live = "" if end else Markup(' data-since="{}"').format(_iso(start))
+    seconds = int(((end or datetime.now(UTC)) - start).total_seconds())
+    return Markup('<time datetime="PT{}S" title="{}"{}>{}</time>').format(
+        max(seconds, 0), title, live, duration(start, end)
+    )
 
 
 def time_ago(value: datetime | None) -> str:
