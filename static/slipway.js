@@ -123,3 +123,12 @@ window.slipwayRefreshTimes = (function () {
   window.setInterval(refresh, 30000);
   return refresh;
 })();
+// The top bar's menu button (shown at narrow widths only) opens and closes the navigation.
+document.addEventListener("click", function (event) {
+  var toggle = event.target.closest && event.target.closest(".nav-toggle");
+  if (toggle) {
+    var open = toggle.getAttribute("aria-expanded") !== "true";
+    toggle.setAttribute("aria-expanded", String(open));
+    toggle.closest(".topbar").classList.toggle("menu-open", open);
+  }
+});

@@ -1,7 +1,8 @@
 """Every main page of the dashboard in a real browser (Debian's chromium driven by Playwright) under the strict
 Content-Security-Policy: each is served with it, and none reports a violation or a JS error while it works (live
 logs over SSE, htmx updates, the web terminal over its WebSocket). Deleting and changing users still ask first, without
-inline code.
+inline code. Every page fits a phone's width (390 px) and a desktop's (1400 px) without scrolling sideways or
+spilling out of its cards, and signing out stays within reach at both.
 
 One deployment (a real server with built-in daemons, the `local` example whose workspaces run the real agent, and a
 slow template whose build is watched live) serves the module.
@@ -10,6 +11,7 @@ slow template whose build is watched live) serves the module.
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Dialog, Page, Response, expect
 
+from app.factory import create_app
+from tests.conftest import make_settings
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
 from tests.support.deployment import Deployment, running_deployment
 from tests.support.templates import SLOW_TEMPLATE
@@ -258,3 +262,140 @@ def test_htmx_updates_and_sign_out_everywhere_work_under_the_policy(
     assert len(asked) == 1 and asked[0].startswith("Sign out everywhere?")
     other.goto(f"{deployment.url}/workspaces")
     expect(other).to_have_url(re.compile(r"/login\?next="))
+    # That signed out alice's API session too: the tests after this one call the API as her.
+    deployment.people["alice"] = deployment._login("alice")
+
+
+# Every page a person reads in the dashboard, by endpoint, at a phone's width and at a desktop's. What is not a
+# page is named below with why; a test walks the URL map so a new page cannot be left out.
+NOT_PAGES = {
+    "workspaces.home": "redirects to /workspaces",
+    "workspaces.build_log_stream": "an event stream",
+    "workspaces.status_events": "an event stream",
+    "workspaces.new_routing": "an htmx fragment of the new-workspace form",
+    "catalog.version_log_stream": "an event stream",
+    "catalog.routing_check": "an htmx fragment of the templates page",
+    "lifecycle.promotion_check": "an htmx fragment of the version page",
+    "agents.log_stream": "an event stream",
+    "agents.panel": "an htmx fragment of the workspace page",
+    "provisioners.events": "an event stream",
+    "provisioners.live_overview": "an htmx fragment of the provisioners page",
+    "provisioners.queue_notice": "an htmx fragment of the build page",
+    "oidc.start": "redirects to the identity provider",
+    "oidc.confirm_link": "needs a pending single sign-on link (tests/test_browser_oidc.py)",
+    "externalauth.start": "redirects to the Git provider",
+    "externalauth.callback": "redirects back from the Git provider",
+    "externalauth.device": "needs a Git provider with device flow configured",
+    "auth.setup": "only before the first user; redirects afterwards",
+    "health.healthz": "JSON for probes",
+    "metrics.metrics": "text for Prometheus",
+    "agent_bootstrap.agent_bundle": "an archive",
+}
+SIZES = {"phone": (390, 844), "desktop": (1400, 900)}
+
+
+def dashboard_pages(deployment: Deployment, agent: dict[str, Any]) -> dict[str, str]:
+    """endpoint → path of every page, with real ids from the deployment."""
+    workspace = deployment.workspace("alice", "csp")
+    with deployment.api("alice") as api:
+        version = api.get("/templates", params={"name": "local"}).json()[0]["active_version_id"]
+    base = f"/workspaces/{workspace['id']}"
+    return {
+        "auth.login": "/login",  # signed out, before the others
+        "workspaces.index": "/workspaces",
+        "workspaces.show": base,
+        "workspaces.delete": f"{base}/delete",
+        "lifecycle.update": f"{base}/update",
+        "agents.terminal": f"{base}/agents/{agent['id']}/terminal",
+        "workspaces.build": f"/builds/{workspace['latest_build']['id']}",
+        "workspaces.new": "/workspaces/new?template=local",
+        "lifecycle.upcoming": "/workspaces/lifecycle",
+        "catalog.index": "/templates",
+        "catalog.show": "/templates/local",
+        "lifecycle.template_settings": "/templates/local/settings",
+        "catalog.version": f"/templates/versions/{version}",
+        "provisioners.index": "/provisioners",
+        "externalauth.overview": "/external-auth",
+        "health_page.page": "/health",
+        "users.index": "/users",
+        "users.account": "/account",
+        "oidc.cli_auth": "/cli-auth",
+    }
+
+
+def page_endpoints() -> set[str]:
+    """Endpoints of the dashboard's GET routes (not the JSON API, the apps proxy or static files)."""
+    settings = make_settings(Path(tempfile.gettempdir()), "sqlite://", "unix:///nonexistent")
+    return {
+        rule.endpoint
+        for rule in create_app(settings).url_map.iter_rules()
+        if "GET" in (rule.methods or set())
+        and not rule.websocket
+        and rule.endpoint != "static"
+        and not rule.rule.startswith(("/api/", "/@"))
+    }
+
+
+# The outermost elements that stick out of the window, to say what pushed the page sideways when one does.
+TOO_WIDE = """() => [...document.querySelectorAll("body *")]
+  .filter((element) => element.getBoundingClientRect().right > window.innerWidth + 0.5)
+  .filter((element) => element.parentElement.getBoundingClientRect().right <= window.innerWidth + 0.5)
+  .slice(0, 5)
+  .map((element) => element.tagName.toLowerCase() + (element.id ? "#" + element.id : "")
+    + (typeof element.className === "string" && element.className ? "." + element.className.replace(/ +/g, ".") : "")
+    + ` right=${Math.round(element.getBoundingClientRect().right)}`)"""
+
+
+# Cards whose content sticks out of them (over the next card, as the template page's versions once did), by heading.
+SPILLED_CARDS = """() => [...document.querySelectorAll(".card")]
+  .filter((card) => card.scrollWidth > card.clientWidth + 1)
+  .map((card) => (card.querySelector("h2")?.textContent || card.id || "a card").trim())"""
+
+
+def overflow(page: Page) -> str:
+    """'' when the page fits its window and every card holds its content; else what sticks out."""
+    found = []
+    width, window = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    if width > window:
+        found.append(f"{width}px wide in a {window}px window: {', '.join(page.evaluate(TOO_WIDE))}")
+    if spilled := page.evaluate(SPILLED_CARDS):
+        found.append(f"content spills out of {', '.join(spilled)}")
+    return "; ".join(found)
+
+
+def test_every_dashboard_page_is_visited_at_every_size(deployment: Deployment, agent: dict[str, Any]) -> None:
+    assert set(dashboard_pages(deployment, agent)) == page_endpoints() - set(NOT_PAGES)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_no_page_scrolls_sideways(
+    deployment: Deployment, agent: dict[str, Any], page: Page, problems: list[str], size: str
+) -> None:
+    width, height = SIZES[size]
+    page.set_viewport_size({"width": width, "height": height})
+    wide: list[str] = []
+    for endpoint, path in dashboard_pages(deployment, agent).items():
+        if endpoint == "workspaces.index":
+            sign_in(page, deployment)
+        open_page(page, deployment.url + path)
+        page.wait_for_load_state("networkidle")  # htmx fragments (routing, promotion check) are in
+        if problem := overflow(page):
+            wide.append(f"{path}: {problem}")
+        page.screenshot(path=str(ARTIFACTS / f"screens-{size}-{endpoint}.png"), full_page=True)
+    # The users page's confirmation comes from a form, not a link.
+    open_page(page, f"{deployment.url}/users")
+    page.locator("tr", has_text="carol@example.com").get_by_role("button", name="Suspend").click()
+    expect(page.locator("#confirm-user-change h2")).to_have_text("Suspend carol?")
+    if problem := overflow(page):
+        wide.append(f"users confirm page: {problem}")
+    page.screenshot(path=str(ARTIFACTS / f"screens-{size}-users.confirm.png"), full_page=True)
+    # Signing out stays within reach at every width.
+    open_page(page, f"{deployment.url}/workspaces")
+    sign_out = page.get_by_role("button", name="Sign out", exact=True)
+    if not sign_out.is_visible():
+        page.locator(".nav-toggle").click()
+        expect(page.locator(".nav-toggle")).to_have_attribute("aria-expanded", "true")
+        page.screenshot(path=str(ARTIFACTS / f"screens-{size}-menu.png"))
+    if sign_out.evaluate("(button) => button.getBoundingClientRect().right > window.innerWidth"):
+        wide.append("Sign out is off the screen")
+    assert wide == [], "\n".join(wide)
