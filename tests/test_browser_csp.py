@@ -399,3 +399,17 @@ def test_no_page_scrolls_sideways(
     if sign_out.evaluate("(button) => button.getBoundingClientRect().right > window.innerWidth"):
         wide.append("Sign out is off the screen")
     assert wide == [], "\n".join(wide)
+
+
+def test_a_dark_screen_gets_the_dark_theme(
+    deployment: Deployment, agent: dict[str, Any], page: Page, problems: list[str]
+) -> None:
+    page.emulate_media(color_scheme="dark")
+    sign_in(page, deployment)
+    workspace = deployment.workspace("alice", "csp")
+    open_page(page, f"{deployment.url}/workspaces/{workspace['id']}")
+    expect(page.locator("body")).to_have_css("background-color", "rgb(13, 17, 23)")
+    expect(page.locator(".card").first).to_have_css("color", "rgb(230, 237, 243)")
+    page.screenshot(path=str(ARTIFACTS / "screens-dark-workspace.png"), full_page=True)
+    page.emulate_media(color_scheme="light")
+    expect(page.locator("body")).to_have_css("background-color", "rgb(246, 247, 249)")
