@@ -20,7 +20,7 @@ def _lines(*outputs: str) -> list[dict[str, str]]:
 
 
 def _stored(client: FlaskClient, personas: dict[str, Persona], version_id: str) -> list[str]:
-    reply = client.get(f"/api/v2/templateversions/{version_id}/logs", headers=personas["bob"].auth)
+    reply = client.get(f"/api/v2/templateversions/{version_id}/logs?limit=10000", headers=personas["bob"].auth)
     return [line["output"] for line in reply.json]
 
 

@@ -25,9 +25,8 @@ def _version(client: FlaskClient, admin: Persona, variables: list[dict[str, str]
 
 
 def _outputs(client: FlaskClient, admin: Persona, version_id: object) -> list[str]:
-    return [
-        line["output"] for line in client.get(f"/api/v2/templateversions/{version_id}/logs", headers=admin.auth).json
-    ]
+    stored = client.get(f"/api/v2/templateversions/{version_id}/logs?limit=10000", headers=admin.auth).json
+    return [line["output"] for line in stored]
 
 
 def test_variable_values_are_redacted_before_storage(client: FlaskClient, personas: dict[str, Persona]) -> None:

@@ -27,7 +27,7 @@ def _shipper_for(app: Flask, client: FlaskClient, personas: dict[str, Persona], 
 
 
 def _stored(client: FlaskClient, personas: dict[str, Persona], version_id: str) -> list[str]:
-    reply = client.get(f"/api/v2/templateversions/{version_id}/logs", headers=personas["bob"].auth)
+    reply = client.get(f"/api/v2/templateversions/{version_id}/logs?limit=10000", headers=personas["bob"].auth)
     return [line["output"] for line in reply.json]
 
 
