@@ -22,12 +22,13 @@ from app.provisioning.models import (
     CANCELED,
     CANCELING,
     FAILED,
+    JOB_STATUSES,
     PENDING,
     RUNNING,
     SUCCEEDED,
     ProvisionerJob,
 )  # fmt: skip
-from app.provisioning.overview import JOB_STATUSES, jobs_query
+from app.provisioning.overview import jobs_query
 from tests.conftest import Persona
 from tests.support.daemon import push_version
 

@@ -39,6 +39,7 @@ PENDING, RUNNING, SUCCEEDED, FAILED, CANCELING, CANCELED = (
 # A build whose plan would destroy persistent resources, held until a person confirms or cancels it.
 AWAITING_CONFIRMATION = "awaiting_confirmation"
 ACTIVE_STATUSES = (PENDING, RUNNING, CANCELING, AWAITING_CONFIRMATION)
+JOB_STATUSES = (PENDING, RUNNING, AWAITING_CONFIRMATION, SUCCEEDED, FAILED, CANCELING, CANCELED)
 # A daemon that has not called in for this long is offline (Coder's StaleInterval).
 DAEMON_STALE_AFTER = timedelta(seconds=90)
 

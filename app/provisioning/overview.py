@@ -18,13 +18,10 @@ from app.core.extensions import db
 from app.provisioning.jobs import JobSubject, describe_job, describe_jobs
 from app.provisioning.keys import BUILTIN_KEY_NAME, PSK_KEY_NAME, USER_KEY_NAME
 from app.provisioning.models import (
-    AWAITING_CONFIRMATION,
-    CANCELED,
     CANCELING,
-    FAILED,
+    JOB_STATUSES,
     PENDING,
     RUNNING,
-    SUCCEEDED,
     ProvisionerDaemon,
     ProvisionerJob,
     ProvisionerKey,
@@ -35,7 +32,6 @@ from app.users.models import User
 from protocol.codec import JsonObject
 from protocol.tags import TagError, daemon_can_run, normalise_tags
 
-JOB_STATUSES = (PENDING, RUNNING, AWAITING_CONFIRMATION, SUCCEEDED, FAILED, CANCELING, CANCELED)
 IDLE, BUSY, OFFLINE = "idle", "busy", "offline"
 DAEMON_STATUSES = (IDLE, BUSY, OFFLINE)
 MAX_JOBS_LISTED = 500

@@ -15,23 +15,16 @@ from sqlalchemy.orm import aliased
 
 from app.catalog.models import Template
 from app.core.errors import InvalidInput
-from app.provisioning.models import (
-    AWAITING_CONFIRMATION,
-    CANCELED,
-    CANCELING,
-    FAILED,
-    PENDING,
-    RUNNING,
-    SUCCEEDED,
-    ProvisionerJob,
-)
+from app.provisioning.models import JOB_STATUSES, RUNNING, SUCCEEDED, ProvisionerJob
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.services import DONE, IN_PROGRESS
 
 KEYS = ("owner", "template", "status", "outdated", "name")
-# A workspace's status is its latest build's job status read through the build's transition (services.status_for).
-STATUSES = (*DONE.values(), *IN_PROGRESS.values(), PENDING, AWAITING_CONFIRMATION, FAILED, CANCELING, CANCELED)
+# A workspace's status is its latest build's job status read through the build's transition (services.status_for):
+# a running or succeeded job shows as its transition's word.
+READ_THROUGH = (RUNNING, SUCCEEDED)
+STATUSES = (*DONE.values(), *IN_PROGRESS.values(), *(status for status in JOB_STATUSES if status not in READ_THROUGH))
 
 
 @dataclass(frozen=True)
