@@ -17,13 +17,10 @@ from protocol.values import format_size
 
 
 def init_app(app: Flask) -> None:
-    # `ago` and `duration` give <time> elements that static/slipway.js keeps current; the `_text` variants are for
-    # attributes and anywhere else markup cannot go.
+    # `ago` and `duration` give <time> elements that static/slipway.js keeps current.
     app.jinja_env.filters["ago"] = time_ago_element
-    app.jinja_env.filters["ago_text"] = time_ago
     app.jinja_env.globals["product_name"] = "Slipway"
     app.jinja_env.filters["duration"] = duration_element
-    app.jinja_env.filters["duration_text"] = duration
     app.jinja_env.filters["tags"] = format_tags
     app.jinja_env.filters["tag_flags"] = tag_flags
     app.jinja_env.filters["size"] = format_size
@@ -44,8 +41,13 @@ def tag_flags(tags: Mapping[str, str]) -> str:
 def duration(start: datetime | None, end: datetime | None = None) -> str:
     if start is None:
         return ""
-    seconds = int(((end or datetime.now(UTC)) - start).total_seconds())
+    seconds = _elapsed_seconds(start, end)
     return f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _elapsed_seconds(start: datetime, end: datetime | None) -> int:
+    """From ``start`` to ``end``, or to now while it has none."""
+    return int(((end or datetime.now(UTC)) - start).total_seconds())
 
 
 def exact_time(value: datetime) -> str:
@@ -72,9 +74,8 @@ def duration_element(start: datetime | None, end: datetime | None = None) -> Mar
         return ""
     title = f"{exact_time(start)} – {exact_time(end)}" if end else f"since {exact_time(start)}"
     live = "" if end else Markup(' data-since="{}"').format(_iso(start))
-    seconds = int(((end or datetime.now(UTC)) - start).total_seconds())
     return Markup('<time datetime="PT{}S" title="{}"{}>{}</time>').format(
-        max(seconds, 0), title, live, duration(start, end)
+        max(_elapsed_seconds(start, end), 0), title, live, duration(start, end)
     )
 
 

@@ -31,7 +31,7 @@ PAGE_POLL_SECONDS = 5.0
 
 
 def _page_context(**extra: Any) -> dict[str, Any]:
-    daemons, jobs = _daemons_page(), overview.admin_jobs()
+    daemons, jobs = _daemons_page(requested_page()), overview.admin_jobs()
     views = overview.views_of_daemons(daemons.rows)
     return {
         "daemons": views,
@@ -43,9 +43,9 @@ def _page_context(**extra: Any) -> dict[str, Any]:
     }
 
 
-def _daemons_page() -> Page:
-    """The page of daemons asked for (``?page=``); the page's live parts and its stream watch the same one."""
-    return page_of(overview.daemons_query(), requested_page(), endpoint="provisioners.index")
+def _daemons_page(number: int) -> Page:
+    """Page ``number`` of daemons (``?page=``): the page's live parts and its stream watch the same one."""
+    return page_of(overview.daemons_query(), number, endpoint="provisioners.index")
 
 
 def _live_state(
@@ -78,7 +78,7 @@ def events() -> Response:
     number = requested_page()
 
     def live_state() -> object:
-        daemons = page_of(overview.daemons_query(), number)
+        daemons = _daemons_page(number)
         return _live_state(overview.views_of_daemons(daemons.rows), overview.admin_jobs())
 
     seen = request.args.get("seen")

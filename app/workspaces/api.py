@@ -23,7 +23,7 @@ from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
 from app.workspaces import services, updates
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import parameter_values_field
-from app.workspaces.search import filtered, parse_filter
+from app.workspaces.search import searched
 from protocol.codec import JsonObject
 
 bp = api_blueprint("workspaces_api", __name__)
@@ -129,10 +129,10 @@ def list_workspaces() -> Response:
     owner = request.args.get("owner", "")
     if owner not in ("", "me"):
         raise InvalidInput("owner may only be 'me'.")
-    user, search = api_user(), request.args.get("q", "").strip()
+    user = api_user()
     query = services.visible_workspaces_query(user, only_mine=owner == "me", name=request.args.get("name") or None)
-    if search:  # Coder's filter: owner:me template:docker status:running outdated:true name:dev
-        query = filtered(query, parse_filter(search), user)
+    # Coder's filter: owner:me template:docker status:running outdated:true name:dev
+    query = searched(query, request.args.get("q", ""), user)
     workspaces, total = PageRequest.from_args().rows(query)
     return with_total(jsonify(workspaces_json(workspaces)), total, len(workspaces))
 

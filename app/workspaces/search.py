@@ -75,6 +75,11 @@ def _bad(message: str) -> InvalidInput:
     return InvalidInput(message, validations=[{"field": "q", "detail": message}])
 
 
+def searched(query: Select[Workspace], text: str, user: User) -> Select[Workspace]:
+    """``query`` (of workspaces) narrowed by the filter ``text`` says; all of it when ``text`` is blank."""
+    return filtered(query, parse_filter(text), user) if text.strip() else query
+
+
 def filtered(query: Select[Workspace], wanted: WorkspaceFilter, user: User) -> Select[Workspace]:
     """``query`` (of workspaces) narrowed to what ``wanted`` says; ``owner:me`` is ``user``."""
     if wanted.owner is not None:

@@ -28,7 +28,7 @@ from app.resources.services import job_resources
 from app.users.models import User
 from app.workspaces import services
 from app.workspaces.models import Workspace, WorkspaceBuild
-from app.workspaces.search import filtered, parse_filter
+from app.workspaces.search import searched
 from app.workspaces.sections import workspace_sections
 from protocol.provisionerd import NameValue
 
@@ -66,8 +66,7 @@ def index() -> str | tuple[str, int]:
 
 
 def _listed(user: User, search: str) -> Select[Workspace]:
-    query = services.visible_workspaces_query(user)
-    return filtered(query, parse_filter(search), user) if search else query
+    return searched(services.visible_workspaces_query(user), search, user)
 
 
 def _list_state(rows: Sequence[tuple[Workspace, WorkspaceBuild]]) -> list[tuple[str, int, str]]:
