@@ -49,20 +49,18 @@ class ScheduleError(ValueError):
     pass
 
 
-def go_atoi(text: str) -> int:
-    """Go's strconv.Atoi, with its error text."""
+def go_atoi(text: str, context: str = "") -> int:
+    """Go's strconv.Atoi, with its error text (after ``context``, as the Go code wraps it, when given)."""
     if not _GO_INT.match(text):
-        raise ScheduleError(f"strconv.Atoi: parsing {json.dumps(text)}: invalid syntax")
+        error = f"strconv.Atoi: parsing {json.dumps(text)}: invalid syntax"
+        raise ScheduleError(f"{context}: {error}" if context else error)
     return int(text)
 
 
 def _cron_int(text: str, names: dict[str, int]) -> int:
     if text.lower() in names:
         return names[text.lower()]
-    try:
-        number = go_atoi(text)
-    except ScheduleError as exc:
-        raise ScheduleError(f"failed to parse int from {text}: {exc}") from None
+    number = go_atoi(text, f"failed to parse int from {text}")
     if number < 0:
         raise ScheduleError(f"negative number ({number}) not allowed: {text}")
     return number
@@ -121,22 +119,13 @@ def _overlap_values(text: str, highest: int) -> set[int]:
     for part in text.split(","):
         if "-" in part:
             first, last = part.split("-")[:2]
-            try:
-                start = go_atoi(first)
-            except ScheduleError as exc:
-                raise ScheduleError(f"invalid start value in range: {exc}") from None
-            try:
-                end = go_atoi(last)
-            except ScheduleError as exc:
-                raise ScheduleError(f"invalid end value in range: {exc}") from None
+            start = go_atoi(first, "invalid start value in range")
+            end = go_atoi(last, "invalid end value in range")
             if start < 0 or end > highest or start > end:
                 raise ScheduleError(f"invalid range {start}-{end}: values must be between 0 and {highest}")
             values.update(range(start, end + 1))
         else:
-            try:
-                value = go_atoi(part)
-            except ScheduleError as exc:
-                raise ScheduleError(f"invalid value: {exc}") from None
+            value = go_atoi(part, "invalid value")
             if not 0 <= value <= highest:
                 raise ScheduleError(f"invalid value {value}: must be between 0 and {highest}")
             values.add(value)
