@@ -172,7 +172,8 @@ def endpoints(deployment: Deployment) -> dict[str, tuple[str, str]]:
     """Label → (path, who): "owner" or "member" (API calls with a token, pages with a session)."""
     return {
         "API workspaces, owner, a page of 25": ("/api/v2/workspaces?limit=25", "owner"),
-        "API workspaces, member (all theirs)": ("/api/v2/workspaces", "member"),
+        "API workspaces, owner (first 100)": ("/api/v2/workspaces", "owner"),
+        "API workspaces, member (first 100)": ("/api/v2/workspaces", "member"),
         "page /workspaces, member": ("/workspaces", "member"),
         "page /workspaces, owner": ("/workspaces", "owner"),
         "page /provisioners": ("/provisioners", "owner"),
@@ -181,7 +182,7 @@ def endpoints(deployment: Deployment) -> dict[str, tuple[str, str]]:
         "API jobs, newest 50": ("/api/v2/provisionerjobs", "owner"),
         "API a build's log, first 1,000 lines": (
             f"/api/v2/workspacebuilds/{deployment.long_build_id}/logs?limit=1000", "owner"),
-        "API users (500)": ("/api/v2/users", "owner"),
+        "API users (first 100)": ("/api/v2/users", "owner"),
         "API users, a page of 25": ("/api/v2/users?limit=25&offset=100", "owner"),
         "page /users": ("/users", "owner"),
         "page /templates": ("/templates", "member"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 import click
 import httpx
@@ -17,6 +18,9 @@ from protocol.publicapi import ErrorBody, Validation
 M = TypeVar("M", bound=Message)
 
 TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+# Lists answer a page at a time and say in this header how many rows there are; the CLI reads them all.
+TOTAL_HEADER = "X-Total-Count"
+PAGE_LIMIT = 1000
 
 
 class ApiError(click.ClickException):
@@ -44,16 +48,25 @@ class SlipwayClient:
         expect: tuple[int, ...] = (200, 201, 204),
     ) -> JSON:
         """The answer's JSON as it came (``--output json`` prints it unchanged); ``None`` for an empty answer."""
+        return _answer(self._send(method, path, json=json, content=content, headers=headers, expect=expect))
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: JSON = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        expect: tuple[int, ...] = (200, 201, 204),
+    ) -> httpx.Response:
         try:
             response = self._http.request(method, path, json=json, content=content, headers=headers)
         except httpx.HTTPError as exc:
             raise click.ClickException(f"cannot reach {self.url}: {exc}") from exc
         if response.status_code not in expect:
             raise _error_from(response)
-        if response.status_code == 204 or not response.content:
-            return None
-        answer: JSON = response.json()
-        return answer
+        return response
 
     def stream_events(self, path: str) -> Iterator[tuple[str, str]]:
         """Server-Sent Events from ``path`` as (event, data) pairs; no read timeout (heartbeats keep it alive)."""
@@ -65,7 +78,22 @@ class SlipwayClient:
             yield from parse_events(response.iter_lines())
 
     def get(self, path: str) -> JSON:
-        return self.request("GET", path)
+        """The answer's JSON; a list is read to its end, page after page, unless ``path`` asks for one page."""
+        response = self._send("GET", path)
+        answer = _answer(response)
+        total = response.headers.get(TOTAL_HEADER, "")
+        if not isinstance(answer, list) or not total.isdigit() or _asks_for_a_page(path):
+            return answer
+        pages = [answer]
+        read = len(answer)
+        while answer and read < int(total):
+            separator = "&" if "?" in path else "?"
+            answer = _answer(self._send("GET", f"{path}{separator}limit={PAGE_LIMIT}&offset={read}"))
+            if not isinstance(answer, list):
+                break
+            pages.append(answer)
+            read += len(answer)
+        return [item for page in pages for item in page]
 
     def get_one(self, message: type[M], path: str) -> M:
         return decoded(message, self.get(path), f"GET {path}")
@@ -78,6 +106,18 @@ class SlipwayClient:
 
     def put(self, path: str, body: JSON) -> JSON:
         return self.request("PUT", path, json=body)
+
+
+def _answer(response: httpx.Response) -> JSON:
+    if response.status_code == 204 or not response.content:
+        return None
+    answer: JSON = response.json()
+    return answer
+
+
+def _asks_for_a_page(path: str) -> bool:
+    query = parse_qs(urlsplit(path).query)
+    return "limit" in query or "offset" in query
 
 
 def decoded(message: type[M], answer: JSON, call: str) -> M:

@@ -1,5 +1,5 @@
 """List APIs page with ?limit=&offset= and say how many there are in X-Total-Count; without a limit they answer
-everything, as they always did."""
+their first 100 rows (the jobs list 50), and the CLI reads on to the end."""
 
 from __future__ import annotations
 
@@ -166,22 +166,31 @@ def test_workspaces_page_in_a_stable_order_with_a_total(
         assert reply.status_code == 400 and reply.json["validations"][0]["field"] == bad.split("=")[0]
 
 
-def test_the_inbox_and_jobs_still_answer_their_newest_unless_asked_for_a_page(
-    client: FlaskClient, scene: Scene
+def test_lists_answer_their_first_page_unless_asked_and_the_cli_reads_on(
+    app: Flask, client: FlaskClient, scene: Scene
 ) -> None:
-    """Before paging, the inbox answered its newest 100 and the jobs list its newest 50: so they still do, and the
-    total now says how many more there are."""
+    """An unbounded answer grows with the deployment, so a list without ``?limit`` answers its first 100 rows (the
+    jobs list its newest 50) and the total says how many more there are; the CLI follows the total."""
     alice, carol = scene.personas["alice"], scene.personas["carol"]
     bulk.add_notifications(scene.app, carol.id, 103)
     inbox = client.get("/api/v2/notifications/inbox", headers=carol.auth)
     assert len(inbox.json) == 100 and inbox.headers["X-Total-Count"] == "103"
-    newest = client.get("/api/v2/notifications/inbox?limit=100", headers=carol.auth)
-    assert newest.json == inbox.json
+    assert client.get("/api/v2/notifications/inbox?limit=100", headers=carol.auth).json == inbox.json
+    assert client.get("/api/v2/notifications/inbox?limit=0", headers=carol.auth).json == inbox.json
 
-    bulk.add_versions(scene.app, scene.template["active_version_id"], 51)  # 53 jobs with the import and the build
+    add_workspaces(app, scene.template["id"], carol.id, 102, start=10)  # and the scene's own
+    first = client.get("/api/v2/workspaces", headers=carol.auth)
+    assert len(first.json) == 100 and first.headers["X-Total-Count"] == "103"
+    token = carol.auth["Authorization"].removeprefix("Bearer ")
+    cli = SlipwayClient("http://slipway.test", token, transport=httpx.WSGITransport(app=app))
+    everything = cli.get("/api/v2/workspaces")
+    assert isinstance(everything, list) and len({item["id"] for item in everything}) == 103
+    assert cli.get("/api/v2/workspaces?limit=5") == client.get("/api/v2/workspaces?limit=5", headers=carol.auth).json
+
+    bulk.add_versions(scene.app, scene.template["active_version_id"], 51)  # and the import and 103 workspaces' builds
     jobs = client.get("/api/v2/provisionerjobs", headers=alice.auth)
-    assert len(jobs.json) == 50 and jobs.headers["X-Total-Count"] == "53"
-    assert client.get("/api/v2/provisionerjobs?limit=600", headers=alice.auth).headers["X-Total-Count"] == "53"
+    assert len(jobs.json) == 50 and jobs.headers["X-Total-Count"] == "155"
+    assert len(client.get("/api/v2/provisionerjobs?limit=500", headers=alice.auth).json) == 155
 
 
 def test_a_log_is_read_a_page_at_a_time(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:

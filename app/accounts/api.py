@@ -76,7 +76,7 @@ def me() -> Response:
 @require_role(ROLE_OWNER)
 def list_users() -> Response:
     users, total = PageRequest.from_args().rows(services.users_query())
-    return with_total(jsonify([user.to_json() for user in users]), total, len(users))
+    return with_total(jsonify([user.to_json() for user in users]), total)
 
 
 @bp.post("/users")
@@ -137,7 +137,7 @@ def create_token() -> tuple[Response, int]:
 @bp.get("/users/me/tokens")
 def list_tokens() -> Response:
     tokens, total = PageRequest.from_args().rows(api_tokens_query(api_user()))
-    return with_total(jsonify([key.to_json() for key in tokens]), total, len(tokens))
+    return with_total(jsonify([key.to_json() for key in tokens]), total)
 
 
 @bp.delete("/users/me/tokens/<token_id>")

@@ -138,7 +138,7 @@ def create_template() -> tuple[Response, int]:
 @bp.get("/templates")
 def list_templates() -> Response:
     templates, total = PageRequest.from_args().rows(services.templates_query(request.args.get("name")))
-    return with_total(jsonify([template.to_json() for template in templates]), total, len(templates))
+    return with_total(jsonify([template.to_json() for template in templates]), total)
 
 
 @bp.get("/templates/<template_id>")
@@ -149,7 +149,7 @@ def get_template(template_id: str) -> Response:
 @bp.get("/templates/<template_id>/versions")
 def list_versions(template_id: str) -> Response:
     versions, total = PageRequest.from_args().rows(services.versions_query(services.get_template(template_id)))
-    return with_total(jsonify(versions_json(versions)), total, len(versions))
+    return with_total(jsonify(versions_json(versions)), total)
 
 
 @bp.patch("/templates/<template_id>/versions")

@@ -1,8 +1,9 @@
 """``?limit=`` and ``?offset=`` for list APIs, and the ``X-Total-Count`` header that says how many there are;
 ``?page=`` for the dashboard's lists.
 
-Lists answer every row when no limit is asked for (what the API always did, and what scripts rely on); a client
-that pages asks for a limit and follows the total. The dashboard always shows one page (``PAGE_SIZE`` rows).
+A list answers one page, ``DEFAULT_LIMIT`` rows unless asked (an unbounded answer grows with the deployment: a
+10,000-workspace list was seconds of work and megabytes of JSON); a client that wants every row follows
+``X-Total-Count`` with ``?offset=``, as the CLI does. The dashboard always shows one page (``PAGE_SIZE`` rows).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sqlalchemy import Select, func, select
 from app.core.extensions import db
 from app.core.validation import query_int
 
+DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 TOTAL_HEADER = "X-Total-Count"
 Item = TypeVar("Item")
@@ -24,43 +26,32 @@ Item = TypeVar("Item")
 
 @dataclass(frozen=True)
 class PageRequest:
-    limit: int | None
+    limit: int
     offset: int = 0
 
     @classmethod
-    def from_args(cls) -> PageRequest:
-        """From the request's query string; a bad value is a 400 naming the parameter."""
+    def from_args(cls, default_limit: int = DEFAULT_LIMIT) -> PageRequest:
+        """From the request's query string; a bad value is a 400 naming the parameter. ``limit=0`` is the default
+        (Coder's clients send it to mean "no limit asked")."""
         limit = query_int("limit", 0, minimum=0, maximum=MAX_LIMIT)
-        return cls(limit or None, query_int("offset", 0))
+        return cls(limit or default_limit, query_int("offset", 0))
 
-    def rows(self, query: Select[Any]) -> tuple[list[Any], int | None]:
-        """The page's rows, and the total count when the page is not everything (None when it is)."""
-        if self.is_everything:
-            return list(db.session.scalars(query).unique()), None
-        paged = query.offset(self.offset)
-        if self.limit is not None:
-            paged = paged.limit(self.limit)
+    def rows(self, query: Select[Any]) -> tuple[list[Any], int]:
+        """The page's rows, and how many rows there are in all."""
+        paged = query.offset(self.offset).limit(self.limit)
         return list(db.session.scalars(paged).unique()), count_rows(query)
 
-    @property
-    def is_everything(self) -> bool:
-        return self.limit is None and not self.offset
-
-    def slice(self, items: Sequence[Item]) -> tuple[list[Item], int | None]:
-        """The page of a list already filtered in Python (where the filter cannot be said in SQL), with its total
-        as ``rows`` gives it."""
-        if self.is_everything:
-            return list(items), None
-        end = None if self.limit is None else self.offset + self.limit
-        return list(items[self.offset : end]), len(items)
+    def slice(self, items: Sequence[Item]) -> tuple[list[Item], int]:
+        """The page of a list already filtered in Python (where the filter cannot be said in SQL), with its total."""
+        return list(items[self.offset : self.offset + self.limit]), len(items)
 
 
 def count_rows(query: Select[Any]) -> int:
     return int(db.session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0)
 
 
-def with_total(response: Response, total: int | None, shown: int) -> Response:
-    response.headers[TOTAL_HEADER] = str(shown if total is None else total)
+def with_total(response: Response, total: int) -> Response:
+    response.headers[TOTAL_HEADER] = str(total)
     return response
 
 

@@ -8,7 +8,7 @@ from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
 from app.core.errors import NotFound
 from app.core.extensions import db
-from app.core.pagination import PageRequest, count_rows, with_total
+from app.core.pagination import PageRequest, with_total
 from app.core.validation import json_body
 from app.notifications import delivery, services
 from app.notifications.models import NotificationDelivery
@@ -19,14 +19,9 @@ bp = api_blueprint("notifications_api", __name__)
 
 @bp.get("/notifications/inbox")
 def inbox() -> Response:
-    """The newest 100 as always, or any page of the whole inbox; ``X-Total-Count`` counts all of it either way."""
-    user_id, page = api_user().id, PageRequest.from_args()
-    total: int | None
-    if page.is_everything:
-        notifications, total = services.inbox(user_id), count_rows(services.inbox_query(user_id))
-    else:
-        notifications, total = page.rows(services.inbox_query(user_id))
-    return with_total(jsonify([notification.to_json() for notification in notifications]), total, len(notifications))
+    """The newest 100 unless another page is asked for; ``X-Total-Count`` counts the whole inbox."""
+    notifications, total = PageRequest.from_args().rows(services.inbox_query(api_user().id))
+    return with_total(jsonify([notification.to_json() for notification in notifications]), total)
 
 
 @bp.put("/notifications/inbox/<notification_id>/read")
@@ -54,14 +49,9 @@ def set_preferences() -> Response:
 @bp.get("/notifications/deliveries")
 @require_role(ROLE_OWNER)
 def failing_deliveries() -> Response:
-    """The newest 200 as always, or any page of them all; ``X-Total-Count`` counts them all either way."""
-    page = PageRequest.from_args()
-    total: int | None
-    if page.is_everything:
-        rows, total = delivery.failing_deliveries(), count_rows(delivery.failing_deliveries_query())
-    else:
-        rows, total = page.rows(delivery.failing_deliveries_query())
-    return with_total(jsonify([row.to_json() for row in rows]), total, len(rows))
+    """The newest 100 unless another page is asked for; ``X-Total-Count`` counts them all."""
+    rows, total = PageRequest.from_args().rows(delivery.failing_deliveries_query())
+    return with_total(jsonify([row.to_json() for row in rows]), total)
 
 
 @bp.post("/notifications/deliveries/<delivery_id>/retry")

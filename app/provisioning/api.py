@@ -30,7 +30,7 @@ def list_daemons() -> Response:
     status, page = request.args.get("status") or None, PageRequest.from_args()
     if "tags" not in request.args and "terraform" not in request.args:
         daemons, total = page.rows(overview.daemons_query(status))
-        return with_total(jsonify([view.to_json() for view in overview.views_of_daemons(daemons)]), total, len(daemons))
+        return with_total(jsonify([view.to_json() for view in overview.views_of_daemons(daemons)]), total)
     tags = _tags_query(request.args.get("tags", "{}"))
     required = request.args.get("terraform", "").strip()
     if required:
@@ -46,7 +46,7 @@ def _daemons_page(views: Sequence[overview.DaemonView], page: PageRequest) -> Re
     # Tags and Terraform constraints are judged in Python, so this page is cut after them; daemons are few (one per
     # machine), and their views cost the same few queries however many there are.
     shown, total = page.slice(views)
-    return with_total(jsonify([view.to_json() for view in shown]), total, len(shown))
+    return with_total(jsonify([view.to_json() for view in shown]), total)
 
 
 def _tags_query(raw: str) -> dict[str, str]:
@@ -64,11 +64,10 @@ def _tags_query(raw: str) -> dict[str, str]:
 @require_role(*ADMINS)
 def list_jobs() -> Response:
     """Newest first, a page at a time: ``?limit=`` (50 unless asked, at most 500) and ``?offset=`` reach every
-    job, and ``X-Total-Count`` says how many there are. Unlike other lists this one never answers everything at
-    once: there are far more jobs than anything else."""
+    job, and ``X-Total-Count`` says how many there are (a smaller page than other lists': a job's view costs more)."""
     statuses = overview.parse_statuses(request.args.getlist("status"))
     page = overview.job_views(statuses, query_int("limit", 50, minimum=1), query_int("offset", 0))
-    return with_total(jsonify([view.to_json() for view in page]), overview.jobs_count(statuses), len(page))
+    return with_total(jsonify([view.to_json() for view in page]), overview.jobs_count(statuses))
 
 
 @bp.get("/provisionerjobs/<job_id>")
@@ -97,7 +96,7 @@ def create_key() -> tuple[Response, int]:
 @require_role(*ADMINS)
 def list_keys() -> Response:
     provisioner_keys, total = PageRequest.from_args().rows(keys.keys_query())
-    return with_total(jsonify([key.to_json() for key in provisioner_keys]), total, len(provisioner_keys))
+    return with_total(jsonify([key.to_json() for key in provisioner_keys]), total)
 
 
 @bp.delete("/provisionerkeys/<name>")

@@ -125,7 +125,7 @@ def create_workspace() -> tuple[Response, int]:
 
 @bp.get("/workspaces")
 def list_workspaces() -> Response:
-    """All the caller may see, or a page of them (``?limit=&offset=``); ``X-Total-Count`` says how many."""
+    """A page of what the caller may see (``?limit=&offset=``); ``X-Total-Count`` says how many there are."""
     owner = request.args.get("owner", "")
     if owner not in ("", "me"):
         raise InvalidInput("owner may only be 'me'.")
@@ -134,7 +134,7 @@ def list_workspaces() -> Response:
     # Coder's filter: owner:me template:docker status:running outdated:true name:dev
     query = searched(query, request.args.get("q", ""), user)
     workspaces, total = PageRequest.from_args().rows(query)
-    return with_total(jsonify(workspaces_json(workspaces)), total, len(workspaces))
+    return with_total(jsonify(workspaces_json(workspaces)), total)
 
 
 @bp.get("/workspaces/<workspace_id>")
@@ -146,7 +146,7 @@ def get_workspace(workspace_id: str) -> Response:
 def list_builds(workspace_id: str) -> Response:
     workspace = services.get_workspace_for(api_user(), workspace_id)
     builds, total = PageRequest.from_args().rows(services.builds_query(workspace))
-    return with_total(jsonify(builds_json(builds)), total, len(builds))
+    return with_total(jsonify(builds_json(builds)), total)
 
 
 @bp.post("/workspaces/<workspace_id>/builds")
