@@ -1,6 +1,7 @@
 """The queries that grow with history are served by indexes, on both databases: a page of one job's log, the
-job lists filtered by an active status, and a page of a template's versions. (Asked of the planner with EXPLAIN;
-on PostgreSQL with sequential scans discouraged, since on a test's few rows a scan is what it would pick anyway.)"""
+job lists filtered by an active status, a page of a template's versions and a page of everyone's workspaces. (Asked
+of the planner with EXPLAIN; on PostgreSQL with sequential scans discouraged, since on a test's few rows a scan is
+what it would pick anyway.)"""
 
 from __future__ import annotations
 
@@ -29,15 +30,18 @@ from app.provisioning.models import (
     ProvisionerJob,
 )  # fmt: skip
 from app.provisioning.overview import jobs_query
+from app.users.models import ROLE_OWNER, User
+from app.workspaces.services import visible_workspaces_query
 from tests.conftest import Persona
 from tests.support.daemon import push_version
 
 
-def plan(query: Select[Any]) -> str:
+def plan(query: Select[Any], discouraged: tuple[str, ...] = ("seqscan",)) -> str:
     engine = db.engine
     statement = query.compile(engine, compile_kwargs={"literal_binds": True})
     if engine.dialect.name == "postgresql":
-        db.session.execute(text("SET LOCAL enable_seqscan = off"))
+        for method in discouraged:
+            db.session.execute(text(f"SET LOCAL enable_{method} = off"))
         rows = db.session.execute(text(f"EXPLAIN {statement}"))
         return "\n".join(str(row[0]) for row in rows)
     rows = db.session.execute(text(f"EXPLAIN QUERY PLAN {statement}"))
@@ -105,4 +109,15 @@ def test_a_page_of_a_templates_versions_is_read_in_the_index_order(app: Flask) -
         shown = plan(versions_query(template).limit(25).offset(50))
         db.session.rollback()
     assert "ix_template_versions_template_id_created_at" in shown, shown
+    assert "TEMP B-TREE" not in shown and "Sort" not in shown, shown
+
+
+def test_a_page_of_everyones_workspaces_is_read_in_the_name_index_order(app: Flask) -> None:
+    """The owner's list, by name: the first page of 10,000 workspaces is read from (name_key, id), not all joined
+    with their owners and templates and then sorted (40 ms at 10,000 on PostgreSQL before the index)."""
+    owner = User(id="00000000-0000-0000-0000-000000000000", roles=[ROLE_OWNER])
+    with app.app_context():
+        shown = plan(visible_workspaces_query(owner).limit(25).offset(50), discouraged=("seqscan", "sort"))
+        db.session.rollback()
+    assert "ix_workspaces_name_key_id" in shown, shown
     assert "TEMP B-TREE" not in shown and "Sort" not in shown, shown

@@ -35,6 +35,8 @@ class Workspace(Model):
             sqlite_where=text("deleted = 0"),
             postgresql_where=text("deleted = false"),
         ),
+        # Lists are ordered by name: the first page of 10,000 is read from the index, not sorted from them all.
+        Index("ix_workspaces_name_key_id", "name_key", "id"),
     )
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
