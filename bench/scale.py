@@ -3,10 +3,12 @@
 
 For every list endpoint and page, as the owner and as a member, prints
 - the SQL statements one request runs at each size (counted in process; they must not grow with the data),
-- p50/p99 over --requests calls to a real `slipway server` with two web workers (targets: p99 ≤ 100 ms),
+- p50/p99 over --requests calls to a real `slipway server` with two web workers (targets: p99 ≤ 100 ms), after
+  --warmup untimed calls of each (the first calls of a page on each worker compile its template and its SQL: a
+  one-off, not a percentile; and p99 needs enough calls to be more than the slowest one),
 - the web workers' memory afterwards (target ≤ 300 MB each).
 
-    .venv/bin/python bench/scale.py [--requests 20] [--sizes 1000,10000]
+    .venv/bin/python bench/scale.py [--requests 200] [--warmup 10] [--sizes 1000,10000]
 """
 
 from __future__ import annotations
@@ -219,13 +221,15 @@ def _sign_in_test_client(client: FlaskClient, email: str) -> None:
     assert reply.status_code == 302
 
 
-def time_requests(deployment: Deployment, url: str, requests: int) -> dict[str, tuple[float, float]]:
+def time_requests(deployment: Deployment, url: str, requests: int, warmup: int) -> dict[str, tuple[float, float]]:
     tokens = {"owner": deployment.owner_auth, "member": deployment.member_auth}
     sessions = {who: _signed_in(url, f"{who}@example.com") for who in ("owner", "member")}
     figures = {}
     for label, (path, who) in endpoints(deployment).items():
         client = sessions[who]
         headers = tokens[who] if path.startswith("/api/") else {}
+        for _ in range(warmup):
+            assert client.get(path, headers=headers).status_code == 200, label
         samples = []
         for _ in range(requests):
             began = time.perf_counter()
@@ -263,7 +267,8 @@ def run_server(env: dict[str, str], measure: Callable[[str], None]) -> list[floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=20, help="timed calls per endpoint and size")
+    parser.add_argument("--requests", type=int, default=200, help="timed calls per endpoint and size")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed calls of each endpoint before them")
     parser.add_argument("--sizes", default="1000,10000", help="workspace counts to measure at, ascending")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
@@ -283,7 +288,7 @@ def main() -> None:
             server_env = {key: value for key, value in env.items() if key != "SLIPWAY_DATA_DIR"}
 
             def measure(url: str, size: int = size) -> None:
-                timings[size] = time_requests(deployment, url, args.requests)
+                timings[size] = time_requests(deployment, url, args.requests, args.warmup)
 
             memory[size] = run_server(server_env, measure)
         report(sizes, statements, timings, memory)
