@@ -213,3 +213,12 @@ _DAYS = {"mon": "monday", "tue": "tuesday", "wed": "wednesday", "thu": "thursday
 def _day_name(text: str) -> str:
     key = text.strip().lower()
     return _DAYS.get(key[:3], key)
+
+
+def _validate() -> click.Command:
+    from cli.template_validate import validate
+
+    return validate
+
+
+templates.add_command(_validate())
