@@ -35,11 +35,19 @@ class WorkspaceTagsError(ValueError):
 
 def read_workspace_tags(workdir: Path, variables: Mapping[str, str]) -> dict[str, str]:
     """Every ``coder_workspace_tags`` block of the root module, merged (later files win), as tag templates."""
-    documents = []
+    texts = []
     for path in sorted(workdir.glob("*.tf")):
         try:
-            documents.append(hcl2.loads(path.read_text(), serialization_options=HCL_OPTIONS))
-        except (LarkError, ValueError, UnicodeDecodeError):
+            texts.append(path.read_text())
+        except (OSError, UnicodeDecodeError):
+            continue  # Terraform reports unreadable files itself
+    if not any("coder_workspace_tags" in text for text in texts):  # most templates: no need to parse them
+        return {}
+    documents = []
+    for text in texts:
+        try:
+            documents.append(hcl2.loads(text, serialization_options=HCL_OPTIONS))
+        except (LarkError, ValueError):
             continue  # Terraform reports syntax errors itself, with file and line
     blocks = _data_blocks(documents, "coder_workspace_tags")
     if not blocks:
