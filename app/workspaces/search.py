@@ -1,26 +1,23 @@
 """Coder's workspace filter (``?q=``): ``owner:me template:docker status:running outdated:true name:dev``.
 
-Terms are ``key:value`` separated by spaces (quote a value with spaces); a bare word is ``name:``. Every term
-narrows the list, and each is said in SQL, so that a filtered list pages and counts like any other. Shared by
-the API and the dashboard's search box.
+A bare word is ``name:`` (app/core/filters.py reads the terms). Every term narrows the list, and each is said in
+SQL, so that a filtered list pages and counts like any other. Shared by the API and the dashboard's search box.
 """
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, Select, exists, func, select
 from sqlalchemy.orm import aliased
 
 from app.catalog.models import Template
-from app.core.errors import InvalidInput
+from app.core.filters import bad_filter, one_of, parse_terms
 from app.provisioning.models import JOB_STATUSES, RUNNING, SUCCEEDED, ProvisionerJob
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.services import DONE, IN_PROGRESS
 
-KEYS = ("owner", "template", "status", "outdated", "name")
 # A workspace's status is its latest build's job status read through the build's transition (services.status_for):
 # a running or succeeded job shows as its transition's word.
 READ_THROUGH = (RUNNING, SUCCEEDED)
@@ -38,41 +35,20 @@ class WorkspaceFilter:
 
 def parse_filter(text: str) -> WorkspaceFilter:
     """The filter a ``q=`` says; a term it cannot read is a 400 that says what it takes."""
-    try:
-        words = shlex.split(text)
-    except ValueError:
-        raise _bad("A quote is not closed.") from None
-    terms: dict[str, str] = {}
-    for word in words:
-        key, colon, value = word.partition(":")
-        key, value = (key.lower(), value.strip()) if colon else ("name", word)
-        if key not in KEYS:
-            raise _bad(f"Unknown filter {key!r}: use {', '.join(f'{name}:' for name in KEYS)}.")
-        if not value:
-            raise _bad(f"{key}: needs a value, as in {key}:{_EXAMPLES[key]}.")
-        if key in terms and terms[key] != value:
-            raise _bad(f"{key}: is given twice ({terms[key]!r} and {value!r}); a workspace has one.")
-        terms[key] = value
-    status = terms.get("status", "").lower() or None
-    if status is not None and status not in STATUSES:
-        raise _bad(f"Unknown status {status!r}: use {', '.join(STATUSES)}.")
+    terms = parse_terms(text, _EXAMPLES)
     outdated = terms.get("outdated", "").lower() or None
     if outdated not in (None, "true", "false"):
-        raise _bad(f"outdated: takes true or false, not {outdated!r}.")
+        raise bad_filter(f"outdated: takes true or false, not {outdated!r}.")
     return WorkspaceFilter(
         owner=terms.get("owner"),
         template=terms.get("template"),
-        status=status,
+        status=one_of(terms, "status", STATUSES),
         outdated=None if outdated is None else outdated == "true",
         name=terms.get("name"),
     )
 
 
 _EXAMPLES = {"owner": "me", "template": "docker", "status": "running", "outdated": "true", "name": "dev"}
-
-
-def _bad(message: str) -> InvalidInput:
-    return InvalidInput(message, validations=[{"field": "q", "detail": message}])
 
 
 def searched(query: Select[Workspace], text: str, user: User) -> Select[Workspace]:
