@@ -14,6 +14,7 @@ from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, string_field, whole_number_field
 from app.users import services
 from app.users.models import ROLE_OWNER
+from app.users.search import listed_users
 from app.users.tokens import (
     api_tokens_query,
     create_api_token,
@@ -75,7 +76,10 @@ def me() -> Response:
 @bp.get("/users")
 @require_role(ROLE_OWNER)
 def list_users() -> Response:
-    users, total = PageRequest.from_args().rows(services.users_query())
+    """``?q=`` Coder's user filter (status: role: login_type: and a name), ``?sort=`` username, created, last_seen
+    (``-`` for the newest first)."""
+    query = listed_users(request.args.get("q", ""), request.args.get("sort", ""))
+    users, total = PageRequest.from_args().rows(query)
     return with_total(jsonify([user.to_json() for user in users]), total)
 
 

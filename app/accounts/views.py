@@ -8,7 +8,7 @@ from werkzeug.wrappers import Response
 from app.auth.access import current_browser_session_id, page_user, require_role, sign_in_browser
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
-from app.core.pagination import page_of, requested_page
+from app.core.pagination import PAGE_SIZE, Page, page_of, requested_page
 from app.externalauth import services as external_auth
 from app.lifecycle import settings as lifecycle_settings
 from app.notifications import services as notifications
@@ -23,6 +23,7 @@ from app.users.models import (
     STATUS_SUSPENDED,
     User,
 )
+from app.users.search import listed_users
 from app.users.tokens import create_api_token, list_api_tokens, revoke_api_token
 from protocol.values import parse_duration
 
@@ -48,10 +49,19 @@ def index() -> str | tuple[str, int] | Response:
         else:
             flash(f"Created {user.username}. Give them their email and password to sign in.", "success")
             return redirect(url_for("users.index"))
+    search, sort = request.args.get("q", "").strip(), request.args.get("sort", "")
+    try:
+        page = page_of(listed_users(search, sort), requested_page(), endpoint="users.index")
+        search_error = ""
+    except InvalidInput as error:  # the box keeps what was typed, with what is wrong with it
+        page, search_error, status = Page([], 1, PAGE_SIZE, 0), error.message, 400
     return (
         render_template(
             "users/index.html",
-            page=page_of(services.users_query(), requested_page(), endpoint="users.index"),
+            page=page,
+            search=search,
+            search_error=search_error,
+            sort=sort or "username",
             form=form,
             errors=errors,
             roles=ASSIGNABLE_ROLES,
