@@ -11,11 +11,9 @@ from cli.client import (
     authenticated_client,
     decoded,
     decoded_list,
-    output_option,
-    print_json,
-    print_table,
 )
 from cli.config import ClientConfig, forget_config, load_config, save_config
+from cli.output import ListOutput, list_options
 from protocol.codec import JSON
 from protocol.publicapi import ApiToken, AuthMethods, ErrorBody, NewApiToken, SessionToken, User
 from protocol.values import parse_duration  # the same duration syntax as the server's settings
@@ -91,24 +89,26 @@ def users() -> None:
 
 
 @users.command("list")
-@output_option
-def users_list(output: str) -> None:
+@list_options(
+    available=["username", "email", "roles", "status", "created_at", "id", "login_type"],
+    default=["username", "email", "roles", "status", "created_at"],
+)
+def users_list(listing: ListOutput) -> None:
     """List every user."""
     answer = authenticated_client().get("/api/v2/users")
-    if output == "json":
-        print_json(answer)
-        return
-    rows = [
-        {
-            "username": user.username,
-            "email": user.email,
-            "roles": ",".join(role for role in user.roles if role != "member") or "member",
-            "status": user.status,
-            "created_at": user.created_at,
-        }
-        for user in decoded_list(User, answer, "GET /api/v2/users")
-    ]
-    print_table(rows, ["username", "email", "roles", "status", "created_at"])
+    listing.show(answer, lambda: [_user_row(user) for user in decoded_list(User, answer, "GET /api/v2/users")])
+
+
+def _user_row(user: User) -> dict[str, object]:
+    return {
+        "username": user.username,
+        "email": user.email,
+        "roles": ",".join(role for role in user.roles if role != "member") or "member",
+        "status": user.status,
+        "created_at": user.created_at,
+        "id": user.id,
+        "login_type": user.login_type,
+    }
 
 
 @users.command("create")
@@ -144,15 +144,16 @@ def tokens_create(name: str, lifetime: str | None) -> None:
 
 
 @tokens.command("list")
-@output_option
-def tokens_list(output: str) -> None:
+@list_options(
+    available=["id", "name", "created_at", "expires_at", "last_used_at"],
+    default=["id", "name", "created_at", "expires_at", "last_used_at"],
+)
+def tokens_list(listing: ListOutput) -> None:
     """List your API tokens (never their secrets)."""
     answer = authenticated_client().get("/api/v2/users/me/tokens")
-    if output == "json":
-        print_json(answer)
-        return
-    rows = [token.to_json() for token in decoded_list(ApiToken, answer, "GET /api/v2/users/me/tokens")]
-    print_table(rows, ["id", "name", "created_at", "expires_at", "last_used_at"])
+    listing.show(
+        answer, lambda: [token.to_json() for token in decoded_list(ApiToken, answer, "GET /api/v2/users/me/tokens")]
+    )
 
 
 @tokens.command("remove")

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -11,6 +10,7 @@ import click
 import httpx
 
 from cli.config import ClientConfig, load_config
+from cli.errors import CliError, status_hint
 from cli.sse import parse_events
 from protocol.codec import JSON, Message, ProtocolError, decode_list
 from protocol.publicapi import ErrorBody, Validation
@@ -23,10 +23,12 @@ TOTAL_HEADER = "X-Total-Count"
 PAGE_LIMIT = 1000
 
 
-class ApiError(click.ClickException):
+class ApiError(CliError):
+    """The server refused: its message (and each invalid field on its own line), and a hint by status."""
+
     def __init__(self, status: int, message: str, validations: Sequence[Validation] = ()):
         details = "".join(f"\n  {item.field}: {item.detail}" for item in validations)
-        super().__init__(f"{message}{details}")
+        super().__init__(f"{message}{details}", status_hint(status))
         self.status = status
         self.validations = tuple(validations)
 
@@ -63,7 +65,10 @@ class SlipwayClient:
         try:
             response = self._http.request(method, path, json=json, content=content, headers=headers)
         except httpx.HTTPError as exc:
-            raise click.ClickException(f"cannot reach {self.url}: {exc}") from exc
+            raise CliError(
+                f"cannot reach {self.url}: {exc}",
+                "is the server up and the URL right? `slipway login <url>` or SLIPWAY_URL sets it.",
+            ) from exc
         if response.status_code not in expect:
             raise _error_from(response)
         return response
@@ -148,8 +153,6 @@ def _error_from(response: httpx.Response) -> ApiError:
     except (ValueError, ProtocolError):  # not JSON, or not ours (a proxy's error page)
         body = ErrorBody()
     message = body.message or f"{response.status_code} {response.reason_phrase}"
-    if response.status_code == 401:
-        message += " (run `slipway login <url>`)"
     return ApiError(response.status_code, message, body.validations)
 
 
@@ -162,23 +165,6 @@ def authenticated_client() -> SlipwayClient:
     return SlipwayClient(config.url, config.token)
 
 
-def print_table(rows: Sequence[Mapping[str, object]], columns: list[str]) -> None:
-    """Aligned columns, like `coder list`; ``--output json`` callers print the raw rows instead."""
-    cells = [[_cell(row.get(column)) for column in columns] for row in rows]
-    widths = [max([len(column)] + [len(line[i]) for line in cells]) for i, column in enumerate(columns)]
-    click.echo("  ".join(column.upper().ljust(widths[i]) for i, column in enumerate(columns)).rstrip())
-    for line in cells:
-        click.echo("  ".join(value.ljust(widths[i]) for i, value in enumerate(line)).rstrip())
-
-
-def _cell(value: object) -> str:
-    return "" if value is None else str(value)
-
-
-def print_json(answer: JSON) -> None:
-    click.echo(json.dumps(answer, indent=2))
-
-
 def key_value_pairs(values: tuple[str, ...] | list[str], what: str) -> dict[str, str]:
     """``("k=v", ...)`` from repeated options, split on the first ``=``."""
     result = {}
@@ -188,13 +174,3 @@ def key_value_pairs(values: tuple[str, ...] | list[str], what: str) -> dict[str,
             raise click.BadParameter(f"{what} look like key=value, got {item!r}")
         result[key.strip()] = value.strip()
     return result
-
-
-output_option = click.option(
-    "--output",
-    "-o",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Output format.",
-)

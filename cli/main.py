@@ -10,37 +10,58 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 
 import click
+from click.shell_completion import CompletionItem
 
-# name -> "module:attribute", in the order `slipway --help` lists them.
-COMMANDS = {
-    "server": "cli.server:server",
-    "login": "cli.accounts:login",
-    "logout": "cli.accounts:logout",
-    "whoami": "cli.accounts:whoami",
-    "users": "cli.accounts:users",
-    "tokens": "cli.accounts:tokens",
-    "templates": "cli.templates:templates",
-    "create": "cli.workspaces:create",
-    "start": "cli.lifecycle:start",
-    "stop": "cli.workspaces:stop",
-    "restart": "cli.lifecycle:restart",
-    "update": "cli.lifecycle:update",
-    "delete": "cli.workspaces:delete",
-    "list": "cli.workspaces:list_workspaces",
-    "show": "cli.workspaces:show",
-    "logs": "cli.workspaces:logs",
-    "schedule": "cli.lifecycle:schedule",
-    "ssh": "cli.ssh:ssh",
-    "config-ssh": "cli.ssh:config_ssh",
-    "port-forward": "cli.port_forward:port_forward",
-    "provisioner": "cli.provisioners:provisioner",
-    "provisionerd": "cli.provisionerd:provisionerd",
-    "external-auth": "cli.git:external_auth",
-    "gitaskpass": "cli.git:gitaskpass",
-    "gitssh": "cli.git:gitssh",
-    "agent": "cli.agent:agent",
-    "agent-bundle": "cli.agent_bundle:agent_bundle",
+from cli.errors import unexpected
+
+# Sections of `slipway --help`, each command's name -> "module:attribute", in the order help lists them.
+SECTIONS: dict[str, dict[str, str]] = {
+    "Workspaces": {
+        "create": "cli.workspaces:create",
+        "list": "cli.workspaces:list_workspaces",
+        "show": "cli.workspaces:show",
+        "start": "cli.lifecycle:start",
+        "stop": "cli.workspaces:stop",
+        "restart": "cli.lifecycle:restart",
+        "update": "cli.lifecycle:update",
+        "delete": "cli.workspaces:delete",
+        "logs": "cli.workspaces:logs",
+        "schedule": "cli.lifecycle:schedule",
+    },
+    "Connect": {
+        "ssh": "cli.ssh:ssh",
+        "config-ssh": "cli.ssh:config_ssh",
+        "port-forward": "cli.port_forward:port_forward",
+        "external-auth": "cli.git:external_auth",
+    },
+    "Templates": {
+        "templates": "cli.templates:templates",
+    },
+    "Account": {
+        "login": "cli.accounts:login",
+        "logout": "cli.accounts:logout",
+        "whoami": "cli.accounts:whoami",
+        "tokens": "cli.accounts:tokens",
+        "completion": "cli.completion:completion",
+    },
+    "Admin": {
+        "users": "cli.accounts:users",
+        "provisioner": "cli.provisioners:provisioner",
+    },
+    "Run Slipway": {
+        "server": "cli.server:server",
+        "provisionerd": "cli.provisionerd:provisionerd",
+        "agent-bundle": "cli.agent_bundle:agent_bundle",
+    },
+    "Called by other programs": {
+        "agent": "cli.agent:agent",
+        "gitaskpass": "cli.git:gitaskpass",
+        "gitssh": "cli.git:gitssh",
+    },
 }
+COMMANDS = {name: target for commands in SECTIONS.values() for name, target in commands.items()}
+# Long-running processes whose unexpected errors keep their traceback (their logs are read by operators).
+DAEMONS = frozenset({"server", "provisionerd", "agent"})
 
 
 class LazyGroup(click.Group):
@@ -58,6 +79,38 @@ class LazyGroup(click.Group):
         if not isinstance(command, click.Command):
             raise TypeError(f"{target} is not a click command")
         return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        for section, commands in SECTIONS.items():
+            rows = []
+            for name in commands:
+                command = self.get_command(ctx, name)
+                if command is not None and not command.hidden:
+                    rows.append((name, command.get_short_help_str(limit)))
+            if rows:
+                with formatter.section(section):
+                    formatter.write_dl(rows)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """Command names without importing every command (a Tab press must be quick); options as usual."""
+        if incomplete.startswith("-"):
+            return super().shell_complete(ctx, incomplete)
+        return [CompletionItem(name) for name in COMMANDS if name.startswith(incomplete)]
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Any error a command did not phrase itself becomes one line and a hint, never a traceback."""
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.Abort, click.ClickException):
+            raise
+        except Exception as exc:
+            if ctx.invoked_subcommand in DAEMONS:
+                raise
+            phrased = unexpected(exc)
+            if phrased is None:
+                raise
+            raise phrased from exc
 
 
 def _print_version(ctx: click.Context, _: click.Parameter, wanted: bool) -> None:

@@ -12,10 +12,8 @@ from cli.client import (
     decoded,
     decoded_list,
     key_value_pairs,
-    output_option,
-    print_json,
-    print_table,
 )
+from cli.output import ListOutput, list_options
 from protocol.codec import Message
 from protocol.publicapi import Job, NewProvisionerKey, ProvisionerDaemon, ProvisionerKey
 from protocol.tags import format_tags  # the same words the dashboard uses
@@ -23,13 +21,10 @@ from protocol.tags import format_tags  # the same words the dashboard uses
 M = TypeVar("M", bound=Message)
 
 
-def _show(path: str, output: str, message: type[M], row: Callable[[M], dict[str, object]], columns: list[str]) -> None:
-    """GET ``path``: its answer as it came with ``--output json``, else a table of ``row(item)`` per item."""
+def _show(path: str, listing: ListOutput, message: type[M], row: Callable[[M], dict[str, object]]) -> None:
+    """GET ``path`` and print it as ``listing`` asks, a table row per item made by ``row``."""
     answer = authenticated_client().get(path)
-    if output == "json":
-        print_json(answer)
-        return
-    print_table([row(item) for item in decoded_list(message, answer, f"GET {path}")], columns)
+    listing.show(answer, lambda: [row(item) for item in decoded_list(message, answer, f"GET {path}")])
 
 
 @click.group()
@@ -39,8 +34,11 @@ def provisioner() -> None:
 
 @provisioner.command("list")
 @click.option("--status", "-s", type=click.Choice(["idle", "busy", "offline"]), help="Only daemons in this state.")
-@output_option
-def list_daemons(status: str | None, output: str) -> None:
+@list_options(
+    available=["name", "key_name", "status", "tags", "version", "last_seen_at", "current"],
+    default=["name", "key_name", "status", "tags", "version", "last_seen_at", "current"],
+)
+def list_daemons(status: str | None, listing: ListOutput) -> None:
     """List provisioner daemons: tags, status (offline after 90 s of silence), current job."""
 
     def row(daemon: ProvisionerDaemon) -> dict[str, object]:
@@ -48,13 +46,10 @@ def list_daemons(status: str | None, output: str) -> None:
         return {**daemon.to_json(), "tags": format_tags(daemon.tags), "current": current}
 
     path = "/api/v2/provisionerdaemons" + (f"?status={status}" if status else "")
-    _show(
-        path,
-        output,
-        ProvisionerDaemon,
-        row,
-        ["name", "key_name", "status", "tags", "version", "last_seen_at", "current"],
-    )
+    _show(path, listing, ProvisionerDaemon, row)
+
+
+_JOB_COLUMNS = ["id", "title", "status", "tags", "queue", "available_workers", "worker_name", "created_at"]
 
 
 @provisioner.group()
@@ -72,8 +67,10 @@ def jobs() -> None:
     help="Only jobs in this state (repeatable).",
 )
 @click.option("--limit", "-l", default=50, show_default=True, type=click.IntRange(1, 500), help="At most this many.")
-@output_option
-def list_jobs(statuses: tuple[str, ...], limit: int, output: str) -> None:
+@list_options(
+    available=[*_JOB_COLUMNS, "type", "error", "priority", "queue_position", "queue_size"], default=_JOB_COLUMNS
+)
+def list_jobs(statuses: tuple[str, ...], limit: int, listing: ListOutput) -> None:
     """List jobs, newest first, with their queue position and how many daemons could take them."""
     query = "&".join([f"limit={limit}", *(f"status={status}" for status in statuses)])
 
@@ -81,8 +78,7 @@ def list_jobs(statuses: tuple[str, ...], limit: int, output: str) -> None:
         queue = f"{job.queue_position}/{job.queue_size}" if job.queue_position else ""
         return {**job.to_json(), "title": job.metadata.title, "tags": format_tags(job.tags), "queue": queue}
 
-    columns = ["id", "title", "status", "tags", "queue", "available_workers", "worker_name", "created_at"]
-    _show(f"/api/v2/provisionerjobs?{query}", output, Job, row, columns)
+    _show(f"/api/v2/provisionerjobs?{query}", listing, Job, row)
 
 
 @jobs.command("cancel")
@@ -115,14 +111,14 @@ def create_key(name: str, tags: tuple[str, ...]) -> None:
 
 
 @keys.command("list")
-@output_option
-def list_keys(output: str) -> None:
+@list_options(available=["name", "tags", "created_at"], default=["name", "tags", "created_at"])
+def list_keys(listing: ListOutput) -> None:
     """List provisioner keys (never their secrets)."""
 
     def row(key: ProvisionerKey) -> dict[str, object]:
         return {**key.to_json(), "tags": format_tags(key.tags)}
 
-    _show("/api/v2/provisionerkeys", output, ProvisionerKey, row, ["name", "tags", "created_at"])
+    _show("/api/v2/provisionerkeys", listing, ProvisionerKey, row)
 
 
 @keys.command("delete")

@@ -14,11 +14,10 @@ from cli.client import (
     decoded,
     decoded_list,
     key_value_pairs,
-    print_json,
-    print_table,
 )
 from cli.durations import parse_duration
 from cli.follow import follow_job, report
+from cli.output import ListOutput, list_options
 from protocol.codec import JSON
 from protocol.publicapi import ProvisionerDaemon, Template, TemplateVersion, UploadedFile
 
@@ -113,15 +112,14 @@ def _template_named(client: SlipwayClient, name: str) -> Template | None:
 
 
 @templates.command("list")
-@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def list_templates(output: str) -> None:
+@list_options(
+    available=["name", "display_name", "active_version_id", "created_at", "id"],
+    default=["name", "display_name", "active_version_id", "created_at"],
+)
+def list_templates(listing: ListOutput) -> None:
     """List templates."""
     answer = authenticated_client().get("/api/v2/templates")
-    if output == "json":
-        print_json(answer)
-        return
-    rows = [template.to_json() for template in decoded_list(Template, answer, "GET /api/v2/templates")]
-    print_table(rows, ["name", "display_name", "active_version_id", "created_at"])
+    listing.show(answer, lambda: [item.to_json() for item in decoded_list(Template, answer, "GET /api/v2/templates")])
 
 
 @templates.group("versions")
@@ -131,22 +129,25 @@ def versions() -> None:
 
 @versions.command("list")
 @click.argument("name")
-def list_versions(name: str) -> None:
+@list_options(
+    available=["name", "status", "active", "created_at", "id", "error"],
+    default=["name", "status", "active", "created_at"],
+)
+def list_versions(name: str, listing: ListOutput) -> None:
     """List the versions of template NAME, newest first."""
     client = authenticated_client()
     template = _template_named(client, name)
     if template is None:
-        raise click.ClickException(f"No template named {name!r}.")
-    rows = [
-        {
-            "name": version.name,
-            "status": version.job.status,
-            "active": "yes" if version.id == template.active_version_id else "",
-            "created_at": version.created_at,
-        }
-        for version in client.get_list(TemplateVersion, f"/api/v2/templates/{template.id}/versions")
-    ]
-    print_table(rows, ["name", "status", "active", "created_at"])
+        raise click.ClickException(f"No template named {name!r} (see `slipway templates list`).")
+    path = f"/api/v2/templates/{template.id}/versions"
+    answer = client.get(path)
+
+    def row(version: TemplateVersion) -> dict[str, object]:
+        active = "yes" if version.id == template.active_version_id else ""
+        return {"name": version.name, "status": version.job.status, "active": active,
+                "created_at": version.created_at, "id": version.id, "error": version.job.error}  # fmt: skip
+
+    listing.show(answer, lambda: [row(version) for version in decoded_list(TemplateVersion, answer, f"GET {path}")])
 
 
 def _milliseconds(text: str | None) -> int | None:

@@ -7,9 +7,10 @@ from urllib.parse import urlencode
 
 import click
 
-from cli.client import SlipwayClient, authenticated_client, decoded_list, print_json, print_table
+from cli.client import SlipwayClient, authenticated_client, decoded_list
 from cli.durations import human_duration, local_time
 from cli.follow import follow_job, report
+from cli.output import ListOutput, list_options
 from protocol.codec import JSON
 from protocol.logs import JobLog, LogStreamEnd
 from protocol.provisionerd import PlanReview
@@ -127,6 +128,9 @@ stop = _transition_command("stop", "Stop", "Stopping")
 delete = _transition_command("delete", "Delete", "Deleting")
 
 
+_WORKSPACE_COLUMNS = ["name", "owner", "template", "status", "build", "outdated", "starts-at", "stops-after"]
+
+
 @click.command("list")
 @click.option(
     "--search",
@@ -135,28 +139,32 @@ delete = _transition_command("delete", "Delete", "Deleting")
     metavar="FILTER",
     help="Coder's filter, e.g. 'owner:me status:running template:docker outdated:true name:dev'.",
 )
-@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def list_workspaces(search: str, output: str) -> None:
+@list_options(available=[*_WORKSPACE_COLUMNS, "id", "version", "autostart", "last-used-at"], default=_WORKSPACE_COLUMNS)
+def list_workspaces(search: str, listing: ListOutput) -> None:
     """List your workspaces (admins: everyone's)."""
     client = authenticated_client()
     answer = client.get(f"/api/v2/workspaces?{urlencode({'q': search})}" if search else "/api/v2/workspaces")
-    if output == "json":
-        print_json(answer)
-        return
-    table = [
-        {
-            "name": workspace.name,
-            "owner": workspace.owner_name,
-            "template": workspace.template_name,
-            "status": _status(workspace),
-            "build": workspace.latest_build.build_number,
-            "outdated": "yes" if workspace.outdated else "",
-            "starts-at": local_time(workspace.next_start_at),
-            "stops-after": human_duration(workspace.ttl_ms),
-        }
-        for workspace in decoded_list(Workspace, answer, "GET /api/v2/workspaces")
-    ]
-    print_table(table, ["name", "owner", "template", "status", "build", "outdated", "starts-at", "stops-after"])
+    listing.show(
+        answer,
+        lambda: [_workspace_row(workspace) for workspace in decoded_list(Workspace, answer, "GET /api/v2/workspaces")],
+    )
+
+
+def _workspace_row(workspace: Workspace) -> dict[str, object]:
+    return {
+        "name": workspace.name,
+        "owner": workspace.owner_name,
+        "template": workspace.template_name,
+        "status": _status(workspace),
+        "build": workspace.latest_build.build_number,
+        "outdated": "yes" if workspace.outdated else "",
+        "starts-at": local_time(workspace.next_start_at),
+        "stops-after": human_duration(workspace.ttl_ms),
+        "id": workspace.id,
+        "version": workspace.latest_build.template_version_name,
+        "autostart": workspace.autostart_schedule,
+        "last-used-at": workspace.last_used_at,
+    }
 
 
 def _status(workspace: Workspace) -> str:

@@ -216,4 +216,5 @@ def test_unreachable_server_is_one_line(tmp_path: Path, slipway: Path) -> None:
     env = client_env(tmp_path, "http://127.0.0.1:9", "some-token")
     result = run_slipway(slipway, "config-ssh", "--ssh-config-file", str(tmp_path / "config"), env=env)
     assert result.returncode == 1
-    assert result.stderr.startswith("Error: cannot reach http://127.0.0.1:9") and result.stderr.count("\n") == 1
+    error, hint = result.stderr.splitlines()  # one line, and a hint
+    assert error.startswith("Error: cannot reach http://127.0.0.1:9") and hint.startswith("Hint: is the server up")
