@@ -20,6 +20,7 @@ from agent.api import AgentAPI, AgentAPIError, ServerUnavailable
 from agent.environment import SessionContext, shell_invocation
 from agent.sshd import SSHService
 from agent.terminal import PtyProcess
+from agent.terminal_sessions import TerminalSessions, TooManySessions
 from protocol.agentapi import EOF_MESSAGE, Dial, TunnelControl
 from protocol.codec import ProtocolError
 
@@ -149,6 +150,7 @@ class TunnelDialer:
         self._ssh = ssh
         self._context = context
         self._tasks: set[asyncio.Task[None]] = set()
+        self._terminals = TerminalSessions()
 
     def dial(self, dial: Dial) -> None:
         """Serve one dial in the background."""
@@ -159,6 +161,7 @@ class TunnelDialer:
     async def close_all(self, timeout: float = CLOSE_WAIT) -> None:
         """End every tunnel: SSH connections close, terminals hang up, forwarded connections are cut."""
         await self._ssh.close_all(timeout)
+        await self._terminals.close_all()
         tasks = set(self._tasks)
         for task in tasks:
             task.cancel()
@@ -229,7 +232,7 @@ class TunnelDialer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await serving
 
-    async def _dial_pty(self, tunnel_id: str, dial: Dial) -> None:
+    async def _spawn_terminal(self, dial: Dial) -> PtyProcess:
         context = self._context()
         argv, executable = shell_invocation(dial.command if dial.command.strip() else None)
         environ = {**context.environment, "TERM": WEB_TERMINAL_TERM}
@@ -245,6 +248,30 @@ class TunnelDialer:
         except OSError as exc:
             raise DialRefused(f"cannot start {executable}: {exc.strerror or exc}") from None
         self._ssh.leftovers.add(pty.pid)  # a web terminal's leftovers go with the SSH sessions' at shutdown
+        return pty
+
+    async def _dial_reconnecting_pty(self, tunnel_id: str, dial: Dial) -> None:
+        """Attach the tunnel to terminal session ``dial.reconnect``, started if it is not kept."""
+        try:
+            session, new = await self._terminals.open(dial.reconnect, lambda: self._spawn_terminal(dial))
+        except TooManySessions as exc:
+            raise DialRefused(str(exc)) from None
+        try:
+            websocket = await self._api.open_tunnel(tunnel_id)
+        except BaseException:
+            if new:
+                await session.close()
+            raise
+        try:
+            await session.attach(websocket, _dimension(dial.rows, 24), _dimension(dial.cols, 80))
+        finally:
+            await websocket.close()
+
+    async def _dial_pty(self, tunnel_id: str, dial: Dial) -> None:
+        if dial.reconnect:
+            await self._dial_reconnecting_pty(tunnel_id, dial)
+            return
+        pty = await self._spawn_terminal(dial)
         try:
             websocket = await self._api.open_tunnel(tunnel_id)
         except BaseException:

@@ -127,6 +127,9 @@ class Dial(Message):
     rows: Annotated[int, Bounds(0, 10_000)] = 24
     cols: Annotated[int, Bounds(0, 10_000)] = 80
     command: Annotated[str, MaxLength(4096)] = ""
+    # pty only: the terminal session to attach to (kept 5 minutes after its last tunnel closes), from the server:
+    # an HMAC of the user, the agent and the browser's id. Empty: a terminal that ends with its tunnel.
+    reconnect: Annotated[str, MaxLength(128)] = ""
 
 
 class TunnelControl(Message):

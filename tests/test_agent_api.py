@@ -17,8 +17,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.agents import services
+from app.agents.tunnels import DialRequest, terminal_session_key
 from app.core.columns import utcnow
 from app.core.extensions import db
+from app.core.signing import Signer
 from app.resources.models import WorkspaceAgent
 from app.workspaces import views as workspace_views
 from protocol.resources import Agent
@@ -235,7 +237,8 @@ def test_tunnel_requests_are_checked(world: World) -> None:
     agent_id, carol = world.agent()["id"], world.personas["carol"]
     path = f"/api/v2/workspaceagents/{agent_id}/tunnel"
     assert world.api.get(f"{path}?service=ssh", headers=UPGRADE).status_code == 401
-    for query in ("service=telnet", "service=tcp&port=0", "service=tcp&port=x", "service=pty&rows=0"):
+    for query in ("service=telnet", "service=tcp&port=0", "service=tcp&port=x", "service=pty&rows=0",
+                  "service=pty&reconnect=not-a-uuid"):  # fmt: skip
         reply = world.api.get(f"{path}?{query}", headers={**UPGRADE, **carol.auth})
         assert reply.status_code == 400, query
     world.connect(agent_id)
@@ -449,3 +452,17 @@ def test_who_may_not_see_a_workspace_cannot_tell_whether_it_exists(app: Flask, w
     carol = app.test_client()
     sign_in(carol, "carol@example.com", PASSWORD)
     assert "has no app &#39;nope&#39;" in carol.get("/@carol/w1/apps/nope/").get_data(as_text=True)
+
+
+def test_terminal_session_keys_belong_to_one_user_and_agent() -> None:
+    signer, browser_id = Signer("server-secret"), "6f1c2c8e-3b5e-4d2a-9a51-0c6b3f6f2a10"
+    key = terminal_session_key(signer, "alice", "agent-1", browser_id)
+    assert re.fullmatch(r"[0-9a-f]{64}", key) and browser_id not in key
+    others = {
+        terminal_session_key(signer, "bob", "agent-1", browser_id),  # another user with the same browser id
+        terminal_session_key(signer, "alice", "agent-2", browser_id),
+        terminal_session_key(Signer("another-secret"), "alice", "agent-1", browser_id),  # another deployment's secret
+    }
+    assert key not in others and len(others) == 3
+    dial = DialRequest(service="pty", reconnect=key).for_tunnel("t1")
+    assert dial.reconnect == key and len(dial.dumps()) < 1024

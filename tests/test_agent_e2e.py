@@ -7,6 +7,7 @@ purpose (killing its agent, stopping it) use workspaces of their own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,11 +17,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
 import pytest
 import redis
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from protocol.agentapi import Dial
@@ -339,3 +342,42 @@ def test_a_wrong_token_is_refused_and_retried_quietly(deployment: Deployment, tm
     log = (tmp_path / "slipway-agent.log").read_text()
     assert "401" in log and log.count("401") <= 2, log  # one line for the problem, not one per retry
     assert "not-a-token" not in log
+
+
+def _terminal_output_until(websocket: Any, text: bytes, timeout: float = 30) -> bytes:
+    """The terminal's bytes from ``websocket`` until ``text`` has come (control messages skipped)."""
+    output, deadline = b"", time.monotonic() + timeout
+    while text not in output:
+        frame = websocket.recv(timeout=max(deadline - time.monotonic(), 0.01))
+        if isinstance(frame, bytes):
+            output += frame
+    return output
+
+
+def test_a_web_terminal_session_survives_its_tunnel_closing(deployment: Deployment, ws1: str) -> None:
+    """Coder's reconnecting PTY: the same ``reconnect`` id after the tunnel closed attaches to the same shell
+    and replays what it printed; another id is another shell."""
+    agent_id = deployment.agent("alice", ws1)["id"]
+    base = deployment.url.replace("http://", "ws://") + f"/api/v2/workspaceagents/{agent_id}/tunnel"
+    alice = deployment.people["alice"].auth
+    session = f"{base}?service=pty&rows=24&cols=80&reconnect={uuid.uuid4()}"
+    with connect(session, additional_headers=alice, open_timeout=30) as first:
+        first.send(b"MARK=kept-$((40+2)); echo before-$MARK\n")
+        _terminal_output_until(first, b"before-kept-42")
+    with connect(session, additional_headers=alice, open_timeout=30) as second:
+        _terminal_output_until(second, b"before-kept-42")  # the scrollback, replayed
+        second.send(b"echo after-$MARK\n")
+        _terminal_output_until(second, b"after-kept-42")  # the same shell, its variable still set
+    other = f"{base}?service=pty&rows=24&cols=80&reconnect={uuid.uuid4()}"
+    with connect(other, additional_headers=alice, open_timeout=30) as fresh:
+        fresh.send(b"echo other-${MARK:-unset}; exit\n")
+        assert b"before-kept-42" not in _terminal_output_until(fresh, b"other-unset")
+    with connect(session, additional_headers=alice, open_timeout=30) as last:
+        last.send(b"exit 5\n")  # ends the kept session: nothing is left running in the workspace
+        exits = []
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                frame = last.recv(timeout=30)
+                if isinstance(frame, str):
+                    exits.append(json.loads(frame))
+        assert [(item["type"], item["code"]) for item in exits] == [("exit", 5)]

@@ -186,7 +186,7 @@ def test_the_web_terminal_runs_a_shell_in_the_workspace(deployment: Deployment, 
         terminal = opened.value
         expect(terminal).to_have_title(re.compile(r"^Terminal · term"))
         expect(terminal.locator("#terminal-state")).to_have_text("connected", timeout=30_000)
-        expect(terminal.get_by_role("button", name="New session")).to_be_hidden()
+        expect(terminal.get_by_role("button", name="Reconnect")).to_be_hidden()
         expect(terminal.locator(".xterm-rows")).to_have_text(re.compile(r"\S"), timeout=15_000)  # a prompt
 
         terminal.keyboard.type("echo $((6*7))")
@@ -203,6 +203,43 @@ def test_the_web_terminal_runs_a_shell_in_the_workspace(deployment: Deployment, 
         expect(terminal_row(terminal, "[the shell exited with status 0]")).to_have_count(1)
         expect(terminal.get_by_role("button", name="New session")).to_be_visible()
         terminal.screenshot(path=str(ARTIFACTS / "agent-terminal-exited.png"))
+
+
+def test_the_web_terminal_reattaches_after_the_page_is_closed(deployment: Deployment, page: Page) -> None:
+    """The session outlives its tab (Coder's reconnecting PTY): the page's address names it, and the same
+    address in a new page replays its output and types into the same shell."""
+    with started(deployment, "reattach") as agent:
+        sign_in(page, deployment, "alice")
+        workspace_id = deployment.workspace("alice", "reattach")["id"]
+        page.goto(f"{deployment.url}/workspaces/{workspace_id}/agents/{agent['id']}/terminal")
+        expect(page.locator("#terminal-state")).to_have_text("connected", timeout=30_000)
+        expect(page).to_have_url(re.compile(r"\?session=[0-9a-f-]{36}$"))  # the id, kept in the address
+        address = page.url
+        page.keyboard.type("MARK=kept-$((40+2)); echo before-$MARK")
+        page.keyboard.press("Enter")
+        expect(terminal_row(page, "before-kept-42")).to_have_count(1, timeout=15_000)
+        context = page.context
+        page.close()  # the tab goes; the shell stays
+
+        reopened = context.new_page()
+        reopened.goto(address)
+        expect(reopened.locator("#terminal-state")).to_have_text("connected", timeout=30_000)
+        expect(terminal_row(reopened, "before-kept-42")).to_have_count(1, timeout=15_000)  # replayed
+        reopened.keyboard.type("echo after-$MARK")
+        reopened.keyboard.press("Enter")
+        expect(terminal_row(reopened, "after-kept-42")).to_have_count(1, timeout=15_000)  # the same shell
+        reopened.screenshot(path=str(ARTIFACTS / "agent-terminal-reattached.png"))
+
+        reopened.keyboard.type("exit")
+        reopened.keyboard.press("Enter")
+        expect(reopened.locator("#terminal-state")).to_have_text("exited", timeout=15_000)
+        reopened.get_by_role("button", name="New session").click()  # the old id is gone: a new one, a new shell
+        expect(reopened.locator("#terminal-state")).to_have_text("connected", timeout=30_000)
+        assert reopened.url != address and "session=" in reopened.url
+        reopened.keyboard.type("echo fresh-${MARK:-unset}")
+        reopened.keyboard.press("Enter")
+        expect(terminal_row(reopened, "fresh-unset")).to_have_count(1, timeout=15_000)
+        expect(terminal_row(reopened, "before-kept-42")).to_have_count(0)
 
 
 def test_only_the_owner_gets_a_terminal_and_members_see_nothing(deployment: Deployment, page: Page) -> None:

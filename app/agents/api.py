@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from flask import Response, jsonify, request
 from werkzeug.datastructures import MultiDict
@@ -106,15 +107,25 @@ def dial_request(args: MultiDict[str, str]) -> DialRequest:
     command = args.get("command", "")
     if len(command) > MAX_COMMAND_CHARS:
         raise InvalidInput(f"command is longer than {MAX_COMMAND_CHARS} characters.")
-    return DialRequest(service="pty", rows=rows, cols=cols, command=command)
+    reconnect = args.get("reconnect", "")
+    if reconnect:
+        try:
+            reconnect = str(uuid.UUID(reconnect))
+        except ValueError:
+            raise InvalidInput("reconnect must be a UUID (the terminal session's id).") from None
+    return DialRequest(service="pty", rows=rows, cols=cols, command=command, reconnect=reconnect)
 
 
 @bp.get("/workspaceagents/<agent_id>/tunnel", websocket=True)
 def tunnel(agent_id: str) -> Response:
     """A byte stream to the agent: SSH, a TCP port inside the workspace, or a terminal."""
-    context = get_agent_for(tunnel_user(), agent_id, need="connect")
+    user = tunnel_user()
+    context = get_agent_for(user, agent_id, need="connect")
     wanted = dial_request(request.args)
     ensure_reachable(context)
+    if wanted.reconnect:  # scoped to this user and agent, and only for a connection authorized above
+        key = tunnels.terminal_session_key(signer(), user.id, context.agent.id, wanted.reconnect)
+        wanted = replace(wanted, reconnect=key)
     return open_tunnel(context.agent.id, context.workspace.id, wanted)
 
 

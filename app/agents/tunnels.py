@@ -211,6 +211,7 @@ class DialRequest:
     rows: int = 24
     cols: int = 80
     command: str = ""
+    reconnect: str = ""  # the agent's key for a kept terminal session (terminal_session_key), or ""
 
     def for_tunnel(self, tunnel_id: str) -> Dial:
         return Dial(
@@ -221,7 +222,14 @@ class DialRequest:
             rows=self.rows,
             cols=self.cols,
             command=self.command,
+            reconnect=self.reconnect,
         )
+
+
+def terminal_session_key(signer: Signer, user_id: str, agent_id: str, client_id: str) -> str:
+    """The agent's name for the terminal session a browser calls ``client_id``: another user, or another agent,
+    asking for the same ``client_id`` gets another session; nobody can name a session without the server."""
+    return signer.sign("terminal-session", user_id, agent_id, client_id)
 
 
 def dial(client: redis.Redis, signer: Signer, agent_id: str, request: DialRequest) -> TunnelHalf:
