@@ -201,6 +201,7 @@ class TerminalSessions:
         self._sessions: dict[str, TerminalSession] = {}
         self._timeout = timeout
         self._limit = limit
+        self._opening = asyncio.Lock()  # two dials with one new key (two tabs at once) must start one shell
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -210,15 +211,16 @@ class TerminalSessions:
 
     async def open(self, key: str, spawn: Callable[[], Awaitable[PtyProcess]]) -> tuple[TerminalSession, bool]:
         """The live session ``key`` (reattached), or a new one started with ``spawn``; True when it is new."""
-        existing = self._sessions.get(key)
-        if existing is not None and not existing.ended:
-            return existing, False
-        if len(self._sessions) >= self._limit:
-            raise TooManySessions(f"this agent already keeps {self._limit} terminal sessions; close some first")
-        pty = await spawn()
-        session = TerminalSession(key, pty, self._forget, self._timeout)
-        self._sessions[key] = session
-        return session, True
+        async with self._opening:
+            existing = self._sessions.get(key)
+            if existing is not None and not existing.ended:
+                return existing, False
+            if len(self._sessions) >= self._limit:
+                raise TooManySessions(f"this agent already keeps {self._limit} terminal sessions; close some first")
+            pty = await spawn()
+            session = TerminalSession(key, pty, self._forget, self._timeout)
+            self._sessions[key] = session
+            return session, True
 
     def _forget(self, session: TerminalSession) -> None:
         if self._sessions.get(session.key) is session:

@@ -185,3 +185,20 @@ def test_other_shells_get_a_script(shell: str) -> None:
     assert result.returncode == 0 and "_SLIPWAY_COMPLETE" in result.stdout and f"{shell}_complete" in result.stdout
     bad = run_cli("completion", "tcsh")
     assert bad.returncode == 2 and "'tcsh' is not one of" in bad.stderr
+
+
+def test_unexpected_errors_become_one_line_and_a_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
+    from cli.errors import DEBUG_VARIABLE, unexpected
+
+    monkeypatch.delenv(DEBUG_VARIABLE, raising=False)
+    lost = unexpected(httpx.ReadError("connection reset"))
+    assert lost is not None and lost.message == "lost the connection to the server: connection reset"
+    assert lost.hint.startswith("check your network")
+    disk = unexpected(PermissionError(13, "Permission denied", "/etc/x"))
+    assert disk is not None and disk.message == "[Errno 13] Permission denied: '/etc/x'"
+    bug = unexpected(KeyError("name"))
+    assert bug is not None and bug.message == "unexpected KeyError: 'name'" and DEBUG_VARIABLE in bug.hint
+    monkeypatch.setenv(DEBUG_VARIABLE, "1")
+    assert unexpected(KeyError("name")) is None  # the traceback, for whoever asked for it

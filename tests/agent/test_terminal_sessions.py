@@ -194,3 +194,15 @@ def test_sessions_are_bounded(tmp_path: Path) -> None:
         await sessions.close_all()
 
     run(scenario())
+
+
+def test_two_dials_for_one_new_key_start_one_shell(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        sessions = TerminalSessions(timeout=60)
+        (first, first_new), (second, second_new) = await asyncio.gather(
+            sessions.open("tabs", shell(tmp_path)), sessions.open("tabs", shell(tmp_path))
+        )
+        assert first is second and [first_new, second_new].count(True) == 1 and len(sessions) == 1
+        await sessions.close_all()
+
+    run(scenario())
