@@ -372,6 +372,16 @@ def test_a_web_terminal_session_survives_its_tunnel_closing(deployment: Deployme
     with connect(other, additional_headers=alice, open_timeout=30) as fresh:
         fresh.send(b"echo other-${MARK:-unset}; exit\n")
         assert b"before-kept-42" not in _terminal_output_until(fresh, b"other-unset")
+    # Another user who may connect to the agent (an owner too) naming the same id gets a shell of their own.
+    with deployment.api("alice") as api:
+        carol = next(user for user in api.get("/users").json() if user["username"] == "carol")
+        assert api.patch(f"/users/{carol['id']}", json={"roles": ["owner"]}).status_code == 200
+        try:
+            with connect(session, additional_headers=deployment.people["carol"].auth, open_timeout=30) as stranger:
+                stranger.send(b"echo carol-${MARK:-unset}; exit\n")
+                assert b"kept-42" not in _terminal_output_until(stranger, b"carol-unset")
+        finally:
+            assert api.patch(f"/users/{carol['id']}", json={"roles": []}).status_code == 200
     with connect(session, additional_headers=alice, open_timeout=30) as last:
         last.send(b"exit 5\n")  # ends the kept session: nothing is left running in the workspace
         exits = []
