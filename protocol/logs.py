@@ -37,8 +37,19 @@ class JobLog(Message):
     output: str
 
 
+class FailureCause(Message):
+    """Why a failed job failed, as its page, the API and the CLI show it: the error's first line, the resource
+    Terraform was working on (an address such as ``null_resource.setup``; empty when none), and the stored log line
+    where the error begins (None when the log has none, e.g. a daemon that went away)."""
+
+    message: str
+    resource: str = ""
+    log_line_id: int | None = None
+
+
 class LogStreamEnd(Message):
-    """The last event of a job's log stream: how the job ended."""
+    """The last event of a job's log stream: how the job ended, and why when it failed."""
 
     status: str
     error: str = ""
+    failure: FailureCause | None = None

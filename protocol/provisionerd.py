@@ -120,6 +120,9 @@ class BuildJob(Message):
     persistent_resources: tuple[str, ...] = ()
     # The plan a person confirmed (`terraform plan -out`): applied as it is unless the state moved on since.
     confirmed_plan: bytes = b""
+    # Run Terraform with TF_LOG=debug (a person's "Retry with debug logging"): this job only; its lines are
+    # masked like any other.
+    debug_logging: bool = False
 
 
 class AcquiredJob(Message):

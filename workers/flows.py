@@ -125,12 +125,20 @@ class _Toolchain:
 
 
 def _executor(
-    workdir: Path, toolchain: _Toolchain, coder_env: Mapping[str, str], log: Log, control: JobControl
+    workdir: Path,
+    toolchain: _Toolchain,
+    coder_env: Mapping[str, str],
+    log: Log,
+    control: JobControl,
+    *,
+    debug_logging: bool = False,
 ) -> TerraformExecutor:
     settings = toolchain.settings
     env = terraform_environment(
         os.environ, coder_env, plugin_cache=settings.plugin_cache, cli_config_file=toolchain.cli_config_file
     )
+    if debug_logging:  # this job only; its lines reach the server like any other and are masked there
+        env = {**env, "TF_LOG": "debug"}
     executor = TerraformExecutor(
         workdir,
         env=env,
@@ -215,7 +223,7 @@ def _build(
         external_auth_tokens=body.external_auth_tokens,
     )
     variables = {item.name: item.value for item in body.variable_values}
-    executor = _executor(workdir, toolchain, coder_env, log, control)
+    executor = _executor(workdir, toolchain, coder_env, log, control, debug_logging=body.debug_logging)
     if body.protect_persistent and transition != "destroy":
         reviewed = _plan_then_apply(executor, transition, body, variables, log)
         if isinstance(reviewed, PlanReview):

@@ -14,6 +14,7 @@ from app.events import get_relay
 from app.events.relay import EventRelay
 from app.events.sse import event_stream, log_cursor, sse_event, stream_cursor
 from app.events.streams import follow_lines, line_event
+from app.provisioning.failures import failure_cause
 from app.provisioning.jobs import LOG_PAGE_LINES, MAX_LOG_LINES_READ, job_logs
 from app.provisioning.models import ACTIVE_STATUSES, AWAITING_CONFIRMATION, LogLine, ProvisionerJob
 from protocol.codec import JsonObject
@@ -51,6 +52,8 @@ class JsonRenderer:
         body: JsonObject = {"status": job.status}
         if job.error:
             body["error"] = job.error
+        if (cause := failure_cause(job)) is not None:
+            body["failure"] = cause.to_json()
         yield sse_event("end", json.dumps(body))
 
 

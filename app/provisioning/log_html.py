@@ -18,9 +18,10 @@ from sqlalchemy import func, select
 from app.core.extensions import db
 from app.events import get_relay
 from app.events.sse import event_stream, sse_event, stream_cursor
+from app.provisioning.failures import failure_cause
 from app.provisioning.jobs import job_logs
 from app.provisioning.log_api import follow_job
-from app.provisioning.models import LogLine, ProvisionerJob, ProvisionerJobLog
+from app.provisioning.models import FAILED, LogLine, ProvisionerJob, ProvisionerJobLog
 from app.provisioning.presenter import job_json
 
 
@@ -47,7 +48,7 @@ class LogHtml:
             if not line.output:  # the daemon's empty line only marks where a stage begins
                 continue
             parts.append(
-                f'<div class="log-line level-{escape(line.level)}" data-id="{line.id}">'
+                f'<div class="log-line level-{escape(line.level)}" id="log-line-{line.id}" data-id="{line.id}">'
                 f'<span class="log-time">{line.created_at.strftime("%H:%M:%S")}</span>'
                 f'<span class="log-text">{escape(line.output)}</span></div>'
             )
@@ -83,8 +84,10 @@ class HtmlRenderer:
         *,
         job_status: bool,
         follow_up: Markup,
+        retry_url: str | None = None,
     ) -> None:
         self.log = LogHtml(open_stage)
+        self.retry_url = retry_url
         self.status_of = status_of
         self.job_status = job_status
         self.follow_up = follow_up
@@ -110,8 +113,15 @@ class HtmlRenderer:
         closing = self.log.render([], end=job.completed_at or job.updated_at)
         took = _duration(job.started_at, job.completed_at) if job.started_at and job.completed_at else ""
         summary = f'<span class="muted">{escape(job.status.capitalize())}{f" in {took}" if took else ""}.</span>'
+        failure = render_template(
+            "provisioning/_partials/failure.html",
+            failure=failure_cause(job),
+            oob=True,
+            retry_url=self.retry_url if job.status == FAILED else None,
+        )
         # Joined as plain strings: adding a str to Markup would escape the badge's HTML.
-        yield sse_event("end", "".join([closing, self._badge(self.status_of(job)), summary, self.follow_up]))
+        parts = [closing, self._badge(self.status_of(job)), failure, summary, self.follow_up]
+        yield sse_event("end", "".join(parts))
 
     def _badge(self, status: str) -> str:
         return render_template(
@@ -153,10 +163,16 @@ def stage_opening(job_id: str, cursor: int) -> LogLine | None:
 
 
 def page_stream(
-    job: ProvisionerJob, status_of: Callable[[ProvisionerJob], str], *, job_status: bool, follow_up: Markup
+    job: ProvisionerJob,
+    status_of: Callable[[ProvisionerJob], str],
+    *,
+    job_status: bool,
+    follow_up: Markup,
+    retry_url: str | None = None,
 ) -> Response:
     """The live stream a job's page connects to, resuming after ``?after=`` or Last-Event-ID. ``follow_up`` is
-    shown when the job ends (the page's next step)."""
+    shown when the job ends (the page's next step); ``retry_url``, where the viewer may retry a failed job."""
     cursor = stream_cursor(request.args.get("after"), request.headers.get("Last-Event-ID"))
-    renderer = HtmlRenderer(stage_opening(job.id, cursor), status_of, job_status=job_status, follow_up=follow_up)
+    opening = stage_opening(job.id, cursor)
+    renderer = HtmlRenderer(opening, status_of, job_status=job_status, follow_up=follow_up, retry_url=retry_url)
     return event_stream(follow_job(get_relay(), job.id, cursor, renderer))

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 
 from app.core.extensions import db
+from app.provisioning.failures import failure_causes
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
 from app.provisioning.queue import queue_infos
 from protocol.codec import JsonObject
@@ -22,9 +23,11 @@ def worker_names(jobs: Sequence[ProvisionerJob]) -> dict[str, str]:
 
 
 def jobs_json(jobs: Sequence[ProvisionerJob]) -> dict[str, JsonObject]:
-    """Each job's API object, by id: the row, its place in the queue and the name of the daemon running it."""
+    """Each job's API object, by id: the row, its place in the queue, the name of the daemon running it, and why it
+    failed."""
     infos = queue_infos(jobs)
     names = worker_names(jobs)
+    causes = failure_causes(jobs)
     return {
         job.id: job.to_json(
             queue_position=infos[job.id].position,
@@ -33,6 +36,8 @@ def jobs_json(jobs: Sequence[ProvisionerJob]) -> dict[str, JsonObject]:
             # Set when the only obstacle is the Terraform version: what the template needs, what daemons have.
             waiting_for_terraform=infos[job.id].needs_terraform,
             worker_name=names.get(job.worker_id or "", ""),
+            # Why it failed (protocol.logs.FailureCause), or None: its first line, resource and log line.
+            failure=cause.to_json() if (cause := causes[job.id]) else None,
         )
         for job in jobs
     }

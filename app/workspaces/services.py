@@ -16,7 +16,7 @@ from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
 from app.externalauth import services as external_auth
 from app.provisioning.jobs import confirm_job, dispatch, new_job
-from app.provisioning.models import SUCCEEDED, ProvisionerJob
+from app.provisioning.models import FAILED, SUCCEEDED, ProvisionerJob
 from app.users.models import User
 from app.workspaces import schedule_rules
 from app.workspaces.models import REASON_INITIATOR, TRANSITIONS, Workspace, WorkspaceBuild
@@ -27,6 +27,8 @@ from protocol.tags import PRIORITY_HIGH, PRIORITY_LOW, TagError, normalise_tags,
 
 IN_PROGRESS = {"start": "starting", "stop": "stopping", "delete": "deleting"}
 DONE = {"start": "running", "stop": "stopped", "delete": "deleted"}
+# The key of a build job's input that asks for Terraform's debug log.
+DEBUG_LOGGING = "debug_logging"
 
 
 def build_status(build: WorkspaceBuild) -> str:
@@ -222,9 +224,12 @@ def create_build(
     version_id: str | None = None,
     *,
     reason: str = REASON_INITIATOR,
+    debug_logging: bool = False,
 ) -> WorkspaceBuild:
     try:
-        job = queue_build(actor, workspace, transition, parameters, version_id, reason=reason)
+        job = queue_build(
+            actor, workspace, transition, parameters, version_id, reason=reason, debug_logging=debug_logging
+        )
         db.session.commit()
     except IntegrityError as exc:  # two builds raced for the same number
         db.session.rollback()
@@ -252,6 +257,7 @@ def queue_build(
     *,
     reason: str = REASON_INITIATOR,
     previous: WorkspaceBuild | None = None,
+    debug_logging: bool = False,
 ) -> ProvisionerJob:
     """Add the next build of ``workspace`` to the session (the caller commits, then dispatches the job): every
     check a build must pass, so that a person's click and the lifecycle executor follow the same rules.
@@ -276,7 +282,7 @@ def queue_build(
         external_auth.require_links(workspace.owner, version.external_auth)
     job = _queue_build(
         actor, workspace, version, transition, values,
-        state=previous.state, number=previous.build_number + 1, reason=reason,
+        state=previous.state, number=previous.build_number + 1, reason=reason, debug_logging=debug_logging,
     )  # fmt: skip
     workspace.updated_at = utcnow()
     return job
@@ -319,6 +325,7 @@ def _usable_version(template: Template, version_id: str | None) -> TemplateVersi
 def _queue_build(
     actor: User, workspace: Workspace, version: TemplateVersion, transition: str,
     values: tuple[NameValue, ...], *, state: bytes | None, number: int, reason: str = REASON_INITIATOR,
+    debug_logging: bool = False,
 ) -> ProvisionerJob:  # fmt: skip
     # Builds run where the version was imported, on behalf of the workspace's owner (user-scoped tags), with the
     # tags the template computes from this build's parameters (data "coder_workspace_tags") on top.
@@ -327,9 +334,12 @@ def _queue_build(
     build_id = new_id()
     # A person waits for their own builds; the lifecycle executor's may wait behind them.
     priority = PRIORITY_HIGH if reason == REASON_INITIATOR else PRIORITY_LOW
+    job_input: JsonObject = {"workspace_build_id": build_id}
+    if debug_logging:  # Terraform runs with TF_LOG=debug for this job only (BuildJob.debug_logging)
+        job_input[DEBUG_LOGGING] = True
     job = new_job(
         JOB_WORKSPACE_BUILD, file_id=version.job.file_id, initiator_id=actor.id, tags=tags,
-        job_input={"workspace_build_id": build_id}, priority=priority,
+        job_input=job_input, priority=priority,
         required_terraform=version.job.required_terraform,
     )  # fmt: skip
     job.id = new_id()
@@ -339,6 +349,28 @@ def _queue_build(
     )  # fmt: skip
     db.session.add(build)
     return job
+
+
+def retry_build(actor: User, failed: WorkspaceBuild, *, debug_logging: bool = False) -> WorkspaceBuild:
+    """Run a failed build's transition again, from the same template version with the same parameters (the rules
+    of any build still apply: a template that requires its active version starts that one). With
+    ``debug_logging`` Terraform logs at debug level for the new build only."""
+    workspace = failed.workspace
+    if not can_act(actor, workspace):
+        raise Forbidden("Only the workspace's owner (or a deployment owner) may retry its builds.")
+    if failed.job.status != FAILED:
+        raise InvalidInput(f"Only a failed build can be retried; this one is {failed.job.status}.")
+    if latest_build(workspace).id != failed.id:
+        raise Conflict("A newer build of this workspace exists: retry that one, or start a new build.")
+    parameters = {item.name: item.value for item in failed.parameters}
+    return create_build(
+        actor, workspace, failed.transition, parameters, failed.template_version_id, debug_logging=debug_logging
+    )
+
+
+def debug_logging_requested(job: ProvisionerJob) -> bool:
+    """Whether the job was queued to run Terraform with TF_LOG=debug (a retry with debug logging)."""
+    return job.input.get(DEBUG_LOGGING) is True
 
 
 def plan_review(build: WorkspaceBuild) -> JsonObject:

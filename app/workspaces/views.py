@@ -21,8 +21,10 @@ from app.events import get_relay
 from app.events.sse import event_stream
 from app.events.streams import follow_changes, follow_statuses, seen_token
 from app.externalauth import services as external_auth
+from app.provisioning.failures import failure_cause, failure_causes
 from app.provisioning.jobs import cancel_job
 from app.provisioning.log_html import log_page_context, page_stream
+from app.provisioning.models import FAILED
 from app.provisioning.overview import daemons_serving
 from app.resources.services import job_resources
 from app.users.models import User
@@ -48,7 +50,14 @@ def index() -> str | tuple[str, int]:
         query = _listed(page_user(), search)
     except InvalidInput as error:  # the box keeps what was typed, with what is wrong with it
         page = Page([], 1, PAGE_SIZE, 0)
-        context = {"rows": [], "page": page, "search": search, "search_error": error.message, "stream_seen": ""}
+        context = {
+            "rows": [],
+            "failures": {},
+            "page": page,
+            "search": search,
+            "search_error": error.message,
+            "stream_seen": "",
+        }
         return render_template("workspaces/index.html", status_of=services.build_status, **context), 400
     page = page_of(query, requested_page())
     latest = services.latest_builds(page.rows)
@@ -57,6 +66,7 @@ def index() -> str | tuple[str, int]:
     return render_template(
         "workspaces/index.html",
         rows=rows,
+        failures=failure_causes([build.job for _, build in rows]),
         page=page,
         search=search,
         search_error="",
@@ -194,6 +204,8 @@ def show(workspace_id: str) -> str:
         builds=builds,
         latest=latest,
         status=services.build_status(latest),
+        failure=failure_cause(latest.job),
+        retry_url=_retry_url(user, latest),
         resources=resources,
         sections=sections,
         can_act=services.can_act(user, workspace),
@@ -256,19 +268,57 @@ def build(build_id: str) -> str:
     context = log_page_context(found.job)  # first: the status shown must not be newer than the lines
     can_confirm = services.can_act(user, found.workspace)
     return render_template(
-        "workspaces/build.html", build=found, status=services.build_status(found), can_confirm=can_confirm, **context
+        "workspaces/build.html",
+        build=found,
+        status=services.build_status(found),
+        can_confirm=can_confirm,
+        retry_url=_retry_url(user, found),
+        **context,
     )
+
+
+def _retry_url(user: User, build: WorkspaceBuild) -> str | None:
+    """Where to retry ``build`` from its page, when it failed and the viewer may build its workspace; a build
+    that the workspace has since moved past is retried by building again, not from here."""
+    if build.job.status != FAILED or not services.can_act(user, build.workspace):
+        return None
+    if services.latest_build(build.workspace).id != build.id:
+        return None
+    return url_for("workspaces.retry", build_id=build.id)
 
 
 @bp.get("/builds/<build_id>/log/stream")
 def build_log_stream(build_id: str) -> Response:
-    found = services.get_build_for(page_user(), build_id)
+    user = page_user()
+    found = services.get_build_for(user, build_id)
     transition = found.transition
     link = url_for("workspaces.show", workspace_id=found.workspace_id)
     follow_up = Markup(f' <a class="btn btn-small" href="{escape(link)}">Open workspace</a>')  # noqa: S704 - escaped
+    retry_url = url_for("workspaces.retry", build_id=found.id) if services.can_act(user, found.workspace) else None
     return page_stream(
-        found.job, lambda job: services.status_for(job.status, transition), job_status=False, follow_up=follow_up
+        found.job,
+        lambda job: services.status_for(job.status, transition),
+        job_status=False,
+        follow_up=follow_up,
+        retry_url=retry_url,
     )
+
+
+@bp.post("/builds/<build_id>/retry")
+def retry(build_id: str) -> Response:
+    """Retry a failed build (same transition, version and parameters); ``debug=1`` runs its Terraform with
+    TF_LOG=debug."""
+    user = page_user()
+    found = services.get_build_for(user, build_id)
+    debug_logging = request.form.get("debug") == "1"
+    try:
+        retried = services.retry_build(user, found, debug_logging=debug_logging)
+    except DomainError as error:
+        flash(error.message, "error")
+        return redirect(url_for("workspaces.build", build_id=found.id))
+    if debug_logging:
+        flash("Retrying with Terraform's debug log (TF_LOG=debug) for this build.", "info")
+    return redirect(url_for("workspaces.build", build_id=retried.id))
 
 
 @bp.post("/builds/<build_id>/confirm")

@@ -23,6 +23,7 @@ from workers.terraform.logs import (
     event_lines,
     parse_event,
     text_error_summaries,
+    tf_log_level,
 )
 from workers.terraform.process import CommandCanceledError, CommandRunner, Stream
 from workers.terraform.state import StateFormatError, state_to_show_json
@@ -87,6 +88,9 @@ class _StepOutput:
 
     def on_line(self, stream: Stream, line: str) -> None:
         if stream == "stderr":
+            if (level := tf_log_level(line)) is not None:  # TF_LOG's debug output: its own level, not an error
+                self._emit(level, line)
+                return
             self.text.append(line)
             if line.strip():
                 self._emit("error", line)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,15 @@ APPLY_STAGES: Mapping[str, str] = {
 
 
 LogCallback = Callable[[LogLine], None]
+
+# A line of Terraform's own log (TF_LOG=debug, on stderr): "2026-11-27T03:00:00.000Z [DEBUG] provider: ...".
+_TF_LOG_LINE = re.compile(r"^\S+ \[(TRACE|DEBUG|INFO|WARN|ERROR)\] ")
+
+
+def tf_log_level(line: str) -> LogLevel | None:
+    """The level of a line of Terraform's TF_LOG output, or None when ``line`` is not one (an error it printed)."""
+    match = _TF_LOG_LINE.match(line)
+    return _LEVELS[match.group(1).lower()] if match else None
 
 
 def parse_event(line: str) -> dict[str, Any] | None:
@@ -66,7 +76,10 @@ def render_diagnostic(diagnostic: Mapping[str, Any]) -> list[str]:
         snippet = diagnostic.get("snippet")
         if isinstance(snippet, dict) and snippet.get("context"):
             location += f", in {snippet['context']}"
-        lines += ["", location + ":"]
+        lines.append("")
+        if diagnostic.get("address"):  # the resource the error is about, as Terraform names it above the location
+            lines.append(f"  with {diagnostic['address']},")
+        lines.append(location + ":")
         if isinstance(snippet, dict) and isinstance(snippet.get("code"), str):
             first = int(snippet.get("start_line") or start.get("line") or 0)
             lines += [f"  {first + offset:>3}: {code}" for offset, code in enumerate(snippet["code"].splitlines())]

@@ -1,0 +1,74 @@
+"""Why a job failed, read from what is already stored: its error and its log's error lines.
+
+Nothing new travels from the daemon: Terraform's diagnostics reach the log as Terraform prints them
+(workers/terraform/logs.py), so the first ``Error:`` line is where the cause begins, and its ``with <address>,``
+line (or an ``<address>: Creation errored after …`` line) names the resource.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from sqlalchemy import select
+
+from app.core.extensions import db
+from app.provisioning.models import FAILED, ProvisionerJob, ProvisionerJobLog
+from protocol.logs import FailureCause
+
+# Enough to pass Terraform's warnings and the daemon's lines before the first error; a log whose first error lies
+# further in still gets a cause, only without a line to link to.
+ERROR_LINES_READ = 200
+
+# Terraform's "  with null_resource.setup," (an apply or plan error about one resource) and its hook message
+# "null_resource.setup: Creation errored after 1s".
+_WITH_RESOURCE = re.compile(r"^\s*with ([A-Za-z0-9_.\[\]\"-]+),\s*$")
+_ERRORED = re.compile(r"^([A-Za-z0-9_.\[\]\"-]+): \w+ errored after\b")
+
+
+def failure_cause(job: ProvisionerJob) -> FailureCause | None:
+    """The cause of ``job``'s failure, or None when it did not fail."""
+    if job.status != FAILED:
+        return None
+    return failure_causes([job])[job.id]
+
+
+def failure_causes(jobs: Sequence[ProvisionerJob]) -> dict[str, FailureCause | None]:
+    """Each job's cause by id (None for those that did not fail); one query per failed job, on the log's index."""
+    return {job.id: _cause(job) if job.status == FAILED else None for job in jobs}
+
+
+def _cause(job: ProvisionerJob) -> FailureCause:
+    log = ProvisionerJobLog
+    rows = db.session.execute(
+        select(log.id, log.output)
+        .where(log.job_id == job.id, log.level == "error")
+        .order_by(log.job_id, log.id)
+        .limit(ERROR_LINES_READ)
+    ).all()
+    return cause_from_lines(job.error or "", [(row.id, row.output) for row in rows])
+
+
+def cause_from_lines(error: str, error_lines: Sequence[tuple[int, str]]) -> FailureCause:
+    """The cause, from the job's error and its error-level log lines (id, text) in order."""
+    texts = [(line_id, text) for line_id, text in error_lines if text.strip()]
+    heading = next(((line_id, text) for line_id, text in texts if text.lstrip().startswith("Error: ")), None)
+    first = heading or (texts[0] if texts else None)
+    message = _first_line(error) or (_first_line(first[1].strip().removeprefix("Error: ")) if first else "")
+    return FailureCause(
+        message=message or "The job failed without saying why.",
+        resource=_resource([text for _, text in texts]),
+        log_line_id=first[0] if first else None,
+    )
+
+
+def _resource(texts: Sequence[str]) -> str:
+    for pattern in (_WITH_RESOURCE, _ERRORED):
+        for text in texts:
+            if match := pattern.match(text):
+                return match.group(1)
+    return ""
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")

@@ -1,0 +1,191 @@
+"""A failed build explains itself: Terraform's diagnostics read as Terraform prints them, the cause (first line,
+resource, log line) is derived from the stored log and shown on the build page, the workspace page, the list and
+the API; Retry and "Retry with debug logging" rebuild the same transition and parameters, for those who may."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from app.core.extensions import db
+from app.provisioning.failures import cause_from_lines
+from app.provisioning.models import ProvisionerJob
+from tests.conftest import PASSWORD, Persona
+from tests.support.web import post_form, sign_in
+from tests.test_workspace_updates import World
+from workers.terraform.logs import event_lines, render_diagnostic
+
+# What `terraform apply -json` prints for a local-exec provisioner that exits 1.
+PROVISIONER_ERROR = {
+    "@level": "error",
+    "@message": "Error: local-exec provisioner error",
+    "type": "diagnostic",
+    "diagnostic": {
+        "severity": "error",
+        "summary": "local-exec provisioner error",
+        "detail": "Error running command 'exit 1': exit status 1. Output: ",
+        "address": "terraform_data.setup",
+        "range": {"filename": "main.tf", "start": {"line": 3, "column": 28}, "end": {"line": 3, "column": 29}},
+        "snippet": {
+            "context": 'resource "terraform_data" "setup"',
+            "code": '  provisioner "local-exec" {',
+            "start_line": 3,
+            "highlight_start_offset": 27,
+            "highlight_end_offset": 28,
+            "values": [],
+        },
+    },
+}
+
+
+def test_a_diagnostic_reads_as_terraform_prints_it() -> None:
+    assert render_diagnostic(PROVISIONER_ERROR["diagnostic"]) == [  # type: ignore[arg-type]
+        "Error: local-exec provisioner error",
+        "",
+        "  with terraform_data.setup,",
+        '  on main.tf line 3, in resource "terraform_data" "setup":',
+        '    3:   provisioner "local-exec" {',
+        "",
+        "Error running command 'exit 1': exit status 1. Output: ",
+    ]
+    assert {level for level, _ in event_lines(PROVISIONER_ERROR)} == {"error"}
+    syntax = {
+        "severity": "error",
+        "summary": "Argument or block definition required",
+        "detail": "An argument or block definition is required here.",
+        "range": {"filename": "main.tf", "start": {"line": 2, "column": 1}},
+        "snippet": {"context": None, "code": "this is not hcl", "start_line": 2},
+    }
+    assert render_diagnostic(syntax) == [
+        "Error: Argument or block definition required",
+        "",
+        "  on main.tf line 2:",
+        "    2: this is not hcl",
+        "",
+        "An argument or block definition is required here.",
+    ]
+
+
+def test_the_cause_is_the_first_error_with_its_resource() -> None:
+    lines = [(7, "warning-free preamble"), (8, ""), (9, "Error: local-exec provisioner error"), (10, "")]
+    lines += [(11, "  with terraform_data.setup,"), (12, '  on main.tf line 3, in resource "terraform_data":')]
+    cause = cause_from_lines("local-exec provisioner error", lines)
+    assert (cause.message, cause.resource, cause.log_line_id) == (
+        "local-exec provisioner error",
+        "terraform_data.setup",
+        9,
+    )
+    # Terraform's hook line names the resource too; without an error of its own the first error line says why.
+    hooked = cause_from_lines("", [(3, "docker_container.main: Creation errored after 2s"), (4, "Error: boom")])
+    assert (hooked.message, hooked.resource, hooked.log_line_id) == ("boom", "docker_container.main", 4)
+    # A daemon that went away leaves no log line to point at.
+    lost = cause_from_lines("The provisioner daemon stopped responding.\nmore", [])
+    assert (lost.message, lost.resource, lost.log_line_id) == ("The provisioner daemon stopped responding.", "", None)
+
+
+@pytest.fixture
+def world(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> World:
+    return World(client, personas)
+
+
+def browser(app: Flask, who: str) -> FlaskClient:
+    pages = app.test_client()
+    sign_in(pages, f"{who}@example.com", PASSWORD)
+    return pages
+
+
+def fail_start(world: World, workspace_id: str) -> dict[str, Any]:
+    """Stop, then a start whose Terraform fails the way a local-exec that exits 1 does."""
+    world.stop(workspace_id)
+    build = world.start(workspace_id).json
+    job_id = build["job"]["id"]
+    assert world.daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
+    lines = [{"level": "info", "stage": "Planning infrastructure", "output": "terraform_data.setup: Creating..."}]
+    lines += [{"level": level, "stage": "Starting workspace", "output": text} for level, text in
+              event_lines(PROVISIONER_ERROR)]  # fmt: skip
+    assert world.daemon.call(f"/jobs/{job_id}/logs", {"logs": lines}).status_code == 200
+    failure = {"error": "local-exec provisioner error"}
+    assert world.daemon.call(f"/jobs/{job_id}/fail", failure).status_code == 204
+    return dict(build)
+
+
+def test_a_failed_build_shows_its_cause_on_its_pages_and_in_the_api(app: Flask, world: World) -> None:
+    workspace = world.create()
+    build = fail_start(world, workspace["id"])
+    job = world.get(workspace["id"])["latest_build"]["job"]
+    failure = job["failure"]
+    assert failure["message"] == "local-exec provisioner error" and failure["resource"] == "terraform_data.setup"
+    with app.app_context():
+        line_id = failure["log_line_id"]
+        assert line_id and db.session.get(ProvisionerJob, job["id"]) is not None
+    carol = browser(app, "carol")
+    page = carol.get(f"/builds/{build['id']}").get_data(as_text=True)
+    # At the top, before the log; the link's anchor is the log line's id.
+    assert page.index('id="job-failure"') < page.index('id="log"')
+    assert f'href="#log-line-{line_id}"' in page and f'id="log-line-{line_id}"' in page
+    assert "<code>terraform_data.setup</code>" in page and 'id="retry-build-debug"' in page
+    shown = carol.get(f"/workspaces/{workspace['id']}").get_data(as_text=True)
+    assert "local-exec provisioner error" in shown and f"/builds/{build['id']}#log-line-{line_id}" in shown
+    listed = carol.get("/workspaces").get_data(as_text=True)
+    assert 'data-failure="ws"' in listed and f"#log-line-{line_id}" in listed
+    # A succeeded job has none.
+    assert world.get(workspace["id"])["latest_build"]["job"]["status"] == "failed"
+    first = carol.get(f"/builds/{workspace['latest_build']['id']}").get_data(as_text=True)
+    assert 'class="flash flash-error failure"' not in first
+
+
+@pytest.mark.parametrize(
+    ("who", "allowed"),
+    [("carol", True), ("alice", True), ("bob", False), ("dave", False)],
+)
+def test_retry_rebuilds_the_same_transition_for_who_may_build(
+    app: Flask, world: World, who: str, allowed: bool
+) -> None:
+    workspace = world.create()
+    failed = fail_start(world, workspace["id"])
+    path = f"/builds/{failed['id']}/retry"
+    person = browser(app, who)
+    page = person.get(f"/builds/{failed['id']}")
+    if page.status_code == 404:  # another member's workspace is not theirs to see
+        assert not allowed
+        assert person.post(path, data={}).status_code in (400, 404)
+        assert world.get(workspace["id"])["latest_build"]["id"] == failed["id"]
+        return
+    assert ('id="retry-build"' in page.get_data(as_text=True)) is allowed
+    # Without its CSRF token the form is refused.
+    assert person.post(path, data={}).status_code == 400
+    retried = post_form(person, path, {"debug": "1"}, token_from=f"/builds/{failed['id']}")
+    assert retried.status_code == 302
+    latest = world.get(workspace["id"])["latest_build"]
+    if not allowed:
+        assert latest["id"] == failed["id"]
+        return
+    assert latest["build_number"] == failed["build_number"] + 1 and latest["transition"] == "start"
+    assert latest["template_version_id"] == failed["template_version_id"]
+    auth = world.personas["carol"].auth
+    parameters = [world.client.get(f"/api/v2/workspacebuilds/{b['id']}/parameters", headers=auth).json
+                  for b in (failed, latest)]  # fmt: skip
+    assert parameters[0] == parameters[1] and {item["name"] for item in parameters[0]} == {"region", "size"}
+    # The daemon is asked for Terraform's debug log for this build only.
+    acquired = world.daemon.call(f"/jobs/{latest['job']['id']}/acquire").json
+    assert acquired["workspace_build"]["debug_logging"] is True
+
+
+def test_retry_without_debug_and_only_of_a_failed_latest_build(app: Flask, world: World) -> None:
+    workspace = world.create()
+    failed = fail_start(world, workspace["id"])
+    carol = browser(app, "carol")
+    token_from = f"/builds/{failed['id']}"
+    assert post_form(carol, f"/builds/{failed['id']}/retry", {}, token_from=token_from).status_code == 302
+    latest = world.get(workspace["id"])["latest_build"]
+    acquired = world.daemon.call(f"/jobs/{latest['job']['id']}/acquire").json
+    assert acquired["workspace_build"]["debug_logging"] is False
+    # The failed build is no longer the latest: retrying it again says so and builds nothing.
+    again = post_form(carol, f"/builds/{failed['id']}/retry", {}, token_from=token_from)
+    assert again.status_code == 302
+    assert world.get(workspace["id"])["latest_build"]["id"] == latest["id"]
+    follow = carol.get(again.headers["Location"]).get_data(as_text=True)
+    assert "newer build" in follow or "already active" in follow
