@@ -9,7 +9,7 @@ import httpx
 
 from cli.client import ApiError, SlipwayClient
 from protocol.codec import ProtocolError
-from protocol.logs import JobLog, LogStreamEnd
+from protocol.logs import FailureCause, JobLog, LogStreamEnd
 from protocol.publicapi import Job
 
 LEVEL_COLOURS = {"error": "red", "warn": "yellow", "debug": "bright_black", "trace": "bright_black"}
@@ -83,12 +83,27 @@ class _Reconnect:
         self.failures += 1
 
 
-def report(end: LogStreamEnd, what: str) -> None:
-    """One closing line; a failed or canceled job makes the command exit non-zero."""
+def report(end: LogStreamEnd, what: str, *, page_url: str = "") -> None:
+    """One closing line; a failed or canceled job makes the command exit non-zero. A failure says why (the
+    error's first line and the resource, as the job's page does) and where to read more: the log line on the job's
+    page (``page_url``)."""
     if end.status == "succeeded":
         click.secho(f"{what} succeeded.", fg="green")
         return
-    message = f"{what} {end.status}"
-    if end.error:
-        message += f": {end.error}"
-    raise click.ClickException(message)
+    if end.failure is None:
+        message = f"{what} {end.status}"
+        if end.error:
+            message += f": {end.error}"
+        raise click.ClickException(message)
+    raise click.ClickException(failure_message(end.failure, what, page_url=page_url))
+
+
+def failure_message(failure: FailureCause, what: str, *, page_url: str = "") -> str:
+    """``<what> failed: <first line> (in <resource>)``, and a one-line hint: where the error is in the log."""
+    message = f"{what} failed: {failure.message}"
+    if failure.resource:
+        message += f" (in {failure.resource})"
+    if page_url:
+        anchor = f"#log-line-{failure.log_line_id}" if failure.log_line_id else ""
+        message += f"\nhint: the error in the log: {page_url}{anchor}"
+    return message

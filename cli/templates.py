@@ -79,7 +79,7 @@ def push(
             err=True,
         )
     end = follow_job(client, f"/api/v2/templateversions/{version.id}/logs", version.job)
-    report(end, f"Import of {name} ({version.name})")
+    report(end, f"Import of {name} ({version.name})", page_url=f"{client.url}/templates/versions/{version.id}")
     if existing is None:
         client.post(Template, "/api/v2/templates", {"name": name, "version_id": version.id})
         click.echo(f"Created template {name} with version {version.name}.")

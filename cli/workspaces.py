@@ -60,7 +60,7 @@ def follow_build(client: SlipwayClient, build: WorkspaceBuild, what: str, *, ass
         lines = read_log(client, logs)  # the job is idle now: nothing is logged until it is confirmed
         client.request("POST", f"/api/v2/workspacebuilds/{build.id}/confirm")
         end = follow_job(client, logs, after=lines[-1].id if lines else 0)
-    report(end, what)
+    report(end, what, page_url=f"{client.url}/builds/{build.id}")
 
 
 def read_log(client: SlipwayClient, path: str) -> list[JobLog]:
@@ -211,8 +211,9 @@ def logs(name: str, follow: bool, build_number: int | None) -> None:
         build = matches[0]
     path = f"/api/v2/workspacebuilds/{build.id}/logs"
     what = f"Build #{build.build_number} ({build.transition})"
+    page_url = f"{client.url}/builds/{build.id}"
     if follow:
-        report(follow_job(client, path, build.job), what)
+        report(follow_job(client, path, build.job), what, page_url=page_url)
         _print_agent_logs(client, build.id)
         return
     stage = None
@@ -225,7 +226,7 @@ def logs(name: str, follow: bool, build_number: int | None) -> None:
     job = client.get_one(WorkspaceBuild, f"/api/v2/workspacebuilds/{build.id}").job
     _print_agent_logs(client, build.id)
     if job.status in ("failed", "canceled"):
-        report(LogStreamEnd(status=job.status, error=job.error or ""), what)
+        report(LogStreamEnd(status=job.status, error=job.error or "", failure=job.failure), what, page_url=page_url)
 
 
 def _print_agent_logs(client: SlipwayClient, build_id: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import field
 
 from protocol.codec import Message
+from protocol.logs import FailureCause
 
 
 class User(Message):
@@ -78,6 +79,8 @@ class Job(Message):
     # The template's required_version, and (while pending) what no online daemon has: "needs terraform >= 1.12; …".
     required_terraform: str | None = None
     waiting_for_terraform: str = ""
+    # Why it failed (the error's first line, the resource, the log line); None unless it failed.
+    failure: FailureCause | None = None
 
 
 class Template(Message):

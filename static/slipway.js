@@ -15,6 +15,30 @@
   });
 })();
 
+// A failed job's log opens at its first error (the line the cause at the top links to), not at its top or tail:
+// on load, and when the cause arrives live with the stream's end. Each cause scrolls the log once, so reading
+// elsewhere afterwards is left alone.
+(function () {
+  var shown = null;
+  function openAtFirstError() {
+    var link = document.querySelector("#job-failure .failure-link");
+    var log = document.getElementById("log");
+    if (!link || !log) {
+      return;
+    }
+    var target = link.getAttribute("href").split("#")[1];
+    var line = target && document.getElementById(target);
+    if (!line || !log.contains(line) || shown === target) {
+      return;
+    }
+    shown = target;
+    line.classList.add("first-error");
+    log.scrollTop += line.getBoundingClientRect().top - log.getBoundingClientRect().top - 24;
+  }
+  document.addEventListener("DOMContentLoaded", openAtFirstError);
+  document.addEventListener("htmx:afterSettle", openAtFirstError);
+})();
+
 // A form (or the button that submits it) with data-confirm asks before it goes: deleting a key, signing out
 // everywhere. (Deleting a workspace has its own page, where its name is typed out.)
 // Inline handlers (onclick="return confirm(…)") would need 'unsafe-inline' in the Content-Security-Policy.

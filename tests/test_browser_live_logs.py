@@ -83,3 +83,114 @@ def test_build_log_streams_into_the_page(page: Page, tmp_path: Path) -> None:
         listing.wait_for_selector("#workspace-table .status-stopped", timeout=15_000)
         assert page.evaluate("window.notReloaded") and listing.evaluate("window.notReloaded")
         page.screenshot(path=str(ARTIFACTS / "workspace-stopped-live.png"), full_page=True)
+
+        # The same deployment, a build that fails: its cause arrives without a reload, the log opens at the error.
+        _check_failures_explain_themselves(page, server, env, tmp_path)
+
+
+# A start that prints a long log, then fails in its local-exec while the page watches.
+FAILING_LATE_TEMPLATE = """
+terraform {
+  required_providers {
+    coder = { source = "coder/coder" }
+  }
+}
+data "coder_workspace" "me" {}
+resource "terraform_data" "broken" {
+  count = data.coder_workspace.me.start_count
+  provisioner "local-exec" {
+    command = "seq -f 'filler-%g' 1 200; printf 'about%s\\n' -to-fail; sleep 3; echo 'fails on purpose' >&2; exit 3"
+  }
+}
+"""
+SYNTAX_ERROR_TEMPLATE = 'resource "terraform_data" "a" {\n  input = \n}\n'
+
+
+def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: dict[str, str], tmp_path: Path) -> None:
+    template = tmp_path / "broken"
+    template.mkdir()
+    (template / "main.tf").write_text(FAILING_LATE_TEMPLATE)
+    pushed = run_cli("templates", "push", "broken", "-d", str(template), env=env)
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+
+    page.goto(f"{server.url}/workspaces/new?template=broken")
+    page.fill("input[name=name]", "failing")
+    page.click("form.card button[type=submit]")
+    page.wait_for_selector("text=about-to-fail", timeout=60_000)
+    page.evaluate("window.notReloaded = true")
+    cause = page.locator("#job-failure .failure")
+    cause.wait_for(timeout=60_000)
+    assert page.evaluate("window.notReloaded")
+    assert "local-exec provisioner error" in cause.inner_text()
+    assert page.locator("#job-failure .failure-resource code").inner_text() == "terraform_data.broken[0]"
+    assert page.locator("#retry-build").is_visible() and page.locator("#retry-build-debug").is_visible()
+    page.screenshot(path=str(ARTIFACTS / "build-failed-live.png"), full_page=True)
+    build_url = page.url
+
+    # Opened afresh, the log is scrolled to the first error (200 filler lines above it), which is marked.
+    page.goto(build_url)
+    anchor = page.locator("#job-failure .failure-link").get_attribute("href") or ""
+    line_id = anchor.split("#")[1]
+    first_error = page.locator(f"#{line_id}")
+    assert first_error.inner_text().split("\n")[-1].startswith("Error: local-exec provisioner error")
+    page.wait_for_function(
+        """id => { const log = document.getElementById("log"), line = document.getElementById(id);
+                   const box = log.getBoundingClientRect(), at = line.getBoundingClientRect();
+                   return log.scrollTop > 0 && at.top >= box.top && at.bottom <= box.bottom; }""",
+        arg=line_id,
+    )
+    assert "first-error" in (first_error.get_attribute("class") or "")
+    headers = [h.split("\n")[0] for h in page.locator(".log-stage").all_inner_texts()]
+    assert headers == ["Setting up", "Planning infrastructure", "Starting workspace", "Cleaning up"]
+    page.screenshot(path=str(ARTIFACTS / "build-failed-opens-at-error.png"), full_page=True)
+
+    # The list says why too, and links to the line.
+    page.goto(f"{server.url}/workspaces")
+    summary = page.locator('[data-failure="failing"]')
+    assert "local-exec provisioner error" in summary.inner_text()
+    assert summary.locator("a").get_attribute("href") == f"{build_url.removeprefix(server.url)}#{line_id}"
+
+    # The API says the same.
+    token = httpx.post(
+        f"{server.url}/api/v2/users/login", json={"email": "alice@example.com", "password": PASSWORD}
+    ).json()["session_token"]
+    workspaces = httpx.get(f"{server.url}/api/v2/workspaces", headers={"Authorization": f"Bearer {token}"}).json()
+    failing = next(item for item in workspaces if item["name"] == "failing")
+    failure = failing["latest_build"]["job"]["failure"]
+    assert failure == {
+        "message": "local-exec provisioner error",
+        "resource": "terraform_data.broken[0]",
+        "log_line_id": int(line_id.removeprefix("log-line-")),
+    }
+
+    # Retry: the same transition again, a new build that fails the same way.
+    page.goto(build_url)
+    page.click("#retry-build")
+    page.wait_for_url(lambda url: url != build_url and "/builds/" in url)
+    page.locator("#job-failure .failure").wait_for(timeout=90_000)
+    assert "#2 start" in page.locator("h1").inner_text()
+
+    # The CLI prints the cause and where to look, exits non-zero, and shows no traceback.
+    started = run_cli("start", "failing", env=env)
+    output = started.stdout + started.stderr
+    assert started.returncode != 0, output
+    assert "failed: local-exec provisioner error (in terraform_data.broken[0])" in output
+    assert f"hint: the error in the log: {server.url}/builds/" in output and "#log-line-" in output
+    assert "Traceback" not in output
+
+    # An import with a syntax error reads as Terraform prints it, not as a parser's words, in the order it ran.
+    syntax = tmp_path / "syntax"
+    syntax.mkdir()
+    (syntax / "main.tf").write_text(SYNTAX_ERROR_TEMPLATE)
+    refused = run_cli("templates", "push", "syntax", "-d", str(syntax), env=env)
+    output = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "Traceback" not in output
+    assert "failed: Invalid expression" in output and "Unexpected token" not in output, output
+    version_url = output.split("hint: the error in the log: ")[1].split()[0]
+    page.goto(version_url)
+    assert "Invalid expression" in page.locator("#job-failure .failure-message").inner_text()
+    log_text = page.locator("#log").inner_text()
+    assert "on main.tf line 2" in log_text and "Expected the start of an expression" in log_text
+    headers = [h.split("\n")[0] for h in page.locator(".log-stage").all_inner_texts()]
+    assert headers[0] == "Setting up" and headers[-1] == "Cleaning up"
+    page.screenshot(path=str(ARTIFACTS / "import-syntax-error.png"), full_page=True)

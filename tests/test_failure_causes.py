@@ -13,6 +13,8 @@ from flask.testing import FlaskClient
 from app.core.extensions import db
 from app.provisioning.failures import cause_from_lines
 from app.provisioning.models import ProvisionerJob
+from cli.follow import failure_message
+from protocol.logs import FailureCause
 from tests.conftest import PASSWORD, Persona
 from tests.support.web import post_form, sign_in
 from tests.test_workspace_updates import World
@@ -81,6 +83,19 @@ def test_the_cause_is_the_first_error_with_its_resource() -> None:
     # Terraform's hook line names the resource too; without an error of its own the first error line says why.
     hooked = cause_from_lines("", [(3, "docker_container.main: Creation errored after 2s"), (4, "Error: boom")])
     assert (hooked.message, hooked.resource, hooked.log_line_id) == ("boom", "docker_container.main", 4)
+    # `terraform init`'s generic preamble is not the cause: the configuration's own error after it is.
+    init = [(20, "Error: Terraform encountered problems during initialisation, including problems"), (21, "")]
+    init += [
+        (22, "Error: Invalid expression"),
+        (23, ""),
+        (24, '  on main.tf line 2, in resource "terraform_data" "a":'),
+    ]
+    syntax = cause_from_lines("Invalid expression; Unsupported block type", init)
+    assert (syntax.message, syntax.resource, syntax.log_line_id) == (
+        "Invalid expression; Unsupported block type",
+        "",
+        22,
+    )
     # A daemon that went away leaves no log line to point at.
     lost = cause_from_lines("The provisioner daemon stopped responding.\nmore", [])
     assert (lost.message, lost.resource, lost.log_line_id) == ("The provisioner daemon stopped responding.", "", None)
@@ -189,3 +204,16 @@ def test_retry_without_debug_and_only_of_a_failed_latest_build(app: Flask, world
     assert world.get(workspace["id"])["latest_build"]["id"] == latest["id"]
     follow = carol.get(again.headers["Location"]).get_data(as_text=True)
     assert "newer build" in follow or "already active" in follow
+
+
+def test_the_cli_says_why_and_where_to_look() -> None:
+    cause = FailureCause(message="local-exec provisioner error", resource="terraform_data.setup", log_line_id=42)
+    assert failure_message(cause, "Starting ws", page_url="https://slipway.example/builds/b1") == (
+        "Starting ws failed: local-exec provisioner error (in terraform_data.setup)\n"
+        "hint: the error in the log: https://slipway.example/builds/b1#log-line-42"
+    )
+    lost = FailureCause(message="The provisioner daemon stopped responding.")
+    assert failure_message(lost, "Import of t (v)", page_url="https://s/templates/versions/v") == (
+        "Import of t (v) failed: The provisioner daemon stopped responding.\n"
+        "hint: the error in the log: https://s/templates/versions/v"
+    )

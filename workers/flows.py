@@ -61,18 +61,24 @@ JobOutcome = JobCompletion | JobFailure
 
 
 def run_job(job: AcquiredJob, settings: RunnerSettings, log: Log, control: JobControl) -> JobOutcome:
+    with job_workdir(settings.cache_dir, job.id, log) as workdir:
+        # The failure is logged before the work dir goes: the log reads in the order things ran, the error under
+        # the stage it happened in and "Cleaning up" last.
+        return _run_in(job, workdir, settings, log, control)
+
+
+def _run_in(job: AcquiredJob, workdir: Path, settings: RunnerSettings, log: Log, control: JobControl) -> JobOutcome:
     try:
-        with job_workdir(settings.cache_dir, job.id, log) as workdir:
-            body = job.workspace_build or job.template_import
-            if body is None:
-                return _failed(f"The server sent a {job.type} job without its body.", log)
-            extract_archive(body.archive, workdir)
-            drop_coder_lock_entry(workdir)
-            toolchain = _Toolchain.of(settings, workdir)
-            if job.workspace_build is not None:
-                return _build(job, job.workspace_build, workdir, toolchain, log, control)
-            assert job.template_import is not None  # noqa: S101 - one of the two, checked above
-            return _import(job, job.template_import, workdir, toolchain, log, control)
+        body = job.workspace_build or job.template_import
+        if body is None:
+            return _failed(f"The server sent a {job.type} job without its body.", log)
+        extract_archive(body.archive, workdir)
+        drop_coder_lock_entry(workdir)
+        toolchain = _Toolchain.of(settings, workdir)
+        if job.workspace_build is not None:
+            return _build(job, job.workspace_build, workdir, toolchain, log, control)
+        assert job.template_import is not None  # noqa: S101 - one of the two, checked above
+        return _import(job, job.template_import, workdir, toolchain, log, control)
     except ArchiveError as exc:
         return _failed(f"The template archive was refused: {exc}", log)
     except TemplateSyntaxError as exc:
@@ -154,7 +160,13 @@ def _executor(
 def _import(
     job: AcquiredJob, body: ImportJob, workdir: Path, toolchain: _Toolchain, log: Log, control: JobControl
 ) -> JobOutcome:
-    variables = read_variables(workdir)
+    try:
+        variables = read_variables(workdir)
+    except TemplateSyntaxError:
+        # Terraform says what is wrong in its own words (summary, file and line, the code): its init reads the
+        # whole configuration first. The parser's message is only for what Terraform accepts.
+        _executor(workdir, toolchain, _import_env(job, "start"), log, control).init()
+        raise
     values = {item.name: item.value for item in body.user_variable_values}
     missing = required_variables_missing(variables, values)
     if missing:
@@ -168,18 +180,7 @@ def _import(
         return _failed(str(exc), log)
     plans = {}
     for transition in ("start", "stop"):
-        # Like a dry run of a workspace: placeholder identity, the given transition (start_count follows it).
-        coder_env = build_coder_env(
-            access_url=job.access_url,
-            transition=transition,
-            workspace_name="import",
-            workspace_id="00000000-0000-0000-0000-000000000000",
-            build_id="",
-            owner_name="import",
-            owner_id="00000000-0000-0000-0000-000000000000",
-            owner_email="import@example.com",
-        )
-        executor = _executor(workdir, toolchain, coder_env, log, control)
+        executor = _executor(workdir, toolchain, _import_env(job, transition), log, control)
         if transition == "start":
             executor.init()
         plans[transition] = parse_show_json(executor.plan(transition, variables=values).plan or {})
@@ -195,6 +196,20 @@ def _import(
             external_auth=tuple(start.external_auth),
             workspace_tags=workspace_tags,
         )
+    )
+
+
+def _import_env(job: AcquiredJob, transition: Transition) -> dict[str, str]:
+    """Like a dry run of a workspace: placeholder identity, the given transition (start_count follows it)."""
+    return build_coder_env(
+        access_url=job.access_url,
+        transition=transition,
+        workspace_name="import",
+        workspace_id="00000000-0000-0000-0000-000000000000",
+        build_id="",
+        owner_name="import",
+        owner_id="00000000-0000-0000-0000-000000000000",
+        owner_email="import@example.com",
     )
 
 

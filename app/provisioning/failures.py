@@ -24,6 +24,9 @@ ERROR_LINES_READ = 200
 # "null_resource.setup: Creation errored after 1s".
 _WITH_RESOURCE = re.compile(r"^\s*with ([A-Za-z0-9_.\[\]\"-]+),\s*$")
 _ERRORED = re.compile(r"^([A-Za-z0-9_.\[\]\"-]+): \w+ errored after\b")
+# `terraform init`'s preamble before the configuration's own errors (workers/terraform/logs.py skips it too): the
+# cause is the error after it.
+_GENERIC_INIT_ERROR = "Error: Terraform encountered problems during initiali"
 
 
 def failure_cause(job: ProvisionerJob) -> FailureCause | None:
@@ -52,7 +55,8 @@ def _cause(job: ProvisionerJob) -> FailureCause:
 def cause_from_lines(error: str, error_lines: Sequence[tuple[int, str]]) -> FailureCause:
     """The cause, from the job's error and its error-level log lines (id, text) in order."""
     texts = [(line_id, text) for line_id, text in error_lines if text.strip()]
-    heading = next(((line_id, text) for line_id, text in texts if text.lstrip().startswith("Error: ")), None)
+    headings = [(line_id, text) for line_id, text in texts if text.lstrip().startswith("Error: ")]
+    heading = next((found for found in headings if not found[1].lstrip().startswith(_GENERIC_INIT_ERROR)), None)
     first = heading or (texts[0] if texts else None)
     message = _first_line(error) or (_first_line(first[1].strip().removeprefix("Error: ")) if first else "")
     return FailureCause(
