@@ -54,6 +54,8 @@ def _print_line(line: JobLog, stage: str | None) -> str | None:
         click.secho(f"==> {stage}", bold=True)
     if line.output:
         click.secho(f"    {line.output}", fg=LEVEL_COLOURS.get(line.level))
+    elif line.source == "provisioner":  # Terraform's blank lines (between a diagnostic's parts) read as it prints
+        click.echo("")
     return stage
 
 

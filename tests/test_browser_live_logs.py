@@ -178,6 +178,16 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     assert f"hint: the error in the log: {server.url}/builds/" in output and "#log-line-" in output
     assert "Traceback" not in output
 
+    # Retry with debug logging: Terraform's debug log in this build's log, at debug level; the cause is unchanged.
+    page.goto(output.split("hint: the error in the log: ")[1].split("#")[0])
+    page.click("#retry-build-debug")
+    page.locator("#job-failure .failure").wait_for(timeout=90_000)
+    assert "#4 start" in page.locator("h1").inner_text()
+    assert "TF_LOG=debug" in page.locator(".flash").first.inner_text()
+    assert page.locator(".log-line.level-debug", has_text="[DEBUG]").count() > 0
+    assert "local-exec provisioner error" in page.locator("#job-failure .failure-message").inner_text()
+    assert page.locator(".log-line.level-error", has_text="[DEBUG]").count() == 0
+
     # An import with a syntax error reads as Terraform prints it, not as a parser's words, in the order it ran.
     syntax = tmp_path / "syntax"
     syntax.mkdir()

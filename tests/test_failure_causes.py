@@ -14,11 +14,12 @@ from app.core.extensions import db
 from app.provisioning.failures import cause_from_lines
 from app.provisioning.models import ProvisionerJob
 from cli.follow import failure_message
-from protocol.logs import FailureCause
+from protocol.logs import FailureCause, LogLine
 from tests.conftest import PASSWORD, Persona
 from tests.support.web import post_form, sign_in
 from tests.test_workspace_updates import World
-from workers.terraform.logs import event_lines, render_diagnostic
+from workers.terraform.executor import _StepOutput
+from workers.terraform.logs import event_lines, render_diagnostic, tf_log_level
 
 # What `terraform apply -json` prints for a local-exec provisioner that exits 1.
 PROVISIONER_ERROR = {
@@ -217,3 +218,18 @@ def test_the_cli_says_why_and_where_to_look() -> None:
         "Import of t (v) failed: The provisioner daemon stopped responding.\n"
         "hint: the error in the log: https://s/templates/versions/v"
     )
+
+
+def test_terraform_debug_output_keeps_its_level_and_is_not_an_error() -> None:
+    """TF_LOG=debug writes Terraform's own log to stderr: those lines are debug (or whatever level they say), not
+    errors, so the cause and the job's error still come from Terraform's diagnostics."""
+    debug = "2026-11-27T03:00:00.123Z [DEBUG] provider.terraform-provider-coder: starting plugin"
+    assert tf_log_level(debug) == "debug"
+    assert tf_log_level("2026-11-27T03:00:00.123Z [WARN]  unexpected data") == "warn"
+    assert tf_log_level("Error: local-exec provisioner error") is None
+    logged: list[LogLine] = []
+    output = _StepOutput("Starting workspace", "json", logged.append)
+    output.on_line("stderr", debug)
+    output.on_line("stderr", "Error: Invalid expression")
+    assert [(line.level, line.output) for line in logged] == [("debug", debug), ("error", "Error: Invalid expression")]
+    assert output.error_message(1) == "Invalid expression"

@@ -45,7 +45,7 @@ class LogHtml:
                 pending_header = len(parts)
                 parts.append(self._header(line, ""))
                 self.open_stage = line
-            if not line.output:  # the daemon's empty line only marks where a stage begins
+            if not line.output and line.source == "provisioner_daemon":  # the daemon's marks where a stage begins
                 continue
             parts.append(
                 f'<div class="log-line level-{escape(line.level)}" id="log-line-{line.id}" data-id="{line.id}">'
