@@ -11,7 +11,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.core.extensions import db
-from app.provisioning.failures import cause_from_lines
+from app.provisioning.failures import cause_from_lines, failure_causes
 from app.provisioning.models import ProvisionerJob
 from cli.follow import failure_message
 from protocol.logs import FailureCause, LogLine
@@ -134,9 +134,15 @@ def test_a_failed_build_shows_its_cause_on_its_pages_and_in_the_api(app: Flask, 
     job = world.get(workspace["id"])["latest_build"]["job"]
     failure = job["failure"]
     assert failure["message"] == "local-exec provisioner error" and failure["resource"] == "terraform_data.setup"
+    line_id = failure["log_line_id"]
     with app.app_context():
-        line_id = failure["log_line_id"]
-        assert line_id and db.session.get(ProvisionerJob, job["id"]) is not None
+        # Read for a whole list at once: each failed job gets its own cause, the others none.
+        listed = [
+            db.session.get(ProvisionerJob, job_id) for job_id in (job["id"], workspace["latest_build"]["job"]["id"])
+        ]
+        causes = failure_causes([found for found in listed if found is not None])
+        assert causes[job["id"]] is not None and causes[job["id"]].log_line_id == line_id
+        assert causes[workspace["latest_build"]["job"]["id"]] is None
     carol = browser(app, "carol")
     page = carol.get(f"/builds/{build['id']}").get_data(as_text=True)
     # At the top, before the log; the link's anchor is the log line's id.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from app.core.extensions import db
 from app.provisioning.models import FAILED, ProvisionerJob, ProvisionerJobLog
@@ -37,19 +37,26 @@ def failure_cause(job: ProvisionerJob) -> FailureCause | None:
 
 
 def failure_causes(jobs: Sequence[ProvisionerJob]) -> dict[str, FailureCause | None]:
-    """Each job's cause by id (None for those that did not fail); one query per failed job, on the log's index."""
-    return {job.id: _cause(job) if job.status == FAILED else None for job in jobs}
-
-
-def _cause(job: ProvisionerJob) -> FailureCause:
-    log = ProvisionerJobLog
-    rows = db.session.execute(
-        select(log.id, log.output)
-        .where(log.job_id == job.id, log.level == "error")
-        .order_by(log.job_id, log.id)
-        .limit(ERROR_LINES_READ)
-    ).all()
-    return cause_from_lines(job.error or "", [(row.id, row.output) for row in rows])
+    """Each job's cause by id (None for those that did not fail): one query for a whole list, each failed job's
+    first error lines."""
+    failed = [job for job in jobs if job.status == FAILED]
+    lines: dict[str, list[tuple[int, str]]] = {job.id: [] for job in failed}
+    if failed:
+        log = ProvisionerJobLog
+        place = func.row_number().over(partition_by=log.job_id, order_by=log.id).label("place")
+        errors = (
+            select(log.job_id, log.id, log.output, place)
+            .where(log.job_id.in_(list(lines)), log.level == "error")
+            .subquery()
+        )
+        query = (
+            select(errors.c.job_id, errors.c.id, errors.c.output)
+            .where(errors.c.place <= ERROR_LINES_READ)
+            .order_by(errors.c.job_id, errors.c.id)
+        )
+        for job_id, line_id, output in db.session.execute(query):
+            lines[job_id].append((line_id, output))
+    return {job.id: cause_from_lines(job.error or "", lines[job.id]) if job.id in lines else None for job in jobs}
 
 
 def cause_from_lines(error: str, error_lines: Sequence[tuple[int, str]]) -> FailureCause:
