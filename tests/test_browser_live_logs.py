@@ -150,6 +150,17 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     assert "local-exec provisioner error" in summary.inner_text()
     assert summary.locator("a").get_attribute("href") == f"{build_url.removeprefix(server.url)}#{line_id}"
 
+    # On a phone the cause and its buttons wrap: nothing pushes the page sideways.
+    default_size = page.viewport_size
+    page.set_viewport_size({"width": 390, "height": 844})
+    for path in (build_url, f"{server.url}/workspaces"):
+        page.goto(path)
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), path
+    page.goto(build_url)
+    page.screenshot(path=str(ARTIFACTS / "build-failed-phone.png"), full_page=True)
+    if default_size is not None:
+        page.set_viewport_size(default_size)
+
     # The API says the same.
     token = httpx.post(
         f"{server.url}/api/v2/users/login", json={"email": "alice@example.com", "password": PASSWORD}
