@@ -58,7 +58,9 @@ CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 class Deployment:
     """The rows, inserted in bulk (logs with COPY); the owner and one member are real accounts with passwords."""
 
-    def __init__(self, app: Flask, cluster: PostgresCluster, database: str) -> None:
+    def __init__(
+        self, app: Flask, cluster: PostgresCluster, database: str, *, users: int = USERS, templates: int = TEMPLATES
+    ) -> None:
         self.app, self.cluster, self.database = app, cluster, database
         self.workspaces = 0
         client = app.test_client()
@@ -75,7 +77,7 @@ class Deployment:
             self.member_id = db.session.query(User).filter_by(username="member").one().id
             self.owner_id = owner.id
             others = [{"id": str(uuid.uuid4()), "username": f"user{n}", "email": f"user{n}@example.com",
-                       "roles": [], "login_type": "password"} for n in range(USERS - 2)]  # fmt: skip
+                       "roles": [], "login_type": "password"} for n in range(users - 2)]  # fmt: skip
             db.session.execute(insert(User), others)
             self.user_ids = [self.member_id, *(row["id"] for row in others)]
             file = File(sha256="0" * 64, mimetype="application/x-tar", size=5, data=b"bench", created_by=owner.id)
@@ -83,7 +85,7 @@ class Deployment:
             db.session.flush()
             self.file_id = file.id
             self.templates: list[tuple[str, str]] = []
-            for number in range(TEMPLATES):
+            for number in range(templates):
                 job = ProvisionerJob(type=JOB_TEMPLATE_IMPORT, queue="bench", file_id=file.id, initiator_id=owner.id,
                                      started_at=NOW, completed_at=NOW)  # fmt: skip
                 db.session.add(job)
@@ -113,7 +115,7 @@ class Deployment:
                     workspace_id = str(uuid.uuid4())
                     # The member owns every 50th workspace (20 at 1,000; 200 at 10,000); the rest spread out.
                     owner = self.member_id if number % 50 == 0 else random.choice(self.user_ids)
-                    template_id, version_id = self.templates[number % TEMPLATES]
+                    template_id, version_id = self.templates[number % len(self.templates)]
                     workspaces.append({"id": workspace_id, "name": f"ws{number}", "name_key": f"ws{number}",
                                        "owner_id": owner, "template_id": template_id, "created_at": NOW})  # fmt: skip
                     for build_number in range(1, BUILDS_PER_WORKSPACE + 1):

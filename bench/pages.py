@@ -1,0 +1,143 @@
+"""Issue 19 benchmark: the dashboard's main pages, server-side, with 10,000 workspaces, 200 templates and 2,000 users
+on PostgreSQL (the rows of bench/scale.py: ten builds per workspace, 50 log lines per job, 100 daemons).
+
+For each page, as the owner and as a member: p50/p99 of the server's time over --requests calls (in process, so
+that only the server's work is timed: routing, SQL, rendering), after --warmup untimed calls, and the HTML's size.
+Measured at 1,000 and at 10,000 workspaces: a page's time must follow its page size, not the number of rows
+(target p99 <= 100 ms at both sizes, and the growth column near 1).
+
+    .venv/bin/python bench/pages.py [--requests 100] [--warmup 5] [--sizes 1000,10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from flask.testing import FlaskClient
+from flask_migrate import upgrade
+from sqlalchemy import select
+
+from app.catalog.models import Template
+from app.core.config import load_settings
+from app.core.extensions import db
+from app.factory import create_app
+from app.workspaces.models import Workspace, WorkspaceBuild
+from bench._harness import percentile, postgres_and_redis
+from bench.scale import PASSWORD, Deployment
+
+USERS, TEMPLATES = 2000, 200
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def signed_in(deployment: Deployment, who: str) -> FlaskClient:
+    client = deployment.app.test_client()
+    token = CSRF.search(client.get("/login").get_data(as_text=True))
+    assert token, "no CSRF token on the sign-in page"
+    form = {"email": f"{who}@example.com", "password": PASSWORD, "csrf_token": token.group(1)}
+    assert client.post("/login", data=form).status_code == 302
+    return client
+
+
+def pages(deployment: Deployment) -> dict[str, tuple[str, str]]:
+    """Label → (path, who). The member's workspace is one of their own; the owner opens the same one."""
+    with deployment.app.app_context():
+        workspace = db.session.scalars(
+            select(Workspace).where(Workspace.owner_id == deployment.member_id).order_by(Workspace.name_key)
+        ).first()
+        assert workspace is not None
+        build = db.session.scalars(
+            select(WorkspaceBuild).where(WorkspaceBuild.workspace_id == workspace.id)
+            .order_by(WorkspaceBuild.build_number.desc())
+        ).first()  # fmt: skip
+        assert build is not None
+        template = db.session.get(Template, workspace.template_id)
+        assert template is not None
+        workspace_id, build_id, template_name = workspace.id, build.id, template.name
+    listed = {
+        "/workspaces": "/workspaces",
+        "/workspaces, page 40": "/workspaces?page=40",
+        "/workspaces?q=status:stopped": "/workspaces?q=status%3Astopped",
+        "a workspace": f"/workspaces/{workspace_id}",
+        "a build": f"/builds/{build_id}",
+        "/templates": "/templates",
+        "a template": f"/templates/{template_name}",
+        "/account": "/account",
+    }
+    owner_only = {
+        "/users": "/users",
+        "/users, page 40": "/users?page=40",
+        "/users?q=user1": "/users?q=user1",
+        "/provisioners": "/provisioners",
+        "/health": "/health",
+    }
+    return {
+        **{f"{label}, owner": (path, "owner") for label, path in (listed | owner_only).items()},
+        **{f"{label}, member": (path, "member") for label, path in listed.items()},
+    }
+
+
+def time_pages(deployment: Deployment, requests: int, warmup: int) -> dict[str, tuple[float, float, int]]:
+    """Label → (p50 ms, p99 ms, HTML bytes)."""
+    clients = {who: signed_in(deployment, who) for who in ("owner", "member")}
+    figures = {}
+    for label, (path, who) in pages(deployment).items():
+        client = clients[who]
+        for _ in range(warmup):
+            assert client.get(path).status_code == 200, label
+        samples, size = [], 0
+        for _ in range(requests):
+            began = time.perf_counter()
+            reply = client.get(path)
+            samples.append((time.perf_counter() - began) * 1000)
+            assert reply.status_code == 200, (label, reply.status_code)
+            size = len(reply.data)
+        figures[label] = (percentile(samples, 0.5), percentile(samples, 0.99), size)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=100, help="timed calls per page and size")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed calls of each page before them")
+    parser.add_argument("--sizes", default="1000,10000", help="workspace counts to measure at, ascending")
+    args = parser.parse_args()
+    sizes = [int(size) for size in args.sizes.split(",")]
+
+    with postgres_and_redis("pages") as (cluster, external):
+        env = {"SLIPWAY_DATA_DIR": tempfile.mkdtemp(prefix="slipway-bench-"), "SLIPWAY_SECRET_KEY": "bench", **external}
+        app = create_app(load_settings(env))
+        with app.app_context():
+            upgrade()
+        deployment = Deployment(app, cluster, "pages", users=USERS, templates=TEMPLATES)
+        timings = {}
+        for size in sizes:
+            deployment.grow_to(size)
+            timings[size] = time_pages(deployment, args.requests, args.warmup)
+    report(sizes, timings)
+
+
+def report(sizes: list[int], timings: dict[int, dict[str, tuple[float, float, int]]]) -> None:
+    header = f"{'page':36}" + "".join(f" | {size:>6,} ws: p50 ms  p99 ms    KiB" for size in sizes) + " | growth"
+    print(header)
+    print("-" * len(header))
+    worst = 0.0
+    for label in timings[sizes[0]]:
+        row = f"{label:36}"
+        for size in sizes:
+            p50, p99, size_bytes = timings[size][label]
+            worst = max(worst, p99)
+            row += f" | {'':10}{p50:6.1f}  {p99:6.1f}  {size_bytes / 1024:5.1f}"
+        growth = timings[sizes[-1]][label][0] / max(timings[sizes[0]][label][0], 0.001)
+        print(f"{row} | {growth:5.2f}x")
+    print(f"slowest p99: {worst:.1f} ms (target <= 100 ms); growth = p50 at {sizes[-1]:,} / p50 at {sizes[0]:,}")
+
+
+if __name__ == "__main__":
+    main()
