@@ -1,7 +1,7 @@
 """The queries that grow with history are served by indexes, on both databases: a page of one job's log, the
-job lists filtered by an active status, a page of a template's versions and a page of everyone's workspaces. (Asked
-of the planner with EXPLAIN; on PostgreSQL with sequential scans discouraged, since on a test's few rows a scan is
-what it would pick anyway.)"""
+job lists filtered by an active status, a page of a template's versions, a page of everyone's workspaces and the
+error lines of failed jobs. (Asked of the planner with EXPLAIN; on PostgreSQL with sequential scans discouraged,
+since on a test's few rows a scan is what it would pick anyway.)"""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from sqlalchemy import Select, select, text, update
 from app.catalog.models import Template
 from app.catalog.services import versions_query
 from app.core.extensions import db
+from app.provisioning.failures import error_lines_query
 from app.provisioning.jobs import job_logs_query
 from app.provisioning.models import (
     ACTIVE_STATUSES,
@@ -121,3 +122,14 @@ def test_a_page_of_everyones_workspaces_is_read_in_the_name_index_order(app: Fla
         db.session.rollback()
     assert "ix_workspaces_name_key_id" in shown, shown
     assert "TEMP B-TREE" not in shown and "Sort" not in shown, shown
+
+
+def test_a_failed_jobs_cause_is_read_from_its_error_lines_only(app: Flask) -> None:
+    """The causes of a page of failed jobs come from the partial index of error lines, never from a walk of every
+    line those jobs logged (a failed build may have logged hundreds of thousands)."""
+    with app.app_context():
+        shown = plan(
+            error_lines_query(["00000000-0000-0000-0000-000000000000", "11111111-1111-1111-1111-111111111111"])
+        )
+        db.session.rollback()
+    assert "ix_provisioner_job_logs_errors" in shown, shown

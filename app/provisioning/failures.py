@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, literal_column, select
 
 from app.core.extensions import db
 from app.provisioning.models import FAILED, ProvisionerJob, ProvisionerJobLog
@@ -19,6 +19,7 @@ from protocol.logs import FailureCause
 # Enough to pass Terraform's warnings and the daemon's lines before the first error; a log whose first error lies
 # further in still gets a cause, only without a line to link to.
 ERROR_LINES_READ = 200
+ERROR_LEVEL = "error"
 
 # Terraform's "  with null_resource.setup," (an apply or plan error about one resource) and its hook message
 # "null_resource.setup: Creation errored after 1s".
@@ -42,21 +43,26 @@ def failure_causes(jobs: Sequence[ProvisionerJob]) -> dict[str, FailureCause | N
     failed = [job for job in jobs if job.status == FAILED]
     lines: dict[str, list[tuple[int, str]]] = {job.id: [] for job in failed}
     if failed:
-        log = ProvisionerJobLog
-        place = func.row_number().over(partition_by=log.job_id, order_by=log.id).label("place")
-        errors = (
-            select(log.job_id, log.id, log.output, place)
-            .where(log.job_id.in_(list(lines)), log.level == "error")
-            .subquery()
-        )
-        query = (
-            select(errors.c.job_id, errors.c.id, errors.c.output)
-            .where(errors.c.place <= ERROR_LINES_READ)
-            .order_by(errors.c.job_id, errors.c.id)
-        )
-        for job_id, line_id, output in db.session.execute(query):
+        for job_id, line_id, output in db.session.execute(error_lines_query(list(lines))):
             lines[job_id].append((line_id, output))
     return {job.id: cause_from_lines(job.error or "", lines[job.id]) if job.id in lines else None for job in jobs}
+
+
+def error_lines_query(job_ids: list[str]) -> Select[str, int, str]:
+    """Each job's first ``ERROR_LINES_READ`` error lines (job id, line id, text), in order."""
+    log = ProvisionerJobLog
+    place = func.row_number().over(partition_by=log.job_id, order_by=log.id).label("place")
+    errors = (
+        select(log.job_id, log.id, log.output, place)
+        # The level as a literal in the SQL, not a parameter: the partial index of error lines is chosen by it.
+        .where(log.job_id.in_(job_ids), log.level == literal_column(f"'{ERROR_LEVEL}'"))
+        .subquery()
+    )
+    return (
+        select(errors.c.job_id, errors.c.id, errors.c.output)
+        .where(errors.c.place <= ERROR_LINES_READ)
+        .order_by(errors.c.job_id, errors.c.id)
+    )
 
 
 def cause_from_lines(error: str, error_lines: Sequence[tuple[int, str]]) -> FailureCause:

@@ -186,7 +186,18 @@ class ProvisionerJob(Model):
 class ProvisionerJobLog(Model):
     __tablename__ = "provisioner_job_logs"
     # Every read is one job's lines in id order, from a cursor: this index finds them without walking other jobs'.
-    __table_args__ = (Index("ix_provisioner_job_logs_job_id_id", "job_id", "id"),)
+    __table_args__ = (
+        Index("ix_provisioner_job_logs_job_id_id", "job_id", "id"),
+        # A failed job's cause is read from its error lines (app/provisioning/failures.py): found among its
+        # hundreds of thousands of lines without reading them, and a small index since errors are rare.
+        Index(
+            "ix_provisioner_job_logs_errors",
+            "job_id",
+            "id",
+            sqlite_where=text("level = 'error'"),
+            postgresql_where=text("level = 'error'"),
+        ),
+    )
 
     # SQLite only auto-increments INTEGER PRIMARY KEY; PostgreSQL gets a bigint identity.
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
