@@ -51,6 +51,7 @@ from tests.support.queries import counted
 PASSWORD = "correct-horse-battery"
 USERS, TEMPLATES, BUILDS_PER_WORKSPACE, LINES_PER_JOB, DAEMONS, PENDING = 500, 20, 10, 50, 100, 100
 LONG_LOG_LINES = 10_000
+FAILURE_LINE = "Error: local-exec provisioner error (with terraform_data.line[{}],)"
 NOW = datetime.now(UTC)
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -110,7 +111,7 @@ class Deployment:
         with self.app.app_context():
             while self.workspaces < total:
                 count = min(1000, total - self.workspaces)
-                jobs, workspaces, builds, job_ids = [], [], [], []
+                jobs, workspaces, builds, job_ids, failed_ids = [], [], [], [], []
                 for number in range(self.workspaces, self.workspaces + count):
                     workspace_id = str(uuid.uuid4())
                     # The member owns every 50th workspace (20 at 1,000; 200 at 10,000); the rest spread out.
@@ -122,12 +123,17 @@ class Deployment:
                         job_id = str(uuid.uuid4())
                         latest = build_number == BUILDS_PER_WORKSPACE
                         pending = latest and number < PENDING and self.workspaces == 0
+                        # One workspace in 20 failed its latest build: lists show its cause, read from its log.
+                        failed = latest and not pending and number % 20 == 1
                         when = NOW - timedelta(hours=BUILDS_PER_WORKSPACE - build_number)
                         jobs.append({
                             "id": job_id, "type": JOB_WORKSPACE_BUILD, "input": {}, "tags": {}, "queue": "bench",
                             "file_id": self.file_id, "initiator_id": owner, "created_at": when, "updated_at": when,
                             "started_at": None if pending else when, "completed_at": None if pending else when,
+                            "error": "terraform apply failed" if failed else None,
                         })  # fmt: skip
+                        if failed:
+                            failed_ids.append(job_id)
                         builds.append({
                             "id": str(uuid.uuid4()), "workspace_id": workspace_id, "build_number": build_number,
                             "transition": "start" if build_number % 2 else "stop", "template_version_id": version_id,
@@ -140,6 +146,7 @@ class Deployment:
                 db.session.execute(insert(WorkspaceBuild), builds)
                 db.session.commit()
                 lines += self._copy_logs(job_ids, LINES_PER_JOB)
+                lines += self._copy_logs(failed_ids, 1, level="error", output=FAILURE_LINE)
                 self.workspaces += count
             if not hasattr(self, "long_build_id"):  # one build with a long log: a page of it is a log read's cost
                 build = db.session.query(WorkspaceBuild).filter_by(build_number=1).first()
@@ -150,14 +157,19 @@ class Deployment:
             connection.execute("ANALYZE")
         print(f"  seeded to {total:,} workspaces ({lines:,} log lines added) in {time.perf_counter() - began:.0f} s")
 
-    def _copy_logs(self, job_ids: list[str], per_job: int) -> int:
+    def _copy_logs(
+        self,
+        job_ids: list[str],
+        per_job: int,
+        *,
+        level: str = "info",
+        output: str = "terraform_data.line[{}]: Creating...",
+    ) -> int:
         buffer = io.StringIO()
         stamp = NOW.isoformat()
         for job_id in job_ids:
             for line in range(per_job):
-                buffer.write(
-                    f"{job_id}\t{stamp}\tprovisioner\tinfo\tApplying\tterraform_data.line[{line}]: Creating...\n"
-                )
+                buffer.write(f"{job_id}\t{stamp}\tprovisioner\t{level}\tApplying\t{output.format(line)}\n")
         with psycopg_connection(self.cluster, self.database) as connection, connection.cursor() as cursor:
             copy = "COPY provisioner_job_logs (job_id, created_at, source, level, stage, output) FROM STDIN"
             with cursor.copy(copy) as writer:
