@@ -24,10 +24,23 @@ from pathlib import Path
 PROVIDER_SOURCE = "registry.terraform.io/coder/coder"
 
 # Terraform resolves a template's version constraint against the versions the mirror lists, so we list the same
-# plugin under several numbers, one per major line templates pin: `~> 0.23` (and `>= 0.12`, `~> 0.12`) get 0.23.0,
-# `~> 1.0` gets 1.0.4, `~> 2.0` and open `>=` constraints get 2.13.0. An exact pin on another number
-# (`version = "2.4.0"`) will not resolve; such templates need their constraint relaxed.
-MIRRORED_VERSIONS = ("0.23.0", "1.0.4", "2.13.0")
+# plugin under the number of every stable release of the real coder/coder provider: exact pins (`version =
+# "2.4.0"`) resolve as well as `~> 0.12`, `~> 1.0`, `~> 2.0` and open `>=` constraints (the newest: 2.17.0).
+# fmt: off
+MIRRORED_VERSIONS = (
+    "0.1.0", "0.2.0", "0.2.1", "0.3.0", "0.3.1", "0.3.2", "0.3.3", "0.3.4", "0.4.0", "0.4.1", "0.4.2", "0.4.3",
+    "0.4.4", "0.4.5", "0.4.6", "0.4.7", "0.4.8", "0.4.9", "0.4.10", "0.4.11", "0.4.12", "0.4.13", "0.4.14",
+    "0.4.15", "0.5.0", "0.5.1", "0.5.2", "0.5.3", "0.6.0", "0.6.1", "0.6.2", "0.6.3", "0.6.4", "0.6.5", "0.6.6",
+    "0.6.7", "0.6.8", "0.6.9", "0.6.10", "0.6.11", "0.6.12", "0.6.13", "0.6.14", "0.6.15", "0.6.16", "0.6.17",
+    "0.6.18", "0.6.19", "0.6.20", "0.6.21", "0.6.22", "0.6.23", "0.7.0", "0.8.0", "0.8.1", "0.8.2", "0.8.3",
+    "0.9.0", "0.10.0", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.12.1", "0.12.2", "0.12.3", "0.12.4", "0.13.0",
+    "0.14.0", "0.14.1", "0.14.2", "0.15.0", "0.16.0", "0.17.0", "0.18.0", "0.19.0", "0.20.0", "0.20.1", "0.21.0",
+    "0.22.0", "0.23.0", "1.0.0", "1.0.1", "1.0.2", "1.0.3", "1.0.4", "2.0.1", "2.0.2", "2.1.0", "2.1.1", "2.1.2",
+    "2.1.3", "2.2.0", "2.3.0", "2.4.0", "2.4.1", "2.4.2", "2.5.0", "2.5.1", "2.5.2", "2.5.3", "2.6.0", "2.7.0",
+    "2.8.0", "2.9.0", "2.10.0", "2.10.1", "2.11.0", "2.12.0", "2.13.0", "2.13.1", "2.14.0", "2.15.0", "2.16.0",
+    "2.17.0",
+)
+# fmt: on
 
 # Linux's historic limit on a #! line; longer interpreter paths go through /bin/sh instead.
 _SHEBANG_LIMIT = 127

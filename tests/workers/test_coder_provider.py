@@ -360,7 +360,16 @@ resource "coder_agent" "dev" {
     assert (workspace_values["access_url"], workspace_values["access_port"]) == ("https://explicit.example:8443", 8443)
 
 
-@pytest.mark.parametrize(("constraint", "expected"), [("~> 0.23", "0.23.0"), ("~> 1.0", "1.0.4"), (">= 2.0", "2.13.0")])
+@pytest.mark.parametrize(
+    ("constraint", "expected"),
+    [
+        ("~> 0.12.2", "0.12.4"),
+        ("~> 1.0", "1.0.4"),
+        (">= 2.0", MIRRORED_VERSIONS[-1]),
+        ("2.4.0", "2.4.0"),
+        ("~> 2.13.0", "2.13.1"),
+    ],
+)
 def test_common_version_constraints_resolve_from_the_mirror(
     tmp_path: Path, terraform_template_dir: Callable[[str], TemplateDir], constraint: str, expected: str
 ) -> None:
