@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -21,6 +22,7 @@ TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 # Lists answer a page at a time and say in this header how many rows there are; the CLI reads them all.
 TOTAL_HEADER = "X-Total-Count"
 PAGE_LIMIT = 1000
+SUCCESS = (200, 201, 204)
 
 
 class ApiError(CliError):
@@ -47,23 +49,16 @@ class SlipwayClient:
         json: JSON = None,
         content: bytes | None = None,
         headers: dict[str, str] | None = None,
-        expect: tuple[int, ...] = (200, 201, 204),
+        expect: tuple[int, ...] = SUCCESS,
     ) -> JSON:
         """The answer's JSON as it came (``--output json`` prints it unchanged); ``None`` for an empty answer."""
-        return _answer(self._send(method, path, json=json, content=content, headers=headers, expect=expect))
+        send = functools.partial(self._http.request, method, path, json=json, content=content, headers=headers)
+        return _answer(self._checked(send, expect))
 
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: JSON = None,
-        content: bytes | None = None,
-        headers: dict[str, str] | None = None,
-        expect: tuple[int, ...] = (200, 201, 204),
-    ) -> httpx.Response:
+    def _checked(self, send: Callable[[], httpx.Response], expect: tuple[int, ...]) -> httpx.Response:
+        """``send()``'s response when its status is one of ``expect``; else one readable CLI error."""
         try:
-            response = self._http.request(method, path, json=json, content=content, headers=headers)
+            response = send()
         except httpx.HTTPError as exc:
             raise CliError(
                 f"cannot reach {self.url}: {exc}",
@@ -84,7 +79,7 @@ class SlipwayClient:
 
     def get(self, path: str) -> JSON:
         """The answer's JSON; a list is read to its end, page after page, unless ``path`` asks for one page."""
-        response = self._send("GET", path)
+        response = self._checked(functools.partial(self._http.get, path), SUCCESS)
         answer = _answer(response)
         total = response.headers.get(TOTAL_HEADER, "")
         if not isinstance(answer, list) or not total.isdigit() or _asks_for_a_page(path):
@@ -93,7 +88,7 @@ class SlipwayClient:
         read = len(answer)
         while answer and read < int(total):
             separator = "&" if "?" in path else "?"
-            answer = _answer(self._send("GET", f"{path}{separator}limit={PAGE_LIMIT}&offset={read}"))
+            answer = self.request("GET", f"{path}{separator}limit={PAGE_LIMIT}&offset={read}")
             if not isinstance(answer, list):
                 break
             pages.append(answer)
