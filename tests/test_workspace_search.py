@@ -3,12 +3,16 @@ the workspaces page's search box: each term narrows the list in SQL, and a term 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from sqlalchemy import update
 
+from app.core.extensions import db
+from app.workspaces.models import Workspace
 from tests.conftest import PASSWORD, Persona
 from tests.support.archives import tar_of
 from tests.support.daemon import PARAMETERS, RESOURCES, FakeDaemon, import_template
@@ -143,3 +147,31 @@ def test_the_workspaces_page_has_the_search_box(app: Flask, fleet: Fleet) -> Non
     assert bad.status_code == 400
     html = bad.get_data(as_text=True)
     assert "Unknown filter &#39;colour&#39;" in html and 'value="colour:red"' in html and 'aria-invalid="true"' in html
+
+
+def test_the_list_reads_in_the_order_asked(app: Flask, fleet: Fleet) -> None:
+    """``?sort=`` in the API and the page's column headers: by name either way, by creation, by last use (never used
+    counts as longest ago); the live updates and the pages keep the order; an unknown one says what it takes."""
+    with app.app_context():
+        db.session.execute(update(Workspace).where(Workspace.name == "gamma").values(last_used_at=datetime.now(UTC)))
+        db.session.commit()
+
+    def ordered(sort: str) -> list[str]:
+        reply = fleet.client.get(f"/api/v2/workspaces?sort={sort}", headers=fleet.personas["alice"].auth)
+        assert reply.status_code == 200, reply.json
+        return [item["name"] for item in reply.json]
+
+    assert ordered("") == ordered("name") == ["alpha", "beta", "delta", "gamma"]
+    assert ordered("-name") == ["gamma", "delta", "beta", "alpha"]
+    assert ordered("created") == ["alpha", "beta", "gamma", "delta"]
+    assert ordered("-last_used")[0] == "gamma" and ordered("last_used")[-1] == "gamma"
+    bad = fleet.client.get("/api/v2/workspaces?sort=size", headers=fleet.personas["alice"].auth)
+    assert bad.status_code == 400 and bad.json["validations"][0]["field"] == "sort"
+
+    page = app.test_client()
+    sign_in(page, "alice@example.com", PASSWORD)
+    shown = page.get("/workspaces?sort=-name&q=owner:carol").get_data(as_text=True)
+    assert shown.index("<strong>gamma</strong>") < shown.index("<strong>alpha</strong>")
+    assert 'aria-sort="descending"' in shown and "sort=name" in shown  # the header turns it around
+    assert "sort=-name" in shown.split("/workspaces/events?", 1)[1].split('"', 1)[0]  # live updates keep it
+    assert page.get("/workspaces?sort=size").status_code == 400

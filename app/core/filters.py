@@ -1,14 +1,22 @@
 """Coder's list filters (``?q=``): ``key:value`` terms separated by spaces (quote a value with spaces), a bare word
 meaning the list's own key (a name). Each list says its keys and what a value of each looks like; a term it cannot
-read is a 400 that says what it takes, in the API and in the dashboard's search boxes alike.
+read is a 400 that says what it takes, in the API and in the dashboard's search boxes alike. And the orders a list
+can be read in (``?sort=``), which its column headers offer.
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from sqlalchemy import ColumnElement, Select
+from sqlalchemy.orm import QueryableAttribute
 
 from app.core.errors import InvalidInput
+
+Row = TypeVar("Row")
+Orders = Mapping[str, tuple[ColumnElement[Any] | QueryableAttribute[Any], ...]]
 
 
 def parse_terms(text: str, examples: Mapping[str, str], bare: str = "name") -> dict[str, str]:
@@ -41,3 +49,13 @@ def one_of(terms: Mapping[str, str], key: str, allowed: tuple[str, ...]) -> str 
 
 def bad_filter(message: str) -> InvalidInput:
     return InvalidInput(message, validations=[{"field": "q", "detail": message}])
+
+
+def ordered(query: Select[Row], sort: str, orders: Orders, default: str) -> Select[Row]:
+    """``query`` in the order ``sort`` names (``default`` when blank), from the list's ``orders``: each ends with
+    the id, so that pages never overlap, and ``-name`` reads it the other way. An unknown one is a 400 listing them."""
+    columns = orders.get(sort or default)
+    if columns is None:
+        message = f"Unknown sort {sort!r}: use {', '.join(orders)}."
+        raise InvalidInput(message, validations=[{"field": "sort", "detail": message}])
+    return query.order_by(None).order_by(*columns)

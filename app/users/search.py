@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from sqlalchemy import Select, String, cast, func, or_
 
-from app.core.errors import InvalidInput
-from app.core.filters import one_of, parse_terms
+from app.core.filters import Orders, one_of, ordered, parse_terms
 from app.users.models import ALL_ROLES, ROLE_MEMBER, STATUS_ACTIVE, STATUS_SUSPENDED, User
 from app.users.services import users_query
 
 _EXAMPLES = {"status": "active", "role": "owner", "login_type": "oidc", "name": "ann"}
 LOGIN_TYPES = ("password", "oidc")
-# ?sort= → the columns, each list ending with the id so that pages never overlap; "-" reads it newest first.
-SORTS = {
+# ?sort= → the columns; "-" reads it the other way (the newest first).
+SORTS: Orders = {
     "username": (User.username, User.id),
     "-username": (User.username.desc(), User.id),
     "created": (User.created_at, User.id),
@@ -55,8 +54,4 @@ def searched_users(query: Select[User], text: str) -> Select[User]:
 
 def sorted_users(query: Select[User], sort: str) -> Select[User]:
     """``query`` in the order ``sort`` names (by username when blank); an unknown one is a 400 listing them."""
-    columns = SORTS.get(sort or "username")
-    if columns is None:
-        message = f"Unknown sort {sort!r}: use {', '.join(SORTS)}."
-        raise InvalidInput(message, validations=[{"field": "sort", "detail": message}])
-    return query.order_by(None).order_by(*columns)
+    return ordered(query, sort, SORTS, "username")

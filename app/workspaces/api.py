@@ -23,7 +23,7 @@ from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
 from app.workspaces import services, updates
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import parameter_values_field
-from app.workspaces.search import searched
+from app.workspaces.search import searched, sorted_workspaces
 from protocol.codec import JsonObject
 
 bp = api_blueprint("workspaces_api", __name__)
@@ -132,7 +132,7 @@ def list_workspaces() -> Response:
     user = api_user()
     query = services.visible_workspaces_query(user, only_mine=owner == "me", name=request.args.get("name") or None)
     # Coder's filter: owner:me template:docker status:running outdated:true name:dev
-    query = searched(query, request.args.get("q", ""), user)
+    query = sorted_workspaces(searched(query, request.args.get("q", ""), user), request.args.get("sort", ""))
     workspaces, total = PageRequest.from_args().rows(query)
     return with_total(jsonify(workspaces_json(workspaces)), total)
 

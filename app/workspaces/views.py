@@ -30,7 +30,7 @@ from app.resources.services import job_resources
 from app.users.models import User
 from app.workspaces import services
 from app.workspaces.models import Workspace, WorkspaceBuild
-from app.workspaces.search import searched
+from app.workspaces.search import searched, sorted_workspaces
 from app.workspaces.sections import workspace_sections
 from protocol.provisionerd import NameValue
 
@@ -44,10 +44,11 @@ def home() -> Response:
 
 @bp.get("/workspaces")
 def index() -> str | tuple[str, int]:
-    """The workspaces the user may see, a page at a time, narrowed by the search box (``?q=``, Coder's filter)."""
-    search = request.args.get("q", "").strip()
+    """The workspaces the user may see, a page at a time, narrowed by the search box (``?q=``, Coder's filter) and
+    in the order its column headers set (``?sort=``)."""
+    search, sort = request.args.get("q", "").strip(), request.args.get("sort", "")
     try:
-        query = _listed(page_user(), search)
+        query = _listed(page_user(), search, sort)
     except InvalidInput as error:  # the box keeps what was typed, with what is wrong with it
         page = Page([], 1, PAGE_SIZE, 0)
         context = {
@@ -56,6 +57,7 @@ def index() -> str | tuple[str, int]:
             "page": page,
             "search": search,
             "search_error": error.message,
+            "sort": sort or "name",
             "stream_seen": "",
         }
         return render_template("workspaces/index.html", status_of=services.build_status, **context), 400
@@ -70,13 +72,14 @@ def index() -> str | tuple[str, int]:
         page=page,
         search=search,
         search_error="",
+        sort=sort or "name",
         status_of=services.build_status,
         stream_seen=seen,
     )
 
 
-def _listed(user: User, search: str) -> Select[Workspace]:
-    return searched(services.visible_workspaces_query(user), search, user)
+def _listed(user: User, search: str, sort: str) -> Select[Workspace]:
+    return sorted_workspaces(searched(services.visible_workspaces_query(user), search, user), sort)
 
 
 def _list_state(rows: Sequence[tuple[Workspace, WorkspaceBuild]]) -> list[tuple[str, int, str]]:
@@ -98,7 +101,7 @@ def status_events() -> Response:
     seen = request.args.get("seen")
     if only:
         return _workspace_events(services.get_workspace_for(user, only).id, seen)
-    number, listed = requested_page(), _listed(user, request.args.get("q", "").strip())
+    number, listed = requested_page(), _listed(user, request.args.get("q", "").strip(), request.args.get("sort", ""))
 
     def statuses() -> list[tuple[str, int, str]]:
         workspaces = page_of(listed, number).rows
