@@ -9,6 +9,7 @@ from flask import url_for
 from sqlalchemy import select
 
 from app.catalog.models import Template, TemplateVersion
+from app.catalog.services import publish_imported
 from app.core.errors import InvalidInput, NotFound
 from app.core.extensions import db
 from app.files.services import archive_bytes
@@ -58,6 +59,7 @@ def import_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
     version.workspace_tags = dict(result.workspace_tags)
     store_resources(job.id, "start", result.resources.start)
     store_resources(job.id, "stop", result.resources.stop)
+    publish_imported(version)
 
 
 def import_secrets(job: ProvisionerJob) -> list[str]:

@@ -94,6 +94,9 @@ class TemplateVersion(Model):
     # An archived version is kept for its history (log, resources) but builds no new workspace, and its archive
     # no longer counts against its creator's storage quota (the maintenance loop frees it once nothing needs it).
     archived_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Set by an upload that publishes: once the import succeeds the version becomes the active version of the
+    # template of this name (created then if it does not exist), so nobody has to come back and click Publish.
+    publish_as: Mapped[str] = mapped_column(String(32), default="", server_default="")
     # Values the uploader gave for Terraform variables, never returned by the API. Which are sensitive is known
     # only once the import has read them, so all are encrypted.
     user_variable_values: Mapped[tuple[NameValue, ...]] = mapped_column(

@@ -40,7 +40,10 @@ def create_version(
     name: str = "",
     provisioner_tags: dict[str, str] | None = None,
     user_variable_values: Sequence[NameValue] = (),
+    publish_as: str = "",
 ) -> TemplateVersion:
+    """``publish_as``: a template name the version is published as once its import succeeds (see
+    :func:`publish_imported`); empty, it waits for someone to publish it."""
     stored = usable_file(file_id)
     if template_id is not None:
         get_template(template_id)
@@ -59,6 +62,7 @@ def create_version(
         job=job,
         created_by=actor.id,
         user_variable_values=tuple(user_variable_values),
+        publish_as=check_template_name(publish_as) if publish_as else "",
     )
     db.session.add(version)
     db.session.flush()
@@ -100,6 +104,27 @@ def create_template(actor: User, name: str, version_id: str, display_name: str =
     except IntegrityError as exc:
         db.session.rollback()
         raise Conflict(f"A template named {name!r} already exists.") from exc
+    return template
+
+
+def publish_imported(version: TemplateVersion) -> Template | None:
+    """Called as a version's import succeeds, in its completion's transaction: a version uploaded to publish
+    becomes the active version of its template, which is created now when it is new (or was deleted meanwhile).
+    Returns the template, or None when the version waits for someone to publish it."""
+    if not version.publish_as or version.archived_at is not None:
+        return None
+    template = db.session.get(Template, version.template_id) if version.template_id else None
+    if template is None:
+        template = db.session.scalar(select(Template).where(func.lower(Template.name) == version.publish_as.lower()))
+    if template is None:
+        template = Template(name=version.publish_as, created_by=version.created_by)
+        try:
+            with db.session.begin_nested():  # created by someone else just now: leave it to a person
+                db.session.add(template)
+        except IntegrityError:
+            return None
+    version.template_id = template.id
+    template.active_version_id = version.id
     return template
 
 

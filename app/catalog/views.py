@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flask import flash, redirect, render_template, request, url_for
-from markupsafe import Markup, escape
+from flask_wtf.csrf import generate_csrf
 from werkzeug.datastructures import FileStorage
 from werkzeug.wrappers import Response
 
@@ -11,6 +11,7 @@ from app.auth.access import page_user, require_role
 from app.auth.blueprints import page_blueprint
 from app.catalog import services, storage
 from app.core.errors import DomainError, InvalidInput
+from app.core.extensions import db
 from app.core.markdown_render import render_markdown
 from app.core.pagination import page_of, requested_page
 from app.core.templating import tar_of_uploads
@@ -18,6 +19,7 @@ from app.externalauth import services as external_auth
 from app.files.services import MAX_ARCHIVE_BYTES
 from app.provisioning import overview
 from app.provisioning.log_html import log_page_context, page_stream
+from app.provisioning.models import ProvisionerJob
 from app.resources.services import job_resources
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
 from protocol.provisionerd import NameValue
@@ -58,7 +60,7 @@ def routing_check() -> str:
 @require_role(*ADMINS)
 def upload() -> Response | tuple[str, int]:
     """One form for a new template or a new version: an archive, or the .tf files themselves."""
-    form = {key: request.form.get(key, "") for key in ("name", "tags", "variables")}
+    form = {key: request.form.get(key, "") for key in ("name", "tags", "variables", "publish")}
     request.max_content_length = MAX_ARCHIVE_BYTES + 1024 * 1024
     try:
         name = services.check_template_name(form["name"])
@@ -76,6 +78,7 @@ def upload() -> Response | tuple[str, int]:
             template_id=existing[0].id if existing else None,
             provisioner_tags=tags,
             user_variable_values=[NameValue(name=key, value=value) for key, value in variables.items()],
+            publish_as=name if form["publish"] == "on" else "",
         )
     except DomainError as error:
         errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
@@ -126,8 +129,17 @@ def version(version_id: str) -> str:
 @bp.get("/templates/versions/<version_id>/log/stream")
 @require_role(*ADMINS)
 def version_log_stream(version_id: str) -> Response:
-    link = url_for("catalog.version", version_id=version_id, template_name=request.args.get("template_name", ""))
-    follow_up = Markup(f' <a class="btn btn-small btn-primary" href="{escape(link)}">Continue</a>')  # noqa: S704
+    template_name, csrf = request.args.get("template_name", ""), generate_csrf()
+
+    def follow_up(job: ProvisionerJob) -> str:
+        """As the import ends: published by its upload, or the Publish form (no reload, no extra step)."""
+        found = services.get_version(version_id)
+        db.session.refresh(found)
+        template = services.get_template(found.template_id) if found.template_id else None
+        return render_template(
+            "catalog/_partials/publish.html", version=found, template=template, template_name=template_name, csrf=csrf
+        )
+
     return page_stream(
         services.get_version(version_id).job, lambda job: job.status, job_status=True, follow_up=follow_up
     )

@@ -24,6 +24,9 @@ from app.provisioning.log_api import follow_job
 from app.provisioning.models import FAILED, LogLine, ProvisionerJob, ProvisionerJobLog
 from app.provisioning.presenter import job_json
 
+# What a job's page shows once the job ends: fixed HTML, or HTML made from the ended job.
+FollowUp = Markup | Callable[[ProvisionerJob], str]
+
 
 def _duration(start: datetime, end: datetime) -> str:
     seconds = max(int((end - start).total_seconds()), 0)
@@ -83,7 +86,7 @@ class HtmlRenderer:
         status_of: Callable[[ProvisionerJob], str],
         *,
         job_status: bool,
-        follow_up: Markup,
+        follow_up: FollowUp,
         retry_url: str | None = None,
     ) -> None:
         self.log = LogHtml(open_stage)
@@ -120,8 +123,11 @@ class HtmlRenderer:
             retry_url=self.retry_url if job.status == FAILED else None,
         )
         # Joined as plain strings: adding a str to Markup would escape the badge's HTML.
-        parts = [closing, self._badge(self.status_of(job)), failure, summary, self.follow_up]
+        parts = [closing, self._badge(self.status_of(job)), failure, summary, self._follow_up(job)]
         yield sse_event("end", "".join(parts))
+
+    def _follow_up(self, job: ProvisionerJob) -> str:
+        return self.follow_up if isinstance(self.follow_up, str) else self.follow_up(job)
 
     def _badge(self, status: str) -> str:
         return render_template(
@@ -167,11 +173,12 @@ def page_stream(
     status_of: Callable[[ProvisionerJob], str],
     *,
     job_status: bool,
-    follow_up: Markup,
+    follow_up: FollowUp,
     retry_url: str | None = None,
 ) -> Response:
     """The live stream a job's page connects to, resuming after ``?after=`` or Last-Event-ID. ``follow_up`` is
-    shown when the job ends (the page's next step); ``retry_url``, where the viewer may retry a failed job."""
+    shown when the job ends (the page's next step; a function of the ended job when the step depends on how
+    it ended); ``retry_url``, where the viewer may retry a failed job."""
     cursor = stream_cursor(request.args.get("after"), request.headers.get("Last-Event-ID"))
     opening = stage_opening(job.id, cursor)
     renderer = HtmlRenderer(opening, status_of, job_status=job_status, follow_up=follow_up, retry_url=retry_url)
