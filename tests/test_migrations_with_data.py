@@ -239,3 +239,30 @@ def test_names_that_differ_only_in_case_are_renamed_not_lost_when_names_become_c
         assert [tuple(row) for row in rows] == [
             ("w0", "Dev", "dev"), ("w1", "dev-3", "dev-3"), ("w2", "DEV", "dev"), ("w3", "dev-2", "dev-2"),
         ]  # fmt: skip
+
+
+def test_version_names_shared_within_a_template_are_renamed_not_lost_when_they_become_unique(
+    empty_database: Flask,
+) -> None:
+    """0026: a template's later versions of a name already taken get a number; other templates' are left alone."""
+    with empty_database.app_context():
+        upgrade(revision="0025")
+        with db.engine.begin() as connection:
+            insert(connection, "users", id=IDS["user"], username="alice", email="alice@example.com", roles=[])
+            insert(connection, "files", id=IDS["file"], sha256="0" * 64, data=b"tar", created_by=IDS["user"])
+            for template in ("t1", "t2"):
+                insert(connection, "templates", id=template, name=template, created_by=IDS["user"])
+            versions = [("a", "t1", "good"), ("b", "t1", "good"), ("c", "t1", "good-2"), ("d", "t2", "good")]
+            for number, (version_id, template, name) in enumerate(versions):
+                insert(
+                    connection, "provisioner_jobs", id=f"j{version_id}", file_id=IDS["file"], initiator_id=IDS["user"]
+                )
+                insert(
+                    connection, "template_versions", id=version_id, template_id=template, name=name,
+                    job_id=f"j{version_id}", created_by=IDS["user"],
+                    created_at=datetime(2026, 1, 1 + number, tzinfo=UTC),
+                )  # fmt: skip
+        upgrade(revision="0026")
+        with db.engine.connect() as connection:
+            rows = connection.execute(sa.text("SELECT id, name FROM template_versions ORDER BY id")).all()
+        assert [tuple(row) for row in rows] == [("a", "good"), ("b", "good-3"), ("c", "good-2"), ("d", "good")]

@@ -4,12 +4,14 @@ per template, template settings and delete, archiving versions, and a version's 
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import PASSWORD, Persona
+from tests.support.archives import tar_of
 from tests.support.daemon import PARAMETERS, RESOURCES, FakeDaemon
 from tests.support.web import csrf_token, sign_in
 
@@ -84,3 +86,40 @@ def test_a_bad_upload_keeps_the_publish_choice(app: Flask, client: FlaskClient, 
     assert response.status_code == 400
     page = response.get_data(as_text=True)
     assert "letters, digits" in page and 'id="upload-publish" >' in page  # unticked stays unticked
+
+
+def api_version(api: FlaskClient, admin: Persona, template_id: str | None = None, name: str = "") -> Any:
+    archive = tar_of({"main.tf": MAIN_TF.decode()})
+    upload = api.post("/api/v2/files", data=archive, headers={**admin.auth, "Content-Type": "application/x-tar"})
+    body = {"file_id": upload.json["id"], "name": name, **({"template_id": template_id} if template_id else {})}
+    return api.post("/api/v2/templateversions", json=body, headers=admin.auth)
+
+
+def published_template(api: FlaskClient, daemon: FakeDaemon, admin: Persona, name: str = "dev") -> dict[str, Any]:
+    version = api_version(api, admin).json
+    finish_import(api, daemon, admin, version["id"])
+    reply = api.post("/api/v2/templates", json={"name": name, "version_id": version["id"]}, headers=admin.auth)
+    assert reply.status_code == 201, reply.json
+    return dict(reply.json)
+
+
+def test_versions_get_readable_names_unique_in_their_template(app: Flask, personas: dict[str, Persona]) -> None:
+    bob, api, daemon = personas["bob"], app.test_client(), FakeDaemon(app.test_client())
+    template = published_template(api, daemon, bob)
+    first = api.get(f"/api/v2/templateversions/{template['active_version_id']}", headers=bob.auth).json
+    assert re.fullmatch(r"[a-z]+-[a-z]+-1", first["name"]), first["name"]
+    second = api_version(api, bob, template["id"]).json
+    assert re.fullmatch(r"[a-z]+-[a-z]+-2", second["name"]), second["name"]
+
+    pushed = api_version(api, bob, template["id"], name="release-1.2")
+    assert pushed.status_code == 201 and pushed.json["name"] == "release-1.2"
+    again = api_version(api, bob, template["id"], name="release-1.2")
+    assert again.status_code == 409 and "already has a version named 'release-1.2'" in again.json["message"]
+    taken_generated = api_version(api, bob, template["id"], name=second["name"])
+    assert taken_generated.status_code == 409
+    # Another template, or no template yet, may use the name.
+    assert api_version(api, bob, name="release-1.2").status_code == 201
+    for bad in ("has space", "-lead", "a..b", "x" * 65):
+        reply = api_version(api, bob, template["id"], name=bad)
+        assert reply.status_code == 400, bad
+        assert reply.json["validations"][0]["field"] == "name"

@@ -82,7 +82,11 @@ class TemplateVersion(Model):
     __tablename__ = "template_versions"
     # A template's versions newest first, a page at a time, read in the index's order (no sort of them all); it
     # also serves every lookup by template, which had an index of its own.
-    __table_args__ = (Index("ix_template_versions_template_id_created_at", "template_id", "created_at", "id"),)
+    # Names are unique within a template (versions of no template yet may share one: they get renamed on joining).
+    __table_args__ = (
+        Index("ix_template_versions_template_id_created_at", "template_id", "created_at", "id"),
+        Index("uq_template_versions_template_id_name", "template_id", "name", unique=True),
+    )
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
     template_id: Mapped[str | None] = mapped_column(ForeignKey("templates.id", ondelete="CASCADE"))

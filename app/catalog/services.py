@@ -10,6 +10,7 @@ from sqlalchemy.orm import joinedload
 
 from app.catalog.models import Template, TemplateVersion
 from app.catalog.terraform_requirements import required_terraform
+from app.catalog.version_names import readable_name, version_name_problem
 from app.core.errors import Conflict, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
@@ -45,8 +46,8 @@ def create_version(
     """``publish_as``: a template name the version is published as once its import succeeds (see
     :func:`publish_imported`); empty, it waits for someone to publish it."""
     stored = usable_file(file_id)
-    if template_id is not None:
-        get_template(template_id)
+    template = get_template(template_id) if template_id is not None else None
+    name = _new_version_name(template, name.strip())
     try:
         tags = normalise_tags(provisioner_tags or {}, actor.id)
     except TagError as exc:
@@ -58,20 +59,39 @@ def create_version(
     )  # fmt: skip
     version = TemplateVersion(
         template_id=template_id,
-        name=name.strip()[:64],
+        name=name,
         job=job,
         created_by=actor.id,
         user_variable_values=tuple(user_variable_values),
         publish_as=check_template_name(publish_as) if publish_as else "",
     )
     db.session.add(version)
-    db.session.flush()
-    if not version.name:
-        version.name = f"v-{version.id[:8]}"
+    try:
+        db.session.flush()
+    except IntegrityError as exc:  # the same name pushed twice at once
+        db.session.rollback()
+        raise Conflict(f"A version named {name!r} was just added to this template: choose another name.") from exc
     job.input = {"template_version_id": version.id}
     db.session.commit()
     dispatch(job)
     return version
+
+
+def _version_names(template_id: str) -> set[str]:
+    return set(db.session.scalars(select(TemplateVersion.name).where(TemplateVersion.template_id == template_id)))
+
+
+def _new_version_name(template: Template | None, given: str) -> str:
+    """The pushed name, checked and not yet taken in the template; or a readable one, ``<adjective>-<noun>-<n>``."""
+    taken = _version_names(template.id) if template is not None else set()
+    if not given:
+        return readable_name(len(taken) + 1, taken)
+    problem = version_name_problem(given)
+    if problem:
+        raise InvalidInput("Invalid version name.", validations=[{"field": "name", "detail": problem}])
+    if template is not None and given in taken:
+        raise Conflict(f"Template {template.name} already has a version named {given!r}: choose another name.")
+    return given
 
 
 def get_version(version_id: str) -> TemplateVersion:
@@ -123,6 +143,11 @@ def publish_imported(version: TemplateVersion) -> Template | None:
                 db.session.add(template)
         except IntegrityError:
             return None
+    if version.template_id != template.id and version.name in _version_names(
+        template.id
+    ):  # a template of that name was made meanwhile, with a version of the same name
+        taken = _version_names(template.id)
+        version.name = readable_name(len(taken) + 1, taken)
     version.template_id = template.id
     template.active_version_id = version.id
     return template
