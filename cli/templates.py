@@ -1,4 +1,4 @@
-"""`slipway templates push|list|edit|versions list`."""
+"""`slipway templates push|list|edit|delete|pull|versions list|archive|unarchive`."""
 
 from __future__ import annotations
 
@@ -162,6 +162,9 @@ def _milliseconds(text: str | None) -> int | None:
 @click.option("--display-name", help="The name people see.")
 @click.option("--description", help="What the template is for.")
 @click.option("--icon", help="An https:// URL or a /path on this server.")
+@click.option(
+    "--deprecated", "deprecation_message", help='Deprecate it with this message (no new workspaces); "" undeprecates.'
+)
 @click.option("--default-ttl", help="Autostop after each start unless the workspace sets its own (8h; 0 = none).")
 @click.option("--activity-bump", help="How far open connections push the autostop (1h; 0 = not at all).")
 @click.option("--allow-user-autostart/--forbid-user-autostart", default=None, help="May people set autostart?")
@@ -181,7 +184,8 @@ def edit(name: str, **flags: str | int | bool | None) -> None:
     if template is None:
         raise click.ClickException(f"No template named {name!r} (see `slipway templates list`).")
     body: dict[str, JSON] = {}
-    for flag, field in (("display_name", "display_name"), ("description", "description"), ("icon", "icon")):
+    texts = ("display_name", "description", "icon", "deprecation_message")
+    for flag, field in ((text, text) for text in texts):
         if flags[flag] is not None:
             body[field] = str(flags[flag])
     durations = {
@@ -223,3 +227,22 @@ def _validate() -> click.Command:
 
 
 templates.add_command(_validate())
+
+
+@templates.command("delete")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def delete(names: tuple[str, ...], yes: bool) -> None:
+    """Delete templates NAMES (refused while workspaces use one: delete them first)."""
+    client = authenticated_client()
+    found = []
+    for name in names:
+        template = _template_named(client, name)
+        if template is None:
+            raise click.ClickException(f"No template named {name!r} (see `slipway templates list`).")
+        found.append(template)
+    if not yes:
+        click.confirm(f"Delete {', '.join(names)}? Their versions are archived; this cannot be undone", abort=True)
+    for template in found:
+        client.request("DELETE", f"/api/v2/templates/{template.id}")
+        click.echo(f"Deleted template {template.name}.")

@@ -56,6 +56,8 @@ ADMIN_ONLY_ENDPOINTS = {
     "provisioners_api.list_keys",
     "provisioners_api.delete_key",
     "metrics.metrics",
+    "catalog.delete",
+    "catalog_api.delete_template",
 }
 # Called by programs: a bad credential is a JSON 401, never a redirect to the login page.
 PROGRAM_PATHS = ("/api/", "/metrics")

@@ -123,3 +123,88 @@ def test_versions_get_readable_names_unique_in_their_template(app: Flask, person
         reply = api_version(api, bob, template["id"], name=bad)
         assert reply.status_code == 400, bad
         assert reply.json["validations"][0]["field"] == "name"
+
+
+def create_workspace(api: FlaskClient, member: Persona, template: dict[str, Any], name: str = "ws") -> Any:
+    body = {"template_id": template["id"], "name": name, "rich_parameter_values": [{"name": "region", "value": "eu"}]}
+    return api.post("/api/v2/workspaces", json=body, headers=member.auth)
+
+
+def test_a_deprecated_template_makes_no_new_workspaces(app: Flask, personas: dict[str, Persona]) -> None:
+    bob, carol, api = personas["bob"], personas["carol"], app.test_client()
+    template = published_template(api, FakeDaemon(api), bob)
+    message = {"deprecation_message": "Use dev2 instead."}
+    assert api.patch(f"/api/v2/templates/{template['id']}", json=message, headers=carol.auth).status_code == 403
+    changed = api.patch(f"/api/v2/templates/{template['id']}", json=message, headers=bob.auth)
+    assert changed.status_code == 200 and changed.json["deprecated"] is True
+    refused = create_workspace(api, carol, template)
+    assert (
+        refused.status_code == 403 and "deprecated" in refused.json["message"] and "Use dev2" in refused.json["message"]
+    )
+    bad = api.patch(f"/api/v2/templates/{template['id']}", json={"deprecation_message": 7}, headers=bob.auth)
+    assert bad.status_code == 400 and bad.json["validations"][0]["field"] == "deprecation_message"
+    api.patch(f"/api/v2/templates/{template['id']}", json={"deprecation_message": ""}, headers=bob.auth)
+    assert create_workspace(api, carol, template).status_code == 201
+
+
+def test_the_settings_page_deprecates_and_links_to_delete(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    bob, api = personas["bob"], app.test_client()
+    published_template(api, FakeDaemon(api), bob)
+    sign_in(client, "bob@example.com", PASSWORD)
+    token = csrf_token(client, "/templates/dev/settings")
+    form = {"csrf_token": token, "display_name": "Dev box", "description": "", "icon": "", "requirement_weeks": "1"}
+    saved = client.post("/templates/dev/settings", data={**form, "deprecation_message": "Moved to dev2."})
+    assert saved.status_code == 302
+    page = client.get("/templates/dev").get_data(as_text=True)
+    assert "Deprecated:" in page and "Moved to dev2." in page and "Create workspace" not in page
+    assert 'href="/templates/dev/delete"' in client.get("/templates/dev/settings").get_data(as_text=True)
+    bad = client.post("/templates/dev/settings", data={**form, "icon": "ftp://x", "deprecation_message": "kept"})
+    assert bad.status_code == 400
+    assert 'value="kept"' in bad.get_data(as_text=True)  # what was typed stays
+    member = app.test_client()
+    sign_in(member, "carol@example.com", PASSWORD)
+    assert member.get("/templates/dev/settings").status_code == 403
+    assert member.get("/templates/dev/delete").status_code == 403
+
+
+def test_a_template_is_deleted_only_when_no_workspace_uses_it(app: Flask, personas: dict[str, Persona]) -> None:
+    bob, carol, api = personas["bob"], personas["carol"], app.test_client()
+    template = published_template(api, FakeDaemon(api), bob)
+    assert create_workspace(api, carol, template).status_code == 201
+    assert api.delete(f"/api/v2/templates/{template['id']}", headers=carol.auth).status_code == 403
+    refused = api.delete(f"/api/v2/templates/{template['id']}", headers=bob.auth)
+    assert refused.status_code == 409 and "carol/ws" in refused.json["message"]
+
+    other = published_template(api, FakeDaemon(api, name="d2"), bob, name="spare")
+    assert api.delete(f"/api/v2/templates/{other['id']}", headers=bob.auth).status_code == 204
+    assert api.get(f"/api/v2/templates/{other['id']}", headers=bob.auth).status_code == 404
+    assert templates_named(api, bob, "spare") == []
+    assert [row["name"] for row in api.get("/api/v2/templates", headers=bob.auth).json] == ["dev"]
+    versions = api.get(f"/api/v2/templateversions/{other['active_version_id']}", headers=bob.auth).json
+    assert versions["archived"] is True  # its archive stops counting against storage
+    assert api.delete(f"/api/v2/templates/{other['id']}", headers=bob.auth).status_code == 404
+    # The name is free again.
+    assert published_template(api, FakeDaemon(api, name="d3"), bob, name="spare")["name"] == "spare"
+
+
+def test_the_delete_page_asks_for_the_name(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:
+    bob, carol, api = personas["bob"], personas["carol"], app.test_client()
+    template = published_template(api, FakeDaemon(api), bob)
+    sign_in(client, "bob@example.com", PASSWORD)
+    token = csrf_token(client, "/templates/dev/delete")
+    wrong = client.post("/templates/dev/delete", data={"csrf_token": token, "name": "nope"})
+    assert wrong.status_code == 400 and "Type dev to confirm" in wrong.get_data(as_text=True)
+    assert client.post("/templates/dev/delete", data={"name": "dev"}).status_code == 400  # no CSRF token
+    assert create_workspace(api, carol, template).status_code == 201
+    in_use = client.get("/templates/dev/delete").get_data(as_text=True)
+    assert "cannot be deleted while workspaces use it" in in_use and "carol/ws" in in_use
+    refused = client.post("/templates/dev/delete", data={"csrf_token": token, "name": "dev"})
+    assert refused.status_code == 409 and "carol/ws" in refused.get_data(as_text=True)
+
+    published_template(api, FakeDaemon(api, name="d2"), bob, name="spare")
+    done = client.post("/templates/spare/delete", data={"csrf_token": token, "name": "spare"})
+    assert done.status_code == 302 and done.headers["Location"].endswith("/templates")
+    assert "Template spare deleted." in client.get("/templates").get_data(as_text=True)
+    assert client.get("/templates/spare").status_code == 404

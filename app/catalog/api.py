@@ -8,7 +8,7 @@ from flask import Response, jsonify, request
 
 from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
-from app.catalog import services, storage
+from app.catalog import admin, services, storage
 from app.catalog.models import TemplateVersion
 from app.core.errors import TooLarge
 from app.core.pagination import PageRequest, with_total
@@ -144,6 +144,14 @@ def list_templates() -> Response:
 @bp.get("/templates/<template_id>")
 def get_template(template_id: str) -> Response:
     return jsonify(services.get_template(template_id).to_json())
+
+
+@bp.delete("/templates/<template_id>")
+@require_role(*ADMINS)
+def delete_template(template_id: str) -> tuple[str, int]:
+    """204; 409 naming the workspaces while any uses the template."""
+    admin.delete_template(services.get_template(template_id))
+    return "", 204
 
 
 @bp.get("/templates/<template_id>/versions")

@@ -26,6 +26,10 @@ class Template(Model):
     display_name: Mapped[str] = mapped_column(String(64), default="")
     description: Mapped[str] = mapped_column(Text, default="")
     icon: Mapped[str] = mapped_column(String(256), default="")
+    # Not empty: the template is deprecated (no new workspace; existing ones keep building) and this says why.
+    deprecation_message: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # A deleted template stays for the history of its deleted workspaces, renamed so its name is free again.
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # use_alter: templates and versions point at each other.
     active_version_id: Mapped[str | None] = mapped_column(
         ForeignKey("template_versions.id", use_alter=True, name="fk_templates_active_version_id_template_versions")
@@ -59,6 +63,8 @@ class Template(Model):
             "display_name": self.display_name or self.name,
             "description": self.description,
             "icon": self.icon,
+            "deprecated": bool(self.deprecation_message),
+            "deprecation_message": self.deprecation_message,
             "active_version_id": self.active_version_id,
             "default_ttl_ms": self.default_ttl_ms,
             "activity_bump_ms": self.activity_bump_ms,

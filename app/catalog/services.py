@@ -134,7 +134,7 @@ def publish_imported(version: TemplateVersion) -> Template | None:
     if not version.publish_as or version.archived_at is not None:
         return None
     template = db.session.get(Template, version.template_id) if version.template_id else None
-    if template is None:
+    if template is None or template.deleted_at is not None:
         template = db.session.scalar(select(Template).where(func.lower(Template.name) == version.publish_as.lower()))
     if template is None:
         template = Template(name=version.publish_as, created_by=version.created_by)
@@ -155,7 +155,7 @@ def publish_imported(version: TemplateVersion) -> Template | None:
 
 def templates_query(name: str | None = None) -> Select[Template]:
     """Templates by name (then id, so that pages never overlap), or the one named ``name``."""
-    query = select(Template).order_by(Template.name, Template.id)
+    query = select(Template).where(Template.deleted_at.is_(None)).order_by(Template.name, Template.id)
     if name:
         query = query.where(Template.name == name)
     return query
@@ -167,13 +167,15 @@ def list_templates(name: str | None = None) -> list[Template]:
 
 def get_template(template_id: str) -> Template:
     template = db.session.get(Template, template_id)
-    if template is None:
+    if template is None or template.deleted_at is not None:
         raise NotFound("No such template.")
     return template
 
 
 def get_template_by_name(name: str) -> Template:
-    template: Template | None = db.session.scalar(select(Template).where(Template.name == name))
+    template: Template | None = db.session.scalar(
+        select(Template).where(Template.name == name, Template.deleted_at.is_(None))
+    )
     if template is None:
         raise NotFound(f"No template named {name!r}.")
     return template

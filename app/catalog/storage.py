@@ -51,9 +51,9 @@ def init_app(app: Flask, versions_in_use: VersionsInUse) -> None:
     app.extensions[EXTENSION_KEY] = versions_in_use
 
 
-def _versions_in_use() -> Select[str, str]:
-    versions_in_use: VersionsInUse = current_app.extensions[EXTENSION_KEY]
-    return versions_in_use()
+def versions_in_use() -> Select[str, str]:
+    provider: VersionsInUse = current_app.extensions[EXTENSION_KEY]
+    return provider()
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def archive_version(version: TemplateVersion) -> TemplateVersion:
         raise Conflict(
             f"{version.name} is the active version of {template.name}: promote another version before archiving it."
         )
-    in_use = _versions_in_use().subquery()
+    in_use = versions_in_use().subquery()
     workspaces = db.session.scalars(
         select(in_use.c.workspace)
         .where(in_use.c.template_version_id == version.id)
@@ -194,7 +194,7 @@ def free_unused_archives(settings: Settings) -> int:
         .execution_options(synchronize_session=False)
     )
     db.session.execute(delete(FileUpload).where(FileUpload.uploaded_at <= now - UPLOAD_GRACE))
-    in_use = _versions_in_use().subquery()
+    in_use = versions_in_use().subquery()
     needed = (
         exists().where(ProvisionerJob.file_id == File.id, ProvisionerJob.completed_at.is_(None))
         | exists().where(

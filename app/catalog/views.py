@@ -9,7 +9,7 @@ from werkzeug.wrappers import Response
 
 from app.auth.access import page_user, require_role
 from app.auth.blueprints import page_blueprint
-from app.catalog import services, storage
+from app.catalog import admin, services, storage
 from app.core.errors import DomainError, InvalidInput
 from app.core.extensions import db
 from app.core.markdown_render import render_markdown
@@ -177,3 +177,22 @@ def publish(version_id: str) -> Response | tuple[str, int]:
         flash(error.message, "error")
         return redirect(url_for("catalog.version", version_id=found.id, template_name=request.form.get("name", "")))
     return redirect(url_for("catalog.show", name=template.name))
+
+
+@bp.route("/templates/<name>/delete", methods=["GET", "POST"])
+@require_role(*ADMINS)
+def delete(name: str) -> Response | str | tuple[str, int]:
+    """Deleting asks for the template's name first, and says which workspaces still use it when any does."""
+    template = services.get_template_by_name(name)
+    if request.method == "POST":
+        try:
+            if request.form.get("name", "").strip() != template.name:
+                raise InvalidInput(f"Type {template.name} to confirm.")
+            admin.delete_template(template)
+        except DomainError as error:
+            page = render_template("catalog/delete.html", template=template, in_use=[], error=error.message)
+            return page, error.status
+        flash(f"Template {name} deleted.", "success")
+        return redirect(url_for("catalog.index"))
+    in_use = admin.workspaces_on(template)
+    return render_template("catalog/delete.html", template=template, in_use=in_use, error="")

@@ -103,7 +103,7 @@ _DURATIONS = (
     "default_ttl_ms", "activity_bump_ms", "failure_ttl_ms", "time_til_dormant_ms", "time_til_dormant_autodelete_ms",
 )  # fmt: skip
 _FLAGS = ("allow_user_autostart", "allow_user_autostop", "require_active_version", "protect_persistent_resources")
-_TEXTS = {"display_name": 64, "description": 4096, "icon": 256}
+_TEXTS = {"display_name": 64, "description": 4096, "icon": 256, "deprecation_message": 4096}
 
 
 def update_template(template: Template, body: Mapping[str, JSON]) -> Template:

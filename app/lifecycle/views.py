@@ -146,7 +146,9 @@ def template_settings(name: str) -> Response | str | tuple[str, int]:
     errors: dict[str, str] = {}
     if request.method == "POST":
         form = request.form
-        body: dict[str, JSON] = {key: form.get(key, "") for key in ("display_name", "description", "icon")}
+        body: dict[str, JSON] = {
+            key: form.get(key, "") for key in ("display_name", "description", "icon", "deprecation_message")
+        }
         for flag in _FLAG_FIELDS:
             body[flag] = form.get(flag) == "on"
         for field, api_field, unit in _DURATION_FIELDS:

@@ -193,6 +193,10 @@ def create_workspace(
     automatic_updates of the request, checked like the lifecycle API checks them later."""
     name = check_workspace_name(name)
     template = get_template(template_id)
+    if template.deprecation_message:
+        raise Forbidden(
+            f"Template {template.name} is deprecated and makes no new workspaces: {template.deprecation_message}"
+        )
     version = _usable_version(template, version_id)
     taken = select(Workspace.id).where(
         Workspace.owner_id == owner.id, Workspace.name_key == name.lower(), Workspace.deleted.is_(False)
