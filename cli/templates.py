@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import click
 
@@ -148,6 +148,58 @@ def list_versions(name: str, listing: ListOutput) -> None:
                 "created_at": version.created_at, "id": version.id, "error": version.job.error}  # fmt: skip
 
     listing.show(answer, lambda: [row(version) for version in decoded_list(TemplateVersion, answer, f"GET {path}")])
+
+
+def _existing_template(client: SlipwayClient, name: str) -> Template:
+    template = _template_named(client, name)
+    if template is None:
+        raise click.ClickException(f"No template named {name!r} (see `slipway templates list`).")
+    return template
+
+
+def _version_named(client: SlipwayClient, template: Template, name: str) -> TemplateVersion:
+    return client.get_one(TemplateVersion, f"/api/v2/templates/{template.id}/versions/{quote(name, safe='')}")
+
+
+@versions.command("archive")
+@click.argument("template_name")
+@click.argument("version_names", nargs=-1, required=True)
+def archive_versions(template_name: str, version_names: tuple[str, ...]) -> None:
+    """Archive versions VERSION_NAMES of template TEMPLATE_NAME: they build no new workspace and stop counting
+    against your template storage (refused for the active version and for one a workspace is on)."""
+    _set_archived(template_name, version_names, "archive")
+
+
+@versions.command("unarchive")
+@click.argument("template_name")
+@click.argument("version_names", nargs=-1, required=True)
+def unarchive_versions(template_name: str, version_names: tuple[str, ...]) -> None:
+    """Make archived versions VERSION_NAMES of template TEMPLATE_NAME usable again."""
+    _set_archived(template_name, version_names, "unarchive")
+
+
+def _set_archived(template_name: str, version_names: tuple[str, ...], action: str) -> None:
+    client = authenticated_client()
+    template = _existing_template(client, template_name)
+    for version_name in version_names:
+        version = _version_named(client, template, version_name)
+        client.request("POST", f"/api/v2/templateversions/{version.id}/{action}")
+        click.echo(f"Version {version.name} of {template.name}: {action}d.")
+
+
+@templates.command("archive")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--all", "everything", is_flag=True, help="Archive every unused version, not only the failed ones.")
+def archive_template_versions(names: tuple[str, ...], everything: bool) -> None:
+    """Archive the failed versions of templates NAMES (with --all: every version neither active nor in use)."""
+    client = authenticated_client()
+    for name in names:
+        template = _existing_template(client, name)
+        answer = client.request("POST", f"/api/v2/templates/{template.id}/versions/archive", json={"all": everything})
+        archived = answer.get("archived_ids", []) if isinstance(answer, dict) else []
+        count = len(archived) if isinstance(archived, list) else 0
+        kind = "unused" if everything else "failed"
+        click.echo(f"Archived {count} {kind} version{'' if count == 1 else 's'} of {template.name}.")
 
 
 def _milliseconds(text: str | None) -> int | None:

@@ -58,6 +58,10 @@ ADMIN_ONLY_ENDPOINTS = {
     "metrics.metrics",
     "catalog.delete",
     "catalog_api.delete_template",
+    "catalog.unarchive",
+    "catalog.archive_failed",
+    "catalog_api.unarchive_version",
+    "catalog_api.archive_versions",
 }
 # Called by programs: a bad credential is a JSON 401, never a redirect to the login page.
 PROGRAM_PATHS = ("/api/", "/metrics")

@@ -208,3 +208,76 @@ def test_the_delete_page_asks_for_the_name(app: Flask, client: FlaskClient, pers
     assert done.status_code == 302 and done.headers["Location"].endswith("/templates")
     assert "Template spare deleted." in client.get("/templates").get_data(as_text=True)
     assert client.get("/templates/spare").status_code == 404
+
+
+def test_versions_are_archived_and_unarchived_one_at_a_time_or_failed_ones_in_bulk(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    bob, carol, api = personas["bob"], personas["carol"], app.test_client()
+    daemon = FakeDaemon(api)
+    template = published_template(api, daemon, bob)
+    failed = [api_version(api, bob, template["id"]).json for _ in range(2)]
+    for version in failed:
+        finish_import(api, daemon, bob, version["id"], ok=False)
+    good = api_version(api, bob, template["id"]).json
+    finish_import(api, daemon, bob, good["id"])
+    active = template["active_version_id"]
+
+    # Members may not; the active version may not be archived.
+    assert api.post(f"/api/v2/templateversions/{good['id']}/archive", headers=carol.auth).status_code == 403
+    assert api.post(f"/api/v2/templateversions/{good['id']}/unarchive", headers=carol.auth).status_code == 403
+    bulk = f"/api/v2/templates/{template['id']}/versions/archive"
+    assert api.post(bulk, json={}, headers=carol.auth).status_code == 403
+    assert api.post(f"/api/v2/templateversions/{active}/archive", headers=bob.auth).status_code == 409
+    bad = api.post(bulk, json={"all": "yes"}, headers=bob.auth)
+    assert bad.status_code == 400 and bad.json["validations"][0]["field"] == "all"
+
+    # The page offers the failed ones in bulk.
+    sign_in(client, "bob@example.com", PASSWORD)
+    page = client.get("/templates/dev").get_data(as_text=True)
+    assert "Archive failed (2)" in page
+    token = csrf_token(client, "/templates/dev")
+    assert client.post("/templates/dev/versions/archive", data={}).status_code == 400  # no CSRF token
+    done = client.post("/templates/dev/versions/archive", data={"csrf_token": token})
+    assert done.status_code == 302
+    shown = client.get("/templates/dev").get_data(as_text=True)
+    assert "Archived 2 failed versions" in shown and "Archive failed (" not in shown and "Unarchive" in shown
+    for version in failed:
+        assert api.get(f"/api/v2/templateversions/{version['id']}", headers=bob.auth).json["archived"] is True
+
+    # Unarchive one through the page; --all archives the unused good one, never the active one.
+    unarchived = client.post(f"/templates/versions/{failed[0]['id']}/unarchive", data={"csrf_token": token})
+    assert unarchived.status_code == 302
+    assert api.get(f"/api/v2/templateversions/{failed[0]['id']}", headers=bob.auth).json["archived"] is False
+    everything = api.post(bulk, json={"all": True}, headers=bob.auth)
+    assert everything.status_code == 200
+    assert sorted(everything.json["archived_ids"]) == sorted([failed[0]["id"], good["id"]])
+    assert api.post(bulk, json={}, headers=bob.auth).json["archived_ids"] == []
+    again = api.post(f"/api/v2/templateversions/{good['id']}/unarchive", headers=bob.auth)
+    assert again.status_code == 200 and again.json["archived"] is False
+
+
+def test_a_version_a_workspace_is_on_is_not_archived(app: Flask, personas: dict[str, Persona]) -> None:
+    bob, carol, api = personas["bob"], personas["carol"], app.test_client()
+    daemon = FakeDaemon(api)
+    template = published_template(api, daemon, bob)
+    first = template["active_version_id"]
+    assert create_workspace(api, carol, template).status_code == 201
+    newer = api_version(api, bob, template["id"]).json
+    finish_import(api, daemon, bob, newer["id"])
+    promoted = api.patch(f"/api/v2/templates/{template['id']}/versions", json={"id": newer["id"]}, headers=bob.auth)
+    assert promoted.status_code == 200
+    refused = api.post(f"/api/v2/templateversions/{first}/archive", headers=bob.auth)
+    assert refused.status_code == 409 and "carol/ws" in refused.json["message"]
+    bulk = api.post(f"/api/v2/templates/{template['id']}/versions/archive", json={"all": True}, headers=bob.auth)
+    assert bulk.json["archived_ids"] == []
+
+
+def test_a_version_is_found_by_name(app: Flask, personas: dict[str, Persona]) -> None:
+    bob, carol, api = personas["bob"], personas["carol"], app.test_client()
+    template = published_template(api, FakeDaemon(api), bob)
+    name = api.get(f"/api/v2/templateversions/{template['active_version_id']}", headers=bob.auth).json["name"]
+    found = api.get(f"/api/v2/templates/{template['id']}/versions/{name}", headers=carol.auth)
+    assert found.status_code == 200 and found.json["id"] == template["active_version_id"]
+    missing = api.get(f"/api/v2/templates/{template['id']}/versions/nope", headers=bob.auth)
+    assert missing.status_code == 404 and "no version named 'nope'" in missing.json["message"]

@@ -10,7 +10,7 @@ from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
 from app.catalog import admin, services, storage
 from app.catalog.models import TemplateVersion
-from app.core.errors import TooLarge
+from app.core.errors import InvalidInput, TooLarge
 from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, name_values, string_field, string_map_field
 from app.externalauth import services as external_auth
@@ -122,6 +122,13 @@ def archive_version(version_id: str) -> Response:
     return jsonify(version_json(storage.archive_version(_readable_version(version_id))))
 
 
+@bp.post("/templateversions/<version_id>/unarchive")
+@require_role(*ADMINS)
+def unarchive_version(version_id: str) -> Response:
+    """409 when its archive was freed meanwhile; 413 when it would take its creator over their storage quota."""
+    return jsonify(version_json(admin.unarchive_version(_readable_version(version_id))))
+
+
 @bp.post("/templates")
 @require_role(*ADMINS)
 def create_template() -> tuple[Response, int]:
@@ -158,6 +165,24 @@ def delete_template(template_id: str) -> tuple[str, int]:
 def list_versions(template_id: str) -> Response:
     versions, total = PageRequest.from_args().rows(services.versions_query(services.get_template(template_id)))
     return with_total(jsonify(versions_json(versions)), total)
+
+
+@bp.get("/templates/<template_id>/versions/<version_name>")
+def version_by_name(template_id: str, version_name: str) -> Response:
+    return jsonify(version_json(services.get_version_by_name(services.get_template(template_id), version_name)))
+
+
+@bp.post("/templates/<template_id>/versions/archive")
+@require_role(*ADMINS)
+def archive_versions(template_id: str) -> Response:
+    """Coder's bulk archive: the failed versions, or with ``{"all": true}`` every unused one."""
+    body = json_body()
+    everything = body.get("all", False)
+    if not isinstance(everything, bool):
+        raise InvalidInput("Invalid request.", validations=[{"field": "all", "detail": "Must be true or false."}])
+    template = services.get_template(template_id)
+    archived = admin.archive_unused_versions(template, everything_unused=everything)
+    return jsonify({"template_id": template.id, "archived_ids": [version.id for version in archived]})
 
 
 @bp.patch("/templates/<template_id>/versions")

@@ -181,6 +181,15 @@ def get_template_by_name(name: str) -> Template:
     return template
 
 
+def get_version_by_name(template: Template, name: str) -> TemplateVersion:
+    version: TemplateVersion | None = db.session.scalar(
+        select(TemplateVersion).where(TemplateVersion.template_id == template.id, TemplateVersion.name == name)
+    )
+    if version is None:
+        raise NotFound(f"Template {template.name} has no version named {name!r}.")
+    return version
+
+
 def versions_query(template: Template) -> Select[TemplateVersion]:
     """A template's versions newest first (then by id, so that pages never overlap), each with its import job."""
     return (

@@ -74,7 +74,7 @@ class StorageUsage:
         return f"{format_size(self.used_bytes)} of {format_size(self.quota_bytes)} in {count}"
 
 
-def _kept_by(user_id: str, now: datetime) -> ColumnElement[bool]:
+def kept_by(user_id: str, now: datetime) -> ColumnElement[bool]:
     """Whether ``user_id`` keeps the file (a condition on :class:`File`): see the module's docstring."""
     recent_upload = exists().where(
         FileUpload.file_id == File.id, FileUpload.user_id == user_id, FileUpload.uploaded_at > now - UPLOAD_GRACE
@@ -96,7 +96,7 @@ def configured_quota() -> int:
 
 def storage_usage(user: User, quota: int) -> StorageUsage:
     used, archives = db.session.execute(
-        select(func.coalesce(func.sum(File.size), 0), func.count(File.id)).where(_kept_by(user.id, utcnow()))
+        select(func.coalesce(func.sum(File.size), 0), func.count(File.id)).where(kept_by(user.id, utcnow()))
     ).one()
     return StorageUsage(int(used), int(archives), quota)
 
@@ -108,7 +108,7 @@ def store_archive(uploader: User, data: bytes, quota: int) -> File:
     if quota:
         existing = find_file(archive.sha256)
         kept = existing is not None and db.session.scalar(
-            select(File.id).where(File.id == existing.id, _kept_by(uploader.id, utcnow()))
+            select(File.id).where(File.id == existing.id, kept_by(uploader.id, utcnow()))
         )
         if not kept:
             usage = storage_usage(uploader, quota)

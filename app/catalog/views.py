@@ -106,6 +106,9 @@ def show(name: str) -> str:
         template=template,
         versions=versions,
         active=active,
+        failed_versions=sum(
+            1 for version in versions if version.archived_at is None and version.job.status in ("failed", "canceled")
+        ),
         variables=services.public_variables(active) if active else [],
         resources=job_resources(active.job_id, "start") if active else [],
         readme=render_markdown(active.readme) if active and active.readme else None,
@@ -158,6 +161,34 @@ def archive(version_id: str) -> Response:
         flash(error.message, "error")
     if template is None:
         return redirect(url_for("catalog.index"))
+    return redirect(url_for("catalog.show", name=template.name))
+
+
+@bp.post("/templates/versions/<version_id>/unarchive")
+@require_role(*ADMINS)
+def unarchive(version_id: str) -> Response:
+    found = services.get_version(version_id)
+    try:
+        admin.unarchive_version(found)
+        flash(f"Version {found.name} is no longer archived.", "success")
+    except DomainError as error:
+        flash(error.message, "error")
+    if found.template_id is None:
+        return redirect(url_for("catalog.index"))
+    return redirect(url_for("catalog.show", name=services.get_template(found.template_id).name))
+
+
+@bp.post("/templates/<name>/versions/archive")
+@require_role(*ADMINS)
+def archive_failed(name: str) -> Response:
+    """The Versions card's bulk action: archive every failed (or canceled) version at once."""
+    template = services.get_template_by_name(name)
+    archived = admin.archive_unused_versions(template, everything_unused=False)
+    if archived:
+        names = ", ".join(version.name for version in archived)
+        flash(f"Archived {len(archived)} failed version{'' if len(archived) == 1 else 's'}: {names}.", "success")
+    else:
+        flash("No failed version to archive.", "info")
     return redirect(url_for("catalog.show", name=template.name))
 
 
