@@ -95,6 +95,16 @@ class SlipwayClient:
             read += len(answer)
         return [item for page in pages for item in page]
 
+    def download(self, path: str) -> bytes:
+        """A body that is not JSON (a template archive), as it came."""
+        try:
+            response = self._http.get(path)
+        except httpx.HTTPError as exc:
+            raise click.ClickException(f"cannot reach {self.url}: {exc}") from exc
+        if response.status_code != 200:
+            raise _error_from(response)
+        return response.content
+
     def get_one(self, message: type[M], path: str) -> M:
         return decoded(message, self.get(path), f"GET {path}")
 

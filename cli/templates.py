@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -298,3 +299,35 @@ def delete(names: tuple[str, ...], yes: bool) -> None:
     for template in found:
         client.request("DELETE", f"/api/v2/templates/{template.id}")
         click.echo(f"Deleted template {template.name}.")
+
+
+@templates.command("pull")
+@click.argument("name")
+@click.argument("destination", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--version", "version_name", default="", help="The version to pull (default: the active one).")
+@click.option("--tar", "as_tar", is_flag=True, help="Write the archive, as it was uploaded, to standard output.")
+def pull(name: str, destination: Path | None, version_name: str, as_tar: bool) -> None:
+    """Download the source of template NAME into DESTINATION (default ./NAME, which must be empty or new)."""
+    from workers.archive import ArchiveError, extract_archive
+
+    client = authenticated_client()
+    template = _existing_template(client, name)
+    if version_name:
+        version = _version_named(client, template, version_name)
+    elif template.active_version_id:
+        version = client.get_one(TemplateVersion, f"/api/v2/templateversions/{template.active_version_id}")
+    else:
+        raise click.ClickException(f"Template {name} has no active version: name one with --version.")
+    archive = client.download(f"/api/v2/files/{version.job.file_id}")
+    if as_tar:
+        sys.stdout.buffer.write(archive)
+        sys.stdout.buffer.flush()
+        return
+    target = destination or Path(name)
+    if target.exists() and any(target.iterdir()):
+        raise click.ClickException(f"{target} is not empty: pull into a new or empty directory.")
+    try:
+        extract_archive(archive, target)
+    except ArchiveError as exc:
+        raise click.ClickException(f"cannot unpack version {version.name}: {exc}") from exc
+    click.echo(f"Pulled version {version.name} of {name} into {target}.")

@@ -67,6 +67,7 @@ class Job(Message):
     id: str
     type: str = ""
     status: str
+    file_id: str = ""
     error: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     created_at: str | None = None

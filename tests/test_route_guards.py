@@ -62,6 +62,7 @@ ADMIN_ONLY_ENDPOINTS = {
     "catalog.archive_failed",
     "catalog_api.unarchive_version",
     "catalog_api.archive_versions",
+    "catalog_api.download_file",
 }
 # Called by programs: a bad credential is a JSON 401, never a redirect to the login page.
 PROGRAM_PATHS = ("/api/", "/metrics")

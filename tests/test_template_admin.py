@@ -281,3 +281,14 @@ def test_a_version_is_found_by_name(app: Flask, personas: dict[str, Persona]) ->
     assert found.status_code == 200 and found.json["id"] == template["active_version_id"]
     missing = api.get(f"/api/v2/templates/{template['id']}/versions/nope", headers=bob.auth)
     assert missing.status_code == 404 and "no version named 'nope'" in missing.json["message"]
+
+
+def test_a_version_archive_is_downloaded_by_admins(app: Flask, personas: dict[str, Persona]) -> None:
+    bob, carol, api = personas["bob"], personas["carol"], app.test_client()
+    template = published_template(api, FakeDaemon(api), bob)
+    version = api.get(f"/api/v2/templateversions/{template['active_version_id']}", headers=bob.auth).json
+    path = f"/api/v2/files/{version['job']['file_id']}"
+    downloaded = api.get(path, headers=bob.auth)
+    assert downloaded.status_code == 200 and downloaded.data == tar_of({"main.tf": MAIN_TF.decode()})
+    assert api.get(path, headers=carol.auth).status_code == 403
+    assert api.get("/api/v2/files/00000000-0000-0000-0000-000000000000", headers=bob.auth).status_code == 404

@@ -14,7 +14,7 @@ from app.core.errors import InvalidInput, TooLarge
 from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, name_values, string_field, string_map_field
 from app.externalauth import services as external_auth
-from app.files.services import MAX_ARCHIVE_BYTES
+from app.files.services import MAX_ARCHIVE_BYTES, usable_file
 from app.provisioning.jobs import cancel_job
 from app.provisioning.log_api import logs_response
 from app.provisioning.presenter import jobs_json
@@ -36,6 +36,14 @@ def upload_file() -> tuple[Response, int]:
         raise TooLarge(f"The archive is larger than {MAX_ARCHIVE_BYTES // (1024 * 1024)} MiB.")
     stored = storage.store_archive(api_user(), request.get_data(cache=False), storage.configured_quota())
     return jsonify({"id": stored.id, "hash": stored.sha256}), 201
+
+
+@bp.get("/files/<file_id>")
+@require_role(*ADMINS)
+def download_file(file_id: str) -> Response:
+    """A template archive as uploaded (``templates pull``); 409 once it was freed."""
+    stored = usable_file(file_id)
+    return Response(stored.data, mimetype=stored.mimetype or "application/x-tar")
 
 
 @bp.get("/users/me/template-storage")

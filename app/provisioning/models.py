@@ -168,6 +168,7 @@ class ProvisionerJob(Model):
             "id": self.id,
             "type": self.type,
             "status": self.status,
+            "file_id": self.file_id,
             "error": self.error or "",
             "error_code": self.error_code or "",
             "tags": self.tags,
