@@ -63,6 +63,8 @@ ADMIN_ONLY_ENDPOINTS = {
     "catalog_api.unarchive_version",
     "catalog_api.archive_versions",
     "catalog_api.download_file",
+    "catalog.source",
+    "catalog.diff",
 }
 # Called by programs: a bad credential is a JSON 401, never a redirect to the login page.
 PROGRAM_PATHS = ("/api/", "/metrics")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import tarfile
 from typing import Any
 
 from flask import Flask
@@ -292,3 +293,77 @@ def test_a_version_archive_is_downloaded_by_admins(app: Flask, personas: dict[st
     assert downloaded.status_code == 200 and downloaded.data == tar_of({"main.tf": MAIN_TF.decode()})
     assert api.get(path, headers=carol.auth).status_code == 403
     assert api.get("/api/v2/files/00000000-0000-0000-0000-000000000000", headers=bob.auth).status_code == 404
+
+
+def tar_with(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def version_of(api: FlaskClient, daemon: FakeDaemon, admin: Persona, files: dict[str, bytes], **body: Any) -> Any:
+    headers = {**admin.auth, "Content-Type": "application/x-tar"}
+    upload = api.post("/api/v2/files", data=tar_with(files), headers=headers)
+    version = api.post("/api/v2/templateversions", json={"file_id": upload.json["id"], **body}, headers=admin.auth)
+    assert version.status_code == 201, version.json
+    finish_import(api, daemon, admin, version.json["id"])
+    return version.json
+
+
+def test_the_source_tab_shows_a_versions_files_and_compares_two(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    bob, api, daemon = personas["bob"], app.test_client(), FakeDaemon(app.test_client())
+    old_files = {
+        "main.tf": b'resource "terraform_data" "home" {}\n# <b>not markup</b>\n',
+        "README.md": b"# Dev\n",
+        "icon.png": b"\x89PNG\x00\x01binary",
+        "../escape.tf": b"never listed\n",
+    }
+    first = version_of(api, daemon, bob, old_files, name="one")
+    api.post("/api/v2/templates", json={"name": "dev", "version_id": first["id"]}, headers=bob.auth)
+    template = templates_named(api, bob, "dev")[0]
+    new_files = {
+        **old_files,
+        "main.tf": b'resource "terraform_data" "home" {}\n# changed\n',
+        "scripts/run.sh": b"echo hi\n",
+    }
+    del new_files["README.md"]
+    version_of(api, daemon, bob, new_files, name="two", template_id=template["id"])
+
+    sign_in(client, "bob@example.com", PASSWORD)
+    overview = client.get("/templates/dev").get_data(as_text=True)
+    assert 'id="tab-source"' in overview and 'id="template-settings"' in overview
+    page = client.get("/templates/dev/source?version=one")
+    text = page.get_data(as_text=True)
+    assert page.status_code == 200
+    assert all(path in text for path in ("main.tf", "README.md", "icon.png")) and "escape.tf" not in text
+    assert 'class="source-code"' in text and '<span class="kr">resource</span>' in text  # highlighted, by class
+    assert "&lt;b&gt;not markup&lt;/b&gt;" in text and "<b>not markup</b>" not in text and "style=" not in text
+    binary = client.get("/templates/dev/source?version=one&file=icon.png").get_data(as_text=True)
+    assert f"binary, {len(old_files['icon.png'])} bytes" in binary
+    assert "No file nope.tf in one" in client.get("/templates/dev/source?version=one&file=nope.tf").get_data(
+        as_text=True
+    )
+    assert client.get("/templates/dev/source?version=nope").status_code == 404
+    assert client.get("/templates/nope/source").status_code == 404
+
+    compared = client.get("/templates/dev/diff?from=one&to=two").get_data(as_text=True)
+    assert '<span class="diff-del">-# &lt;b&gt;not markup&lt;/b&gt;</span>' in compared
+    assert '<span class="diff-add">+# changed</span>' in compared
+    assert 'README.md</code> <span class="badge">removed' in compared
+    assert 'scripts/run.sh</code> <span class="badge">added' in compared and "icon.png" not in compared
+    default = client.get("/templates/dev/diff").get_data(as_text=True)  # active (one) against nothing older
+    assert "diff-file" not in default
+    same = client.get("/templates/dev/diff?from=two&to=two").get_data(as_text=True)
+    assert "have the same files" in same
+
+    member = app.test_client()
+    sign_in(member, "carol@example.com", PASSWORD)
+    assert member.get("/templates/dev/source").status_code == 403
+    assert member.get("/templates/dev/diff").status_code == 403
+    assert 'id="tab-source"' not in member.get("/templates/dev").get_data(as_text=True)

@@ -10,7 +10,9 @@ from werkzeug.wrappers import Response
 from app.auth.access import page_user, require_role
 from app.auth.blueprints import page_blueprint
 from app.catalog import admin, services, storage
-from app.core.errors import DomainError, InvalidInput
+from app.catalog import source as catalog_source
+from app.catalog.models import Template, TemplateVersion
+from app.core.errors import DomainError, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.markdown_render import render_markdown
 from app.core.pagination import page_of, requested_page
@@ -227,3 +229,55 @@ def delete(name: str) -> Response | str | tuple[str, int]:
         return redirect(url_for("catalog.index"))
     in_use = admin.workspaces_on(template)
     return render_template("catalog/delete.html", template=template, in_use=in_use, error="")
+
+
+def _version_of(template: Template, name: str | None, default: TemplateVersion | None) -> TemplateVersion | None:
+    return services.get_version_by_name(template, name) if name else default
+
+
+@bp.get("/templates/<name>/source")
+@require_role(*ADMINS)
+def source(name: str) -> str:
+    """The Source tab: a version's files (the active one unless ``?version=``) and one of them highlighted."""
+    template = services.get_template_by_name(name)
+    versions = services.list_versions(template)
+    active = next((item for item in versions if item.id == template.active_version_id), None)
+    version = _version_of(template, request.args.get("version"), active or (versions[0] if versions else None))
+    if version is None:
+        raise NotFound(f"Template {name} has no version.")
+    files, error = {}, ""
+    try:
+        files = catalog_source.version_source(version.job.file_id)
+    except DomainError as problem:
+        error = problem.message
+    wanted = request.args.get("file") or ("main.tf" if "main.tf" in files else next(iter(files), ""))
+    shown = files.get(wanted)
+    code = catalog_source.highlighted(shown) if shown and shown.text is not None else None
+    return render_template(
+        "catalog/source.html", template=template, versions=versions, version=version, files=files, shown=shown,
+        code=code, error=error, missing=wanted if wanted and shown is None else "",
+    )  # fmt: skip
+
+
+@bp.get("/templates/<name>/diff")
+@require_role(*ADMINS)
+def diff(name: str) -> str:
+    """Compare versions: by default the active (or newest) version against the one before it."""
+    template = services.get_template_by_name(name)
+    versions = services.list_versions(template)
+    default_new = next((item for item in versions if item.id == template.active_version_id), None)
+    default_new = default_new or (versions[0] if versions else None)
+    new = _version_of(template, request.args.get("to"), default_new)
+    older = [item for item in versions if new is not None and item.created_at < new.created_at]
+    old = _version_of(template, request.args.get("from"), older[0] if older else None)
+    diffs, error = [], ""
+    if old is not None and new is not None:
+        try:
+            before = catalog_source.version_source(old.job.file_id)
+            after = catalog_source.version_source(new.job.file_id)
+            diffs = catalog_source.diff_versions(before, after, old.name, new.name)
+        except DomainError as problem:
+            error = problem.message
+    return render_template(
+        "catalog/diff.html", template=template, versions=versions, old=old, new=new, diffs=diffs, error=error
+    )
