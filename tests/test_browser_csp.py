@@ -313,6 +313,9 @@ def dashboard_pages(deployment: Deployment, agent: dict[str, Any]) -> dict[str, 
         "catalog.index": "/templates",
         "catalog.show": "/templates/local",
         "lifecycle.template_settings": "/templates/local/settings",
+        "catalog.source": "/templates/local/source",
+        "catalog.diff": "/templates/slow/diff",
+        "catalog.delete": "/templates/local/delete",
         "catalog.version": f"/templates/versions/{version}",
         "provisioners.index": "/provisioners",
         "externalauth.overview": "/external-auth",
@@ -413,3 +416,65 @@ def test_a_dark_screen_gets_the_dark_theme(
     page.screenshot(path=str(ARTIFACTS / "screens-dark-workspace.png"), full_page=True)
     page.emulate_media(color_scheme="light")
     expect(page.locator("body")).to_have_css("background-color", "rgb(246, 247, 249)")
+
+
+TABS_TEMPLATE = """
+terraform {
+  required_providers {
+    coder = { source = "coder/coder" }
+  }
+}
+data "coder_workspace" "me" {}
+resource "terraform_data" "home" {
+  count = data.coder_workspace.me.start_count
+}
+"""
+
+
+def upload_and_see_it_published(page: Page, deployment: Deployment, name: str, main_tf: str) -> None:
+    """The upload form with "Publish when the import succeeds" ticked (its default): the import's page says it is
+    published as the import ends, without a reload or a Continue step."""
+    open_page(page, f"{deployment.url}/templates")
+    page.locator("input[name=name]").fill(name)
+    page.set_input_files(
+        "input[name=files]", files=[{"name": "main.tf", "mimeType": "text/plain", "buffer": main_tf.encode()}]
+    )
+    expect(page.locator("#upload-publish")).to_be_checked()
+    page.get_by_role("button", name="Upload and import").click()
+    expect(page.locator("#job-actions")).to_contain_text("Published: this is the active version of", timeout=WAIT)
+
+
+def test_template_tabs_work_under_the_policy(deployment: Deployment, page: Page, problems: list[str]) -> None:
+    """Publishing on import, the Source tab (highlighted), Compare versions, and Settings: deprecate, then delete."""
+    sign_in(page, deployment)
+    upload_and_see_it_published(page, deployment, "tabs", TABS_TEMPLATE)
+    upload_and_see_it_published(page, deployment, "tabs", TABS_TEMPLATE + "# second version\n")
+
+    open_page(page, f"{deployment.url}/templates/tabs")
+    page.locator("#tab-source").click()
+    expect(page.locator(".source-code .kr", has_text="resource")).to_be_visible()  # highlighted by class
+    expect(page.locator("#source-files")).to_contain_text("main.tf")
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert overflow(page) == ""
+    page.screenshot(path=str(ARTIFACTS / "template-source-phone.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.screenshot(path=str(ARTIFACTS / "template-source.png"), full_page=True)
+
+    page.locator("#tab-diff").click()
+    expect(page.locator(".diff-add").last).to_have_text("+# second version")
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert overflow(page) == ""
+    page.screenshot(path=str(ARTIFACTS / "template-diff-phone.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 900})
+
+    page.locator("#template-settings").click()
+    page.locator("#deprecation_message").fill("Use slow instead.")
+    page.get_by_role("button", name="Save settings").click()
+    expect(page.locator("#template-deprecated")).to_contain_text("Use slow instead.")
+    page.screenshot(path=str(ARTIFACTS / "template-deprecated.png"), full_page=True)
+    page.locator("#template-settings").click()
+    page.locator("#delete-template-link").click()
+    page.locator("#delete-template input[name=name]").fill("tabs")
+    page.get_by_role("button", name="Delete tabs").click()
+    expect(page).to_have_url(f"{deployment.url}/templates")
+    expect(page.locator(".flash-success")).to_contain_text("Template tabs deleted.")

@@ -114,7 +114,8 @@ def _diff_html(lines: list[str]) -> Markup:
         if line.startswith(("+++", "---")):
             kind = "head"
         rows.append(f'<span class="diff-{kind}">{escape(line.rstrip(chr(10)))}</span>')
-    return Markup('<pre class="diff">' + "\n".join(rows) + "</pre>")  # noqa: S704 - every line is escaped
+    # Each line is a block of its own, so no newline joins them (one would show as an empty line).
+    return Markup('<pre class="diff">' + "".join(rows) + "</pre>")  # noqa: S704 - every line is escaped
 
 
 def diff_versions(
