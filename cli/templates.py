@@ -131,8 +131,8 @@ def versions() -> None:
 @versions.command("list")
 @click.argument("name")
 @list_options(
-    available=["name", "status", "active", "created_at", "id", "error"],
-    default=["name", "status", "active", "created_at"],
+    available=["name", "status", "active", "archived", "created_at", "id", "error"],
+    default=["name", "status", "active", "archived", "created_at"],
 )
 def list_versions(name: str, listing: ListOutput) -> None:
     """List the versions of template NAME, newest first."""
@@ -145,7 +145,8 @@ def list_versions(name: str, listing: ListOutput) -> None:
 
     def row(version: TemplateVersion) -> dict[str, object]:
         active = "yes" if version.id == template.active_version_id else ""
-        return {"name": version.name, "status": version.job.status, "active": active,
+        archived = "yes" if version.archived else ""
+        return {"name": version.name, "status": version.job.status, "active": active, "archived": archived,
                 "created_at": version.created_at, "id": version.id, "error": version.job.error}  # fmt: skip
 
     listing.show(answer, lambda: [row(version) for version in decoded_list(TemplateVersion, answer, f"GET {path}")])

@@ -97,6 +97,7 @@ class TemplateVersion(Message):
     name: str
     template_id: str | None = None
     created_at: str | None = None
+    archived: bool = False
     job: Job
 
 

@@ -97,6 +97,10 @@ def test_versions_archive_pull_and_names(deployment: Deployment, tmp_path: Path)
     ok(deployment.cli("alice", "templates", "versions", "archive", "tidy", failed[0], "first"))
     archived = {version["name"] for version in versions(deployment, "tidy") if version["archived"]}
     assert archived == {*failed, "first"}
+    listed = ok(deployment.cli("alice", "templates", "versions", "list", "tidy"))
+    assert "ARCHIVED" in listed.splitlines()[0]
+    for archived_name, status in (("first", "succeeded"), (failed[1], "failed")):  # not active: one "yes", archived
+        assert re.search(rf"^{archived_name}\s+{status}\s+yes\s+\S", listed, re.MULTILINE), listed
     refused(deployment.cli("alice", "templates", "versions", "archive", "tidy", second["name"]), "active version")
     refused(deployment.cli("carol", "templates", "versions", "archive", "tidy", failed[1]), "")
 

@@ -10,7 +10,12 @@ from typing import Any
 
 from flask import Flask
 from flask.testing import FlaskClient
+from sqlalchemy import update
 
+from app.catalog.models import TemplateVersion
+from app.core.columns import utcnow
+from app.core.extensions import db
+from app.files.models import File
 from tests.conftest import PASSWORD, Persona
 from tests.support.archives import tar_of
 from tests.support.daemon import PARAMETERS, RESOURCES, FakeDaemon
@@ -367,3 +372,23 @@ def test_the_source_tab_shows_a_versions_files_and_compares_two(
     assert member.get("/templates/dev/source").status_code == 403
     assert member.get("/templates/dev/diff").status_code == 403
     assert 'id="tab-source"' not in member.get("/templates/dev").get_data(as_text=True)
+
+
+def test_a_version_whose_archive_was_freed_is_not_unarchived(app: Flask, personas: dict[str, Persona]) -> None:
+    bob, api, daemon = personas["bob"], app.test_client(), FakeDaemon(app.test_client())
+    template = published_template(api, daemon, bob)
+    older = template["active_version_id"]
+    newer = api_version(api, bob, template["id"], name="newer").json
+    finish_import(api, daemon, bob, newer["id"])
+    api.patch(f"/api/v2/templates/{template['id']}/versions", json={"id": newer["id"]}, headers=bob.auth)
+    # Freed directly here; the maintenance loop frees an archive once no version or workspace needs it.
+    archived = api.post(f"/api/v2/templateversions/{older}/archive", headers=bob.auth)
+    assert archived.status_code == 200
+    with app.app_context():
+        version = db.session.get(TemplateVersion, older)
+        assert version is not None
+        db.session.execute(update(File).where(File.id == version.job.file_id).values(data=b"", freed_at=utcnow()))
+        db.session.commit()
+    refused = api.post(f"/api/v2/templateversions/{older}/unarchive", headers=bob.auth)
+    assert refused.status_code == 409 and "push the template again" in refused.json["message"]
+    assert api.get(f"/api/v2/templateversions/{older}", headers=bob.auth).json["archived"] is True
