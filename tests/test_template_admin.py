@@ -10,7 +10,7 @@ from typing import Any
 
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from app.catalog.models import TemplateVersion
 from app.core.columns import utcnow
@@ -392,3 +392,32 @@ def test_a_version_whose_archive_was_freed_is_not_unarchived(app: Flask, persona
     refused = api.post(f"/api/v2/templateversions/{older}/unarchive", headers=bob.auth)
     assert refused.status_code == 409 and "push the template again" in refused.json["message"]
     assert api.get(f"/api/v2/templateversions/{older}", headers=bob.auth).json["archived"] is True
+
+
+def test_the_upload_form_takes_a_version_name_and_marks_a_bad_one(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    bob, api, daemon = personas["bob"], app.test_client(), FakeDaemon(app.test_client())
+    sign_in(client, "bob@example.com", PASSWORD)
+    token = csrf_token(client, "/templates")
+
+    def upload(version_name: str) -> Any:
+        data = {"csrf_token": token, "name": "dev", "version_name": version_name, "publish": "on",
+                "files": [(io.BytesIO(MAIN_TF), "main.tf")]}  # fmt: skip
+        return client.post("/templates", data=data, content_type="multipart/form-data")
+
+    assert upload("release-1").status_code == 302
+    finish_import(api, daemon, bob, version_named(app, "release-1"))
+    taken = upload("release-1")
+    text = taken.get_data(as_text=True)
+    assert taken.status_code == 400 and "already has a version named" in text and 'value="release-1"' in text
+    bad = upload("has space")
+    assert bad.status_code == 400 and "letters and digits" in bad.get_data(as_text=True)
+
+
+def version_named(app: Flask, version_name: str) -> str:
+    """The id of the version of this name (the only one in the test's database)."""
+    with app.app_context():
+        found = db.session.scalar(select(TemplateVersion.id).where(TemplateVersion.name == version_name))
+    assert found is not None
+    return str(found)

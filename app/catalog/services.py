@@ -47,7 +47,7 @@ def create_version(
     :func:`publish_imported`); empty, it waits for someone to publish it."""
     stored = usable_file(file_id)
     template = get_template(template_id) if template_id is not None else None
-    name = _new_version_name(template, name.strip())
+    name = new_version_name(template, name.strip())
     try:
         tags = normalise_tags(provisioner_tags or {}, actor.id)
     except TagError as exc:
@@ -81,7 +81,7 @@ def _version_names(template_id: str) -> set[str]:
     return set(db.session.scalars(select(TemplateVersion.name).where(TemplateVersion.template_id == template_id)))
 
 
-def _new_version_name(template: Template | None, given: str) -> str:
+def new_version_name(template: Template | None, given: str) -> str:
     """The pushed name, checked and not yet taken in the template; or a readable one, ``<adjective>-<noun>-<n>``."""
     taken = _version_names(template.id) if template is not None else set()
     if not given:

@@ -62,7 +62,7 @@ def routing_check() -> str:
 @require_role(*ADMINS)
 def upload() -> Response | tuple[str, int]:
     """One form for a new template or a new version: an archive, or the .tf files themselves."""
-    form = {key: request.form.get(key, "") for key in ("name", "tags", "variables", "publish")}
+    form = {key: request.form.get(key, "") for key in ("name", "version_name", "tags", "variables", "publish")}
     request.max_content_length = MAX_ARCHIVE_BYTES + 1024 * 1024
     try:
         name = services.check_template_name(form["name"])
@@ -73,11 +73,13 @@ def upload() -> Response | tuple[str, int]:
         except TagError as exc:
             raise InvalidInput(str(exc)) from exc
         existing = services.list_templates(name)
+        version_name = _checked_version_name(existing[0] if existing else None, form["version_name"].strip())
         stored = storage.store_archive(page_user(), archive, storage.configured_quota())
         version = services.create_version(
             page_user(),
             stored.id,
             template_id=existing[0].id if existing else None,
+            name=version_name,
             provisioner_tags=tags,
             user_variable_values=[NameValue(name=key, value=value) for key, value in variables.items()],
             publish_as=name if form["publish"] == "on" else "",
@@ -86,6 +88,15 @@ def upload() -> Response | tuple[str, int]:
         errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
         return render_template("catalog/index.html", **_index_context(), form=form, errors=errors), error.status
     return redirect(url_for("catalog.version", version_id=version.id, template_name=name))
+
+
+def _checked_version_name(template: Template | None, given: str) -> str:
+    """The form's version name, checked before the archive is stored; its problem marks the form's own field."""
+    try:
+        return services.new_version_name(template, given) if given else ""
+    except DomainError as error:
+        detail = error.validations[0]["detail"] if error.validations else error.message
+        raise InvalidInput(error.message, validations=[{"field": "version_name", "detail": detail}]) from error
 
 
 def _uploaded_archive(files: list[FileStorage]) -> bytes:
