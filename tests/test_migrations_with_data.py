@@ -244,9 +244,9 @@ def test_names_that_differ_only_in_case_are_renamed_not_lost_when_names_become_c
 def test_version_names_shared_within_a_template_are_renamed_not_lost_when_they_become_unique(
     empty_database: Flask,
 ) -> None:
-    """0026: a template's later versions of a name already taken get a number; other templates' are left alone."""
+    """0028: a template's later versions of a name already taken get a number; other templates' are left alone."""
     with empty_database.app_context():
-        upgrade(revision="0025")
+        upgrade(revision="0027")
         with db.engine.begin() as connection:
             insert(connection, "users", id=IDS["user"], username="alice", email="alice@example.com", roles=[])
             insert(connection, "files", id=IDS["file"], sha256="0" * 64, data=b"tar", created_by=IDS["user"])
@@ -262,7 +262,7 @@ def test_version_names_shared_within_a_template_are_renamed_not_lost_when_they_b
                     job_id=f"j{version_id}", created_by=IDS["user"],
                     created_at=datetime(2026, 1, 1 + number, tzinfo=UTC),
                 )  # fmt: skip
-        upgrade(revision="0026")
+        upgrade(revision="0028")
         with db.engine.connect() as connection:
             rows = connection.execute(sa.text("SELECT id, name FROM template_versions ORDER BY id")).all()
         assert [tuple(row) for row in rows] == [("a", "good"), ("b", "good-3"), ("c", "good-2"), ("d", "good")]

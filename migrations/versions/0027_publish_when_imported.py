@@ -1,8 +1,8 @@
 """a template version remembers which template it becomes the active version of once its import succeeds, so an
 upload publishes without a second step
 
-Revision ID: 0025
-Revises: 0024
+Revision ID: 0027
+Revises: 0026
 Create Date: 2026-11-27 03:10:00.000000
 
 """
@@ -11,8 +11,8 @@ from alembic import op
 
 
 # revision identifiers, used by Alembic.
-revision = '0025'
-down_revision = '0024'
+revision = '0027'
+down_revision = '0026'
 branch_labels = None
 depends_on = None
 

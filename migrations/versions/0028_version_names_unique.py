@@ -1,8 +1,8 @@
 """a template's versions have names unique within it: a failed and a good version can no longer share one (later
 duplicates are renamed <name>-2, <name>-3, ... first)
 
-Revision ID: 0026
-Revises: 0025
+Revision ID: 0028
+Revises: 0027
 Create Date: 2026-11-27 03:20:00.000000
 
 """
@@ -11,8 +11,8 @@ from alembic import op
 
 
 # revision identifiers, used by Alembic.
-revision = '0026'
-down_revision = '0025'
+revision = '0028'
+down_revision = '0027'
 branch_labels = None
 depends_on = None
 

@@ -1,8 +1,8 @@
 """templates can be deprecated (a message; no new workspaces) and deleted (kept for the history of deleted
 workspaces, under a name nobody can type, so the name is free again)
 
-Revision ID: 0027
-Revises: 0026
+Revision ID: 0029
+Revises: 0028
 Create Date: 2026-11-27 03:30:00.000000
 
 """
@@ -13,8 +13,8 @@ import app.core.columns
 
 
 # revision identifiers, used by Alembic.
-revision = '0027'
-down_revision = '0026'
+revision = '0029'
+down_revision = '0028'
 branch_labels = None
 depends_on = None
 
