@@ -100,3 +100,5 @@ class WorkspaceBuild(Model):
     workspace: Mapped[Workspace] = relationship()
     job: Mapped[ProvisionerJob] = relationship()
     template_version: Mapped[TemplateVersion] = relationship()
+    # Who asked for it (for an automatic build: whoever the lifecycle executor acts for).
+    initiator: Mapped[User] = relationship()

@@ -176,8 +176,9 @@ def builds_query(workspace: Workspace) -> Select[WorkspaceBuild]:
     )
 
 
-def list_builds(workspace: Workspace) -> list[WorkspaceBuild]:
-    return list(db.session.scalars(builds_query(workspace)))
+def timeline_query(workspace: Workspace) -> Select[WorkspaceBuild]:
+    """The workspace page's build timeline: the builds with who queued each (one query for a page of them)."""
+    return builds_query(workspace).options(joinedload(WorkspaceBuild.initiator))
 
 
 def create_workspace(

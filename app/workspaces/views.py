@@ -193,8 +193,8 @@ def show(workspace_id: str) -> str:
     workspace = services.get_workspace_for(user, workspace_id)
     # Read before the page: a change while it renders makes the stream refresh it rather than be missed.
     seen = seen_token({name: read() for name, read in _workspace_readers(workspace.id).items()})
-    builds = services.list_builds(workspace)
-    latest = builds[0]
+    latest = services.latest_build(workspace)
+    timeline = page_of(services.timeline_query(workspace), requested_page())
     resources = job_resources(latest.job_id)
     sections = [section.render(workspace, user) for section in workspace_sections()]
     active = workspace.template.active_version_id
@@ -204,7 +204,7 @@ def show(workspace_id: str) -> str:
         schedule_form=_schedule_form(workspace),
         day_choices=DAY_CHOICES,
         workspace=workspace,
-        builds=builds,
+        timeline=timeline,
         latest=latest,
         status=services.build_status(latest),
         failure=failure_cause(latest.job),
