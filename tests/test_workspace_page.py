@@ -5,6 +5,7 @@ connection history. Forms mark every invalid field at once and keep what was typ
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -13,7 +14,8 @@ from flask.testing import FlaskClient
 from app.core.extensions import db
 from app.workspaces.models import WorkspaceBuild
 from tests.conftest import PASSWORD, Persona
-from tests.support.web import sign_in
+from tests.support.daemon import PARAMETERS
+from tests.support.web import post_form, sign_in
 from tests.test_workspace_updates import World
 
 
@@ -83,3 +85,149 @@ def test_the_timeline_pages_through_many_builds(app: Flask, world: World) -> Non
     assert 'data-build-number="2"' in second and 'data-build-number="1"' in second
     # The page's live refresh re-reads the page it shows.
     assert f'hx-get="{path}?page=2"' in second
+
+
+# Display names and descriptions; a mutable bool, a string with a rule, and an ephemeral flag.
+NAMED_PARAMETERS = [
+    {**PARAMETERS[0], "display_name": "CPU cores", "description": "How many cores the workspace gets."},
+    {**PARAMETERS[1], "display_name": "Region"},
+    {"name": "dotfiles", "display_name": "Dotfiles repository", "type": "string", "mutable": True, "required": False,
+     "default_value": "https://example.com/dots", "validation_regex": "^https://",
+     "validation_error": "Use an https:// URL.", "options": []},
+    {"name": "gpu", "display_name": "GPU", "type": "bool", "mutable": True, "required": False,
+     "default_value": "false", "options": []},
+    {"name": "rebuild", "display_name": "Rebuild the cache", "type": "bool", "mutable": True, "ephemeral": True,
+     "required": False, "default_value": "false", "options": []},
+]  # fmt: skip
+
+
+@pytest.fixture
+def named(world: World) -> dict[str, Any]:
+    """carol's workspace (region EU, 6 cores) on a version whose parameters have display names."""
+    world.promote(world.push(NAMED_PARAMETERS))
+    return world.create()
+
+
+def test_the_page_shows_parameters_by_display_name_and_option_name(app: Flask, world: World, named: Any) -> None:
+    page = browser(app, "carol").get(f"/workspaces/{named['id']}").get_data(as_text=True)
+    card = page[page.index('id="parameters-card"') : page.index('id="build-timeline"')]
+    assert "CPU cores" in card and "How many cores the workspace gets." in card and '<code title="6">6</code>' in card
+    assert "Region" in card and '<code title="eu">EU</code>' in card and "fixed" in card
+    assert "Rebuild the cache" in card and "this build only" in card
+    assert ">size<" not in card and ">region<" not in card
+    assert 'id="change-parameters"' in card
+    # Who may read the workspace but not act on it sees no button.
+    bobs = browser(app, "bob").get(f"/workspaces/{named['id']}").get_data(as_text=True)
+    assert 'id="parameters-card"' in bobs and 'id="change-parameters"' not in bobs
+
+
+def field(page: str, name: str) -> str:
+    """The form control named ``param.<name>``."""
+    match = re.search(rf'<(?:input|select)[^>]*name="param\.{name}"[^>]*>', page)
+    assert match, f"no field param.{name}"
+    return match.group(0)
+
+
+def builds_of(world: World, workspace_id: str) -> list[dict[str, Any]]:
+    reply = world.client.get(f"/api/v2/workspaces/{workspace_id}/builds", headers=world.personas["carol"].auth)
+    return list(reply.json)
+
+
+def test_change_parameters_marks_every_invalid_field_at_once_and_keeps_what_was_typed(
+    app: Flask, world: World, named: Any
+) -> None:
+    path = f"/workspaces/{named['id']}/parameters"
+    carol = browser(app, "carol")
+    form = carol.get(path).get_data(as_text=True)
+    assert "novalidate" in form  # the server checks every field, not the browser one at a time
+    assert 'value="6"' in field(form, "size") and 'value="https://example.com/dots"' in field(form, "dotfiles")
+    assert "checked" not in field(form, "gpu") and "checked" not in field(form, "rebuild")
+    fixed = form[form.index('id="immutable-parameters"') :]
+    assert "Region" in fixed and "<code>eu</code>" in fixed and 'name="param.region"' not in form
+    before = len(builds_of(world, named["id"]))
+    typed = {"param.size": "9", "param.dotfiles": "git@example.com:dots", "param.gpu": "true"}
+    refused = post_form(carol, path, typed)
+    page = refused.get_data(as_text=True)
+    assert refused.status_code == 400
+    for name, value in (("size", "9"), ("dotfiles", "git@example.com:dots")):
+        control = field(page, name)
+        assert 'aria-invalid="true"' in control and 'class="invalid"' in control and f'value="{value}"' in control
+        assert f'id="param-{name}-error"' in page
+    assert "checked" in field(page, "gpu") and "aria-invalid" not in field(page, "gpu")
+    assert "value 9 is more than the maximum 8" in page and "Use an https:// URL." in page
+    assert "2 fields need a change" in page and 'href="#param-size"' in page and ">CPU cores</a>" in page
+    assert len(builds_of(world, named["id"])) == before  # nothing was built
+    # A value below the last build's breaks the monotonic rule, in words.
+    lower = post_form(carol, path, {"param.size": "5"}).get_data(as_text=True)
+    assert "must be equal or greater than previous value: 6" in lower
+
+
+def test_change_parameters_starts_a_build_with_the_new_values_and_forgets_ephemeral_ones(
+    app: Flask, world: World, named: Any
+) -> None:
+    path = f"/workspaces/{named['id']}/parameters"
+    carol = browser(app, "carol")
+    chosen = {"param.size": "7", "param.dotfiles": "https://example.com/mine", "param.gpu": "true",
+              "param.rebuild": "true"}  # fmt: skip
+    started = post_form(carol, path, chosen)
+    assert started.status_code == 302 and "/builds/" in started.headers["Location"]
+    build = builds_of(world, named["id"])[0]
+    assert build["transition"] == "start" and build["build_number"] == 2
+    values = world.client.get(f"/api/v2/workspacebuilds/{build['id']}/parameters", headers=world.personas["carol"].auth)
+    assert {item["name"]: item["value"] for item in values.json} == {
+        "size": "7", "region": "eu", "dotfiles": "https://example.com/mine", "gpu": "true", "rebuild": "true",
+    }  # fmt: skip
+    # While it runs another change is refused, in words; once it is done the form starts again from what was kept.
+    busy = post_form(carol, path, chosen)
+    assert busy.status_code == 409 and "already active" in busy.get_data(as_text=True)
+    world.finish(build)
+    form = carol.get(path).get_data(as_text=True)
+    assert 'value="7"' in field(form, "size") and "checked" in field(form, "gpu")
+    assert "checked" not in field(form, "rebuild")  # ephemeral: asked each build, kept by none
+    # An unticked checkbox is "false"; the ephemeral flag left out is its default.
+    post_form(carol, path, {"param.size": "7", "param.dotfiles": "https://example.com/mine"})
+    latest = builds_of(world, named["id"])[0]
+    values = world.client.get(
+        f"/api/v2/workspacebuilds/{latest['id']}/parameters", headers=world.personas["carol"].auth
+    )
+    assert {item["name"]: item["value"] for item in values.json}["gpu"] == "false"
+
+
+def test_change_parameters_refuses_an_immutable_one(app: Flask, world: World, named: Any) -> None:
+    path = f"/workspaces/{named['id']}/parameters"
+    carol = browser(app, "carol")
+    refused = post_form(carol, path, {"param.size": "6", "param.region": "us"})  # a hand-made form
+    page = refused.get_data(as_text=True)
+    assert refused.status_code == 400 and "This parameter is immutable" in page
+    assert len(builds_of(world, named["id"])) == 1
+    # The API says the same, field by field, all at once.
+    bad = [{"name": "region", "value": "us"}, {"name": "size", "value": "9"}, {"name": "dotfiles", "value": "x"}]
+    reply = world.start(named["id"], rich_parameter_values=bad)
+    assert reply.status_code == 400
+    assert sorted(item["field"] for item in reply.json["validations"]) == ["dotfiles", "region", "size"]
+
+
+def test_change_parameters_is_for_who_may_act_on_the_workspace(app: Flask, world: World, named: Any) -> None:
+    path = f"/workspaces/{named['id']}/parameters"
+    assert browser(app, "dave").get(path).status_code == 404  # another member: no such workspace
+    bob = browser(app, "bob")  # a template admin reads the workspace but does not act on it
+    assert bob.get(path).status_code == 403
+    assert post_form(bob, path, {"param.size": "7"}, token_from=f"/workspaces/{named['id']}").status_code == 403
+    alice = browser(app, "alice")  # the deployment owner may
+    assert alice.get(path).status_code == 200
+    assert post_form(alice, path, {"param.size": "7"}).status_code == 302
+    carol = browser(app, "carol")
+    assert carol.post(path, data={"param.size": "8"}).status_code == 400  # no CSRF token
+    assert len(builds_of(world, named["id"])) == 2
+
+
+def test_an_emptied_required_value_is_refused_not_kept(world: World) -> None:
+    body = {
+        "template_id": world.template["id"],
+        "name": "ws",
+        "rich_parameter_values": [{"name": "region", "value": ""}],
+    }
+    reply = world.client.post("/api/v2/workspaces", json=body, headers=world.personas["carol"].auth)
+    assert reply.status_code == 400 and reply.json["validations"] == [
+        {"field": "region", "detail": "A value is required."}
+    ]

@@ -5,6 +5,7 @@ at once instead of a failed build minutes later."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from app.core.errors import InvalidInput
 from app.core.validation import FieldErrors, name_values
@@ -27,6 +28,9 @@ def resolve_parameters(
         earlier = None if previous is None or parameter.ephemeral else previous.get(name)
         if name in requested:
             value = requested[name]
+            if value == "" and parameter.required:  # an emptied field is no value (Coder: "is required")
+                errors.add(name, "A value is required.")
+                continue
             stored = None if previous is None else previous.get(name)
             if stored is not None and value != stored and not parameter.mutable and _still_valid(parameter, stored):
                 errors.add(name, "This parameter is immutable: it cannot change after the workspace was created.")
@@ -64,3 +68,63 @@ def parameter_values_field(body: Mapping[str, JSON], name: str = "rich_parameter
     if errors.items:
         raise InvalidInput(f"{name} must be a list of {{name, value}} objects.", validations=errors.items)
     return {item.name: item.value for item in values}
+
+
+@dataclass(frozen=True)
+class ShownParameter:
+    """A build's value as a person reads it: under the parameter's display name, an option by its own name."""
+
+    name: str
+    label: str
+    description: str
+    value: str
+    shown_value: str
+    # None: the build's version no longer declares it (a value kept from an older version).
+    declared: RichParameter | None
+
+    @property
+    def mutable(self) -> bool:
+        return self.declared is not None and self.declared.mutable
+
+    @property
+    def ephemeral(self) -> bool:
+        return self.declared is not None and self.declared.ephemeral
+
+
+def shown_parameters(declared: Sequence[RichParameter], values: Sequence[NameValue]) -> list[ShownParameter]:
+    """The values in the template's order (``order``, then as declared), then any the version does not declare."""
+    by_name = {item.name: item.value for item in values}
+    ordered = sorted(enumerate(declared), key=lambda pair: (pair[1].order, pair[0]))
+    shown = []
+    for _, parameter in ordered:
+        if parameter.name not in by_name:
+            continue
+        value = by_name.pop(parameter.name)
+        option_names = {option.value: option.name for option in parameter.options}
+        shown.append(
+            ShownParameter(
+                name=parameter.name,
+                label=parameter.display_name or parameter.name,
+                description=parameter.description,
+                value=value,
+                shown_value=option_names.get(value) or value,
+                declared=parameter,
+            )
+        )
+    shown += [ShownParameter(name, name, "", value, value, None) for name, value in by_name.items()]
+    return shown
+
+
+def form_parameters(declared: Sequence[RichParameter]) -> list[RichParameter]:
+    """A form's parameters in the template's order."""
+    return [parameter for _, parameter in sorted(enumerate(declared), key=lambda pair: (pair[1].order, pair[0]))]
+
+
+def form_values(declared: Sequence[RichParameter], form: Mapping[str, str], shown: Sequence[str]) -> dict[str, str]:
+    """The ``param.<name>`` values a parameter form posted. A checkbox left unticked sends nothing: a bool parameter
+    among those ``shown`` on the form is then "false"."""
+    values = {key[len("param.") :]: value for key, value in form.items() if key.startswith("param.")}
+    for parameter in declared:
+        if parameter.type == "bool" and parameter.name in shown and parameter.name not in values:
+            values[parameter.name] = "false"
+    return values

@@ -30,6 +30,7 @@ from app.resources.services import job_resources
 from app.users.models import User
 from app.workspaces import services
 from app.workspaces.models import Workspace, WorkspaceBuild
+from app.workspaces.parameters import form_parameters, form_values, shown_parameters
 from app.workspaces.search import searched, sorted_workspaces
 from app.workspaces.sections import workspace_sections
 from protocol.provisionerd import NameValue
@@ -206,6 +207,7 @@ def show(workspace_id: str) -> str:
         workspace=workspace,
         timeline=timeline,
         latest=latest,
+        parameters=shown_parameters(latest.template_version.parameters, latest.parameters),
         status=services.build_status(latest),
         failure=failure_cause(latest.job),
         retry_url=_retry_url(user, latest),
@@ -215,6 +217,52 @@ def show(workspace_id: str) -> str:
         status_of=services.build_status,
         stream_seen=seen,
     )
+
+
+@bp.route("/workspaces/<workspace_id>/parameters", methods=["GET", "POST"])
+def change_parameters(workspace_id: str) -> str | Response | tuple[str, int]:
+    """Coder's "Workspace settings > Parameters": the mutable parameters of the version a start would build, filled
+    in from the latest build; saving starts a build with them (as an update does: on a running workspace Terraform
+    applies the change in place). Immutable ones are shown, not editable; ephemeral ones start from their default,
+    as each build asks for them anew."""
+    user = page_user()
+    workspace = services.get_workspace_for(user, workspace_id, need="act")
+    latest = services.latest_build(workspace)
+    version = catalog.get_version(services.version_for_start(user, workspace, None) or latest.template_version_id)
+    declared = form_parameters(version.parameters)
+    stored = {item.name: item.value for item in latest.parameters}
+    editable = [parameter.name for parameter in declared if parameter.mutable]
+    values = {
+        parameter.name: parameter.default_value if parameter.ephemeral else stored.get(parameter.name, "")
+        for parameter in declared
+        if parameter.mutable and (parameter.ephemeral or parameter.name in stored)
+    }
+    errors: dict[str, str] = {}
+    status = 200
+    if request.method == "POST":
+        values = form_values(declared, request.form, editable)
+        try:
+            # None: the version a plain start builds (the latest build's, or the active one where policy says).
+            build = services.create_build(user, workspace, "start", values)
+        except DomainError as error:
+            errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
+            status = error.status
+        else:
+            flash("Building with the new parameters.", "info")
+            return redirect(url_for("workspaces.build", build_id=build.id))
+    labels = {item.name: (item.display_name or item.name, "param-" + item.name.replace(" ", "_")) for item in declared}
+    page = render_template(
+        "workspaces/parameters.html",
+        workspace=workspace,
+        latest=latest,
+        version=version,
+        parameters=declared,
+        stored=stored,
+        values=values,
+        errors=errors,
+        labels=labels,
+    )
+    return page, status
 
 
 # The schedule card's choices of days (any other schedule, set by the API or CLI, is shown as it is).
