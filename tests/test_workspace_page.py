@@ -231,3 +231,39 @@ def test_an_emptied_required_value_is_refused_not_kept(world: World) -> None:
     assert reply.status_code == 400 and reply.json["validations"] == [
         {"field": "region", "detail": "A value is required."}
     ]
+
+
+def test_the_create_form_marks_every_invalid_field_at_once_and_keeps_what_was_typed(app: Flask, world: World) -> None:
+    carol = browser(app, "carol")
+    path = "/workspaces/new?template=dev"
+    form = carol.get(path).get_data(as_text=True)
+    assert "novalidate" in form and "aria-invalid" not in form
+    typed = {"template": "dev", "name": "my ws!", "param.size": "9", "param.region": ""}
+    refused = post_form(carol, path, typed)
+    page = refused.get_data(as_text=True)
+    assert refused.status_code == 400
+    name_field = re.search(r'<input id="workspace-name"[^>]*>', page)
+    assert name_field and 'value="my ws!"' in name_field.group(0) and 'aria-invalid="true"' in name_field.group(0)
+    assert 'aria-invalid="true"' in field(page, "size") and 'value="9"' in field(page, "size")
+    assert 'aria-invalid="true"' in field(page, "region")
+    assert "Use 1-32 letters, digits and single hyphens." in page and "value 9 is more than the maximum 8" in page
+    assert "A value is required." in page and "3 fields need a change" in page
+    # A name already taken is said together with the other problems.
+    world.create(name="taken")
+    both = post_form(carol, path, {**typed, "name": "taken", "param.region": "eu"})
+    page = both.get_data(as_text=True)
+    assert both.status_code == 400 and "You already have a workspace named &#39;taken&#39;" in page
+    assert "2 fields need a change" in page
+    # Alone, it is the API's 409; the form says it beside the name.
+    alone = post_form(carol, path, {**typed, "name": "taken", "param.region": "eu", "param.size": "2"})
+    assert alone.status_code == 409 and 'id="workspace-name-error"' in alone.get_data(as_text=True)
+    # The API answers every field at once too.
+    body = {
+        "template_id": world.template["id"],
+        "name": "-x-",
+        "rich_parameter_values": [{"name": "size", "value": "0"}],
+    }
+    reply = world.client.post("/api/v2/workspaces", json=body, headers=world.personas["carol"].auth)
+    assert reply.status_code == 400
+    assert sorted(item["field"] for item in reply.json["validations"]) == ["name", "region", "size"]
+

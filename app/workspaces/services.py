@@ -192,20 +192,46 @@ def create_workspace(
 ) -> Workspace:
     """A new workspace and its first build; ``schedule`` holds the optional autostart_schedule, ttl_ms and
     automatic_updates of the request, checked like the lifecycle API checks them later."""
-    name = check_workspace_name(name)
     template = get_template(template_id)
     if template.deprecation_message:
         raise Forbidden(
             f"Template {template.name} is deprecated and makes no new workspaces: {template.deprecation_message}"
         )
     version = _usable_version(template, version_id)
-    taken = select(Workspace.id).where(
-        Workspace.owner_id == owner.id, Workspace.name_key == name.lower(), Workspace.deleted.is_(False)
-    )
-    if db.session.scalar(taken):
-        raise Conflict(f"You already have a workspace named {name!r}.")
-    values = resolve_parameters(version.parameters, parameters, previous=None)
-    external_auth.require_links(owner, version.external_auth)
+    # Every problem at once (the name, each parameter, each Git provider), so a form can mark every field that
+    # needs a change instead of one per submit.
+    problems: list[InvalidInput] = []
+    name_ok, taken = True, False
+    try:
+        name = check_workspace_name(name)
+    except InvalidInput as error:
+        problems.append(error)
+        name_ok = False
+    if name_ok:
+        taken = (
+            db.session.scalar(
+                select(Workspace.id).where(
+                    Workspace.owner_id == owner.id, Workspace.name_key == name.lower(), Workspace.deleted.is_(False)
+                )
+            )
+            is not None
+        )
+    values: tuple[NameValue, ...] = ()
+    try:
+        values = resolve_parameters(version.parameters, parameters, previous=None)
+    except InvalidInput as error:
+        problems.append(error)
+    try:
+        external_auth.require_links(owner, version.external_auth)
+    except InvalidInput as error:
+        problems.append(error)
+    taken_problem = {"field": "name", "detail": f"You already have a workspace named {name!r}: choose another name."}
+    if problems:
+        validations = [item for problem in problems for item in problem.validations]
+        message = problems[0].message if len(problems) == 1 and not taken else "Some fields are invalid."
+        raise InvalidInput(message, validations=validations + ([taken_problem] if taken else []))
+    if taken:
+        raise Conflict(f"You already have a workspace named {name!r}.", validations=[taken_problem])
     workspace = Workspace(name=name, owner_id=owner.id, template_id=template.id, template=template)
     if schedule:
         schedule_rules.apply_on_create(workspace, schedule)

@@ -143,30 +143,37 @@ def _workspace_events(workspace_id: str, seen: str | None) -> Response:
 def new() -> str | Response | tuple[str, int]:
     template = catalog.get_template_by_name(request.values.get("template", ""))
     version = catalog.get_version(template.active_version_id) if template.active_version_id else None
-    values = {key[6:]: value for key, value in request.form.items() if key.startswith("param.")}
+    parameters = form_parameters(version.parameters) if version else []
+    values: dict[str, str] = {}
     errors: dict[str, str] = {}
+    status = 200
     if request.method == "POST":
-        # An unchecked checkbox sends nothing: a bool parameter left unticked is "false".
-        for parameter in version.parameters if version else []:
-            if parameter.type == "bool" and parameter.name not in values:
-                values[parameter.name] = "false"
+        values = form_values(parameters, request.form, [parameter.name for parameter in parameters])
         try:
             workspace = services.create_workspace(page_user(), template.id, request.form.get("name", ""), values)
         except DomainError as error:
             errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
+            status = error.status
         else:
             build = services.latest_build(workspace)
             return redirect(url_for("workspaces.build", build_id=build.id))
+    needs = external_auth.needs_status(page_user(), version.external_auth) if version else []
+    # What the error summary calls each field, and where it links to.
+    labels = {"name": ("Workspace name", "workspace-name")}
+    labels.update({f"external_auth.{need['id']}": (str(need["display_name"]), "external-auth") for need in needs})
+    labels.update({p.name: (p.display_name or p.name, "param-" + p.name.replace(" ", "_")) for p in parameters})
     page = render_template(
         "workspaces/new.html",
         template=template,
         version=version,
+        parameters=parameters,
         values=values,
         name=request.form.get("name", ""),
         errors=errors,
-        external_auth=external_auth.needs_status(page_user(), version.external_auth) if version else [],
+        labels=labels,
+        external_auth=needs,
     )
-    return (page, 400) if errors else page
+    return page, status
 
 
 @bp.get("/workspaces/new/routing")
