@@ -11,11 +11,14 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from app.agents import services as agent_services
+from app.agents.models import CONNECTION_HISTORY, AgentConnectionEvent
 from app.core.extensions import db
 from app.workspaces.models import WorkspaceBuild
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import PARAMETERS
 from tests.support.web import post_form, sign_in
+from tests.test_agent_api import World as AgentWorld
 from tests.test_workspace_updates import World
 
 
@@ -267,3 +270,39 @@ def test_the_create_form_marks_every_invalid_field_at_once_and_keeps_what_was_ty
     assert reply.status_code == 400
     assert sorted(item["field"] for item in reply.json["validations"]) == ["name", "region", "size"]
 
+
+def test_the_agent_panel_shows_its_connection_history_bounded(app: Flask, personas: dict[str, Persona]) -> None:
+    agents = AgentWorld(app, personas)
+    agent_id = agents.agent()["id"]
+    with app.app_context():  # what the control connection records as agents come and go
+        agent_services.mark_connected(agent_id, "c1")
+        agent_services.mark_disconnected(agent_id, "c1")
+        agent_services.mark_connected(agent_id, "c2")
+        agent_services.mark_disconnected(agent_id, "stale")  # not the current connection: no event
+        agent_services.mark_connected(agent_id, "c3")  # took over from c2, which never said goodbye
+    path = f"/workspaces/{agents.workspace['id']}"
+    page = browser(app, "carol").get(path).get_data(as_text=True)
+    rows = re.findall(r'<tr class="agent-connection">.*?</tr>', page, re.S)
+    assert len(rows) == 3
+    newest, replaced, closed = rows
+    assert "open" in newest and "data-since" in newest  # its duration counts up in the page
+    assert "replaced by a newer connection" in replaced
+    assert "disconnected" in closed and re.search(r'<time datetime="PT\d+S" title="[^"]+ – [^"]+">', closed)
+    assert all(re.search(r"<time [^>]*data-ago>", row) for row in (newest, replaced, closed))
+    # The live panel (re-read on the page's `agents` event) has it too; another member sees neither.
+    panel = browser(app, "carol").get(f"/workspaces/{agents.workspace['id']}/agents/{agent_id}/panel")
+    assert panel.status_code == 200 and panel.get_data(as_text=True).count('class="agent-connection"') == 3
+    assert browser(app, "dave").get(f"/workspaces/{agents.workspace['id']}/agents/{agent_id}/panel").status_code == 404
+    # However often an agent reconnects, the history keeps its newest events; the panel shows the newest ten.
+    with app.app_context():
+        for number in range(30):
+            agent_services.mark_connected(agent_id, f"n{number}")
+            agent_services.mark_disconnected(agent_id, f"n{number}")
+        kept = agent_services.connection_history(agent_id)
+        assert len(kept) == CONNECTION_HISTORY
+        assert (kept[0].event, kept[0].connection_id) == ("disconnected", "n29")
+        assert (kept[-1].event, kept[-1].connection_id) == ("connected", "n5")
+        count = db.session.scalar(db.select(db.func.count()).select_from(AgentConnectionEvent))
+        assert count == CONNECTION_HISTORY
+    page = browser(app, "carol").get(path).get_data(as_text=True)
+    assert page.count('class="agent-connection"') == 10

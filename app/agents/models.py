@@ -34,3 +34,21 @@ class AgentLog(Model):
             "output": self.output,
             "source_id": self.source_id,
         }
+
+
+# The connection events kept per agent: enough to see a flapping agent, bounded however long a workspace lives.
+CONNECTION_HISTORY = 50
+CONNECTED, DISCONNECTED = "connected", "disconnected"
+
+
+class AgentConnectionEvent(Model):
+    """An agent's control connection opened or closed (Coder's connection log, for agents): newest kept."""
+
+    __tablename__ = "workspace_agent_connection_events"
+    __table_args__ = (Index("ix_workspace_agent_connection_events_agent_id_id", "agent_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    agent_id: Mapped[str] = mapped_column(ForeignKey("workspace_agents.id", ondelete="CASCADE"))
+    event: Mapped[str] = mapped_column(String(16))
+    connection_id: Mapped[str] = mapped_column(String(36))
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

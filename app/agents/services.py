@@ -6,9 +6,9 @@ import hashlib
 import logging
 from datetime import datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 
-from app.agents.models import AgentLog
+from app.agents.models import CONNECTED, CONNECTION_HISTORY, DISCONNECTED, AgentConnectionEvent, AgentLog
 from app.core.columns import rfc3339, utcnow
 from app.core.errors import InvalidInput, Unauthorized
 from app.core.extensions import db, rows_changed
@@ -246,6 +246,7 @@ def mark_connected(agent_id: str, connection_id: str) -> None:
             first_connected_at=func.coalesce(WorkspaceAgent.first_connected_at, now),
         )
     )
+    _record_connection_event(agent_id, connection_id, CONNECTED, now)
     db.session.commit()
     publish_agent_notice(agent_id)
 
@@ -263,11 +264,45 @@ def record_heartbeat(agent_id: str, connection_id: str) -> bool:
 
 def mark_disconnected(agent_id: str, connection_id: str) -> None:
     """Only the connection that counts may mark the agent gone (a newer one may be open on another replica)."""
+    now = utcnow()
     result = db.session.execute(
         update(WorkspaceAgent)
         .where(WorkspaceAgent.id == agent_id, WorkspaceAgent.connection_id == connection_id)
-        .values(disconnected_at=utcnow())
+        .values(disconnected_at=now)
     )
+    changed = rows_changed(result)
+    if changed:
+        _record_connection_event(agent_id, connection_id, DISCONNECTED, now)
     db.session.commit()
-    if rows_changed(result):
+    if changed:
         publish_agent_notice(agent_id)
+
+
+def _record_connection_event(agent_id: str, connection_id: str, event: str, at: datetime) -> None:
+    """Add the event to the agent's history and drop what is past its newest ``CONNECTION_HISTORY``."""
+    db.session.add(AgentConnectionEvent(agent_id=agent_id, connection_id=connection_id, event=event, at=at))
+    db.session.flush()
+    oldest_kept = (
+        select(AgentConnectionEvent.id)
+        .where(AgentConnectionEvent.agent_id == agent_id)
+        .order_by(AgentConnectionEvent.id.desc())
+        .offset(CONNECTION_HISTORY - 1)
+        .limit(1)
+        .scalar_subquery()
+    )
+    db.session.execute(
+        delete(AgentConnectionEvent).where(
+            AgentConnectionEvent.agent_id == agent_id, AgentConnectionEvent.id < oldest_kept
+        )
+    )
+
+
+def connection_history(agent_id: str) -> list[AgentConnectionEvent]:
+    """The agent's kept connection events, newest first."""
+    return list(
+        db.session.scalars(
+            select(AgentConnectionEvent)
+            .where(AgentConnectionEvent.agent_id == agent_id)
+            .order_by(AgentConnectionEvent.id.desc())
+        )
+    )

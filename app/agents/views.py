@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from urllib.parse import urlsplit
 
 from flask import render_template, request, url_for
@@ -14,7 +15,7 @@ from app.agents import services
 from app.agents.access import AgentContext, get_agent_for
 from app.agents.api import AgentLogView, read_agent_logs
 from app.agents.apps import app_path
-from app.agents.models import AgentLog
+from app.agents.models import CONNECTED, AgentConnectionEvent, AgentLog
 from app.auth.access import page_user
 from app.auth.blueprints import page_blueprint
 from app.core.errors import NotFound
@@ -48,6 +49,35 @@ class PanelApp:
 
 
 @dataclass
+class ConnectionSpan:
+    """One control connection of an agent, from the kept events: None where the event fell out of the history
+    (``started``) or has not happened (``ended``). ``superseded``: a newer connection took over without it closing."""
+
+    started: datetime | None
+    ended: datetime | None = None
+    superseded: bool = False
+
+
+# The panel shows the newest connections; the history keeps CONNECTION_HISTORY events.
+PANEL_CONNECTIONS = 10
+
+
+def connection_spans(events: Sequence[AgentConnectionEvent]) -> list[ConnectionSpan]:
+    """The connections the events describe, newest first (``events`` newest first, as the history reads)."""
+    spans: dict[str, ConnectionSpan] = {}
+    for event in reversed(events):
+        if event.event == CONNECTED:
+            for earlier in spans.values():
+                if earlier.ended is None:
+                    earlier.superseded = True
+            spans[event.connection_id] = ConnectionSpan(started=event.at)
+        else:
+            span = spans.setdefault(event.connection_id, ConnectionSpan(started=None))
+            span.ended, span.superseded = event.at, False
+    return list(reversed(spans.values()))[:PANEL_CONNECTIONS]
+
+
+@dataclass
 class AgentPanel:
     """What the workspace page shows of one agent."""
 
@@ -62,6 +92,7 @@ class AgentPanel:
     metadata: list[JsonObject] = field(default_factory=list)
     log_html: Markup = field(default_factory=Markup)
     last_log_id: int = 0
+    connections: list[ConnectionSpan] = field(default_factory=list)
 
 
 def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) -> AgentPanel:
@@ -78,6 +109,7 @@ def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) ->
         can_connect=can_act(user, workspace),
         ssh_command=f"slipway ssh {workspace.name}" if user.id == workspace.owner_id else "",
         metadata=metadata_items(agent),
+        connections=connection_spans(services.connection_history(agent.id)),
     )
     panel.apps = [
         PanelApp(
