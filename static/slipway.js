@@ -113,11 +113,14 @@ document.addEventListener("submit", function (event) {
 // open. The wording here must stay the server's. Swapped-in fragments arrive with fresh text from the server.
 window.slipwayRefreshTimes = (function () {
   function ago(seconds) {
+    var future = seconds < 0;
     var units = [["day", 86400], ["hour", 3600], ["minute", 60]];
+    seconds = Math.abs(seconds);
     for (var i = 0; i < units.length; i++) {
       if (seconds >= units[i][1]) {
         var count = Math.floor(seconds / units[i][1]);
-        return count + " " + units[i][0] + (count !== 1 ? "s" : "") + " ago";
+        var amount = count + " " + units[i][0] + (count !== 1 ? "s" : "");
+        return future ? "in " + amount : amount + " ago";
       }
     }
     return "just now";

@@ -5,6 +5,7 @@ connection history. Forms mark every invalid field at once and keep what was typ
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,8 +14,10 @@ from flask.testing import FlaskClient
 
 from app.agents import services as agent_services
 from app.agents.models import CONNECTION_HISTORY, AgentConnectionEvent
+from app.core.columns import utcnow
 from app.core.extensions import db
-from app.workspaces.models import WorkspaceBuild
+from app.core.templating import time_ago
+from app.workspaces.models import Workspace, WorkspaceBuild
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import PARAMETERS
 from tests.support.web import post_form, sign_in
@@ -306,3 +309,24 @@ def test_the_agent_panel_shows_its_connection_history_bounded(app: Flask, person
         assert count == CONNECTION_HISTORY
     page = browser(app, "carol").get(path).get_data(as_text=True)
     assert page.count('class="agent-connection"') == 10
+
+
+def test_times_to_come_on_the_page_read_in_words_and_show_the_exact_time_on_hover(
+    app: Flask, world: World, named: Any
+) -> None:
+    with app.app_context():
+        workspace = db.session.get(Workspace, named["id"])
+        assert workspace is not None
+        workspace.autostart_schedule = "CRON_TZ=UTC 30 9 * * *"
+        workspace.next_start_at = utcnow() + timedelta(hours=3, minutes=5)
+        workspace.dormant_at = utcnow() - timedelta(days=2, minutes=1)
+        workspace.deleting_at = utcnow() + timedelta(days=5, minutes=1)
+        db.session.commit()
+    page = browser(app, "carol").get(f"/workspaces/{named['id']}").get_data(as_text=True)
+    exact = r'title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC" data-ago>'
+    assert re.search(rf"next <strong>[^<]+</strong> \(<time [^>]*{exact}in 3 hours</time>\)", page)
+    assert re.search(rf"\(<time [^>]*{exact}2 days ago</time>\): it was unused", page)
+    assert re.search(rf"<time [^>]*{exact}in 5 days</time>", page)
+    assert time_ago(utcnow() + timedelta(seconds=20)) == "just now"
+    assert time_ago(utcnow() + timedelta(minutes=1, seconds=5)) == "in 1 minute"
+    assert time_ago(utcnow() - timedelta(minutes=2, seconds=5)) == "2 minutes ago"

@@ -60,7 +60,8 @@ def _iso(value: datetime) -> str:
 
 
 def time_ago_element(value: datetime | None) -> Markup | str:
-    """``3 minutes ago`` in a <time> element the script refreshes (``data-ago``), with the exact time on hover."""
+    """``3 minutes ago`` (or ``in 3 minutes``) in a <time> element the script refreshes (``data-ago``), with the
+    exact time on hover."""
     if value is None:
         return "never"
     return Markup('<time datetime="{}" title="{}" data-ago>{}</time>').format(
@@ -83,12 +84,13 @@ def time_ago(value: datetime | None) -> str:
     if value is None:
         return "never"
     seconds = int((datetime.now(UTC) - value).total_seconds())
-    if seconds < 60:
-        return "just now"
+    # A time to come (a deadline, the next autostart) reads "in 3 hours"; within a minute either way, "just now".
+    future, seconds = seconds < 0, abs(seconds)
     for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= size:
             count = seconds // size
-            return f"{count} {unit}{'s' if count != 1 else ''} ago"
+            amount = f"{count} {unit}{'s' if count != 1 else ''}"
+            return f"in {amount}" if future else f"{amount} ago"
     return "just now"
 
 
