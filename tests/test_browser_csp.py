@@ -24,6 +24,7 @@ from tests.conftest import make_settings
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
 from tests.support.deployment import Deployment, running_deployment
 from tests.support.templates import SLOW_TEMPLATE
+from tests.support.waiting import wait_until
 
 WAIT = 60_000  # ms: a build plus an agent starting on a busy machine
 
@@ -178,6 +179,69 @@ def test_copy_buttons_and_relative_times_work_under_the_policy(
     assert page.evaluate("navigator.clipboard.readText()") == "slipway ssh csp"
 
 
+def test_the_workspace_page_changes_parameters_through_a_real_build(
+    deployment: Deployment, page: Page, problems: list[str]
+) -> None:
+    """The timeline and the parameters by display name; the change form marks every invalid field at once and keeps
+    what was typed; valid values start a real build, which Terraform applies."""
+    workspace = deployment.create("alice", "params")
+    deployment.wait_ready("alice", "params")
+    sign_in(page, deployment)
+    open_page(page, f"{deployment.url}/workspaces/{workspace['id']}")
+    timeline = page.locator("#build-timeline tr.timeline-build")
+    expect(timeline).to_have_count(1)
+    expect(timeline.first).to_contain_text("#1 start")
+    expect(timeline.first.locator("time[data-ago]")).to_have_attribute("title", re.compile(r"\d\d:\d\d:\d\d UTC$"))
+    parameters = page.locator("#parameters-card")
+    expect(parameters).to_contain_text("Dev server port")
+    expect(parameters).to_contain_text("POSIX sh")  # an option by its name
+    page.screenshot(path=str(ARTIFACTS / "workspace-page-timeline.png"), full_page=True)
+    # Times to come read "in …" too, and the script keeps them current.
+    when = timeline.first.locator("time[data-ago]")
+    when.evaluate("element => element.setAttribute('datetime', new Date(Date.now() + 7260e3).toISOString())")
+    page.evaluate("window.slipwayRefreshTimes()")
+    expect(when).to_have_text("in 2 hours")
+
+    page.get_by_role("link", name="Change parameters").click()
+    page.get_by_label("Greeting").fill("hi <there>")
+    page.get_by_label("Dev server port").fill("80")
+    page.get_by_role("button", name="Save and build").click()
+    expect(page.locator("#form-errors")).to_contain_text("2 fields need a change")
+    for label, typed in (("Greeting", "hi <there>"), ("Dev server port", "80")):
+        field = page.get_by_label(label)
+        expect(field).to_have_attribute("aria-invalid", "true")
+        expect(field).to_have_value(typed)
+    expect(page.locator("#param-greeting-error")).to_have_text(re.compile("Use up to 64 letters"))
+    expect(page.locator("#param-dev_port-error")).to_have_text(re.compile("less than the minimum 1024"))
+    page.screenshot(path=str(ARTIFACTS / "workspace-parameters-errors.png"), full_page=True)
+    # The refused form came back as a 400, as it should: not one of the problems this module looks for.
+    problems[:] = [problem for problem in problems if not ("/parameters: " in problem and "400" in problem)]
+
+    page.get_by_label("Greeting").fill("hi there")
+    page.get_by_label("Dev server port").fill("8081")
+    page.get_by_role("button", name="Save and build").click()
+    expect(page).to_have_url(re.compile(r"/builds/"))
+
+    # Terraform applied the new values: the Dev server app now points at the new port.
+    def rebuilt() -> bool:
+        latest = deployment.workspace("alice", "params")["latest_build"]
+        return latest["build_number"] == 2 and latest["status"] in ("running", "failed")
+
+    wait_until(rebuilt, timeout=120, what="the build with the new parameters")
+    latest = deployment.workspace("alice", "params")["latest_build"]
+    assert latest["status"] == "running", latest
+    apps = [app for resource in latest["resources"] for agent in resource["agents"] for app in agent["apps"]]
+    assert [app["url"] for app in apps if app["slug"] == "dev"] == ["http://localhost:8081"]
+    open_page(page, f"{deployment.url}/workspaces/{workspace['id']}")
+    expect(timeline).to_have_count(2)
+    expect(timeline.first).to_contain_text("#2 start")
+    expect(timeline.first).to_contain_text("alice")
+    expect(timeline.first.locator(".status-running")).to_be_visible()
+    expect(parameters).to_contain_text("hi there")
+    expect(parameters).to_contain_text("8081")
+    page.screenshot(path=str(ARTIFACTS / "workspace-page-changed.png"), full_page=True)
+
+
 def answer_dialogs(page: Page, answers: list[bool]) -> list[str]:
     """Answer the next confirm() dialogs in turn (dismiss or accept); returns their messages as they come."""
     asked: list[str] = []
@@ -306,6 +370,7 @@ def dashboard_pages(deployment: Deployment, agent: dict[str, Any]) -> dict[str, 
         "workspaces.show": base,
         "workspaces.delete": f"{base}/delete",
         "lifecycle.update": f"{base}/update",
+        "workspaces.change_parameters": f"{base}/parameters",
         "agents.terminal": f"{base}/agents/{agent['id']}/terminal",
         "workspaces.build": f"/builds/{workspace['latest_build']['id']}",
         "workspaces.new": "/workspaces/new?template=local",
