@@ -4,6 +4,7 @@ carry CSRF tokens; another member cannot use them on someone else's workspace.""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -72,6 +73,11 @@ def test_update_asks_for_the_new_versions_parameters_then_builds_it(app: Flask, 
     built = post_form(carol, f"{path}/update", values, token_from=f"{path}/update")
     # size: 6 no longer passes (at most 4 now), and it may not go down: still asked, nothing built.
     assert built.status_code == 400 and "param:size" in built.get_data(as_text=True)
+    # The field that failed is marked, keeps what was typed, and the summary names it; the others are not marked.
+    refused_page = built.get_data(as_text=True)
+    size_field = re.search(r'<input id="param-size"[^>]*>', refused_page)
+    assert size_field and 'aria-invalid="true"' in size_field.group(0) and 'value="6"' in size_field.group(0)
+    assert "1 field needs a change" in refused_page and refused_page.count('aria-invalid="true"') == 1
     assert world.get(workspace["id"])["latest_build"]["template_version_id"] != v2
     world.client.patch(
         f"/api/v2/templates/{world.template['id']}/versions",

@@ -149,7 +149,7 @@ def test_change_parameters_marks_every_invalid_field_at_once_and_keeps_what_was_
     assert 'value="6"' in field(form, "size") and 'value="https://example.com/dots"' in field(form, "dotfiles")
     assert "checked" not in field(form, "gpu") and "checked" not in field(form, "rebuild")
     fixed = form[form.index('id="immutable-parameters"') :]
-    assert "Region" in fixed and "<code>eu</code>" in fixed and 'name="param.region"' not in form
+    assert "Region" in fixed and "<code>EU</code>" in fixed and 'name="param.region"' not in form
     before = len(builds_of(world, named["id"]))
     typed = {"param.size": "9", "param.dotfiles": "git@example.com:dots", "param.gpu": "true"}
     refused = post_form(carol, path, typed)

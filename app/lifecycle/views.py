@@ -59,9 +59,10 @@ def update(workspace_id: str) -> Response | str | tuple[str, int]:
     parameters = [parameter for parameter in version.parameters if parameter.name in needed] or [
         parameter for parameter in version.parameters if parameter.required
     ]
+    labels = {item.name: (item.display_name or item.name, f"param-{item.name}") for item in parameters}
     page = render_template(
         "lifecycle/update.html", workspace=workspace, version=version, parameters=parameters, errors=needed,
-        values=values,
+        values=values, labels=labels,
     )  # fmt: skip
     # Asking for what the version needs is the form's first step, not an error; values that fail their rules are.
     return (page, 400) if needed and values else page
