@@ -167,7 +167,7 @@ def test_stop_from_the_page_shows_the_shutdown_then_the_workspace_stopped(deploy
             expect(opened.locator(".agent-card")).to_have_count(0)
             expect(opened.get_by_role("button", name="Start")).to_be_enabled()
             expect(opened.get_by_role("button", name="Stop")).to_have_count(0)
-            expect(opened.locator(".card", has_text="Builds").locator("tr").first).to_contain_text("#2 stop")
+            expect(opened.locator("#build-timeline tr.timeline-build").first).to_contain_text("#2 stop")
         assert "stopped at" in (deployment.directory("alice", "stopper") / "shutdown.log").read_text()
         page.screenshot(path=str(ARTIFACTS / "agent-workspace-stopped.png"), full_page=True)
 
