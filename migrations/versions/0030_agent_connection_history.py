@@ -1,7 +1,7 @@
 """each agent's last connection events (connected, disconnected), shown on the workspace page
 
-Revision ID: 0027
-Revises: 0026
+Revision ID: 0030
+Revises: 0029
 Create Date: 2026-11-27 03:30:00.000000
 
 """
@@ -12,8 +12,8 @@ import app.core.columns
 
 
 # revision identifiers, used by Alembic.
-revision = '0027'
-down_revision = '0026'
+revision = '0030'
+down_revision = '0029'
 branch_labels = None
 depends_on = None
 
