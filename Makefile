@@ -6,7 +6,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT    := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev agent-bundle system-deps oidc-deps run lint test bench clean
+.PHONY: help install install-dev agent-bundle system-deps oidc-deps axe-deps run lint test bench clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -59,6 +59,12 @@ tests/oidc/node_modules/.installed: tests/oidc/package-lock.json
 
 oidc-deps: system-deps tests/oidc/node_modules/.installed ## the OpenID provider the tests sign in with (npm oidc-provider, Node 22)
 
+tests/axe/node_modules/.installed: tests/axe/package-lock.json
+	npm ci --prefix tests/axe --no-audit --no-fund --loglevel=error
+	@touch $@
+
+axe-deps: system-deps tests/axe/node_modules/.installed ## axe-core, the accessibility checker the browser tests run (npm)
+
 # As root, the built-in daemons run as the user slipway-provisioner, which must get through to this venv: when
 # it sits under a closed directory (/root is 0700), the server lets that user traverse it and prints each change.
 run: install ## run Slipway on http://127.0.0.1:3000 (SQLite and an embedded Redis in the data dir)
@@ -70,7 +76,7 @@ lint: install-dev ## ruff, formatting, mypy --strict and the import contracts
 	$(BIN)/mypy app workers cli agent protocol
 	$(BIN)/lint-imports
 
-test: install-dev system-deps oidc-deps lint ## install everything the tests need, then lint and run the whole suite
+test: install-dev system-deps oidc-deps axe-deps lint ## install everything the tests need, then lint and run the whole suite
 	$(BIN)/pytest
 
 bench: install-dev ## run the benchmarks (they print figures; see bench/README.md)

@@ -21,6 +21,7 @@ from playwright.sync_api import Dialog, Page, Response, expect
 
 from app.factory import create_app
 from tests.conftest import make_settings
+from tests.support.accessibility import severe_violations
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
 from tests.support.deployment import Deployment, running_deployment
 from tests.support.templates import SLOW_TEMPLATE
@@ -543,3 +544,80 @@ def test_template_tabs_work_under_the_policy(deployment: Deployment, page: Page,
     page.get_by_role("button", name="Delete tabs").click()
     expect(page).to_have_url(f"{deployment.url}/templates")
     expect(page.locator(".flash-success")).to_contain_text("Template tabs deleted.")
+
+
+# The pages a member opens, with her own workspace: the rest are an owner's or a template admin's.
+MEMBER_PAGES = {
+    "workspaces.index", "workspaces.show", "workspaces.delete", "lifecycle.update", "agents.terminal",
+    "workspaces.build", "workspaces.new", "catalog.index", "catalog.show", "users.account", "oidc.cli_auth",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def member_agent(deployment: Deployment) -> dict[str, Any]:
+    """carol's (a member's) workspace `mine`, started, with its agent ready."""
+    deployment.create("carol", "mine")
+    return deployment.wait_ready("carol", "mine")
+
+
+def member_pages(deployment: Deployment, member_agent: dict[str, Any]) -> dict[str, str]:
+    """endpoint → path of every page a member may open, with her own workspace's ids."""
+    workspace = deployment.workspace("carol", "mine")
+    base = f"/workspaces/{workspace['id']}"
+    return {
+        "auth.login": "/login",
+        "workspaces.index": "/workspaces",
+        "workspaces.show": base,
+        "workspaces.delete": f"{base}/delete",
+        "lifecycle.update": f"{base}/update",
+        "agents.terminal": f"{base}/agents/{member_agent['id']}/terminal",
+        "workspaces.build": f"/builds/{workspace['latest_build']['id']}",
+        "workspaces.new": "/workspaces/new?template=local",
+        "catalog.index": "/templates",
+        "catalog.show": "/templates/local",
+        "users.account": "/account",
+        "oidc.cli_auth": "/cli-auth",
+    }
+
+
+def test_a_member_is_refused_the_pages_not_on_her_list(
+    deployment: Deployment, agent: dict[str, Any], member_agent: dict[str, Any], page: Page
+) -> None:
+    """So the member's accessibility loop below covers every page she can open (alice's workspace pages included)."""
+    assert set(member_pages(deployment, member_agent)) == MEMBER_PAGES | {"auth.login"}
+    sign_in(page, deployment, "carol")
+    for endpoint, path in dashboard_pages(deployment, agent).items():
+        if (
+            endpoint
+            in MEMBER_PAGES
+            - {"workspaces.show", "workspaces.delete", "lifecycle.update", "agents.terminal", "workspaces.build"}
+            or endpoint == "auth.login"
+        ):
+            continue
+        response = page.goto(deployment.url + path)
+        assert response is not None and response.status in (403, 404), f"{path}: {response and response.status}"
+
+
+@pytest.mark.parametrize("person", ["alice", "carol"])
+def test_every_page_passes_axe(
+    deployment: Deployment,
+    agent: dict[str, Any],
+    member_agent: dict[str, Any],
+    page: Page,
+    problems: list[str],
+    person: str,
+) -> None:
+    """axe-core finds no serious or critical violation on any page an owner (alice) or a member (carol) opens, in
+    the light theme and the dark one (contrast differs)."""
+    pages = dashboard_pages(deployment, agent) if person == "alice" else member_pages(deployment, member_agent)
+    found: list[str] = []
+    for endpoint, path in pages.items():
+        if endpoint == "workspaces.index":
+            sign_in(page, deployment, person)
+        open_page(page, deployment.url + path)
+        page.wait_for_load_state("networkidle")  # htmx fragments are in
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            found += [f"{path} ({scheme}): {violation}" for violation in severe_violations(page)]
+        page.emulate_media(color_scheme="light")
+    assert found == [], "\n".join(found)
