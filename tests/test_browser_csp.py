@@ -621,3 +621,70 @@ def test_every_page_passes_axe(
             found += [f"{path} ({scheme}): {violation}" for violation in severe_violations(page)]
         page.emulate_media(color_scheme="light")
     assert found == [], "\n".join(found)
+
+
+def tab_to(page: Page, selector: str, most: int = 60) -> int:
+    """Press Tab until the element matching ``selector`` has focus; the number of presses it took."""
+    for presses in range(1, most + 1):
+        page.keyboard.press("Tab")
+        if page.evaluate("(selector) => document.activeElement?.matches(selector) ?? false", selector):
+            return presses
+    raise AssertionError(f"Tab never reached {selector} in {most} presses")
+
+
+FOCUS_RING = """() => {
+  const style = getComputedStyle(document.activeElement);
+  return [style.outlineStyle, parseFloat(style.outlineWidth)];
+}"""
+
+
+def test_the_log_box_and_the_menu_work_from_the_keyboard(
+    deployment: Deployment, agent: dict[str, Any], page: Page, problems: list[str]
+) -> None:
+    page.set_viewport_size({"width": 1400, "height": 600})  # the build's log is taller than its box
+    sign_in(page, deployment)
+    workspace = deployment.workspace("alice", "csp")
+    open_page(page, f"{deployment.url}/builds/{workspace['latest_build']['id']}")
+    log = page.locator("#log")
+    expect(log).to_have_attribute("aria-label", "Log")
+    assert log.evaluate("(box) => box.scrollHeight > box.clientHeight"), "the log must scroll for this test"
+    log.evaluate("(box) => { box.scrollTop = 0; }")
+    tab_to(page, "#log")
+    outline_style, outline_width = page.evaluate(FOCUS_RING)
+    assert outline_style == "solid" and outline_width >= 2, (outline_style, outline_width)
+    page.screenshot(path=str(ARTIFACTS / "keyboard-log-focused.png"))
+    page.keyboard.press("PageDown")
+    page.wait_for_function("() => document.querySelector('#log').scrollTop > 0")
+    page.keyboard.press("End")
+    page.wait_for_function("() => { const box = document.querySelector('#log');"
+                           " return box.scrollTop + box.clientHeight >= box.scrollHeight - 2; }")  # fmt: skip
+
+    # Every link and button on the way shows where focus is: the first ones on the page.
+    open_page(page, f"{deployment.url}/workspaces")
+    for _ in range(4):
+        page.keyboard.press("Tab")
+        outline_style, outline_width = page.evaluate(FOCUS_RING)
+        tag = page.evaluate("document.activeElement.tagName")
+        assert outline_style == "solid" and outline_width >= 2, (tag, outline_style, outline_width)
+    tab_to(page, "input[name=q]")  # a field too, in a colour that stands out (not the pale field tint)
+    ring = page.evaluate(
+        "() => ['outlineColor', 'outlineWidth'].map((key) => getComputedStyle(document.activeElement)[key])"
+    )
+    assert ring == ["rgb(31, 79, 216)", "3px"], ring
+    page.screenshot(path=str(ARTIFACTS / "keyboard-field-focused.png"))
+
+    # On a phone the navigation sits behind the Menu button: Tab reaches it, Enter opens it, Tab goes on into it.
+    page.set_viewport_size({"width": 390, "height": 844})
+    open_page(page, f"{deployment.url}/workspaces")
+    toggle = page.locator(".nav-toggle")
+    expect(page.locator(".mainnav")).to_be_hidden()
+    tab_to(page, ".nav-toggle")
+    page.keyboard.press("Enter")
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    expect(page.locator(".mainnav")).to_be_visible()
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.closest('#topbar-menu') !== null")
+    tab_to(page, ".mainnav a[href$='/templates']")
+    page.screenshot(path=str(ARTIFACTS / "keyboard-menu-open.png"))
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(f"{deployment.url}/templates")
