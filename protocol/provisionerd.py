@@ -77,6 +77,19 @@ class NameValue(Message):
     value: str = ""
 
 
+class Preset(Message):
+    """A named set of parameter values a workspace can be created with (``data "coder_workspace_preset"``)."""
+
+    name: str
+    parameters: tuple[NameValue, ...] = ()
+    # The one preset the create form and the CLI choose when a person chooses none.
+    default: bool = False
+    description: str = ""
+    icon: str = ""
+    # How many prebuilt workspaces Coder keeps ready for it (its `prebuilds.instances`); None: no prebuilds block.
+    desired_prebuild_instances: int | None = None
+
+
 class ImportJob(Message):
     template_version_id: str
     archive: bytes
@@ -179,6 +192,8 @@ class ImportResult(Message):
     # data "coder_workspace_tags": tag -> template over parameter values (protocol.tags.render_tag_template),
     # evaluated by the server for each build before it is queued.
     workspace_tags: dict[str, str] = field(default_factory=dict)
+    # Empty from a daemon of a release before presets.
+    presets: tuple[Preset, ...] = ()
 
 
 class PlannedChange(Message):

@@ -195,6 +195,7 @@ def _import(
             ),
             external_auth=tuple(start.external_auth),
             workspace_tags=workspace_tags,
+            presets=tuple(start.presets),
         )
     )
 

@@ -12,18 +12,19 @@ Coder's provisioner (reference §4.6):
   goes to the instance with the same index key, else the first one;
 - `coder_app`, `coder_script` and `coder_env` attach to their agent by `agent_id`, `coder_metadata` to its resource
   by `resource_id`: by value when it is known (state), else by what the expression references (plan);
-- `data.coder_parameter` instances become RichParameters.
+- `data.coder_parameter` instances become RichParameters, `data.coder_workspace_preset` instances Presets.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from protocol.codec import Message, ProtocolError
 from protocol.parameters import RichParameter
+from protocol.provisionerd import NameValue, Preset
 from protocol.resources import Agent, App, Env, ExternalAuth, MetadataItem, Resource, Script
 from workers.show_json import Instance, closest_dependent, pick_instance, read_instances
 
@@ -44,6 +45,7 @@ class ParsedResources:
     resources: list[Resource]
     parameters: list[RichParameter]
     external_auth: list[ExternalAuth]
+    presets: list[Preset] = field(default_factory=list)
 
 
 def _without_nulls(value: Any) -> Any:
@@ -111,6 +113,23 @@ def _parameter(instance: Instance) -> RichParameter:
         validation_min=low,
         validation_max=high,
         validation_monotonic=validation.get("monotonic"),
+    )
+
+
+def _preset(instance: Instance) -> Preset:
+    values = instance.values
+    prebuilds = _first_block(values, "prebuilds")
+    instances = prebuilds.get("instances")
+    parameters = values.get("parameters") or {}
+    if not isinstance(parameters, Mapping):
+        raise ParseError(f"{instance.address}: parameters must be a map of parameter names to values")
+    return Preset(
+        name=str(values.get("name") or ""),
+        parameters=tuple(NameValue(name=str(name), value=str(value)) for name, value in sorted(parameters.items())),
+        default=bool(values.get("default")),
+        description=str(values.get("description") or ""),
+        icon=str(values.get("icon") or ""),
+        desired_prebuild_instances=int(instances) if isinstance(instances, int | float) else None,
     )
 
 
@@ -203,6 +222,7 @@ def parse_show_json(document: Mapping[str, Any]) -> ParsedResources:
     _attach_metadata(managed, resources, by_config)
     parameters = [_parameter(i) for i in instances if i.mode == "data" and i.type == "coder_parameter"]
     _check_names("parameter", (p.name for p in parameters))
+    presets = [_preset(i) for i in instances if i.mode == "data" and i.type == "coder_workspace_preset"]
     auth = {
         str(i.values.get("id")): _build(ExternalAuth, i.values, i.address)
         for i in instances
@@ -212,6 +232,7 @@ def parse_show_json(document: Mapping[str, Any]) -> ParsedResources:
         resources=[parts.complete() for parts in resources.values()],
         parameters=sorted(parameters, key=lambda p: p.order),  # stable: same order keeps the address order
         external_auth=list(auth.values()),
+        presets=presets,
     )
 
 

@@ -16,8 +16,8 @@ from app.files.services import archive_bytes
 from app.provisioning.jobs import JobHandlers, JobSubject
 from app.provisioning.models import ProvisionerJob
 from app.resources.services import store_resources
-from protocol.parameters import ParameterError, check_declaration
-from protocol.provisionerd import AcquiredJob, ImportJob, JobCompletion
+from protocol.parameters import ParameterError, RichParameter, check_declaration
+from protocol.provisionerd import AcquiredJob, ImportJob, JobCompletion, Preset
 
 MAX_README_CHARS = 256 * 1024
 
@@ -48,6 +48,7 @@ def import_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
             check_declaration(parameter)
         except ParameterError as exc:  # the provider refused it already; a daemon of an older release may not have
             raise InvalidInput(f"Parameter {parameter.name!r}: {exc}") from None
+    check_presets(result.presets, result.parameters)
     version = version_for_job(job)
     version.readme = result.readme[:MAX_README_CHARS]
     # A sensitive variable's default is a secret the server never needs (the daemon reads it from the template).
@@ -57,9 +58,32 @@ def import_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
     version.parameters = result.parameters
     version.external_auth = result.external_auth
     version.workspace_tags = dict(result.workspace_tags)
+    version.presets = result.presets
     store_resources(job.id, "start", result.resources.start)
     store_resources(job.id, "stop", result.resources.stop)
     publish_imported(version)
+
+
+def check_presets(presets: Sequence[Preset], parameters: Sequence[RichParameter]) -> None:
+    """Coder's rules for a version's presets: unique names, at most one default, and values only for parameters
+    the version declares (a preset naming another would set nothing, silently)."""
+    declared = {parameter.name for parameter in parameters}
+    seen: set[str] = set()
+    for preset in presets:
+        if preset.name in seen:
+            raise InvalidInput(f"coder_workspace_preset names must be unique, but {preset.name!r} appears twice.")
+        seen.add(preset.name)
+        for item in preset.parameters:
+            if item.name not in declared:
+                raise InvalidInput(
+                    f"Preset {preset.name!r} sets parameter {item.name!r}, which the template does not declare"
+                    ' (no data "coder_parameter" has that name).'
+                )
+    defaults = [preset.name for preset in presets if preset.default]
+    if len(defaults) > 1:
+        raise InvalidInput(
+            f"At most one coder_workspace_preset can be the default, but {len(defaults)} are: {', '.join(defaults)}."
+        )
 
 
 def import_secrets(job: ProvisionerJob) -> list[str]:

@@ -14,7 +14,7 @@ from app.provisioning.models import ProvisionerJob
 from protocol.codec import JSON as JsonValue
 from protocol.codec import JsonObject
 from protocol.parameters import RichParameter
-from protocol.provisionerd import NameValue, TemplateVariable
+from protocol.provisionerd import NameValue, Preset, TemplateVariable
 from protocol.resources import ExternalAuth
 
 
@@ -120,6 +120,8 @@ class TemplateVersion(Model):
     external_auth: Mapped[tuple[ExternalAuth, ...]] = mapped_column(MessageListColumn(ExternalAuth), default=())
     # Tags its builds take from their parameters (data "coder_workspace_tags"): tag -> protocol.tags template.
     workspace_tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict, server_default="{}")
+    # Named sets of parameter values a workspace can be created with (data "coder_workspace_preset").
+    presets: Mapped[tuple[Preset, ...]] = mapped_column(MessageListColumn(Preset), default=(), server_default="[]")
 
     job: Mapped[ProvisionerJob] = relationship()
 

@@ -95,6 +95,7 @@ def import_template(
     name: str = "dev",
     external_auth: list[dict[str, Any]] | None = None,
     workspace_tags: dict[str, str] | None = None,
+    presets: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     bob = personas["bob"]
     version = push_version(client, bob)
@@ -117,6 +118,7 @@ def import_template(
                 "resources": RESOURCES,
                 "external_auth": external_auth or [],
                 "workspace_tags": workspace_tags or {},
+                "presets": presets or [],
             }
         },
     )

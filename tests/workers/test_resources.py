@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from protocol.parameters import ParameterOption
+from protocol.provisionerd import NameValue, Preset
 from protocol.resources import AgentMetadata, DisplayApps, Healthcheck, Resource
 from tests.workers.conftest import TemplateDir
 from workers.resources import ParseError, mark_lifecycles, parse_show_json
@@ -302,3 +303,51 @@ resource "terraform_data" "host" {
         resources = {resource.name: resource for resource in parse_show_json(document).resources}
         assert [agent.name for agent in resources["host"].agents] == ["main"]
         assert resources["host"].kind == "computational" and resources["unrelated"].kind == "peripheral"
+
+
+PRESETS = """
+data "coder_parameter" "region" {
+  name    = "region"
+  default = "eu"
+}
+
+data "coder_parameter" "size" {
+  name    = "size"
+  type    = "number"
+  default = 2
+}
+
+data "coder_workspace_preset" "big" {
+  name        = "Big in Europe"
+  description = "Four cores near Berlin"
+  icon        = "/icon/eu.svg"
+  default     = true
+  parameters = {
+    (data.coder_parameter.region.name) = "eu"
+    size                               = 4
+  }
+  prebuilds {
+    instances = 3
+  }
+}
+
+data "coder_workspace_preset" "plain" {
+  name = "Plain"
+}
+"""
+
+
+def test_presets_are_read_with_their_values_and_prebuilds(template: Template) -> None:
+    parsed = parse_show_json(template(PRESETS).plan())
+
+    assert parsed.presets == [
+        Preset(
+            name="Big in Europe",
+            parameters=(NameValue(name="region", value="eu"), NameValue(name="size", value="4")),
+            default=True,
+            description="Four cores near Berlin",
+            icon="/icon/eu.svg",
+            desired_prebuild_instances=3,
+        ),
+        Preset(name="Plain"),
+    ]

@@ -1,0 +1,70 @@
+"""Presets (data "coder_workspace_preset"): recorded by the import, checked by the server as Coder checks them,
+served by the API, and applied to a workspace's parameters when one is created with a preset."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask
+from flask.testing import FlaskClient
+
+from app.catalog.models import TemplateVersion
+from app.core.extensions import db
+from tests.conftest import Persona
+from tests.support.daemon import PARAMETERS, RESOURCES, FakeDaemon, import_template, running_import
+
+EUROPE = {
+    "name": "Europe",
+    "parameters": [{"name": "region", "value": "eu"}, {"name": "size", "value": "4"}],
+    "default": True,
+    "description": "Close to the Berlin office",
+    "icon": "/icon/eu.svg",
+    "desired_prebuild_instances": 2,
+}
+AMERICA = {"name": "America", "parameters": [{"name": "region", "value": "us"}]}
+
+
+def _complete_import(client: FlaskClient, personas: dict[str, Persona], presets: list[dict[str, Any]]) -> Any:
+    daemon, job_id, version_id = running_import(client, personas)
+    result = {"parameters": PARAMETERS, "resources": RESOURCES, "presets": presets}
+    assert daemon.call(f"/jobs/{job_id}/complete", {"template_import": result}).status_code == 204
+    job = client.get(f"/api/v2/templateversions/{version_id}", headers=personas["bob"].auth).json["job"]
+    return version_id, job
+
+
+def test_the_import_records_the_version_presets(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:
+    version_id, job = _complete_import(client, personas, [EUROPE, AMERICA])
+    assert job["status"] == "succeeded", job
+    with app.app_context():
+        version = db.session.get(TemplateVersion, version_id)
+        assert version is not None
+        assert [preset.to_json() for preset in version.presets] == [
+            EUROPE,
+            {**AMERICA, "default": False, "description": "", "icon": "", "desired_prebuild_instances": None},
+        ]
+
+
+def test_an_older_daemon_reports_no_presets(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:
+    template = import_template(client, personas, FakeDaemon(client))
+    with app.app_context():
+        version = db.session.get(TemplateVersion, template["active_version_id"])
+        assert version is not None and version.presets == ()
+
+
+def test_a_preset_may_set_only_declared_parameters(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    stray = {"name": "Big", "parameters": [{"name": "region", "value": "eu"}, {"name": "cpus", "value": "8"}]}
+    _, job = _complete_import(client, personas, [stray])
+    assert job["status"] == "failed"
+    assert "Preset 'Big' sets parameter 'cpus', which the template does not declare" in job["error"]
+
+
+def test_at_most_one_preset_is_the_default(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    _, job = _complete_import(client, personas, [EUROPE, {**AMERICA, "default": True}])
+    assert job["status"] == "failed"
+    assert "At most one coder_workspace_preset can be the default, but 2 are: Europe, America." in job["error"]
+
+
+def test_preset_names_are_unique(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    _, job = _complete_import(client, personas, [AMERICA, {**AMERICA, "description": "again"}])
+    assert job["status"] == "failed"
+    assert "coder_workspace_preset names must be unique, but 'America' appears twice." in job["error"]
