@@ -163,6 +163,23 @@ class BuildParameter(Message):
     value: str
 
 
+class PresetParameter(Message):
+    Name: str
+    Value: str = ""
+
+
+class Preset(Message):
+    """``GET /templateversions/{id}/presets``: Coder's codersdk.Preset, whose keys are PascalCase (no JSON tags)."""
+
+    ID: str
+    Name: str
+    Parameters: tuple[PresetParameter, ...] = ()
+    Default: bool = False
+    Description: str = ""
+    Icon: str = ""
+    DesiredPrebuildInstances: int | None = None
+
+
 class AgentLog(Message):
     source_id: str | None = None
     output: str = ""

@@ -3,6 +3,7 @@ served by the API, and applied to a workspace's parameters when one is created w
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from flask import Flask
@@ -10,6 +11,8 @@ from flask.testing import FlaskClient
 
 from app.catalog.models import TemplateVersion
 from app.core.extensions import db
+from protocol.codec import decode_list
+from protocol.publicapi import Preset
 from tests.conftest import Persona
 from tests.support.daemon import PARAMETERS, RESOURCES, FakeDaemon, import_template, running_import
 
@@ -68,3 +71,32 @@ def test_preset_names_are_unique(client: FlaskClient, personas: dict[str, Person
     _, job = _complete_import(client, personas, [AMERICA, {**AMERICA, "description": "again"}])
     assert job["status"] == "failed"
     assert "coder_workspace_preset names must be unique, but 'America' appears twice." in job["error"]
+
+
+def test_the_api_lists_presets_as_coder_does(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    template = import_template(client, personas, FakeDaemon(client), presets=[EUROPE, AMERICA])
+    url = f"/api/v2/templateversions/{template['active_version_id']}/presets"
+
+    listed = client.get(url, headers=personas["carol"].auth)  # a member, who builds from the template
+
+    assert listed.status_code == 200, listed.json
+    europe, america = decode_list(Preset, listed.json)
+    assert listed.json[0] == {
+        "ID": europe.ID,
+        "Name": "Europe",
+        "Parameters": [{"Name": "region", "Value": "eu"}, {"Name": "size", "Value": "4"}],
+        "Default": True,
+        "Description": "Close to the Berlin office",
+        "Icon": "/icon/eu.svg",
+        "DesiredPrebuildInstances": 2,
+    }
+    assert (america.Name, america.Default, america.DesiredPrebuildInstances) == ("America", False, None)
+    assert str(uuid.UUID(europe.ID)) == europe.ID != america.ID
+    assert client.get(url, headers=personas["bob"].auth).json == listed.json  # the same ids every time
+
+
+def test_presets_need_a_signed_in_caller_and_a_real_version(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    template = import_template(client, personas, FakeDaemon(client), presets=[EUROPE])
+    assert client.get(f"/api/v2/templateversions/{template['active_version_id']}/presets").status_code == 401
+    missing = client.get(f"/api/v2/templateversions/{uuid.uuid4()}/presets", headers=personas["carol"].auth)
+    assert missing.status_code == 404 and "No such template version" in missing.json["message"]

@@ -10,6 +10,7 @@ from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
 from app.catalog import admin, services, storage
 from app.catalog.models import TemplateVersion
+from app.catalog.presets import preset_json
 from app.core.errors import InvalidInput, TooLarge
 from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, name_values, string_field, string_map_field
@@ -91,6 +92,12 @@ def get_version(version_id: str) -> Response:
 @bp.get("/templateversions/<version_id>/parameters")
 def version_parameters(version_id: str) -> Response:
     return jsonify([parameter.to_json() for parameter in _readable_version(version_id).parameters])
+
+
+@bp.get("/templateversions/<version_id>/presets")
+def version_presets(version_id: str) -> Response:
+    version = _readable_version(version_id)
+    return jsonify([preset_json(version, preset) for preset in version.presets])
 
 
 @bp.get("/templateversions/<version_id>/external-auth")
