@@ -100,3 +100,64 @@ def test_presets_need_a_signed_in_caller_and_a_real_version(client: FlaskClient,
     assert client.get(f"/api/v2/templateversions/{template['active_version_id']}/presets").status_code == 401
     missing = client.get(f"/api/v2/templateversions/{uuid.uuid4()}/presets", headers=personas["carol"].auth)
     assert missing.status_code == 404 and "No such template version" in missing.json["message"]
+
+
+BIGGER = {"name": "Bigger", "parameters": [{"name": "size", "value": "6"}]}
+
+
+def _preset_ids(client: FlaskClient, persona: Persona, template: dict[str, Any]) -> dict[str, str]:
+    listed = client.get(f"/api/v2/templateversions/{template['active_version_id']}/presets", headers=persona.auth)
+    return {preset["Name"]: preset["ID"] for preset in listed.json}
+
+
+def _build_values(client: FlaskClient, persona: Persona, build_id: str) -> dict[str, str]:
+    values = client.get(f"/api/v2/workspacebuilds/{build_id}/parameters", headers=persona.auth).json
+    return {item["name"]: item["value"] for item in values}
+
+
+def test_creating_with_a_preset_applies_its_values_over_the_persons(
+    client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    carol = personas["carol"]
+    template = import_template(client, personas, FakeDaemon(client), presets=[EUROPE, AMERICA])
+    ids = _preset_ids(client, carol, template)
+
+    # America sets the region only: carol's size stays, her region gives way to the preset's.
+    given = [{"name": "region", "value": "eu"}, {"name": "size", "value": "3"}]
+    body = {"template_id": template["id"], "name": "west", "rich_parameter_values": given}
+    created = client.post(
+        "/api/v2/workspaces", json={**body, "template_version_preset_id": ids["America"]}, headers=carol.auth
+    )
+
+    assert created.status_code == 201, created.json
+    assert _build_values(client, carol, created.json["latest_build"]["id"]) == {"region": "us", "size": "3"}
+
+
+def test_an_unknown_preset_is_refused_naming_the_field(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    carol = personas["carol"]
+    template = import_template(client, personas, FakeDaemon(client), presets=[EUROPE])
+    body = {"template_id": template["id"], "name": "ws", "template_version_preset_id": str(uuid.uuid4())}
+
+    refused = client.post("/api/v2/workspaces", json=body, headers=carol.auth)
+
+    assert refused.status_code == 400
+    assert "has no preset with id" in refused.json["message"] and "(its presets: Europe)" in refused.json["message"]
+    assert refused.json["validations"][0]["field"] == "template_version_preset_id"
+    assert client.get("/api/v2/workspaces", headers=carol.auth).json == []
+
+
+def test_a_start_build_can_take_a_preset_too(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    carol, daemon = personas["carol"], FakeDaemon(client)
+    template = import_template(client, personas, daemon, presets=[AMERICA, BIGGER])
+    ids = _preset_ids(client, carol, template)
+    body = {"template_id": template["id"], "name": "ws", "template_version_preset_id": ids["America"]}
+    workspace = client.post("/api/v2/workspaces", json=body, headers=carol.auth).json
+    job_id = workspace["latest_build"]["job"]["id"]
+    assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
+    assert daemon.call(f"/jobs/{job_id}/complete", {"workspace_build": {"resources": []}}).status_code == 204
+
+    body = {"transition": "start", "template_version_preset_id": ids["Bigger"]}
+    build = client.post(f"/api/v2/workspaces/{workspace['id']}/builds", json=body, headers=carol.auth)
+
+    assert build.status_code == 201, build.json
+    assert _build_values(client, carol, build.json["id"]) == {"region": "us", "size": "6"}

@@ -4,8 +4,10 @@ tags, hence the PascalCase keys), and the lookup of one by the id that API gives
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 
 from app.catalog.models import TemplateVersion
+from app.core.errors import InvalidInput
 from protocol.codec import JsonObject
 from protocol.provisionerd import Preset
 
@@ -36,3 +38,21 @@ def find_preset(version: TemplateVersion, wanted_id: str) -> Preset | None:
 
 def default_preset(version: TemplateVersion) -> Preset | None:
     return next((preset for preset in version.presets if preset.default), None)
+
+
+PRESET_FIELD = "template_version_preset_id"
+
+
+def with_preset(version: TemplateVersion, wanted_id: str | None, values: Mapping[str, str]) -> dict[str, str]:
+    """The parameter values of a build made with the preset ``wanted_id`` (None: none): the preset's values win
+    over what a person gave for the same parameters (Coder locks them), the person's others stay."""
+    if not wanted_id:
+        return dict(values)
+    preset = find_preset(version, wanted_id)
+    if preset is None:
+        names = ", ".join(p.name for p in version.presets) or "none"
+        raise InvalidInput(
+            f"Template version {version.name} has no preset with id {wanted_id!r} (its presets: {names}).",
+            validations=[{"field": PRESET_FIELD, "detail": "No such preset in this template version."}],
+        )
+    return {**values, **{item.name: item.value for item in preset.parameters}}

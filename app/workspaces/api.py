@@ -8,6 +8,7 @@ from flask import Response, jsonify, request
 
 from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
+from app.catalog.presets import PRESET_FIELD
 from app.catalog.services import get_version
 from app.core.columns import rfc3339
 from app.core.errors import Forbidden, InvalidInput
@@ -117,9 +118,12 @@ def create_workspace() -> tuple[Response, int]:
     template_id = string_field(body, "template_id", errors)
     name = string_field(body, "name", errors)
     version_id = string_field(body, "template_version_id", errors, required=False) or None
+    preset_id = string_field(body, PRESET_FIELD, errors, required=False) or None
     errors.raise_if_any()
     values = parameter_values_field(body)
-    workspace = services.create_workspace(api_user(), template_id, name, values, version_id, schedule=body)
+    workspace = services.create_workspace(
+        api_user(), template_id, name, values, version_id, schedule=body, preset_id=preset_id
+    )
     return jsonify(workspace_json(workspace)), 201
 
 
@@ -154,10 +158,12 @@ def create_build(workspace_id: str) -> tuple[Response, int]:
     body, errors = json_body(), FieldErrors()
     transition = string_field(body, "transition", errors)
     version_id = string_field(body, "template_version_id", errors, required=False) or None
+    preset_id = string_field(body, PRESET_FIELD, errors, required=False) or None
     errors.raise_if_any()
     user = api_user()
     workspace = services.get_workspace_for(user, workspace_id, need="act")
-    build = services.create_build(user, workspace, transition, parameter_values_field(body), version_id)
+    values = parameter_values_field(body)
+    build = services.create_build(user, workspace, transition, values, version_id, preset_id=preset_id)
     return jsonify(build_json(build)), 201
 
 

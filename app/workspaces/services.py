@@ -9,6 +9,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload, selectinload, undefer
 
 from app.catalog.models import Template, TemplateVersion
+from app.catalog.presets import with_preset
 from app.catalog.services import get_template, get_version
 from app.core.columns import new_id, utcnow
 from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -189,9 +190,11 @@ def create_workspace(
     version_id: str | None = None,
     *,
     schedule: Mapping[str, JSON] | None = None,
+    preset_id: str | None = None,
 ) -> Workspace:
     """A new workspace and its first build; ``schedule`` holds the optional autostart_schedule, ttl_ms and
-    automatic_updates of the request, checked like the lifecycle API checks them later."""
+    automatic_updates of the request, checked like the lifecycle API checks them later; ``preset_id`` the version's
+    preset whose parameter values it is built with."""
     template = get_template(template_id)
     if template.deprecation_message:
         raise Forbidden(
@@ -218,7 +221,7 @@ def create_workspace(
         )
     values: tuple[NameValue, ...] = ()
     try:
-        values = resolve_parameters(version.parameters, parameters, previous=None)
+        values = resolve_parameters(version.parameters, with_preset(version, preset_id, parameters), previous=None)
     except InvalidInput as error:
         problems.append(error)
     try:
@@ -256,11 +259,13 @@ def create_build(
     *,
     reason: str = REASON_INITIATOR,
     debug_logging: bool = False,
+    preset_id: str | None = None,
 ) -> WorkspaceBuild:
     try:
         job = queue_build(
-            actor, workspace, transition, parameters, version_id, reason=reason, debug_logging=debug_logging
-        )
+            actor, workspace, transition, parameters, version_id,
+            reason=reason, debug_logging=debug_logging, preset_id=preset_id,
+        )  # fmt: skip
         db.session.commit()
     except IntegrityError as exc:  # two builds raced for the same number
         db.session.rollback()
@@ -289,6 +294,7 @@ def queue_build(
     reason: str = REASON_INITIATOR,
     previous: WorkspaceBuild | None = None,
     debug_logging: bool = False,
+    preset_id: str | None = None,
 ) -> ProvisionerJob:
     """Add the next build of ``workspace`` to the session (the caller commits, then dispatches the job): every
     check a build must pass, so that a person's click and the lifecycle executor follow the same rules.
@@ -308,6 +314,7 @@ def queue_build(
         version_id = version_for_start(actor, workspace, version_id)
     version = _usable_version(workspace.template, version_id) if version_id else previous.template_version
     previous_values = {item.name: item.value for item in previous.parameters}
+    parameters = with_preset(version, preset_id, parameters)
     values = resolve_parameters(version.parameters, parameters, previous=previous_values)
     if transition == "start":
         external_auth.require_links(workspace.owner, version.external_auth)
