@@ -159,3 +159,31 @@ document.addEventListener("click", function (event) {
     toggle.closest(".topbar").classList.toggle("menu-open", open);
   }
 });
+
+// The create form's preset select: the parameters the chosen preset sets show its values, locked (the server applies
+// them whatever is sent), and the others are the person's to choose again.
+(function () {
+  function applyPreset(select) {
+    var option = select.options[select.selectedIndex];
+    var values = JSON.parse((option && option.getAttribute("data-parameters")) || "{}");
+    var presetName = option ? option.getAttribute("data-name") : "";
+    select.form.querySelectorAll("[data-preset-param]").forEach(function (field) {
+      var name = field.getAttribute("data-preset-param");
+      var set = Object.prototype.hasOwnProperty.call(values, name);
+      if (set) {
+        if (field.type === "checkbox") { field.checked = values[name] === "true"; } else { field.value = values[name]; }
+      }
+      field.disabled = set;
+      var label = field.closest("label");
+      var note = label && label.querySelector("[data-preset-note]");
+      if (note) {
+        note.hidden = !set;
+        note.textContent = set ? "Set by preset " + presetName + "." : "";
+      }
+    });
+  }
+  document.addEventListener("change", function (event) {
+    var target = event.target;
+    if (target.matches && target.matches("select[data-preset-select]")) { applyPreset(target); }
+  });
+})();

@@ -13,8 +13,9 @@ from app.catalog.models import TemplateVersion
 from app.core.extensions import db
 from protocol.codec import decode_list
 from protocol.publicapi import Preset
-from tests.conftest import Persona
+from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import PARAMETERS, RESOURCES, FakeDaemon, import_template, running_import
+from tests.support.web import post_form, sign_in
 
 EUROPE = {
     "name": "Europe",
@@ -161,3 +162,44 @@ def test_a_start_build_can_take_a_preset_too(client: FlaskClient, personas: dict
 
     assert build.status_code == 201, build.json
     assert _build_values(client, carol, build.json["id"]) == {"region": "us", "size": "6"}
+
+
+def test_the_create_form_offers_presets_and_applies_the_chosen_one(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    api = app.test_client()
+    template = import_template(api, personas, FakeDaemon(api), presets=[EUROPE, AMERICA])
+    ids = _preset_ids(api, personas["carol"], template)
+    sign_in(client, "carol@example.com", PASSWORD)
+
+    form = client.get("/workspaces/new?template=dev").get_data(as_text=True)
+    assert '<select name="preset" data-preset-select>' in form
+    assert f'<option value="{ids["Europe"]}" data-parameters=\'{{"region": "eu", "size": "4"}}\'' in form
+    assert 'data-name="Europe" selected>Europe (default)</option>' in form  # the default, chosen for you
+    assert "<strong>America</strong>: region = us" in form
+    assert 'data-preset-param="region" disabled' in form and form.count("Set by preset Europe.") == 2
+
+    given = {"template": "dev", "param.region": "eu", "param.size": "3"}
+    page = "/workspaces/new?template=dev"
+    chose = post_form(client, "/workspaces/new", {**given, "name": "west", "preset": ids["America"]}, token_from=page)
+    assert chose.status_code == 302, chose.get_data(as_text=True)
+    none = post_form(client, "/workspaces/new", {**given, "name": "mine", "preset": ""}, token_from=page)
+    assert none.status_code == 302, none.get_data(as_text=True)
+    made = {w["name"]: w for w in api.get("/api/v2/workspaces", headers=personas["carol"].auth).json}
+    assert _build_values(api, personas["carol"], made["west"]["latest_build"]["id"]) == {"region": "us", "size": "3"}
+    assert _build_values(api, personas["carol"], made["mine"]["latest_build"]["id"]) == {"region": "eu", "size": "3"}
+
+    bogus = post_form(client, "/workspaces/new", {**given, "name": "odd", "preset": "nope"}, token_from=page)
+    text = bogus.get_data(as_text=True)
+    assert bogus.status_code == 400 and "No such preset in this template version." in text
+    assert 'value="odd"' in text  # what was typed is kept
+
+
+def test_a_template_without_presets_shows_no_preset_choice(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    api = app.test_client()
+    import_template(api, personas, FakeDaemon(api))
+    sign_in(client, "carol@example.com", PASSWORD)
+    form = client.get("/workspaces/new?template=dev").get_data(as_text=True)
+    assert 'name="preset"' not in form and "Set by preset" not in form and 'data-preset-param="region" >' in form

@@ -14,6 +14,7 @@ from app.auth.access import page_user
 from app.auth.blueprints import page_blueprint
 from app.catalog import services as catalog
 from app.catalog.models import TemplateVersion
+from app.catalog.presets import PRESET_FIELD, default_preset, find_preset, preset_id
 from app.core.errors import DomainError, InvalidInput
 from app.core.extensions import db
 from app.core.pagination import PAGE_SIZE, Page, page_of, requested_page
@@ -33,7 +34,7 @@ from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import form_parameters, form_values, shown_parameters
 from app.workspaces.search import searched, sorted_workspaces
 from app.workspaces.sections import workspace_sections
-from protocol.provisionerd import NameValue
+from protocol.provisionerd import NameValue, Preset
 
 bp = page_blueprint("workspaces", __name__)
 
@@ -147,10 +148,14 @@ def new() -> str | Response | tuple[str, int]:
     values: dict[str, str] = {}
     errors: dict[str, str] = {}
     status = 200
+    # The preset the form shows chosen: the one submitted (empty: none), else the version's default.
+    chosen_preset = _form_preset(version)
     if request.method == "POST":
         values = form_values(parameters, request.form, [parameter.name for parameter in parameters])
         try:
-            workspace = services.create_workspace(page_user(), template.id, request.form.get("name", ""), values)
+            workspace = services.create_workspace(
+                page_user(), template.id, request.form.get("name", ""), values, preset_id=chosen_preset or None
+            )
         except DomainError as error:
             errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
             status = error.status
@@ -162,6 +167,7 @@ def new() -> str | Response | tuple[str, int]:
     labels = {"name": ("Workspace name", "workspace-name")}
     labels.update({f"external_auth.{need['id']}": (str(need["display_name"]), "external-auth") for need in needs})
     labels.update({p.name: (p.display_name or p.name, "param-" + p.name.replace(" ", "_")) for p in parameters})
+    chosen = find_preset(version, chosen_preset) if version and chosen_preset else None
     page = render_template(
         "workspaces/new.html",
         template=template,
@@ -172,8 +178,30 @@ def new() -> str | Response | tuple[str, int]:
         errors=errors,
         labels=labels,
         external_auth=needs,
+        presets=_preset_choices(version) if version else [],
+        chosen_preset=chosen_preset,
+        chosen_preset_name=chosen.name if chosen else "",
+        preset_values={item.name: item.value for item in chosen.parameters} if chosen else {},
+        preset_error=errors.get(PRESET_FIELD, ""),
     )
     return page, status
+
+
+def _preset_choices(version: TemplateVersion) -> list[tuple[str, Preset, dict[str, str]]]:
+    """Each preset as the form offers it: its id, itself, and the values it sets (for the script that shows them)."""
+    return [
+        (preset_id(version.id, preset.name), preset, {item.name: item.value for item in preset.parameters})
+        for preset in version.presets
+    ]
+
+
+def _form_preset(version: TemplateVersion | None) -> str:
+    if version is None:
+        return ""
+    if request.method == "POST":
+        return request.form.get("preset", "")
+    preset = default_preset(version)
+    return preset_id(version.id, preset.name) if preset else ""
 
 
 @bp.get("/workspaces/new/routing")
