@@ -17,6 +17,7 @@ from protocol.provisionerd import PlanReview
 from protocol.publicapi import (
     AgentLog,
     BuildParameter,
+    Preset,
     Template,
     Workspace,
     WorkspaceBuild,
@@ -91,22 +92,54 @@ parameter_option = click.option(
 )
 
 
+NO_PRESET = "none"
+
+
 @click.command()
 @click.argument("name")
 @click.option("--template", "-t", required=True, help="The template to build it from.")
 @parameter_option
-def create(name: str, template: str, parameters: tuple[str, ...]) -> None:
+@click.option(
+    "--preset",
+    default="",
+    metavar="NAME",
+    help="A preset of the template's parameter values (default: the template's default preset; 'none': no preset).",
+)
+def create(name: str, template: str, parameters: tuple[str, ...], preset: str) -> None:
     """Create workspace NAME from a template and follow its first build."""
     client = authenticated_client()
     found = client.get_list(Template, f"/api/v2/templates?name={template}")
     if not found:
         raise click.ClickException(f"No template named {template!r} (see `slipway templates list`).")
-    workspace = client.post(
-        Workspace,
-        "/api/v2/workspaces",
-        {"template_id": found[0].id, "name": name, "rich_parameter_values": parse_parameters(parameters)},
-    )
+    body: dict[str, JSON] = {
+        "template_id": found[0].id,
+        "name": name,
+        "rich_parameter_values": parse_parameters(parameters),
+    }
+    chosen = _chosen_preset(client, found[0], preset)
+    if chosen is not None:
+        body["template_version_id"] = found[0].active_version_id
+        body["template_version_preset_id"] = chosen.ID
+        values = ", ".join(f"{item.Name}={item.Value}" for item in chosen.Parameters)
+        click.echo(f"Preset '{chosen.Name}' applied" + (f": {values}" if values else "."))
+    workspace = client.post(Workspace, "/api/v2/workspaces", body)
     follow_build(client, workspace.latest_build, f"Workspace {name}")
+
+
+def _chosen_preset(client: SlipwayClient, template: Template, wanted: str) -> Preset | None:
+    """The preset of the template's active version named ``wanted``; with no name, its default preset (Coder's
+    CLI does the same when it cannot ask)."""
+    if wanted.lower() == NO_PRESET or template.active_version_id is None:
+        return None
+    presets = client.get_list(Preset, f"/api/v2/templateversions/{template.active_version_id}/presets")
+    if not wanted:
+        return next((preset for preset in presets if preset.Default), None)
+    chosen = next((preset for preset in presets if preset.Name == wanted), None)
+    if chosen is None:
+        names = ", ".join(preset.Name for preset in presets)
+        available = f"its presets: {names}" if names else "it has none"
+        raise click.ClickException(f"Template {template.name} has no preset named {wanted!r} ({available}).")
+    return chosen
 
 
 def _transition_command(transition: str, verb: str, progressive: str) -> click.Command:
