@@ -1,0 +1,130 @@
+"""Presets end to end, on one real server whose daemons import with real Terraform: `slipway create --preset` (the
+default preset used and said when none is named, `none` skips it, an unknown name lists the presets there are), and
+the create form in a real browser under the strict CSP (choosing a preset shows its values set and locked)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.support.browser import browser_page, sign_in_page, watch_for_problems
+from tests.support.deployment import Deployment, running_deployment
+
+TEMPLATE = """
+terraform {
+  required_providers {
+    coder = { source = "coder/coder" }
+  }
+}
+
+data "coder_parameter" "region" {
+  name    = "region"
+  default = "eu"
+}
+
+data "coder_parameter" "size" {
+  name    = "size"
+  type    = "number"
+  default = 1
+}
+
+data "coder_workspace_preset" "us" {
+  name    = "US"
+  default = true
+  parameters = {
+    region = "us"
+  }
+}
+
+data "coder_workspace_preset" "big" {
+  name = "Big"
+  parameters = {
+    size = 8
+  }
+}
+
+resource "terraform_data" "home" {
+  input = "${data.coder_parameter.region.value}-${data.coder_parameter.size.value}"
+}
+"""
+
+
+_BUILD_PAGE = re.compile(r".*/builds/[^/]+$")
+
+
+def _values(deployment: Deployment, owner: str, name: str) -> dict[str, str]:
+    build = deployment.workspace(owner, name)["latest_build"]
+    with deployment.api(owner) as api:
+        values = api.get(f"/workspacebuilds/{build['id']}/parameters").json()
+    return {item["name"]: item["value"] for item in values}
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    tmp = tmp_path_factory.mktemp("presets")
+    directory = tmp / "template"
+    directory.mkdir()
+    (directory / "main.tf").write_text(TEMPLATE)
+    with running_deployment(tmp) as deployment:
+        pushed = deployment.cli("alice", "templates", "push", "presets", "-d", str(directory))
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        yield deployment
+
+
+def test_create_chooses_a_preset_by_name_by_default_or_none(deployment: Deployment) -> None:
+    by_default = deployment.cli("carol", "create", "one", "-t", "presets", "-p", "region=eu", "-p", "size=2")
+    assert by_default.returncode == 0, by_default.stdout + by_default.stderr
+    assert "Preset 'US' applied: region=us" in by_default.stdout
+    assert _values(deployment, "carol", "one") == {"region": "us", "size": "2"}
+
+    named = deployment.cli("carol", "create", "two", "-t", "presets", "--preset", "Big")
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert "Preset 'Big' applied: size=8" in named.stdout
+    assert _values(deployment, "carol", "two") == {"region": "eu", "size": "8"}
+
+    skipped = deployment.cli("carol", "create", "three", "-t", "presets", "--preset", "none")
+    assert skipped.returncode == 0, skipped.stdout + skipped.stderr
+    assert "Preset" not in skipped.stdout
+    assert _values(deployment, "carol", "three") == {"region": "eu", "size": "1"}
+
+    unknown = deployment.cli("carol", "create", "four", "-t", "presets", "--preset", "Huge")
+    assert unknown.returncode == 1
+    assert "Template presets has no preset named 'Huge' (its presets: Big, US)." in unknown.stderr
+    with deployment.api("carol") as api:
+        assert {w["name"] for w in api.get("/workspaces", params={"owner": "me"}).json()} >= {"one", "two", "three"}
+        assert "four" not in {w["name"] for w in api.get("/workspaces", params={"owner": "me"}).json()}
+
+
+def test_the_create_form_shows_the_chosen_presets_values_locked(deployment: Deployment) -> None:
+    with browser_page() as page:
+        problems = watch_for_problems(page.context)
+        page.set_viewport_size({"width": 390, "height": 844})
+        sign_in_page(page, deployment.url, "dave@example.com")
+        expect(page).to_have_url(f"{deployment.url}/workspaces")
+        page.goto(f"{deployment.url}/workspaces/new?template=presets")
+        region, size = page.locator('[name="param.region"]'), page.locator('[name="param.size"]')
+        preset = page.locator('select[name="preset"]')
+
+        expect(preset.locator("option:checked")).to_have_text("US (default)")
+        expect(region).to_be_disabled()
+        expect(region).to_have_value("us")
+        expect(page.locator('[data-preset-note="region"]')).to_have_text("Set by preset US.")
+        expect(size).to_be_enabled()
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+        preset.select_option(label="Big")
+        expect(size).to_be_disabled()
+        expect(size).to_have_value("8")
+        expect(page.locator('[data-preset-note="size"]')).to_have_text("Set by preset Big.")
+        expect(region).to_be_enabled()
+        expect(page.locator('[data-preset-note="region"]')).to_be_hidden()
+
+        page.fill('input[name="name"]', "formed")
+        region.fill("north")
+        page.get_by_role("button", name="Create workspace").click()
+        expect(page).to_have_url(_BUILD_PAGE)
+        assert problems == [], "\n".join(problems)
+    assert _values(deployment, "dave", "formed") == {"region": "north", "size": "8"}
