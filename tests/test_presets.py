@@ -203,3 +203,11 @@ def test_a_template_without_presets_shows_no_preset_choice(
     sign_in(client, "carol@example.com", PASSWORD)
     form = client.get("/workspaces/new?template=dev").get_data(as_text=True)
     assert 'name="preset"' not in form and "Set by preset" not in form and 'data-preset-param="region" >' in form
+
+
+def test_a_preset_value_must_pass_its_parameters_rules(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    mars = {"name": "Mars", "parameters": [{"name": "region", "value": "mars"}]}
+    _, job = _complete_import(client, personas, [mars])
+    assert job["status"] == "failed"
+    assert "Preset 'Mars' sets parameter 'region' to 'mars': " in job["error"]
+    assert "must be defined as one of options" in job["error"]

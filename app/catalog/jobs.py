@@ -16,7 +16,7 @@ from app.files.services import archive_bytes
 from app.provisioning.jobs import JobHandlers, JobSubject
 from app.provisioning.models import ProvisionerJob
 from app.resources.services import store_resources
-from protocol.parameters import ParameterError, RichParameter, check_declaration
+from protocol.parameters import ParameterError, RichParameter, check_declaration, check_value
 from protocol.provisionerd import AcquiredJob, ImportJob, JobCompletion, Preset
 
 MAX_README_CHARS = 256 * 1024
@@ -66,8 +66,8 @@ def import_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
 
 def check_presets(presets: Sequence[Preset], parameters: Sequence[RichParameter]) -> None:
     """Coder's rules for a version's presets: unique names, at most one default, and values only for parameters
-    the version declares (a preset naming another would set nothing, silently)."""
-    declared = {parameter.name for parameter in parameters}
+    the version declares (a preset naming another would set nothing, silently) that those parameters accept."""
+    declared = {parameter.name: parameter for parameter in parameters}
     seen: set[str] = set()
     for preset in presets:
         if preset.name in seen:
@@ -79,6 +79,12 @@ def check_presets(presets: Sequence[Preset], parameters: Sequence[RichParameter]
                     f"Preset {preset.name!r} sets parameter {item.name!r}, which the template does not declare"
                     ' (no data "coder_parameter" has that name).'
                 )
+            try:  # a value the parameter refuses would fail every workspace made with the preset
+                check_value(declared[item.name], item.value, None)
+            except ParameterError as exc:
+                raise InvalidInput(
+                    f"Preset {preset.name!r} sets parameter {item.name!r} to {item.value!r}: {exc}"
+                ) from None
     defaults = [preset.name for preset in presets if preset.default]
     if len(defaults) > 1:
         raise InvalidInput(
