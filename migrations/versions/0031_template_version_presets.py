@@ -1,7 +1,7 @@
 """template versions record their presets (data "coder_workspace_preset")
 
-Revision ID: 0027
-Revises: 0026
+Revision ID: 0031
+Revises: 0030
 Create Date: 2026-11-27 04:00:00.000000
 
 """
@@ -10,8 +10,8 @@ from alembic import op
 
 
 # revision identifiers, used by Alembic.
-revision = '0027'
-down_revision = '0026'
+revision = '0031'
+down_revision = '0030'
 branch_labels = None
 depends_on = None
 
