@@ -80,7 +80,7 @@ class Deployment:
             others = [{"id": str(uuid.uuid4()), "username": f"user{n}", "email": f"user{n}@example.com",
                        "roles": [], "login_type": "password"} for n in range(users - 2)]  # fmt: skip
             db.session.execute(insert(User), others)
-            self.user_ids = [self.member_id, *(row["id"] for row in others)]
+            self.other_ids = [row["id"] for row in others]
             file = File(sha256="0" * 64, mimetype="application/x-tar", size=5, data=b"bench", created_by=owner.id)
             db.session.add(file)
             db.session.flush()
@@ -114,8 +114,9 @@ class Deployment:
                 jobs, workspaces, builds, job_ids, failed_ids = [], [], [], [], []
                 for number in range(self.workspaces, self.workspaces + count):
                     workspace_id = str(uuid.uuid4())
-                    # The member owns every 50th workspace (20 at 1,000; 200 at 10,000); the rest spread out.
-                    owner = self.member_id if number % 50 == 0 else random.choice(self.user_ids)
+                    # The member owns every 50th workspace (20 at 1,000; 200 at 10,000) and no other, so that what
+                    # their list shows (none failed, two pending) is alike at both sizes; the rest spread out.
+                    owner = self.member_id if number % 50 == 0 else random.choice(self.other_ids)
                     template_id, version_id = self.templates[number % len(self.templates)]
                     workspaces.append({"id": workspace_id, "name": f"ws{number}", "name_key": f"ws{number}",
                                        "owner_id": owner, "template_id": template_id, "created_at": NOW})  # fmt: skip
