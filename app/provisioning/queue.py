@@ -93,11 +93,15 @@ def queue_infos(jobs: Sequence[ProvisionerJob]) -> dict[str, QueueInfo]:
     serving = {group: _daemons_serving(group, tags, daemons) for group, tags in waiting.tags.items()}
     # Daemons that take the same groups have the same queue; each such queue, by the groups it holds.
     queues = {frozenset(group for group in serving if daemon.id in serving[group]) for daemon in daemons}
+    # How many daemons take each group's jobs, matched once per group: a page's finished jobs mostly share a few.
+    able = {group: len(daemon_ids) for group, daemon_ids in serving.items()}
     infos = {}
     for job in jobs:
         group = _Group(job.queue, job.required_terraform)
         if job.status != PENDING or group not in serving or job.id not in waiting.ahead:
-            infos[job.id] = QueueInfo(available=len(matching_daemons(job, daemons)))
+            if group not in able:
+                able[group] = len(matching_daemons(job, daemons))
+            infos[job.id] = QueueInfo(available=able[group])
         else:
             held_in = [queue for queue in queues if group in queue]
             ahead = waiting.ahead[job.id]
