@@ -128,3 +128,9 @@ def form_values(declared: Sequence[RichParameter], form: Mapping[str, str], show
         if parameter.type == "bool" and parameter.name in shown and parameter.name not in values:
             values[parameter.name] = "false"
     return values
+
+
+def field_labels(declared: Sequence[RichParameter]) -> dict[str, tuple[str, str]]:
+    """What a form's error summary calls each parameter's field, and the id of its input (as
+    templates/workspaces/_partials/parameter_fields.html names it)."""
+    return {item.name: (item.display_name or item.name, "param-" + item.name.replace(" ", "_")) for item in declared}

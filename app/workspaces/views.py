@@ -31,7 +31,7 @@ from app.resources.services import job_resources
 from app.users.models import User
 from app.workspaces import services
 from app.workspaces.models import Workspace, WorkspaceBuild
-from app.workspaces.parameters import form_parameters, form_values, shown_parameters
+from app.workspaces.parameters import field_labels, form_parameters, form_values, shown_parameters
 from app.workspaces.search import searched, sorted_workspaces
 from app.workspaces.sections import workspace_sections
 from protocol.provisionerd import NameValue, Preset
@@ -166,7 +166,7 @@ def new() -> str | Response | tuple[str, int]:
     # What the error summary calls each field, and where it links to.
     labels = {"name": ("Workspace name", "workspace-name")}
     labels.update({f"external_auth.{need['id']}": (str(need["display_name"]), "external-auth") for need in needs})
-    labels.update({p.name: (p.display_name or p.name, "param-" + p.name.replace(" ", "_")) for p in parameters})
+    labels.update(field_labels(parameters))
     chosen = find_preset(version, chosen_preset) if version and chosen_preset else None
     page = render_template(
         "workspaces/new.html",
@@ -285,7 +285,7 @@ def change_parameters(workspace_id: str) -> str | Response | tuple[str, int]:
         else:
             flash("Building with the new parameters.", "info")
             return redirect(url_for("workspaces.build", build_id=build.id))
-    labels = {item.name: (item.display_name or item.name, "param-" + item.name.replace(" ", "_")) for item in declared}
+    labels = field_labels(declared)
     page = render_template(
         "workspaces/parameters.html",
         workspace=workspace,
