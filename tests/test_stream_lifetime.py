@@ -141,7 +141,7 @@ def test_the_dashboard_resumes_a_build_log_across_stream_lifetimes(server: Serve
                 page.wait_for_selector(f"text='{sent[-1]}'", timeout=15_000)
                 assert time.monotonic() < deadline, "the page's stream never ended for its lifetime"
             assert daemon.call(f"/jobs/{job_id}/complete", {"template_import": {}}).is_success
-            page.wait_for_selector("#job-actions a", timeout=15_000)  # the end event arrived
+            page.wait_for_selector("#job-actions > *", timeout=15_000)  # the end event arrived (what to do next)
             shown = [text.strip() for text in page.locator("#log .log-text").all_inner_texts()]
             assert [text for text in shown if text.startswith("line ")] == sent  # each once, in order
         finally:
