@@ -65,6 +65,23 @@ def test_past_the_cap_lines_are_counted_not_sent(app: Flask, client: FlaskClient
     assert network.lines_sent - kept < 2_000, network.lines_sent
 
 
+def test_the_count_of_lines_past_the_cap_arrives_even_when_no_batch_follows(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    """The job's last flush meets the cap in its first chunk: the rest of it is never sent, and no later batch
+    would carry its numbers, so the count goes at once."""
+    network = UnreliableNetwork(app)
+    shipper, version_id = _shipper_for(app, client, personas, network)
+    total = 5_000
+    for _ in range(total):
+        shipper.add(LogLine(output="z" * 1000))
+    shipper._flush()  # the last one: the shipping thread never runs
+    kept = len(_stored(client, personas, version_id)) - 1
+    job = client.get(f"/api/v2/provisionerjobs/{shipper.job_id}", headers=personas["alice"].auth).json
+    assert job["logs_dropped"] == total - kept
+    assert network.lines_sent < total
+
+
 def test_a_job_the_server_no_longer_gives_this_daemon_is_lost_at_the_next_batch(
     app: Flask, client: FlaskClient, personas: dict[str, Persona]
 ) -> None:

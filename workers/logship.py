@@ -164,8 +164,9 @@ class LogShipper:
                     self._last_answer = time.monotonic()
                     sent = start + len(chunk)
                     self._heed(reply)
-                    if reply.stop_sending:
-                        break  # the server would drop the rest; the next batch's number tells it how many
+                    if reply.stop_sending:  # the server would drop the rest: only their count goes
+                        self._report_count(since=first + sent)
+                        break
             except ServerRefused as exc:
                 self._last_answer = time.monotonic()
                 if exc.status in JOB_NOT_OURS:
@@ -178,6 +179,14 @@ class LogShipper:
                     if not self.capped:
                         self._lines = batch[sent:] + self._lines
                         self._first_seq = first + sent
+
+    def _report_count(self, *, since: int) -> None:
+        """Tell the server now how many lines were dropped past the cap: the next batch would, but there may be none
+        (the job's last flush)."""
+        with self._lock:
+            upto = self._first_seq
+        if upto > since:
+            self.client.post_logs(self.job_id, LogBatch(logs=(), first_seq=upto), retry_for=SHIP_RETRY_SECONDS)
 
     def _heed(self, reply: LogBatchReply) -> None:
         if reply.stop_sending and not self.capped:
