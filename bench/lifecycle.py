@@ -91,6 +91,7 @@ class Fleet:
                         "id": workspace_id, "name": f"w{number}", "name_key": f"w{number}", "owner_id": self.owner_id,
                         "template_id": self.template_id, "deleted": False, "created_at": NOW, "updated_at": NOW,
                         "automatic_updates": "never", "last_used_at": NOW,
+                        "latest_build_id": f"b-{number:08d}-{2 if stopped else 1}",
                     })  # fmt: skip
                     for build_number, transition in ((1, "start"), (2, "stop"))[: 2 if stopped else 1]:
                         job_id = f"job-{number:08d}-{build_number}"

@@ -118,8 +118,10 @@ class Deployment:
                     # their list shows (none failed, two pending) is alike at both sizes; the rest spread out.
                     owner = self.member_id if number % 50 == 0 else random.choice(self.other_ids)
                     template_id, version_id = self.templates[number % len(self.templates)]
+                    build_ids = [str(uuid.uuid4()) for _ in range(BUILDS_PER_WORKSPACE)]
                     workspaces.append({"id": workspace_id, "name": f"ws{number}", "name_key": f"ws{number}",
-                                       "owner_id": owner, "template_id": template_id, "created_at": NOW})  # fmt: skip
+                                       "owner_id": owner, "template_id": template_id, "created_at": NOW,
+                                       "latest_build_id": build_ids[-1]})  # fmt: skip
                     for build_number in range(1, BUILDS_PER_WORKSPACE + 1):
                         job_id = str(uuid.uuid4())
                         latest = build_number == BUILDS_PER_WORKSPACE
@@ -136,7 +138,8 @@ class Deployment:
                         if failed:
                             failed_ids.append(job_id)
                         builds.append({
-                            "id": str(uuid.uuid4()), "workspace_id": workspace_id, "build_number": build_number,
+                            "id": build_ids[build_number - 1], "workspace_id": workspace_id,
+                            "build_number": build_number,
                             "transition": "start" if build_number % 2 else "stop", "template_version_id": version_id,
                             "job_id": job_id, "initiator_id": owner, "parameters": [], "created_at": when,
                             "reason": "initiator",

@@ -266,3 +266,31 @@ def test_version_names_shared_within_a_template_are_renamed_not_lost_when_they_b
         with db.engine.connect() as connection:
             rows = connection.execute(sa.text("SELECT id, name FROM template_versions ORDER BY id")).all()
         assert [tuple(row) for row in rows] == [("a", "good"), ("b", "good-3"), ("c", "good-2"), ("d", "good")]
+
+
+def test_each_workspace_learns_its_newest_build_when_it_starts_keeping_it(empty_database: Flask) -> None:
+    """0032: the backfill points each workspace at its highest-numbered build, not its first or its last written."""
+    with empty_database.app_context():
+        upgrade(revision="0031")
+        with db.engine.begin() as connection:
+            insert(connection, "users", id=IDS["user"], username="alice", email="alice@example.com", roles=[])
+            insert(connection, "files", id=IDS["file"], sha256="0" * 64, data=b"tar", created_by=IDS["user"])
+            insert(connection, "provisioner_jobs", id="import", file_id=IDS["file"], initiator_id=IDS["user"])
+            insert(connection, "template_versions", id="v", job_id="import", created_by=IDS["user"])
+            insert(connection, "templates", id="t", name="dev", created_by=IDS["user"])
+            # Written out of order: build 3 before build 2.
+            for workspace, numbers in (("w1", (1, 3, 2)), ("w2", (1,))):
+                insert(connection, "workspaces", id=workspace, name=workspace, name_key=workspace, owner_id=IDS["user"],
+                       template_id="t")  # fmt: skip
+                for number in numbers:
+                    insert(connection, "provisioner_jobs", id=f"j{workspace}{number}", file_id=IDS["file"],
+                           initiator_id=IDS["user"])  # fmt: skip
+                    insert(
+                        connection, "workspace_builds", id=f"{workspace}-b{number}", workspace_id=workspace,
+                        build_number=number, transition="start", template_version_id="v",
+                        job_id=f"j{workspace}{number}", initiator_id=IDS["user"],
+                    )  # fmt: skip
+        upgrade(revision="0032")
+        with db.engine.connect() as connection:
+            rows = connection.execute(sa.text("SELECT id, latest_build_id FROM workspaces ORDER BY id")).all()
+        assert [tuple(row) for row in rows] == [("w1", "w1-b3"), ("w2", "w2-b1")]

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from redis import Redis
-from sqlalchemy import ColumnElement, exists, select, update
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import aliased, joinedload
+from sqlalchemy.orm import joinedload
 
 from app.catalog.models import Template
 from app.core.columns import utcnow
@@ -154,12 +154,9 @@ def _still_holds(token: int) -> bool:
 
 
 def _is_latest_build() -> ColumnElement[bool]:
-    """The build is its workspace's latest: earlier builds keep their deadlines and failures as history, and a tick
-    must not read the whole history of every workspace (the unique (workspace, number) index answers this)."""
-    newer = aliased(WorkspaceBuild)
-    return ~exists().where(
-        newer.workspace_id == WorkspaceBuild.workspace_id, newer.build_number > WorkspaceBuild.build_number
-    )
+    """The build (joined with its workspace) is its workspace's latest: earlier builds keep their deadlines and
+    failures as history, and a tick must not read the whole history of every workspace."""
+    return WorkspaceBuild.id == Workspace.latest_build_id
 
 
 def _due_actions(now: datetime, report: TickReport) -> list[_Action]:

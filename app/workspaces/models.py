@@ -61,6 +61,10 @@ class Workspace(Model):
     last_used_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     dormant_at: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
     deleting_at: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+    # The newest build's id, kept by the one place that queues builds: a filter on the latest build's status reads
+    # one build per workspace by key, where finding each workspace's newest of all its builds cost 300 ms at
+    # 10,000. No foreign key: builds already point at their workspace, and a cycle would order every insert.
+    latest_build_id: Mapped[str | None] = mapped_column(String(36))
 
     owner: Mapped[User] = relationship()
     template: Mapped[Template] = relationship()

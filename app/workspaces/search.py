@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, Select, exists, func, select
-from sqlalchemy.orm import aliased
 
 from app.catalog.models import Template
 from app.core.filters import Orders, bad_filter, one_of, ordered, parse_terms
@@ -100,17 +99,10 @@ def filtered(query: Select[Workspace], wanted: WorkspaceFilter, user: User) -> S
 
 def _latest_build_where(condition: ColumnElement[bool]) -> ColumnElement[bool]:
     """The workspace's latest build (a WorkspaceBuild, joined with its ProvisionerJob) meets ``condition``."""
-    earlier = aliased(WorkspaceBuild)
-    newest = (
-        select(func.max(earlier.build_number))
-        .where(earlier.workspace_id == Workspace.id)
-        .correlate(Workspace)  # the listed workspace, two levels out
-        .scalar_subquery()
-    )
     return exists(
         select(WorkspaceBuild.id)
         .join(ProvisionerJob, ProvisionerJob.id == WorkspaceBuild.job_id)
-        .where(WorkspaceBuild.workspace_id == Workspace.id, WorkspaceBuild.build_number == newest, condition)
+        .where(WorkspaceBuild.id == Workspace.latest_build_id, condition)
     )
 
 

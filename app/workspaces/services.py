@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload, selectinload, undefer
 
@@ -108,23 +108,12 @@ def visible_workspaces_query(user: User, *, only_mine: bool = False, name: str |
 def latest_builds(workspaces: Sequence[Workspace], *, with_state: bool = False) -> dict[str, WorkspaceBuild]:
     """Each workspace's latest build (with its job and version, and its Terraform state when the caller is about to
     queue the next build), in one query whatever the number of workspaces."""
-    if not workspaces:
+    ids = [workspace.latest_build_id for workspace in workspaces if workspace.latest_build_id is not None]
+    if not ids:
         return {}
-    # Ranked among their own workspace's builds only: a join with the builds' maximum numbers let PostgreSQL hash
-    # every build there is (100,000) to find a few hundred.
-    ranked = (
-        select(
-            WorkspaceBuild.id,
-            func.row_number()
-            .over(partition_by=WorkspaceBuild.workspace_id, order_by=WorkspaceBuild.build_number.desc())
-            .label("rank"),
-        )
-        .where(WorkspaceBuild.workspace_id.in_([workspace.id for workspace in workspaces]))
-        .subquery()
-    )
     query = (
         select(WorkspaceBuild)
-        .where(WorkspaceBuild.id.in_(select(ranked.c.id).where(ranked.c.rank == 1)))
+        .where(WorkspaceBuild.id.in_(ids))
         # Versions are few and shared (a template's active one): joined, each would be decoded again on every row.
         .options(joinedload(WorkspaceBuild.job), selectinload(WorkspaceBuild.template_version))
     )
@@ -136,33 +125,19 @@ def latest_builds(workspaces: Sequence[Workspace], *, with_state: bool = False) 
 def versions_in_use() -> Select[str, str]:
     """Every workspace there is (``owner/name`` as ``workspace``), by the ``template_version_id`` of its latest
     build: the versions whose archives must stay, since stopping or deleting a workspace builds its version."""
-    newest = (
-        select(WorkspaceBuild.workspace_id, func.max(WorkspaceBuild.build_number).label("number"))
-        .group_by(WorkspaceBuild.workspace_id)
-        .subquery()
-    )
     return (
         select(
             WorkspaceBuild.template_version_id.label("template_version_id"),
             (User.username + "/" + Workspace.name).label("workspace"),
         )
-        .join(
-            newest,
-            (WorkspaceBuild.workspace_id == newest.c.workspace_id) & (WorkspaceBuild.build_number == newest.c.number),
-        )
-        .join(Workspace, Workspace.id == WorkspaceBuild.workspace_id)
+        .join(Workspace, Workspace.latest_build_id == WorkspaceBuild.id)
         .join(User, User.id == Workspace.owner_id)
         .where(Workspace.deleted.is_(False))
     )
 
 
 def latest_build(workspace: Workspace) -> WorkspaceBuild:
-    build: WorkspaceBuild | None = db.session.scalar(
-        select(WorkspaceBuild)
-        .where(WorkspaceBuild.workspace_id == workspace.id)
-        .order_by(WorkspaceBuild.build_number.desc())
-        .limit(1)
-    )
+    build = db.session.get(WorkspaceBuild, workspace.latest_build_id) if workspace.latest_build_id else None
     assert build is not None  # noqa: S101 - a workspace is created together with its first build
     return build
 
@@ -386,6 +361,7 @@ def _queue_build(
         template_version_id=version.id, job=job, initiator_id=actor.id, state=state, parameters=values, reason=reason,
     )  # fmt: skip
     db.session.add(build)
+    workspace.latest_build_id = build_id
     return job
 
 

@@ -83,9 +83,9 @@ def add_workspaces(app: Flask, like_workspace_id: str, count: int) -> None:
         build = db.session.scalars(select(WorkspaceBuild).where(WorkspaceBuild.workspace_id == workspace.id)).first()
         assert build is not None
         job = copy_of(db.session.get_one(ProvisionerJob, build.job_id), id=new_id(), created_at=utcnow())
-        name = f"w{n:04}"
-        copy = copy_of(workspace, id=new_id(), name=name, name_key=name)
-        return [job, copy, copy_of(build, workspace_id=copy.id, job_id=job.id)]
+        name, build_id = f"w{n:04}", new_id()
+        copy = copy_of(workspace, id=new_id(), name=name, name_key=name, latest_build_id=build_id)
+        return [job, copy, copy_of(build, id=build_id, workspace_id=copy.id, job_id=job.id)]
 
     add_copies(app, Workspace, like_workspace_id, count, vary)
 
@@ -106,9 +106,12 @@ def add_builds(app: Flask, workspace_id: str, count: int, daemon_id: str) -> Non
         ]
         db.session.add_all(jobs)
         db.session.flush()
-        db.session.add_all(
-            copy_of(latest, build_number=latest.build_number + 1 + n, job_id=job.id) for n, job in enumerate(jobs)
-        )
+        builds = [
+            copy_of(latest, id=new_id(), build_number=latest.build_number + 1 + n, job_id=job.id)
+            for n, job in enumerate(jobs)
+        ]
+        db.session.add_all(builds)
+        db.session.get_one(Workspace, workspace_id).latest_build_id = builds[-1].id
         db.session.commit()
         db.session.remove()
 
