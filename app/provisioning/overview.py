@@ -188,8 +188,13 @@ def job_views(statuses: Sequence[str] = (), limit: int = 50, offset: int = 0) ->
 
 def jobs_query(statuses: Sequence[str], limit: int, offset: int = 0) -> Select[ProvisionerJob]:
     """A page of jobs newest first; a filter on active statuses is served by the index of unfinished jobs."""
+    return all_jobs_query(statuses).limit(max(1, min(limit, MAX_JOBS_LISTED))).offset(max(0, offset))
+
+
+def all_jobs_query(statuses: Sequence[str] = ()) -> Select[ProvisionerJob]:
+    """Every job (of ``statuses``, when given) newest first: the jobs page pages through it."""
     query = select(ProvisionerJob).order_by(ProvisionerJob.created_at.desc(), ProvisionerJob.id.desc())
-    return _of_statuses(query, statuses).limit(max(1, min(limit, MAX_JOBS_LISTED))).offset(max(0, offset))
+    return _of_statuses(query, statuses)
 
 
 def jobs_count(statuses: Sequence[str] = ()) -> int:

@@ -13,13 +13,13 @@ from werkzeug.wrappers import Response
 from app.auth.access import page_user, require_role
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
-from app.core.pagination import Page, page_of, requested_page
+from app.core.pagination import PAGE_SIZE, Page, page_of, requested_page
 from app.events import get_relay
 from app.events.sse import event_stream
 from app.events.streams import follow_statuses, seen_token
 from app.provisioning import keys, overview
 from app.provisioning.jobs import cancel_job
-from app.provisioning.models import PENDING
+from app.provisioning.models import JOB_STATUSES, PENDING
 from app.provisioning.queue import QueueInfo, queue_info
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
 from protocol.tags import TagError, parse_tag_arguments
@@ -63,6 +63,19 @@ def _live_state(
 @require_role(*ADMINS)
 def index() -> str:
     return render_template("provisioning/index.html", **_page_context())
+
+
+@bp.get("/provisioners/jobs")
+@require_role(*ADMINS)
+def jobs() -> tuple[str, int]:
+    """Every job, newest first, a page at a time; ``?status=`` picks one status (the jobs API's filter)."""
+    status = request.args.get("status", "").strip()
+    try:
+        page, error = page_of(overview.all_jobs_query(overview.parse_statuses([status])), requested_page()), ""
+    except InvalidInput as exc:  # a hand-edited address: the page says which statuses there are
+        page, error = Page([], 1, PAGE_SIZE, 0), exc.message
+    context = {"page": page, "views": overview.views_of(page.rows), "status": status, "error": error}
+    return render_template("provisioning/jobs.html", **context, statuses=JOB_STATUSES), 400 if error else 200
 
 
 @bp.get("/provisioners/overview")

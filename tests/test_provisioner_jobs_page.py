@@ -1,0 +1,47 @@
+"""The Provisioner jobs page: every job newest first, a page at a time, narrowed by status; for owners and template
+admins (members get 403, as on the Provisioners page)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from flask.testing import FlaskClient
+
+from tests.conftest import PASSWORD, Persona
+from tests.support.daemon import FakeDaemon, push_version
+from tests.support.web import sign_in
+
+
+@pytest.mark.parametrize("who", ["alice", "bob"])
+def test_every_job_is_listed_newest_first_and_narrowed_by_status(
+    client: FlaskClient, personas: dict[str, Persona], who: str
+) -> None:
+    older, newer = push_version(client, personas["bob"]), push_version(client, personas["bob"])
+    FakeDaemon(client).call(f"/jobs/{older['job']['id']}/acquire")  # running now; the newer one waits
+    sign_in(client, f"{who}@example.com", PASSWORD)
+
+    page = client.get("/provisioners/jobs").get_data(as_text=True)
+    listed = re.findall(r'data-job="([^"]+)"', page)
+    assert listed == [newer["job"]["id"], older["job"]["id"]] and "2 jobs" in page
+
+    pending = client.get("/provisioners/jobs?status=pending").get_data(as_text=True)
+    assert re.findall(r'data-job="([^"]+)"', pending) == [newer["job"]["id"]]
+    assert '<option value="pending" selected>' in pending
+
+    none = client.get("/provisioners/jobs?status=succeeded").get_data(as_text=True)
+    assert 'id="no-job-match"' in none and "No job has the status succeeded." in none
+
+    bad = client.get("/provisioners/jobs?status=lost")
+    assert bad.status_code == 400
+    assert "Unknown job status &#39;lost&#39;: use pending," in bad.get_data(as_text=True)
+
+
+def test_the_provisioners_page_links_to_every_job(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    sign_in(client, "bob@example.com", PASSWORD)
+    assert 'href="/provisioners/jobs" id="all-jobs"' in client.get("/provisioners").get_data(as_text=True)
+
+
+def test_members_cannot_list_jobs(client: FlaskClient, personas: dict[str, Persona]) -> None:
+    sign_in(client, "carol@example.com", PASSWORD)
+    assert client.get("/provisioners/jobs").status_code == 403
