@@ -94,6 +94,8 @@ class ImportJob(Message):
     template_version_id: str
     archive: bytes
     user_variable_values: tuple[NameValue, ...] = ()
+    # Run Terraform with TF_LOG=debug (a retried import's "with debug logging"), as BuildJob.debug_logging.
+    debug_logging: bool = False
 
 
 class BuildMetadata(Message):

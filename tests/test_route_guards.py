@@ -46,6 +46,7 @@ OWNER_ONLY_ENDPOINTS = {
 # Owners and template admins only; members get 403.
 ADMIN_ONLY_ENDPOINTS = {
     "provisioners.index",
+    "provisioners.jobs",
     "provisioners.live_overview",
     "provisioners.events",
     "provisioners.create_key",
@@ -59,6 +60,7 @@ ADMIN_ONLY_ENDPOINTS = {
     "catalog.delete",
     "catalog_api.delete_template",
     "catalog.unarchive",
+    "catalog.retry",
     "catalog.archive_failed",
     "catalog_api.unarchive_version",
     "catalog_api.archive_versions",

@@ -165,7 +165,7 @@ def _import(
     except TemplateSyntaxError:
         # Terraform says what is wrong in its own words (summary, file and line, the code): its init reads the
         # whole configuration first. The parser's message is only for what Terraform accepts.
-        _executor(workdir, toolchain, _import_env(job, "start"), log, control).init()
+        _executor(workdir, toolchain, _import_env(job, "start"), log, control, debug_logging=body.debug_logging).init()
         raise
     values = {item.name: item.value for item in body.user_variable_values}
     missing = required_variables_missing(variables, values)
@@ -180,7 +180,9 @@ def _import(
         return _failed(str(exc), log)
     plans = {}
     for transition in ("start", "stop"):
-        executor = _executor(workdir, toolchain, _import_env(job, transition), log, control)
+        executor = _executor(
+            workdir, toolchain, _import_env(job, transition), log, control, debug_logging=body.debug_logging
+        )
         if transition == "start":
             executor.init()
         plans[transition] = parse_show_json(executor.plan(transition, variables=values).plan or {})

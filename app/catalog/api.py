@@ -11,6 +11,7 @@ from app.auth.blueprints import api_blueprint
 from app.catalog import admin, services, storage
 from app.catalog.models import TemplateVersion
 from app.catalog.presets import preset_json
+from app.catalog.search import listed_templates
 from app.core.errors import InvalidInput, TooLarge
 from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, name_values, string_field, string_map_field
@@ -159,7 +160,11 @@ def create_template() -> tuple[Response, int]:
 
 @bp.get("/templates")
 def list_templates() -> Response:
-    templates, total = PageRequest.from_args().rows(services.templates_query(request.args.get("name")))
+    """``?q=`` Coder's template filter (a name, exact_name:, deprecated:), ``?sort=`` name, created, updated (``-``
+    reverses), ``?name=`` the one template so called."""
+    args = request.args
+    query = listed_templates(args.get("q", ""), args.get("sort", ""), name=args.get("name"))
+    templates, total = PageRequest.from_args().rows(query)
     return with_total(jsonify([template.to_json() for template in templates]), total)
 
 

@@ -35,6 +35,7 @@ def import_payload(job: ProvisionerJob, base: AcquiredJob) -> AcquiredJob:
         template_version_id=version.id,
         archive=archive_bytes(job.file_id),
         user_variable_values=version.user_variable_values,
+        debug_logging=job.debug_logging,
     )
     return replace(base, template_import=body)
 

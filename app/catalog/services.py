@@ -16,7 +16,7 @@ from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
 from app.files.services import archive_bytes, usable_file
 from app.provisioning.jobs import dispatch, new_job
-from app.provisioning.models import SUCCEEDED
+from app.provisioning.models import DEBUG_LOGGING, FAILED, SUCCEEDED
 from app.users.models import User
 from protocol.codec import JsonObject
 from protocol.provisionerd import JOB_TEMPLATE_IMPORT, NameValue
@@ -42,9 +42,11 @@ def create_version(
     provisioner_tags: dict[str, str] | None = None,
     user_variable_values: Sequence[NameValue] = (),
     publish_as: str = "",
+    debug_logging: bool = False,
 ) -> TemplateVersion:
     """``publish_as``: a template name the version is published as once its import succeeds (see
-    :func:`publish_imported`); empty, it waits for someone to publish it."""
+    :func:`publish_imported`); empty, it waits for someone to publish it. ``debug_logging``: its import runs
+    Terraform with TF_LOG=debug."""
     stored = usable_file(file_id)
     template = get_template(template_id) if template_id is not None else None
     name = new_version_name(template, name.strip())
@@ -71,10 +73,26 @@ def create_version(
     except IntegrityError as exc:  # the same name pushed twice at once
         db.session.rollback()
         raise Conflict(f"A version named {name!r} was just added to this template: choose another name.") from exc
-    job.input = {"template_version_id": version.id}
+    job.input = {"template_version_id": version.id, **({DEBUG_LOGGING: True} if debug_logging else {})}
     db.session.commit()
     dispatch(job)
     return version
+
+
+def retry_import(actor: User, failed: TemplateVersion, *, debug_logging: bool = False) -> TemplateVersion:
+    """Import a failed version's files again, as a new version of the same template with the same tags and
+    variables (published as its upload asked); ``debug_logging`` runs its Terraform with TF_LOG=debug."""
+    if failed.job.status != FAILED:
+        raise InvalidInput(f"Only a failed import can be retried; this one is {failed.job.status}.")
+    return create_version(
+        actor,
+        failed.job.file_id,
+        template_id=failed.template_id,
+        provisioner_tags=failed.job.tags,
+        user_variable_values=failed.user_variable_values,
+        publish_as=failed.publish_as,
+        debug_logging=debug_logging,
+    )
 
 
 def _version_names(template_id: str) -> set[str]:

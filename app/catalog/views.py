@@ -12,10 +12,11 @@ from app.auth.blueprints import page_blueprint
 from app.catalog import admin, services, storage
 from app.catalog import source as catalog_source
 from app.catalog.models import Template, TemplateVersion
+from app.catalog.search import listed_templates
 from app.core.errors import DomainError, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.markdown_render import render_markdown
-from app.core.pagination import page_of, requested_page
+from app.core.pagination import PAGE_SIZE, Page, page_of, requested_page
 from app.core.templating import tar_of_uploads
 from app.externalauth import services as external_auth
 from app.files.services import MAX_ARCHIVE_BYTES
@@ -32,15 +33,23 @@ ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
 
 
 @bp.get("/templates")
-def index() -> str:
-    return render_template("catalog/index.html", **_index_context(), form={}, errors={})
+def index() -> tuple[str, int]:
+    context = _index_context()
+    status = 400 if context["search_error"] else 200
+    return render_template("catalog/index.html", **context, form={}, errors={}), status
 
 
 def _index_context() -> dict[str, object]:
+    """The list (narrowed by the search box, ``?q=``, and in the order ``?sort=`` names) and the upload form's."""
     user = page_user()
     usage = storage.storage_usage(user, storage.configured_quota()) if user.is_template_admin else None
-    page = page_of(services.templates_query(), requested_page(), endpoint="catalog.index")
-    return {"page": page, "storage": usage}
+    search, sort = request.args.get("q", "").strip(), request.args.get("sort", "")
+    try:
+        page = page_of(listed_templates(search, sort), requested_page(), endpoint="catalog.index")
+        search_error = ""
+    except InvalidInput as error:  # the box keeps what was typed, with what is wrong with it
+        page, search_error = Page([], 1, PAGE_SIZE, 0), error.message
+    return {"page": page, "storage": usage, "search": search, "search_error": search_error, "sort": sort or "name"}
 
 
 @bp.get("/templates/routing-check")
@@ -137,6 +146,7 @@ def version(version_id: str) -> str:
         "catalog/version.html",
         version=found,
         **log_page_context(found.job),
+        retry_url=url_for("catalog.retry", version_id=found.id),
         template_name=request.args.get("template_name", ""),
         template=services.get_template(found.template_id) if found.template_id else None,
     )
@@ -157,8 +167,28 @@ def version_log_stream(version_id: str) -> Response:
         )
 
     return page_stream(
-        services.get_version(version_id).job, lambda job: job.status, job_status=True, follow_up=follow_up
+        services.get_version(version_id).job,
+        lambda job: job.status,
+        job_status=True,
+        follow_up=follow_up,
+        retry_url=url_for("catalog.retry", version_id=version_id),
     )
+
+
+@bp.post("/templates/versions/<version_id>/retry")
+@require_role(*ADMINS)
+def retry(version_id: str) -> Response:
+    """Import a failed version's files again as a new version; ``debug=1`` runs its Terraform with TF_LOG=debug."""
+    found = services.get_version(version_id)
+    debug_logging = request.form.get("debug") == "1"
+    try:
+        retried = services.retry_import(page_user(), found, debug_logging=debug_logging)
+    except DomainError as error:
+        flash(error.message, "error")
+        return redirect(url_for("catalog.version", version_id=found.id))
+    if debug_logging:
+        flash("Retrying with Terraform's debug log (TF_LOG=debug) for this import.", "info")
+    return redirect(url_for("catalog.version", version_id=retried.id))
 
 
 @bp.post("/templates/versions/<version_id>/archive")

@@ -47,6 +47,14 @@ def one_of(terms: Mapping[str, str], key: str, allowed: tuple[str, ...]) -> str 
     return value
 
 
+def true_or_false(terms: Mapping[str, str], key: str) -> bool | None:
+    """The term ``key`` as a yes or no (``true``/``false``); None when not given."""
+    value = terms.get(key, "").lower() or None
+    if value not in (None, "true", "false"):
+        raise bad_filter(f"{key}: takes true or false, not {value!r}.")
+    return None if value is None else value == "true"
+
+
 def bad_filter(message: str) -> InvalidInput:
     return InvalidInput(message, validations=[{"field": "q", "detail": message}])
 

@@ -44,6 +44,10 @@ JOB_STATUSES = (PENDING, RUNNING, AWAITING_CONFIRMATION, SUCCEEDED, FAILED, CANC
 DAEMON_STALE_AFTER = timedelta(seconds=90)
 
 
+# The job input's key asking for Terraform's debug log (ProvisionerJob.debug_logging).
+DEBUG_LOGGING = "debug_logging"
+
+
 class ProvisionerJob(Model):
     """One template import or workspace build. Its status is derived from the timestamps, never stored."""
 
@@ -152,6 +156,11 @@ class ProvisionerJob(Model):
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_STATUSES
+
+    @property
+    def debug_logging(self) -> bool:
+        """Whether Terraform runs with TF_LOG=debug for this job only (a person's "Retry with debug logging")."""
+        return self.input.get(DEBUG_LOGGING) is True
 
     @classmethod
     def queue_order(cls) -> tuple[ColumnElement[int], ColumnElement[datetime], ColumnElement[str]]:

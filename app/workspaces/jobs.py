@@ -23,7 +23,7 @@ from app.resources.services import store_resources
 from app.users.models import User
 from app.workspaces.deadlines import start_deadlines
 from app.workspaces.models import Workspace, WorkspaceBuild
-from app.workspaces.services import build_for_job, debug_logging_requested
+from app.workspaces.services import build_for_job
 from protocol.provisionerd import AcquiredJob, BuildJob, BuildMetadata, JobCompletion, JobFailure
 
 AgentScripts = Callable[[], Mapping[str, str]]
@@ -66,7 +66,7 @@ def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: Agen
         persistent_resources=persistent_resources(version.job_id),
         # Only a confirmed job runs again after its plan was saved: the plan it ran is the one confirmed.
         confirmed_plan=build.saved_plan or b"",
-        debug_logging=debug_logging_requested(job),
+        debug_logging=job.debug_logging,
     )
     return replace(base, workspace_build=body)
 

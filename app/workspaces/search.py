@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from sqlalchemy import ColumnElement, Select, exists, func, select
 
 from app.catalog.models import Template
-from app.core.filters import Orders, bad_filter, one_of, ordered, parse_terms
+from app.core.filters import Orders, one_of, ordered, parse_terms, true_or_false
 from app.provisioning.models import JOB_STATUSES, RUNNING, SUCCEEDED, ProvisionerJob
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
@@ -35,14 +35,11 @@ class WorkspaceFilter:
 def parse_filter(text: str) -> WorkspaceFilter:
     """The filter a ``q=`` says; a term it cannot read is a 400 that says what it takes."""
     terms = parse_terms(text, _EXAMPLES)
-    outdated = terms.get("outdated", "").lower() or None
-    if outdated not in (None, "true", "false"):
-        raise bad_filter(f"outdated: takes true or false, not {outdated!r}.")
     return WorkspaceFilter(
         owner=terms.get("owner"),
         template=terms.get("template"),
         status=one_of(terms, "status", STATUSES),
-        outdated=None if outdated is None else outdated == "true",
+        outdated=true_or_false(terms, "outdated"),
         name=terms.get("name"),
     )
 

@@ -17,7 +17,7 @@ from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
 from app.externalauth import services as external_auth
 from app.provisioning.jobs import confirm_job, dispatch, new_job
-from app.provisioning.models import FAILED, SUCCEEDED, ProvisionerJob
+from app.provisioning.models import DEBUG_LOGGING, FAILED, SUCCEEDED, ProvisionerJob
 from app.users.models import User
 from app.workspaces import schedule_rules
 from app.workspaces.models import REASON_INITIATOR, TRANSITIONS, Workspace, WorkspaceBuild
@@ -29,7 +29,6 @@ from protocol.tags import PRIORITY_HIGH, PRIORITY_LOW, TagError, normalise_tags,
 IN_PROGRESS = {"start": "starting", "stop": "stopping", "delete": "deleting"}
 DONE = {"start": "running", "stop": "stopped", "delete": "deleted"}
 # The key of a build job's input that asks for Terraform's debug log.
-DEBUG_LOGGING = "debug_logging"
 
 
 def build_status(build: WorkspaceBuild) -> str:
@@ -380,11 +379,6 @@ def retry_build(actor: User, failed: WorkspaceBuild, *, debug_logging: bool = Fa
     return create_build(
         actor, workspace, failed.transition, parameters, failed.template_version_id, debug_logging=debug_logging
     )
-
-
-def debug_logging_requested(job: ProvisionerJob) -> bool:
-    """Whether the job was queued to run Terraform with TF_LOG=debug (a retry with debug logging)."""
-    return job.input.get(DEBUG_LOGGING) is True
 
 
 def plan_review(build: WorkspaceBuild) -> JsonObject:
