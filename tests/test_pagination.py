@@ -10,9 +10,12 @@ from typing import Any
 
 import httpx
 import pytest
-from flask import Flask
+from flask import Flask, render_template
 from flask.testing import FlaskClient
+from sqlalchemy import select
 
+from app.core.pagination import page_of
+from app.users.models import User
 from cli.client import SlipwayClient
 from cli.workspaces import read_log
 from tests.conftest import PASSWORD, Persona
@@ -237,6 +240,25 @@ def test_the_workspaces_page_shows_one_page_at_a_time(
     other = app.test_client()
     sign_in(other, "dave@example.com", PASSWORD)
     assert "of 30" not in other.get("/workspaces").get_data(as_text=True)  # a member sees only their own
+    # A filtered list is counted ten pages ahead: thirty is within that, so the count is exact.
+    filtered = pages.get("/workspaces?q=status:pending").get_data(as_text=True)
+    assert "1–25 of 30" in filtered and "more than" not in filtered
+
+
+def test_a_list_counted_a_few_pages_ahead_says_there_are_more(app: Flask, personas: dict[str, Persona]) -> None:
+    """Four users, a page of one, counted one page ahead: page 1 knows of two pages and more, page 3 of all."""
+    users = select(User).order_by(User.username, User.id)
+    with app.test_request_context("/users"):
+        first = page_of(users, 1, size=1, pages_ahead=1)
+        assert (first.total, first.more, first.count) == (2, True, 2)
+        assert [user.username for user in first.rows] == ["alice"]
+        third = page_of(users, 3, size=1, pages_ahead=1)
+        assert (third.total, third.more, third.count) == (4, False, 4)
+        assert [user.username for user in third.rows] == ["carol"]
+        html = render_template("_pager.html", page=first)
+        assert "1–1 of more than 2" in html and "Page 1 of 2+" in html and 'rel="next"' in html
+        past_the_end = page_of(users, 9, size=1, pages_ahead=1)  # counted to the end: the last page
+        assert (past_the_end.number, past_the_end.more) == (4, False)
 
 
 def test_the_users_and_templates_pages_show_one_page_at_a_time(

@@ -46,8 +46,10 @@ class PageRequest:
         return list(items[self.offset : self.offset + self.limit]), len(items)
 
 
-def count_rows(query: Select[Any]) -> int:
-    return int(db.session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0)
+def count_rows(query: Select[Any], *, at_most: int | None = None) -> int:
+    """How many rows ``query`` gives, counting no further than ``at_most`` when given."""
+    counted = query.order_by(None) if at_most is None else query.order_by(None).limit(at_most)
+    return int(db.session.scalar(select(func.count()).select_from(counted.subquery())) or 0)
 
 
 def with_total(response: Response, total: int) -> Response:
@@ -68,6 +70,8 @@ class Page:
     total: int
     # The list's own view, when the page may be shown by another (a form's POST answered with the list).
     endpoint: str = ""
+    # Rows were counted only so far (``total`` is a floor): there are more than ``total``.
+    more: bool = False
 
     @property
     def count(self) -> int:
@@ -93,9 +97,16 @@ def requested_page() -> int:
     return query_int("page", 1, minimum=1)
 
 
-def page_of(query: Select[Any], number: int, size: int = PAGE_SIZE, *, endpoint: str = "") -> Page:
-    """Page ``number`` of the rows; past the end (a bookmark of a list that has shrunk), the last page."""
-    total = count_rows(query)
+def page_of(
+    query: Select[Any], number: int, size: int = PAGE_SIZE, *, endpoint: str = "", pages_ahead: int | None = None
+) -> Page:
+    """Page ``number`` of the rows; past the end (a bookmark of a list that has shrunk), the last page. With
+    ``pages_ahead``, rows are counted only that many pages past this one: a filter each row is tested against
+    (a workspace's latest build's status) would otherwise cost as much as the whole list, on every page."""
+    at_most = None if pages_ahead is None else (number + pages_ahead) * size + 1
+    total = count_rows(query, at_most=at_most)
+    more = total == at_most
+    total -= int(more)
     number = min(number, max(1, -(-total // size)))
     rows = list(db.session.scalars(query.offset((number - 1) * size).limit(size)).unique())
-    return Page(rows, number, size, total, endpoint)
+    return Page(rows, number, size, total, endpoint, more)

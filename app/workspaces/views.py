@@ -63,7 +63,7 @@ def index() -> str | tuple[str, int]:
             "stream_seen": "",
         }
         return render_template("workspaces/index.html", status_of=services.build_status, **context), 400
-    page = page_of(query, requested_page())
+    page = page_of(query, requested_page(), pages_ahead=_pages_counted(search))
     latest = services.latest_builds(page.rows)
     rows = [(workspace, latest[workspace.id]) for workspace in page.rows]
     seen = seen_token({"refresh": _list_state(rows)})
@@ -78,6 +78,15 @@ def index() -> str | tuple[str, int]:
         status_of=services.build_status,
         stream_seen=seen,
     )
+
+
+PAGES_COUNTED_AHEAD = 10
+
+
+def _pages_counted(search: str) -> int | None:
+    """A filtered list is counted ten pages ahead, not to its end: ``status:`` tests each workspace's latest build
+    (at 10,000 workspaces, 90 ms to count them all, on every page and every live refresh)."""
+    return PAGES_COUNTED_AHEAD if search else None
 
 
 def _listed(user: User, search: str, sort: str) -> Select[Workspace]:
@@ -103,10 +112,11 @@ def status_events() -> Response:
     seen = request.args.get("seen")
     if only:
         return _workspace_events(services.get_workspace_for(user, only).id, seen)
-    number, listed = requested_page(), _listed(user, request.args.get("q", "").strip(), request.args.get("sort", ""))
+    number, search = requested_page(), request.args.get("q", "").strip()
+    listed = _listed(user, search, request.args.get("sort", ""))
 
     def statuses() -> list[tuple[str, int, str]]:
-        workspaces = page_of(listed, number).rows
+        workspaces = page_of(listed, number, pages_ahead=_pages_counted(search)).rows
         latest = services.latest_builds(workspaces)
         return _list_state([(workspace, latest[workspace.id]) for workspace in workspaces])
 
