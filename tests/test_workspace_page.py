@@ -296,6 +296,14 @@ def test_the_agent_panel_shows_its_connection_history_bounded(app: Flask, person
     panel = browser(app, "carol").get(f"/workspaces/{agents.workspace['id']}/agents/{agent_id}/panel")
     assert panel.status_code == 200 and panel.get_data(as_text=True).count('class="agent-connection"') == 3
     assert browser(app, "dave").get(f"/workspaces/{agents.workspace['id']}/agents/{agent_id}/panel").status_code == 404
+    # And the API, to whoever may see the workspace.
+    history = agents.api.get(f"/api/v2/workspaceagents/{agent_id}/connections", headers=personas["carol"].auth)
+    assert [(item["event"], item["connection_id"]) for item in history.json] == [
+        ("connected", "c3"), ("connected", "c2"), ("disconnected", "c1"), ("connected", "c1"),
+    ]  # fmt: skip
+    assert all(item["at"].endswith("Z") for item in history.json)
+    other = agents.api.get(f"/api/v2/workspaceagents/{agent_id}/connections", headers=personas["dave"].auth)
+    assert other.status_code == 404
     # However often an agent reconnects, the history keeps its newest events; the panel shows the newest ten.
     with app.app_context():
         for number in range(30):

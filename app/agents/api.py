@@ -67,6 +67,13 @@ def read_agent_logs(agent_id: str, since: int) -> tuple[AgentLogView | None, lis
     return AgentLogView(agent, services.agent_is_current(agent_id)), services.agent_logs(agent_id, since)
 
 
+@bp.get("/workspaceagents/<agent_id>/connections")
+def agent_connections(agent_id: str) -> Response:
+    """The agent's control connection events (``connected``, ``disconnected``), newest first: the kept history."""
+    agent = get_agent_for(api_user(), agent_id).agent
+    return jsonify([event.to_json() for event in services.connection_history(agent.id)])
+
+
 @bp.get("/workspaceagents/<agent_id>/logs")
 def agent_logs(agent_id: str) -> Response:
     """The lines after ``?after=`` as JSON, or with ``follow=true`` a live SSE stream (as for build logs)."""

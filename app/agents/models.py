@@ -52,3 +52,6 @@ class AgentConnectionEvent(Model):
     event: Mapped[str] = mapped_column(String(16))
     connection_id: Mapped[str] = mapped_column(String(36))
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    def to_json(self) -> JsonObject:
+        return {"id": self.id, "event": self.event, "connection_id": self.connection_id, "at": rfc3339(self.at)}
