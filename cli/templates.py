@@ -306,10 +306,15 @@ def delete(names: tuple[str, ...], yes: bool) -> None:
 @click.argument("name")
 @click.argument("destination", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--version", "version_name", default="", help="The version to pull (default: the active one).")
-@click.option("--tar", "as_tar", is_flag=True, help="Write the archive, as it was uploaded, to standard output.")
-def pull(name: str, destination: Path | None, version_name: str, as_tar: bool) -> None:
-    """Download the source of template NAME into DESTINATION (default ./NAME, which must be empty or new)."""
-    from workers.archive import ArchiveError, extract_archive
+@click.option("--tar", "as_tar", is_flag=True, help="Write the files as a tar archive to standard output.")
+@click.option("--zip", "as_zip", is_flag=True, help="Write the files as a zip archive to standard output.")
+def pull(name: str, destination: Path | None, version_name: str, as_tar: bool, as_zip: bool) -> None:
+    """Download the source of template NAME into DESTINATION (default ./NAME, which must be empty or new), or as an
+    archive with --tar or --zip."""
+    from workers.archive import ArchiveError, archive_as, extract_archive
+
+    if as_tar and as_zip:
+        raise click.UsageError("choose one of --tar and --zip")
 
     client = authenticated_client()
     template = _existing_template(client, name)
@@ -320,8 +325,11 @@ def pull(name: str, destination: Path | None, version_name: str, as_tar: bool) -
     else:
         raise click.ClickException(f"Template {name} has no active version: name one with --version.")
     archive = client.download(f"/api/v2/files/{version.job.file_id}")
-    if as_tar:
-        sys.stdout.buffer.write(archive)
+    if as_tar or as_zip:
+        try:
+            sys.stdout.buffer.write(archive_as(archive, "zip" if as_zip else "tar"))
+        except ArchiveError as exc:
+            raise click.ClickException(f"cannot repack version {version.name}: {exc}") from exc
         sys.stdout.buffer.flush()
         return
     target = destination or Path(name)

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,13 @@ def test_versions_archive_pull_and_names(deployment: Deployment, tmp_path: Path)
     with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
         member = archive.extractfile("main.tf")
         assert member is not None and member.read().decode() == TIDY
+    zipped = subprocess.run(
+        [SLIPWAY, "templates", "pull", "tidy", "--zip"],
+        env=deployment.cli_env("alice"), capture_output=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    with zipfile.ZipFile(io.BytesIO(zipped)) as archive:
+        assert archive.read("main.tf").decode() == second_tf
+    refused(deployment.cli("alice", "templates", "pull", "tidy", "--tar", "--zip"), "choose one of --tar and --zip")
     refused(deployment.cli("alice", "templates", "pull", "tidy", "--version", "nope"), "no version named 'nope'")
     refused(deployment.cli("carol", "templates", "pull", "tidy", "--tar"), "")
 

@@ -11,6 +11,7 @@ import io
 import os
 import stat
 import tarfile
+import tempfile
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -282,6 +283,28 @@ def pack_directory(path: Path) -> bytes:
             else:
                 archive.addfile(info)
     return buffer.getvalue()
+
+
+def zip_directory(path: Path) -> bytes:
+    """A zip of the files `pack_directory` takes (what `templates pull --zip` writes)."""
+    if not path.is_dir():
+        raise ArchiveError(f"{str(path)!r} is not a directory")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for file in _template_files(path):
+            archive.write(file, arcname=file.relative_to(path).as_posix())
+    return buffer.getvalue()
+
+
+def archive_as(data: bytes, kind: str) -> bytes:
+    """``data`` (a tar, tar.gz or zip) as a plain ``"tar"`` or a ``"zip"``: as it is when it is one already, else
+    unpacked (with the checks a daemon makes) and packed again."""
+    is_zip = data.startswith(_ZIP_MAGICS)
+    if (kind == "zip") == is_zip and not data.startswith(_GZIP_MAGIC):
+        return data
+    with tempfile.TemporaryDirectory(prefix="slipway-archive-") as scratch:
+        extract_archive(data, Path(scratch) / "files")
+        return zip_directory(Path(scratch) / "files") if kind == "zip" else pack_directory(Path(scratch) / "files")
 
 
 def _template_files(root: Path) -> Iterator[Path]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.archive import ArchiveError, ArchiveLimits, extract_archive, pack_directory
+from workers.archive import ArchiveError, ArchiveLimits, archive_as, extract_archive, pack_directory
 
 MiB = 1024 * 1024
 
@@ -292,3 +292,23 @@ def test_pack_directory_skips_hidden_files_and_state_but_keeps_the_lock_file(tmp
     assert (dest / "scripts/start.sh").read_text() == "scripts/start.sh"
     assert mode_of(dest / "scripts/start.sh") == 0o700
     assert sorted(path.relative_to(dest).as_posix() for path in dest.rglob("*")) == sorted(names)
+
+
+def test_an_archive_is_given_as_the_kind_asked_and_unchanged_when_it_is_that_kind_already() -> None:
+    tar = tar_bytes(file_member("main.tf", b"terraform {}\n"), file_member("modules/a/x.tf", b"# a\n"))
+    assert archive_as(tar, "tar") == tar
+    zipped = archive_as(tar, "zip")
+    with zipfile.ZipFile(io.BytesIO(zipped)) as archive:
+        assert {name: archive.read(name) for name in archive.namelist() if not name.endswith("/")} == {
+            "main.tf": b"terraform {}\n",
+            "modules/a/x.tf": b"# a\n",
+        }
+    assert archive_as(zipped, "zip") == zipped
+    for packed in (archive_as(zipped, "tar"), archive_as(gzip.compress(tar), "tar")):
+        with tarfile.open(fileobj=io.BytesIO(packed), mode="r:") as archive:
+            member = archive.extractfile("modules/a/x.tf")
+            assert member is not None and member.read() == b"# a\n"
+    # Repacking unpacks with the daemon's checks: what would escape is refused, not copied.
+    escaping = tar_bytes(file_member("../outside.tf"))
+    with pytest.raises(ArchiveError):
+        archive_as(escaping, "zip")
