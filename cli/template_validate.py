@@ -21,7 +21,7 @@ from cli.client import key_value_pairs
 from protocol.codec import JSON
 from protocol.logs import LogLine
 from protocol.parameters import ParameterError, RichParameter, check_declaration
-from protocol.provisionerd import AcquiredJob, ImportJob, ImportResult, JobFailure, NameValue
+from protocol.provisionerd import AcquiredJob, ImportJob, ImportResult, JobFailure, NameValue, Preset
 from protocol.resources import Resource
 
 
@@ -156,6 +156,7 @@ def _as_json(found: Validation) -> JSON:
         "variables": [variable.to_json() for variable in result.variables] if result else [],
         "external_auth": [provider.to_json() for provider in result.external_auth] if result else [],
         "workspace_tags": dict(result.workspace_tags) if result else {},
+        "presets": [preset.to_json() for preset in result.presets] if result else [],
     }
 
 
@@ -175,6 +176,10 @@ def _print(found: Validation) -> None:
             click.echo("External auth: " + ", ".join(provider.id for provider in result.external_auth))
         if result.workspace_tags:
             click.echo("Workspace tags: " + ", ".join(f"{k}={v}" for k, v in sorted(result.workspace_tags.items())))
+        if result.presets:
+            click.echo(f"Presets ({len(result.presets)}):")
+            for preset in result.presets:
+                click.echo(f"  {_describe_preset(preset)}")
     if found.ok:
         click.echo("No problems found: a push would import.")
         return
@@ -195,6 +200,13 @@ def _describe_parameter(parameter: RichParameter) -> str:
         traits.append(f"{len(parameter.options)} options")
     shown = f"{parameter.display_name} ({parameter.name})" if parameter.display_name else parameter.name
     return f"{shown}: {', '.join(traits)}"
+
+
+def _describe_preset(preset: Preset) -> str:
+    values = ", ".join(f"{item.name}={item.value}" for item in preset.parameters) or "no parameters"
+    default = " (default)" if preset.default else ""
+    prebuilds = f"; {preset.desired_prebuild_instances} prebuilt" if preset.desired_prebuild_instances else ""
+    return f"{preset.name}{default}: {values}{prebuilds}"
 
 
 def _describe_resource(resource: Resource) -> str:

@@ -73,3 +73,23 @@ def test_a_required_variable_is_asked_for_and_then_taken(cache_home: Path, tmp_p
     given = validate(cache_home, "-d", str(directory), "--variable", "region=eu")
     assert given.exit_code == 0, given.output
     assert "Variables: region (required)" in given.output and "terraform_data.x" in given.output
+
+
+def test_presets_are_listed_with_their_values(cache_home: Path, tmp_path: Path) -> None:
+    body = """
+data "coder_parameter" "size" {
+  name    = "size"
+  type    = "number"
+  default = 1
+}
+data "coder_workspace_preset" "big" {
+  name       = "Big"
+  default    = true
+  parameters = { size = "8" }
+}
+"""
+    result = validate(cache_home, "-d", str(template(tmp_path, body)))
+    assert result.exit_code == 0, result.output
+    assert "Presets (1):\n  Big (default): size=8\n" in result.output
+    as_json = json.loads(validate(cache_home, "-d", str(tmp_path), "-o", "json").stdout)
+    assert [(preset["name"], preset["default"]) for preset in as_json["presets"]] == [("Big", True)]
