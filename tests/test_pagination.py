@@ -274,6 +274,12 @@ def test_the_users_and_templates_pages_show_one_page_at_a_time(
         assert f"1–25 of {total}" in first and f'rel="next" href="{path}?page=2"' in first, path
         last = pages.get(f"{path}?page=2").get_data(as_text=True)
         assert f"26–{total} of {total}" in last and 'rel="prev"' in last, path
+    # A template's versions too, newest first, on its page.
+    bulk.add_versions(app, template["active_version_id"], 29)  # 30
+    first = pages.get(f"/templates/{template['name']}").get_data(as_text=True)
+    assert "1–25 of 30" in first and f'rel="next" href="/templates/{template["name"]}?page=2"' in first
+    assert len(re.findall(r'<a href="/templates/versions/', first)) == 25
+    assert "26–30 of 30" in pages.get(f"/templates/{template['name']}?page=2").get_data(as_text=True)
     # A template upload refused shows the list again from its own view: the pages still link to the list.
     refused = post_form(pages, "/templates", {"name": ""})
     assert refused.status_code == 400 and 'href="/templates?page=2"' in refused.get_data(as_text=True)

@@ -16,7 +16,7 @@ from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
 from app.files.services import archive_bytes, usable_file
 from app.provisioning.jobs import dispatch, new_job
-from app.provisioning.models import DEBUG_LOGGING, FAILED, SUCCEEDED
+from app.provisioning.models import CANCELED, DEBUG_LOGGING, FAILED, SUCCEEDED, ProvisionerJob
 from app.users.models import User
 from protocol.codec import JsonObject
 from protocol.provisionerd import JOB_TEMPLATE_IMPORT, NameValue
@@ -216,6 +216,18 @@ def versions_query(template: Template) -> Select[TemplateVersion]:
         .options(joinedload(TemplateVersion.job))
         .order_by(TemplateVersion.created_at.desc(), TemplateVersion.id.desc())
     )
+
+
+def failed_versions_count(template: Template) -> int:
+    """How many of the template's versions failed or were canceled and are not archived (the page's bulk archive)."""
+    query = (
+        select(func.count())
+        .select_from(TemplateVersion)
+        .join(ProvisionerJob, ProvisionerJob.id == TemplateVersion.job_id)
+        .where(TemplateVersion.template_id == template.id, TemplateVersion.archived_at.is_(None))
+        .where(ProvisionerJob.status_in([FAILED, CANCELED]))
+    )
+    return db.session.scalar(query) or 0
 
 
 def list_versions(template: Template) -> list[TemplateVersion]:

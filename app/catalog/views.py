@@ -121,16 +121,13 @@ def _uploaded_archive(files: list[FileStorage]) -> bytes:
 @bp.get("/templates/<name>")
 def show(name: str) -> str:
     template = services.get_template_by_name(name)
-    versions = services.list_versions(template)
-    active = next((version for version in versions if version.id == template.active_version_id), None)
+    active = services.get_version(template.active_version_id) if template.active_version_id else None
     return render_template(
         "catalog/show.html",
         template=template,
-        versions=versions,
+        versions=page_of(services.versions_query(template), requested_page()),
         active=active,
-        failed_versions=sum(
-            1 for version in versions if version.archived_at is None and version.job.status in ("failed", "canceled")
-        ),
+        failed_versions=services.failed_versions_count(template),
         variables=services.public_variables(active) if active else [],
         resources=job_resources(active.job_id, "start") if active else [],
         readme=render_markdown(active.readme) if active and active.readme else None,
