@@ -77,6 +77,13 @@ class RichParameter(Message):
         return [option.value for option in self.options]
 
     @property
+    def control(self) -> str:
+        """The form control that asks for it: its ``form_type``, or its type's first (Coder's default) when it names
+        none, or one its type does not take (a version imported before the rules)."""
+        allowed = FORM_TYPES.get(self.type, {}).get(bool(self.options), ("input",))
+        return self.form_type if self.form_type in allowed else allowed[0]
+
+    @property
     def option_type(self) -> str:
         """The type of each option's value: the parameter's own, except for a multi-select list(string), whose
         options are its items (a radio list(string) offers whole lists, each option a JSON array)."""

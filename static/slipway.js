@@ -170,20 +170,62 @@ document.addEventListener("click", function (event) {
     select.form.querySelectorAll("[data-preset-param]").forEach(function (field) {
       var name = field.getAttribute("data-preset-param");
       var set = Object.prototype.hasOwnProperty.call(values, name);
-      if (set) {
-        if (field.type === "checkbox") { field.checked = values[name] === "true"; } else { field.value = values[name]; }
-      }
+      var holder = field.closest(".parameter-field");
+      if (set) { showValue(field, holder ? holder.getAttribute("data-control") : "", values[name]); }
       field.disabled = set;
-      var label = field.closest("label");
-      var note = label && label.querySelector("[data-preset-note]");
+      var note = holder && holder.querySelector("[data-preset-note]");
       if (note) {
         note.hidden = !set;
         note.textContent = set ? "Set by preset " + presetName + "." : "";
       }
     });
   }
+  // A parameter's value (a list's is a JSON array) shown in its control: one of a group's boxes, a tag list's lines.
+  function showValue(field, control, value) {
+    if (control === "multi-select") { field.checked = listItems(value).indexOf(field.value) >= 0; }
+    else if (field.type === "radio") { field.checked = field.value === value; }
+    else if (field.type === "checkbox") { field.checked = value === "true"; }
+    else if (control === "tag-select") { field.value = listItems(value).join("\n"); }
+    else { field.value = value; showSliderValue(field); }
+  }
+  function listItems(value) {
+    try { var items = JSON.parse(value); return Array.isArray(items) ? items.map(String) : []; }
+    catch (error) { return []; }
+  }
   document.addEventListener("change", function (event) {
     var target = event.target;
     if (target.matches && target.matches("select[data-preset-select]")) { applyPreset(target); }
   });
+})();
+
+// A slider (a number parameter's form_type "slider") says its value beside it as it moves.
+function showSliderValue(input) {
+  var output = input.getAttribute && input.getAttribute("data-shows") && document.getElementById(input.getAttribute("data-shows"));
+  if (output) { output.textContent = input.value; }
+}
+document.addEventListener("input", function (event) { showSliderValue(event.target); });
+
+// A table too wide for the screen scrolls in its box: a box that scrolls is reachable from the keyboard (Tab to it,
+// then the arrow keys), named by its table's caption or the heading above it. Checked again as the width or the
+// page's content changes.
+(function () {
+  function markScrollable() {
+    document.querySelectorAll(".table-scroll").forEach(function (box) {
+      var scrolls = box.scrollWidth > box.clientWidth + 1;
+      if (scrolls && !box.hasAttribute("tabindex")) {
+        var heading = box.closest("section, .card");
+        heading = heading && heading.querySelector("h1, h2, h3");
+        box.setAttribute("tabindex", "0");
+        box.setAttribute("role", "region");
+        box.setAttribute("aria-label", (heading ? heading.textContent.trim() + ": " : "") + "table, scroll with the arrow keys");
+      } else if (!scrolls && box.getAttribute("role") === "region") {
+        box.removeAttribute("tabindex");
+        box.removeAttribute("role");
+        box.removeAttribute("aria-label");
+      }
+    });
+  }
+  document.addEventListener("DOMContentLoaded", markScrollable);
+  document.addEventListener("htmx:afterSettle", markScrollable);
+  window.addEventListener("resize", markScrollable);
 })();

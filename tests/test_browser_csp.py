@@ -441,6 +441,8 @@ def test_every_dashboard_page_is_visited_at_every_size(deployment: Deployment, a
 def test_no_page_scrolls_sideways(
     deployment: Deployment, agent: dict[str, Any], page: Page, problems: list[str], size: str
 ) -> None:
+    """At a phone's width axe-core checks each page too (the collapsed menu, the stacked tables): the desktop's
+    width is checked by test_every_page_passes_axe, in both themes and for a member as well."""
     width, height = SIZES[size]
     page.set_viewport_size({"width": width, "height": height})
     wide: list[str] = []
@@ -451,6 +453,8 @@ def test_no_page_scrolls_sideways(
         page.wait_for_load_state("networkidle")  # htmx fragments (routing, promotion check) are in
         if problem := overflow(page):
             wide.append(f"{path}: {problem}")
+        if size == "phone":
+            wide += [f"{path} (axe at {width} px): {violation}" for violation in severe_violations(page)]
         page.screenshot(path=str(ARTIFACTS / f"screens-{size}-{endpoint}.png"), full_page=True)
     # The users page's confirmation comes from a form, not a link.
     open_page(page, f"{deployment.url}/users")

@@ -251,7 +251,8 @@ def test_the_create_form_marks_every_invalid_field_at_once_and_keeps_what_was_ty
     name_field = re.search(r'<input id="workspace-name"[^>]*>', page)
     assert name_field and 'value="my ws!"' in name_field.group(0) and 'aria-invalid="true"' in name_field.group(0)
     assert 'aria-invalid="true"' in field(page, "size") and 'value="9"' in field(page, "size")
-    assert 'aria-invalid="true"' in field(page, "region")
+    # region's options are radio buttons: their group (a radiogroup) is what is marked.
+    assert re.search(r'<fieldset [^>]*id="param-region" data-control="radio" role="radiogroup" aria-invalid', page)
     assert "Use 1-32 letters, digits and single hyphens." in page and "value 9 is more than the maximum 8" in page
     assert "A value is required." in page and "3 fields need a change" in page
     # A name already taken is said together with the other problems.

@@ -22,7 +22,8 @@ def test_member_creates_and_watches_a_workspace(app: Flask, client: FlaskClient,
     catalog = client.get("/templates").get_data(as_text=True)
     assert "Create workspace" in catalog and "Upload a template" not in catalog
     form = client.get("/workspaces/new?template=dev").get_data(as_text=True)
-    assert '<select id="param-region" name="param.region">' in form and 'type="number"' in form
+    # Options with no form_type are radio buttons (Coder's default form type for them).
+    assert 'type="radio" name="param.region" value="eu"' in form and 'type="number"' in form
     assert "Cannot be changed" in form
 
     refused = post_form(

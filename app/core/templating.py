@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -24,9 +25,19 @@ def init_app(app: Flask) -> None:
     app.jinja_env.filters["tags"] = format_tags
     app.jinja_env.filters["tag_flags"] = tag_flags
     app.jinja_env.filters["size"] = format_size
+    app.jinja_env.filters["list_items"] = list_items
     # Every URL a template, agent or daemon chose goes through one of these before it becomes a link or an image.
     app.jinja_env.filters["safe_url"] = safe_url
     app.jinja_env.filters["safe_icon_url"] = safe_icon_url
+
+
+def list_items(value: str) -> list[str]:
+    """A list(string) parameter's value (a JSON array) as its items; none when it is not one (still being typed)."""
+    try:
+        items = json.loads(value)
+    except ValueError:
+        return []
+    return [str(item) for item in items] if isinstance(items, list) else []
 
 
 def tag_flags(tags: Mapping[str, str]) -> str:

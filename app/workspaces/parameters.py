@@ -4,8 +4,11 @@ at once instead of a failed build minutes later."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from werkzeug.datastructures import MultiDict
 
 from app.core.errors import InvalidInput
 from app.core.validation import FieldErrors, name_values
@@ -120,13 +123,22 @@ def form_parameters(declared: Sequence[RichParameter]) -> list[RichParameter]:
     return [parameter for _, parameter in sorted(enumerate(declared), key=lambda pair: (pair[1].order, pair[0]))]
 
 
-def form_values(declared: Sequence[RichParameter], form: Mapping[str, str], shown: Sequence[str]) -> dict[str, str]:
+def form_values(declared: Sequence[RichParameter], form: MultiDict[str, str], shown: Sequence[str]) -> dict[str, str]:
     """The ``param.<name>`` values a parameter form posted. A checkbox left unticked sends nothing: a bool parameter
-    among those ``shown`` on the form is then "false"."""
+    among those ``shown`` on the form is then "false". A list's items come as the multi-select's ticked boxes (none:
+    an empty list) or the tag list's lines, and are given as the JSON array the parameter's value is."""
     values = {key[len("param.") :]: value for key, value in form.items() if key.startswith("param.")}
     for parameter in declared:
-        if parameter.type == "bool" and parameter.name in shown and parameter.name not in values:
+        if parameter.name not in shown:
+            continue
+        key = "param." + parameter.name
+        if parameter.type == "bool" and parameter.name not in values:
             values[parameter.name] = "false"
+        elif parameter.control == "multi-select":
+            values[parameter.name] = json.dumps(form.getlist(key))
+        elif parameter.control == "tag-select" and not values.get(parameter.name, "").lstrip().startswith("["):
+            lines = values.get(parameter.name, "").splitlines()
+            values[parameter.name] = json.dumps([line.strip() for line in lines if line.strip()])
     return values
 
 

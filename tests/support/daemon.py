@@ -96,6 +96,7 @@ def import_template(
     external_auth: list[dict[str, Any]] | None = None,
     workspace_tags: dict[str, str] | None = None,
     presets: list[dict[str, Any]] | None = None,
+    parameters: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     bob = personas["bob"]
     version = push_version(client, bob)
@@ -113,7 +114,7 @@ def import_template(
         {
             "template_import": {
                 "readme": "# Dev",
-                "parameters": PARAMETERS,
+                "parameters": PARAMETERS if parameters is None else parameters,
                 "variables": [{"name": "token", "sensitive": True, "default_value": "s3"}],
                 "resources": RESOURCES,
                 "external_auth": external_auth or [],
