@@ -132,6 +132,8 @@ class WorkspaceBuild(Message):
     status: str = ""
     template_version_id: str = ""
     template_version_name: str = ""
+    # The version's preset it was built with (None: none, or a server that does not say).
+    template_version_preset_id: str | None = None
     reason: str = "initiator"
     deadline: str | None = None
     max_deadline: str | None = None

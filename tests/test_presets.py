@@ -132,6 +132,15 @@ def test_creating_with_a_preset_applies_its_values_over_the_persons(
 
     assert created.status_code == 201, created.json
     assert _build_values(client, carol, created.json["latest_build"]["id"]) == {"region": "us", "size": "3"}
+    # The build says which preset made it; one made without a preset says none.
+    assert created.json["latest_build"]["template_version_preset_id"] == ids["America"]
+    plain = client.post("/api/v2/workspaces", json={**body, "name": "plain"}, headers=carol.auth)
+    assert plain.status_code == 201 and plain.json["latest_build"]["template_version_preset_id"] is None
+    sign_in(client, "carol@example.com", PASSWORD)
+    page = client.get(f"/workspaces/{created.json['id']}").get_data(as_text=True)
+    assert '<span class="muted">preset America</span>' in page
+    plain_page = client.get(f"/workspaces/{plain.json['id']}").get_data(as_text=True)
+    assert "preset " not in plain_page.split("build-timeline")[1]
 
 
 def test_an_unknown_preset_is_refused_naming_the_field(client: FlaskClient, personas: dict[str, Persona]) -> None:

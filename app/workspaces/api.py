@@ -48,6 +48,7 @@ def builds_json(
             "status": services.build_status(build),
             "template_version_id": build.template_version_id,
             "template_version_name": build.template_version.name,
+            "template_version_preset_id": build.template_version_preset_id,
             "initiator_id": build.initiator_id,
             "reason": build.reason,
             "deadline": rfc3339(build.deadline),

@@ -6,6 +6,7 @@ from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, St
 from sqlalchemy.orm import Mapped, mapped_column, relationship, validates
 
 from app.catalog.models import Template, TemplateVersion
+from app.catalog.presets import find_preset
 from app.core.columns import IdColumn, MessageListColumn, UTCDateTime, new_id, utcnow
 from app.core.encrypted_columns import EncryptedBytes
 from app.core.extensions import Model
@@ -99,6 +100,8 @@ class WorkspaceBuild(Model):
     # The plan a person is asked to confirm (what it destroys, creates, updates: protocol PlanReview without the
     # file), and the plan file itself, encrypted like the state it embeds. Kept after it ran: what was confirmed.
     plan_review: Mapped[JsonObject | None] = mapped_column(JSON)
+    # The version's preset it was built with (Coder's template_version_preset_id): its values won over the person's.
+    template_version_preset_id: Mapped[str | None] = mapped_column(String(36))
     saved_plan: Mapped[bytes | None] = mapped_column(EncryptedBytes(), deferred=True)
 
     workspace: Mapped[Workspace] = relationship()
@@ -106,3 +109,10 @@ class WorkspaceBuild(Model):
     template_version: Mapped[TemplateVersion] = relationship()
     # Who asked for it (for an automatic build: whoever the lifecycle executor acts for).
     initiator: Mapped[User] = relationship()
+
+    @property
+    def preset_name(self) -> str:
+        """The name of the preset it was built with; empty when none (or its version no longer lists it)."""
+        wanted = self.template_version_preset_id
+        preset = find_preset(self.template_version, wanted) if wanted else None
+        return preset.name if preset else ""

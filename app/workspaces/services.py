@@ -218,7 +218,7 @@ def create_workspace(
     except IntegrityError as exc:
         db.session.rollback()
         raise Conflict(f"You already have a workspace named {name!r}.") from exc
-    job = _queue_build(owner, workspace, version, "start", values, state=None, number=1)
+    job = _queue_build(owner, workspace, version, "start", values, state=None, number=1, preset_id=preset_id)
     db.session.commit()
     dispatch(job)
     return workspace
@@ -295,6 +295,7 @@ def queue_build(
     job = _queue_build(
         actor, workspace, version, transition, values,
         state=previous.state, number=previous.build_number + 1, reason=reason, debug_logging=debug_logging,
+        preset_id=preset_id,
     )  # fmt: skip
     workspace.updated_at = utcnow()
     return job
@@ -337,7 +338,7 @@ def _usable_version(template: Template, version_id: str | None) -> TemplateVersi
 def _queue_build(
     actor: User, workspace: Workspace, version: TemplateVersion, transition: str,
     values: tuple[NameValue, ...], *, state: bytes | None, number: int, reason: str = REASON_INITIATOR,
-    debug_logging: bool = False,
+    debug_logging: bool = False, preset_id: str | None = None,
 ) -> ProvisionerJob:  # fmt: skip
     # Builds run where the version was imported, on behalf of the workspace's owner (user-scoped tags), with the
     # tags the template computes from this build's parameters (data "coder_workspace_tags") on top.
@@ -358,6 +359,7 @@ def _queue_build(
     build = WorkspaceBuild(
         id=build_id, workspace_id=workspace.id, build_number=number, transition=transition,
         template_version_id=version.id, job=job, initiator_id=actor.id, state=state, parameters=values, reason=reason,
+        template_version_preset_id=preset_id or None,
     )  # fmt: skip
     db.session.add(build)
     workspace.latest_build_id = build_id
