@@ -18,6 +18,7 @@ from flask_migrate import upgrade
 
 from app.core.config import Settings, load_settings
 from app.core.extensions import db
+from app.events import close_relay
 from app.factory import create_app
 from app.server.embedded_redis import start_embedded_redis
 from app.server.processes import stop
@@ -124,6 +125,7 @@ def close_app(app: Flask) -> None:
     with app.app_context():
         db.engine.dispose()
     get_redis_of(app).close()
+    close_relay(app)
 
 
 def get_redis_of(app: Flask) -> redis.Redis:

@@ -22,3 +22,9 @@ def init_app(app: Flask) -> None:
 def get_relay() -> EventRelay:
     relay: EventRelay = current_app.extensions[EXTENSION_KEY]
     return relay
+
+
+def close_relay(app: Flask) -> None:
+    """Stop ``app``'s relay following Redis (an app closed while the process lives on, as in the tests)."""
+    relay: EventRelay = app.extensions[EXTENSION_KEY]
+    relay.close()

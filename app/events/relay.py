@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,6 +91,7 @@ class EventRelay:
         self._waiters: dict[str, set[threading.Event]] = defaultdict(set)
         self._lock = threading.Lock()
         self._started = False
+        self._closed = threading.Event()
         # Counts the notices for each job; a read taken at generation g contains every line notified up to g.
         self._generations: dict[str, int] = defaultdict(int)
         self._snapshots: dict[str, Snapshot[Any, Any]] = {}
@@ -177,6 +177,11 @@ class EventRelay:
             for handler in handlers:
                 handler(data)
 
+    def close(self) -> None:
+        """Stop following Redis (its app is closed): the thread ends at its next wake-up, without a word about a
+        Redis that went away with the app."""
+        self._closed.set()
+
     def _ensure_started(self) -> None:
         with self._lock:
             if self._started:
@@ -186,7 +191,7 @@ class EventRelay:
 
     def _run(self) -> None:
         delay, outage_logged = RECONNECT_BACKOFF[0], False
-        while True:
+        while not self._closed.is_set():
             client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=5, health_check_interval=30)
             pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             try:
@@ -195,16 +200,18 @@ class EventRelay:
                     log.warning("event relay: Redis is back; streams catch up from the database")
                 delay, outage_logged = RECONNECT_BACKOFF[0], False
                 self._wake(None)  # whatever was published while we were away is in the database
-                while True:
+                while not self._closed.is_set():
                     message = pubsub.get_message(timeout=HEARTBEAT_SECONDS)
                     if message is not None and message.get("type") == "pmessage":
                         self._deliver(message["channel"].decode(), message["data"])
             except (redis.RedisError, OSError) as exc:
+                if self._closed.is_set():
+                    return
                 if not outage_logged:  # one line per outage, not one per retry
                     log.warning("event relay: lost Redis (%s); retrying with back-off", exc)
                     outage_logged = True
                 self._wake(None)
-                time.sleep(delay)
+                self._closed.wait(delay)
                 delay = min(delay * 2, RECONNECT_BACKOFF[1])
             finally:
                 try:
