@@ -69,6 +69,8 @@ class App(Message):
     order: int = 0
     group: str = ""
     healthcheck: Healthcheck | None = None
+    # The app a `coder_ai_task` shows its task in (its `app_id`, or the older `sidebar_app`).
+    ai_task: bool = False
 
     @property
     def name(self) -> str:
@@ -100,6 +102,14 @@ class Env(Message):
     merge_strategy: Literal["replace", "append", "prepend", "error"] = "replace"
 
 
+class Devcontainer(Message):
+    """A Dev Container the agent starts in the workspace (``coder_devcontainer``)."""
+
+    id: str = ""
+    workspace_folder: str = ""
+    config_path: str = ""
+
+
 class Agent(Message):
     name: str = ""
     id: str = ""
@@ -122,6 +132,7 @@ class Agent(Message):
     apps: tuple[App, ...] = ()
     scripts: tuple[Script, ...] = ()
     envs: tuple[Env, ...] = ()
+    devcontainers: tuple[Devcontainer, ...] = ()
 
     def app(self, slug: str) -> App | None:
         """The app with this slug (slugs are unique per agent, ignoring case)."""

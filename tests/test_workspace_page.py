@@ -21,6 +21,8 @@ from app.workspaces.models import Workspace, WorkspaceBuild
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import PARAMETERS
 from tests.support.web import post_form, sign_in
+from tests.test_agent_api import AGENT
+from tests.test_agent_api import START as AGENT_START
 from tests.test_agent_api import World as AgentWorld
 from tests.test_workspace_updates import World
 
@@ -339,3 +341,23 @@ def test_times_to_come_on_the_page_read_in_words_and_show_the_exact_time_on_hove
     assert time_ago(utcnow() + timedelta(seconds=20)) == "just now"
     assert time_ago(utcnow() + timedelta(minutes=1, seconds=5)) == "in 1 minute"
     assert time_ago(utcnow() - timedelta(minutes=2, seconds=5)) == "2 minutes ago"
+
+
+def test_the_agent_panel_shows_dev_containers_and_the_ai_tasks_app(app: Flask, personas: dict[str, Persona]) -> None:
+    agents = AgentWorld(app, personas)
+    agents.finish(agents.build("stop")["job"]["id"], [])
+    agent = {
+        **AGENT,
+        "apps": [{**AGENT["apps"][0], "ai_task": True}, *AGENT["apps"][1:]],
+        "devcontainers": [{"workspace_folder": "/workspaces/project", "config_path": ".devcontainer.json"}],
+    }
+    agents.finish(agents.build("start")["job"]["id"], [{**AGENT_START[0], "agents": [agent]}])
+    agent_id = agents.agent()["id"]
+    shown = (
+        browser(app, "carol")
+        .get(f"/workspaces/{agents.workspace['id']}/agents/{agent_id}/panel")
+        .get_data(as_text=True)
+    )
+    assert re.search(r'>Web\s*<span class="badge badge-info" title="[^"]*AI task[^"]*">AI task</span>', shown)
+    assert shown.count(">AI task<") == 1
+    assert '<code>/workspaces/project</code> <span class="muted">(.devcontainer.json)</span>' in shown

@@ -10,8 +10,9 @@ Coder's provisioner (reference §4.6):
   address). Dependencies come from the configuration's expression references and `depends_on` for a plan, and
   from the `depends_on` Terraform records in state. Within a resource that has count/for_each, an agent instance
   goes to the instance with the same index key, else the first one;
-- `coder_app`, `coder_script` and `coder_env` attach to their agent by `agent_id`, `coder_metadata` to its resource
-  by `resource_id`: by value when it is known (state), else by what the expression references (plan);
+- `coder_app`, `coder_script`, `coder_env` and `coder_devcontainer` attach to their agent by `agent_id`,
+  `coder_metadata` to its resource by `resource_id`: by value when it is known (state), else by what the
+  expression references (plan); the app a `coder_ai_task` names is marked as the task's (state only);
 - `data.coder_parameter` instances become RichParameters, `data.coder_workspace_preset` instances Presets.
 """
 
@@ -25,7 +26,7 @@ from typing import Any, TypeVar
 from protocol.codec import Message, ProtocolError
 from protocol.parameters import RichParameter
 from protocol.provisionerd import NameValue, Preset
-from protocol.resources import Agent, App, Env, ExternalAuth, MetadataItem, Resource, Script
+from protocol.resources import Agent, App, Devcontainer, Env, ExternalAuth, MetadataItem, Resource, Script
 from workers.show_json import Instance, closest_dependent, pick_instance, read_instances
 
 # Coder's provisioner.AgentNameRegex, which is case-insensitive.
@@ -165,12 +166,19 @@ class _AgentParts:
     """What attaches to one agent while the document is read: the agent itself is frozen once complete."""
 
     agent: Agent
-    apps: list[App]
-    scripts: list[Script]
-    envs: list[Env]
+    apps: list[App] = field(default_factory=list)
+    scripts: list[Script] = field(default_factory=list)
+    envs: list[Env] = field(default_factory=list)
+    devcontainers: list[Devcontainer] = field(default_factory=list)
 
     def complete(self) -> Agent:
-        return replace(self.agent, apps=tuple(self.apps), scripts=tuple(self.scripts), envs=tuple(self.envs))
+        return replace(
+            self.agent,
+            apps=tuple(self.apps),
+            scripts=tuple(self.scripts),
+            envs=tuple(self.envs),
+            devcontainers=tuple(self.devcontainers),
+        )
 
 
 @dataclass
@@ -212,7 +220,7 @@ def parse_show_json(document: Mapping[str, Any]) -> ParsedResources:
     _check_names("agent", (i.name for i in agent_instances), AGENT_NAME)
     agents: dict[str, _AgentParts] = {}
     for instance in sorted(agent_instances, key=lambda i: i.address):
-        parts = agents[instance.address] = _AgentParts(_agent(instance), [], [], [])
+        parts = agents[instance.address] = _AgentParts(_agent(instance))
         home = closest_dependent(instance, instances, lambda address: address in computational_candidates)
         target = pick_instance(by_config.get(home, []), instance.index) if home else None
         if target is not None:
@@ -241,7 +249,7 @@ def _attach_to_agents(
 ) -> None:
     agents_by_id = {parts.agent.id: parts for parts in agents.values() if parts.agent.id}
     for item in sorted(managed, key=lambda i: i.address):
-        if item.type not in ("coder_app", "coder_script", "coder_env"):
+        if item.type not in ("coder_app", "coder_script", "coder_env", "coder_devcontainer"):
             continue
         target = _link(item, "agent_id", agents_by_id, by_config)
         parts = agents.get(target.address) if isinstance(target, Instance) else target
@@ -251,9 +259,21 @@ def _attach_to_agents(
             parts.apps.append(_app(item))
         elif item.type == "coder_script":
             parts.scripts.append(_build(Script, item.values, item.address))
+        elif item.type == "coder_devcontainer":
+            parts.devcontainers.append(_build(Devcontainer, item.values, item.address))
         else:
             parts.envs.append(_build(Env, item.values, item.address))
     _check_names("app slug", (app.slug for parts in agents.values() for app in parts.apps), APP_SLUG)
+    # Known once applied: a plan does not know the app's id yet, so an import's plan marks none.
+    task_apps = {_task_app_id(item) for item in managed if item.type == "coder_ai_task"} - {""}
+    for parts in agents.values():
+        parts.apps = [replace(app, ai_task=True) if app.id in task_apps else app for app in parts.apps]
+
+
+def _task_app_id(task: Instance) -> str:
+    """The app a ``coder_ai_task`` names: ``app_id``, or the older ``sidebar_app { id }``."""
+    sidebar = task.values.get("sidebar_app") or [{}]
+    return str(task.values.get("app_id") or sidebar[0].get("id") or "")
 
 
 def _attach_metadata(

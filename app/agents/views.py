@@ -46,6 +46,8 @@ class PanelApp:
     path: str
     health: str
     share: str
+    # The app a coder_ai_task shows its task in (Coder's Tasks sidebar).
+    ai_task: bool = False
 
 
 @dataclass
@@ -117,6 +119,7 @@ def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) ->
             path=app_path(owner, workspace.name, agent.name, app.slug),
             health=agent.app_health_of(app.slug),
             share=app.share,
+            ai_task=app.ai_task,
         )
         for app in agent.apps
         if app.url and not app.external and not app.hidden

@@ -351,3 +351,50 @@ def test_presets_are_read_with_their_values_and_prebuilds(template: Template) ->
         ),
         Preset(name="Plain"),
     ]
+
+
+TASK_AND_DEVCONTAINER = """
+resource "coder_agent" "main" {
+  os   = "linux"
+  arch = "amd64"
+}
+
+resource "coder_app" "claude" {
+  agent_id = coder_agent.main.id
+  slug     = "claude"
+  url      = "http://localhost:3284"
+}
+
+resource "coder_app" "web" {
+  agent_id = coder_agent.main.id
+  slug     = "web"
+  url      = "http://localhost:8080"
+}
+
+resource "coder_ai_task" "task" {
+  app_id = coder_app.claude.id
+}
+
+resource "coder_devcontainer" "project" {
+  agent_id         = coder_agent.main.id
+  workspace_folder = "/workspaces/project"
+  config_path      = ".devcontainer/devcontainer.json"
+}
+
+resource "terraform_data" "box" {
+  input = coder_agent.main.id
+}
+"""
+
+
+def test_dev_containers_join_their_agent_and_the_ai_task_marks_its_app(template: Template) -> None:
+    workspace = template(TASK_AND_DEVCONTAINER)
+    planned = by_address(parse_show_json(workspace.plan()).resources)["terraform_data.box"].agents[0]
+    assert [(item.workspace_folder, item.config_path) for item in planned.devcontainers] == [
+        ("/workspaces/project", ".devcontainer/devcontainer.json")
+    ]
+    assert not any(app.ai_task for app in planned.apps)  # the app's id is not known before it is applied
+
+    applied = by_address(parse_show_json(workspace.apply()).resources)["terraform_data.box"].agents[0]
+    assert [(app.slug, app.ai_task) for app in applied.apps] == [("claude", True), ("web", False)]
+    assert [item.workspace_folder for item in applied.devcontainers] == ["/workspaces/project"]
