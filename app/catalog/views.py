@@ -21,7 +21,7 @@ from app.core.templating import tar_of_uploads
 from app.externalauth import services as external_auth
 from app.files.services import MAX_ARCHIVE_BYTES
 from app.provisioning import overview
-from app.provisioning.log_html import log_page_context, page_stream
+from app.provisioning.log_html import log_page_context, page_stream, retry_from_form
 from app.provisioning.models import ProvisionerJob
 from app.resources.services import job_resources
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
@@ -177,15 +177,12 @@ def version_log_stream(version_id: str) -> Response:
 def retry(version_id: str) -> Response:
     """Import a failed version's files again as a new version; ``debug=1`` runs its Terraform with TF_LOG=debug."""
     found = services.get_version(version_id)
-    debug_logging = request.form.get("debug") == "1"
-    try:
+
+    def retry_import(debug_logging: bool) -> str:
         retried = services.retry_import(page_user(), found, debug_logging=debug_logging)
-    except DomainError as error:
-        flash(error.message, "error")
-        return redirect(url_for("catalog.version", version_id=found.id))
-    if debug_logging:
-        flash("Retrying with Terraform's debug log (TF_LOG=debug) for this import.", "info")
-    return redirect(url_for("catalog.version", version_id=retried.id))
+        return url_for("catalog.version", version_id=retried.id)
+
+    return retry_from_form(retry_import, url_for("catalog.version", version_id=found.id), "import")
 
 
 @bp.post("/templates/versions/<version_id>/archive")

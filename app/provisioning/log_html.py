@@ -11,10 +11,12 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from flask import Response, render_template, request
+from flask import Response, flash, redirect, render_template, request
 from markupsafe import Markup, escape
 from sqlalchemy import func, select
+from werkzeug.wrappers import Response as WerkzeugResponse
 
+from app.core.errors import DomainError
 from app.core.extensions import db
 from app.events import get_relay
 from app.events.sse import event_stream, sse_event, stream_cursor
@@ -183,3 +185,17 @@ def page_stream(
     opening = stage_opening(job.id, cursor)
     renderer = HtmlRenderer(opening, status_of, job_status=job_status, follow_up=follow_up, retry_url=retry_url)
     return event_stream(follow_job(get_relay(), job.id, cursor, renderer))
+
+
+def retry_from_form(retry: Callable[[bool], str], failed_page: str, what: str) -> WerkzeugResponse:
+    """A failed job's Retry form (``debug=1``: "Retry with debug logging"): ``retry(debug_logging)`` queues the new
+    job and gives its page, where the person goes; what refuses it is said on the failed job's page."""
+    debug_logging = request.form.get("debug") == "1"
+    try:
+        new_page = retry(debug_logging)
+    except DomainError as error:
+        flash(error.message, "error")
+        return redirect(failed_page)
+    if debug_logging:
+        flash(f"Retrying with Terraform's debug log (TF_LOG=debug) for this {what}.", "info")
+    return redirect(new_page)

@@ -24,7 +24,7 @@ from app.events.streams import follow_changes, follow_statuses, seen_token
 from app.externalauth import services as external_auth
 from app.provisioning.failures import failure_cause, failure_causes
 from app.provisioning.jobs import cancel_job
-from app.provisioning.log_html import log_page_context, page_stream
+from app.provisioning.log_html import log_page_context, page_stream, retry_from_form
 from app.provisioning.models import FAILED
 from app.provisioning.overview import daemons_serving
 from app.resources.services import job_resources
@@ -406,15 +406,12 @@ def retry(build_id: str) -> Response:
     TF_LOG=debug."""
     user = page_user()
     found = services.get_build_for(user, build_id)
-    debug_logging = request.form.get("debug") == "1"
-    try:
+
+    def retry_build(debug_logging: bool) -> str:
         retried = services.retry_build(user, found, debug_logging=debug_logging)
-    except DomainError as error:
-        flash(error.message, "error")
-        return redirect(url_for("workspaces.build", build_id=found.id))
-    if debug_logging:
-        flash("Retrying with Terraform's debug log (TF_LOG=debug) for this build.", "info")
-    return redirect(url_for("workspaces.build", build_id=retried.id))
+        return url_for("workspaces.build", build_id=retried.id)
+
+    return retry_from_form(retry_build, url_for("workspaces.build", build_id=found.id), "build")
 
 
 @bp.post("/builds/<build_id>/confirm")
