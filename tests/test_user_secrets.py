@@ -9,6 +9,7 @@ from app.core.extensions import db
 from protocol.usersecrets import secret_env_variable, secret_file_variable
 from tests.conftest import Persona
 from tests.support.daemon import FakeDaemon, import_template
+from tests.support.web import post_form, sign_in
 
 SECRETS = "/api/v2/users/me/secrets"
 
@@ -123,3 +124,37 @@ def test_a_build_gets_its_owners_secrets_only_and_their_values_are_masked_in_its
     text_out = logs.get_data(as_text=True)
     assert "carol-gh-token-123" not in text_out and "carol-plain-456" not in text_out
     assert "token " in text_out and "dave-gh-token-789" in text_out
+
+
+def test_the_account_page_adds_lists_and_deletes_secrets_and_marks_every_invalid_field(
+    app: Flask, personas: dict[str, Persona]
+) -> None:
+    browser, carol = app.test_client(), personas["carol"]
+    sign_in(browser, carol.email, carol.password)
+    page = browser.get("/account")
+    assert page.status_code == 200 and 'id="secrets"' in page.text and "No secrets." in page.text
+    typed = {"name": "bad name", "value": "typed-value-999", "env_name": "9X", "file_path": "rel"}
+    typed["description"] = "kept"
+    refused = post_form(browser, "/account/secrets", typed, token_from="/account")
+    assert refused.status_code == 400
+    for field in ("name", "env_name", "file_path"):
+        assert f'id="secret-{field}-error"' in refused.text, field
+    assert 'id="secret-value-error"' not in refused.text and 'id="secret-description-error"' not in refused.text
+    assert 'value="bad name"' in refused.text and 'value="9X"' in refused.text and 'value="kept"' in refused.text
+    assert "typed-value-999" not in refused.text
+    no_value = post_form(browser, "/account/secrets", {**typed, "value": ""}, token_from="/account")
+    assert no_value.status_code == 400 and 'id="secret-value-error"' in no_value.text
+    good = {"name": "gh", "value": "typed-value-999", "env_name": "GITHUB_TOKEN", "file_path": "", "description": "x"}
+    saved = post_form(browser, "/account/secrets", good, token_from="/account")
+    assert saved.status_code == 302 and saved.headers["Location"].endswith("/account#secrets")
+    page = browser.get("/account")
+    assert 'data-secret="gh"' in page.text and "$GITHUB_TOKEN" in page.text and "typed-value-999" not in page.text
+    assert 'data-confirm="Delete the secret gh?' in page.text
+    clash = post_form(browser, "/account/secrets", good, token_from="/account")
+    assert clash.status_code == 409 and "already have a secret named" in clash.text
+    assert browser.post("/account/secrets/gh/delete").status_code == 400  # no CSRF token
+    deleted = post_form(browser, "/account/secrets/gh/delete", {}, token_from="/account")
+    assert deleted.status_code == 302
+    assert 'data-secret="gh"' not in browser.get("/account").text
+    with app.app_context():
+        assert db.session.execute(text("SELECT count(*) FROM user_secrets")).scalar_one() == 0
