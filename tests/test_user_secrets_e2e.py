@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from playwright.sync_api import expect
+
+from tests.support.accessibility import severe_violations
+from tests.support.browser import browser_page, sign_in_page, watch_for_problems
 from tests.support.deployment import running_deployment
 
 VALUE = "slipway-e2e-token-42"
@@ -75,3 +79,33 @@ def test_a_start_needs_the_owners_secret_and_gets_it_masked_in_the_log(tmp_path:
         deleted = deployment.cli("dave", "secrets", "delete", "gh")
         assert deleted.returncode == 0 and "Deleted secret gh." in deleted.stdout
         assert deployment.cli("dave", "secrets", "list", "-o", "json").stdout.strip() == "[]"
+        _account_page_on_a_phone(deployment.url)
+
+
+def _account_page_on_a_phone(url: str) -> None:
+    """carol's secret in a real browser under the strict CSP at 390 px, dark: listed, a bad form marked, deleted."""
+    with browser_page() as page:
+        problems = watch_for_problems(page.context)
+        page.emulate_media(color_scheme="dark")
+        page.set_viewport_size({"width": 390, "height": 844})
+        sign_in_page(page, url, "carol@example.com")
+        page.goto(f"{url}/account#secrets")
+        row = page.locator('tr[data-secret="gh"]')
+        expect(row).to_contain_text("$GITHUB_TOKEN")
+        page.fill("#secret-name", "bad name")
+        page.fill("#secret-value", "typed")
+        page.fill("#secret-env_name", "9X")
+        page.get_by_role("button", name="Add secret").click()
+        expect(page.locator("#secret-name-error")).to_be_visible()
+        expect(page.locator("#secret-env_name-error")).to_be_visible()
+        expect(page.locator("#secret-name")).to_have_value("bad name")
+        expect(page.locator("#secret-value")).to_have_value("")
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        assert severe_violations(page) == []
+        page.once("dialog", lambda dialog: dialog.accept())
+        row.get_by_role("button", name="Delete").click()
+        expect(page.locator(".flash-success")).to_contain_text("Secret gh deleted.")
+        expect(page.locator('tr[data-secret="gh"]')).to_have_count(0)
+        refused = "/account/secrets: Failed to load resource: the server responded with a status of 400"
+        unexpected = [problem for problem in problems if refused not in problem]  # the bad form, on purpose
+        assert len(unexpected) == len(problems) - 1 and unexpected == [], "\n".join(problems)
