@@ -35,6 +35,7 @@ from app.notifications import delivery
 from app.provisioning import api as provisioning_api
 from app.provisioning import daemon_api, jobs, maintenance
 from app.provisioning import views as provisioning_views
+from app.usersecrets import api as usersecrets_api
 from app.workspaces import api as workspaces_api
 from app.workspaces import sections
 from app.workspaces import services as workspace_services
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         lifecycle_views.bp,
         notifications_api.bp,
         externalauth_api.bp,
+        usersecrets_api.bp,
         externalauth_views.bp,
         diagnostics.api,
         diagnostics.bp,

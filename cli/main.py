@@ -42,6 +42,7 @@ SECTIONS: dict[str, dict[str, str]] = {
         "logout": "cli.accounts:logout",
         "whoami": "cli.accounts:whoami",
         "tokens": "cli.accounts:tokens",
+        "secrets": "cli.secrets:secrets",
         "completion": "cli.completion:completion",
     },
     "Admin": {

@@ -129,6 +129,10 @@ class BuildJob(Message):
     # Git provider id -> the owner's fresh access token (data.coder_external_auth). Made when the job is handed
     # out, never stored with the job.
     external_auth_tokens: dict[str, str] = field(default_factory=dict)
+    # The owner's secrets (data.coder_secret), by the variable the provider reads them from
+    # (protocol/usersecrets.py): CODER_SECRET_ENV_<env> or CODER_SECRET_FILE_<hex of path> -> value. Made when the
+    # job is handed out, never stored with the job.
+    secret_env: dict[str, str] = field(default_factory=dict)
     # Plan first, and stop for a person's confirmation when the plan destroys or replaces one of these resources
     # ("<type>.<name>", those the import found persistent: they outlive a stop, like a home volume).
     protect_persistent: bool = False

@@ -226,3 +226,15 @@ class ErrorBody(Message):
     message: str = ""
     detail: str | None = None
     validations: tuple[Validation, ...] = ()
+
+
+class UserSecret(Message):
+    """A person's secret as the API lists it: never its value."""
+
+    id: str
+    name: str
+    description: str = ""
+    env_name: str = ""
+    file_path: str = ""
+    created_at: str | None = None
+    updated_at: str | None = None

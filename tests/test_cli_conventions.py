@@ -24,6 +24,7 @@ LISTS = {
     ("templates", "versions", "list"): "error",
     ("users", "list"): "login_type",
     ("tokens", "list"): "id",
+    ("secrets", "list"): "id",
     ("provisioner", "list"): "tags",
     ("provisioner", "jobs", "list"): "priority",
     ("provisioner", "keys", "list"): "tags",

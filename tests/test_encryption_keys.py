@@ -67,12 +67,14 @@ def test_rotation_moves_every_secret_to_the_first_key_even_when_interrupted(
     with app.app_context():
         before = encryption_status(current_keyring())
     assert before.values_on(derived_id) == 5 and set(before.values) == {
-        # Found by their column type: Git provider tokens, SSH keys and saved plans rotate with everything else.
+        # Found by their column type: Git provider tokens, SSH keys, people's secrets and saved plans rotate
+        # with everything else.
         "external_auth_links.access_token",
         "external_auth_links.refresh_token",
         "external_auth_links.token_extra",
         "git_ssh_keys.private_key",
         "template_versions.user_variable_values",
+        "user_secrets.value",
         "workspace_agents.definition",
         "workspace_builds.saved_plan",
         "workspace_builds.state",

@@ -68,6 +68,14 @@ ADMIN_ONLY_ENDPOINTS = {
     "catalog.source",
     "catalog.diff",
 }
+# A person's own things only, whoever asks for someone else's (owners included): 403 for the path's other user.
+SELF_ONLY_ENDPOINTS = {
+    "usersecrets_api.list_secrets",
+    "usersecrets_api.create_secret",
+    "usersecrets_api.get_secret",
+    "usersecrets_api.update_secret",
+    "usersecrets_api.delete_secret",
+}
 # Called by programs: a bad credential is a JSON 401, never a redirect to the login page.
 PROGRAM_PATHS = ("/api/", "/metrics")
 # WebSocket routes match upgrade requests only; their guards must refuse before the handshake.
@@ -105,6 +113,7 @@ def test_public_list_is_exact() -> None:
     assert PUBLIC_ENDPOINTS - {"static"} <= endpoints
     assert OWNER_ONLY_ENDPOINTS <= endpoints
     assert ADMIN_ONLY_ENDPOINTS <= endpoints
+    assert SELF_ONLY_ENDPOINTS <= endpoints
 
 
 @pytest.mark.parametrize(("endpoint", "method", "path"), [r for r in ROUTES if r[0] not in PUBLIC_ENDPOINTS])
@@ -144,3 +153,11 @@ def test_members_are_refused_admin_routes(
     app: Flask, personas: dict[str, Persona], endpoint: str, method: str, path: str
 ) -> None:
     _refused(app, personas, "carol", method, path)
+
+
+@pytest.mark.parametrize(("endpoint", "method", "path"), [r for r in ROUTES if r[0] in SELF_ONLY_ENDPOINTS])
+@pytest.mark.parametrize("persona", ["alice", "bob", "carol"])
+def test_nobody_reaches_another_persons_own_routes(
+    app: Flask, personas: dict[str, Persona], persona: str, endpoint: str, method: str, path: str
+) -> None:
+    _refused(app, personas, persona, method, path)

@@ -239,6 +239,7 @@ def _build(
         previous_parameters={item.name: item.value for item in body.previous_parameters},
         agent_scripts=body.agent_scripts,
         external_auth_tokens=body.external_auth_tokens,
+        secret_env=body.secret_env,
     )
     variables = {item.name: item.value for item in body.variable_values}
     executor = _executor(workdir, toolchain, coder_env, log, control, debug_logging=body.debug_logging)

@@ -9,6 +9,7 @@ from app.auth.access import current_browser_session_id, page_user, require_role,
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
 from app.core.pagination import PAGE_SIZE, Page, page_of, requested_page
+from app.core.validation import FieldErrors
 from app.externalauth import services as external_auth
 from app.lifecycle import settings as lifecycle_settings
 from app.notifications import services as notifications
@@ -25,6 +26,8 @@ from app.users.models import (
 )
 from app.users.search import listed_users
 from app.users.tokens import create_api_token, list_api_tokens, revoke_api_token
+from app.usersecrets import services as user_secrets
+from app.usersecrets.services import SecretFields
 from protocol.values import parse_duration
 
 bp = page_blueprint("users", __name__)
@@ -144,7 +147,8 @@ def _account_page(**context: object) -> str:
         inbox=notifications.inbox(user.id),
         git_providers=external_auth.link_statuses(user),
         git_ssh_public_key=external_auth.git_ssh_key(user).public_key,
-        **context,
+        secrets=user_secrets.list_secrets(user),
+        **({"secret_form": {}, "secret_errors": {}} | context),
     )
 
 
@@ -186,6 +190,32 @@ def change_password() -> Response | tuple[str, int]:
     sign_in_browser(user)
     flash("Password changed. Your other sessions and session tokens were signed out.", "success")
     return redirect(url_for("users.account"))
+
+
+SECRET_FORM_FIELDS = ("name", "value", "env_name", "file_path", "description")
+
+
+@bp.post("/account/secrets")
+def create_secret() -> Response | tuple[str, int]:
+    form = {key: request.form.get(key, "") for key in SECRET_FORM_FIELDS}
+    fields = SecretFields(**form)
+    try:
+        errors = FieldErrors()
+        user_secrets.check_fields(fields, errors, creating=True)
+        errors.raise_if_any()
+        secret = user_secrets.create_secret(page_user(), fields)
+    except DomainError as error:
+        form["value"] = ""  # a secret is never sent back to the browser, even one just typed
+        return _account_page(secret_form=form, secret_errors=_field_errors(error)), error.status
+    flash(f"Secret {secret.name} saved. Its value is not shown again.", "success")
+    return redirect(url_for("users.account") + "#secrets")
+
+
+@bp.post("/account/secrets/<name>/delete")
+def delete_secret(name: str) -> Response:
+    user_secrets.delete_secret(page_user(), name)
+    flash(f"Secret {name} deleted.", "success")
+    return redirect(url_for("users.account") + "#secrets")
 
 
 @bp.post("/account/tokens")

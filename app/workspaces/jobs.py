@@ -21,6 +21,7 @@ from app.provisioning.models import ProvisionerJob
 from app.resources.models import WorkspaceResource
 from app.resources.services import store_resources
 from app.users.models import User
+from app.usersecrets import services as user_secrets
 from app.workspaces.deadlines import start_deadlines
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.services import build_for_job
@@ -62,6 +63,7 @@ def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: Agen
         ),
         agent_scripts=dict(agent_scripts()),
         external_auth_tokens=external_auth.build_tokens(owner, version.external_auth),
+        secret_env=user_secrets.build_secret_env(owner.id),
         protect_persistent=template.protect_persistent_resources and build.transition != "delete",
         persistent_resources=persistent_resources(version.job_id),
         # Only a confirmed job runs again after its plan was saved: the plan it ran is the one confirmed.
@@ -148,7 +150,12 @@ def build_failed(job: ProvisionerJob) -> None:
 
 def build_secrets(job: ProvisionerJob) -> list[str]:
     build = build_for_job(job)
-    return sensitive_variable_values(build.template_version) + external_auth.stored_tokens(build.workspace.owner_id)
+    owner_id = build.workspace.owner_id
+    return (
+        sensitive_variable_values(build.template_version)
+        + external_auth.stored_tokens(owner_id)
+        + user_secrets.stored_values(owner_id)
+    )
 
 
 def build_subjects(jobs: Sequence[ProvisionerJob]) -> dict[str, JobSubject]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import platform
-import re
 import uuid
 from typing import Any
 from urllib.parse import urlsplit
@@ -12,6 +11,7 @@ from urllib.parse import urlsplit
 from tf.types import List, Map
 from tf.utils import Diagnostics
 
+from protocol.usersecrets import SECRET_ENV_NAME, secret_env_variable, secret_file_variable
 from workers.coder_provider.base import (
     BOOL,
     NUMBER,
@@ -153,27 +153,15 @@ class WorkspaceTagsDataSource(CoderDataSource):
         return state
 
 
-# The rule Coder applies when a user stores a secret; checking it here catches a typo at plan time.
-SECRET_ENV_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-
-
-def secret_env_variable(name: str) -> str:
-    return f"CODER_SECRET_ENV_{name}"
-
-
-def secret_file_variable(path: str) -> str:
-    # Hex, because a path holds characters no variable name may.
-    return f"CODER_SECRET_FILE_{path.encode().hex()}"
-
-
 class SecretDataSource(CoderDataSource):
     """A user secret the workspace needs, matched by the variable (`env`) or the file (`file`) it provides.
 
     Its value comes from CODER_SECRET_ENV_<env> or CODER_SECRET_FILE_<hex of file>, which Coder's provisioner sets
-    from the owner's stored secrets. Slipway stores no user secrets and its daemon sets neither, so, as Coder's
-    provider does for a user without the secret, a start build (CODER_WORKSPACE_BUILD_ID set, transition start)
-    fails naming the secret and the template's help_message; any other run (stop, destroy, a template import, a
-    plan outside a build) reads an empty value so that a missing secret never keeps a workspace from stopping.
+    from the owner's stored secrets; so do Slipway's server and daemon (app/usersecrets, protocol/usersecrets.py).
+    As Coder's provider does for a user without the secret, a start build (CODER_WORKSPACE_BUILD_ID set,
+    transition start) fails naming the secret and the template's help_message; any other run (stop, destroy, a
+    template import, a plan outside a build) reads an empty value so that a missing secret never keeps a workspace
+    from stopping.
     An empty value counts as missing.
     """
 

@@ -42,6 +42,7 @@ def build_coder_env(
     previous_parameters: Mapping[str, str] | None = None,
     agent_scripts: Mapping[str, str] | None = None,
     external_auth_tokens: Mapping[str, str] | None = None,
+    secret_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The CODER_* variables the coder provider reads, as Coder's provisioner sets them for plan and apply.
 
@@ -73,6 +74,8 @@ def build_coder_env(
     # data.coder_external_auth.<x>.access_token: the workspace owner's token for each Git provider it declares.
     for provider_id, token in (external_auth_tokens or {}).items():
         env[f"CODER_EXTERNAL_AUTH_ACCESS_TOKEN_{provider_id}"] = token
+    # data.coder_secret: the owner's secrets, already named as the provider reads them (protocol/usersecrets.py).
+    env.update(secret_env or {})
     return env
 
 
