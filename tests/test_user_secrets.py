@@ -27,7 +27,13 @@ def test_a_person_creates_lists_updates_and_deletes_a_secret_whose_value_never_c
     for who in ("me", carol.id, carol.username):
         listed = api.get(f"/api/v2/users/{who}/secrets", headers=carol.auth)
         assert listed.status_code == 200
-        assert [row["name"] for row in listed.json] == ["gh"]
+        assert [row["name"] for row in listed.json] == ["gh"] and listed.headers["X-Total-Count"] == "1"
+    # Paged like every list.
+    api.post(SECRETS, json={"name": "aws", "value": "aws-very-secret"}, headers=carol.auth)
+    first = api.get(f"{SECRETS}?limit=1", headers=carol.auth)
+    assert [row["name"] for row in first.json] == ["aws"] and first.headers["X-Total-Count"] == "2"
+    assert [row["name"] for row in api.get(f"{SECRETS}?limit=1&offset=1", headers=carol.auth).json] == ["gh"]
+    api.delete(f"{SECRETS}/aws", headers=carol.auth)
     changed = api.patch(
         f"{SECRETS}/gh", json={"value": "ghp-very-secret-2", "file_path": "~/.gh", "env_name": ""}, headers=carol.auth
     )

@@ -1,4 +1,4 @@
-"""API.md "User secrets": a person's own secrets (Coder's /users/{user}/secrets); values go in, never out."""
+"""README "Secrets": a person's own secrets (Coder's /users/{user}/secrets); values go in, never out."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from flask import Response, jsonify
 from app.auth.access import api_user
 from app.auth.blueprints import api_blueprint
 from app.core.errors import Forbidden
+from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, string_field
 from app.users.models import User
 from app.usersecrets import services
@@ -48,7 +49,9 @@ def _fields(body: JsonObject, errors: FieldErrors, *, creating: bool) -> SecretF
 
 @bp.get("/users/<user>/secrets")
 def list_secrets(user: str) -> Response:
-    return jsonify([services.secret_json(secret) for secret in services.list_secrets(_self(user))])
+    """A page of them by name (``?limit=``, ``?offset=``), with ``X-Total-Count``, like every list."""
+    secrets, total = PageRequest.from_args().rows(services.secrets_query(_self(user)))
+    return with_total(jsonify([services.secret_json(secret) for secret in secrets]), total)
 
 
 @bp.post("/users/<user>/secrets")

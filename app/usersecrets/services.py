@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
 
 from app.core.columns import rfc3339, utcnow
@@ -69,8 +69,13 @@ def secret_json(secret: UserSecret) -> JsonObject:
     }
 
 
+def secrets_query(user: User) -> Select[UserSecret]:
+    """The person's secrets by name (then id, so that pages never overlap)."""
+    return select(UserSecret).where(UserSecret.user_id == user.id).order_by(UserSecret.name, UserSecret.id)
+
+
 def list_secrets(user: User) -> list[UserSecret]:
-    return list(db.session.scalars(select(UserSecret).where(UserSecret.user_id == user.id).order_by(UserSecret.name)))
+    return list(db.session.scalars(secrets_query(user)))
 
 
 def get_secret(user: User, name: str) -> UserSecret:
