@@ -64,13 +64,8 @@ def _values(deployment: Deployment, owner: str, name: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    tmp = tmp_path_factory.mktemp("presets")
-    directory = tmp / "template"
-    directory.mkdir()
-    (directory / "main.tf").write_text(TEMPLATE)
-    with running_deployment(tmp) as deployment:
-        pushed = deployment.cli("alice", "templates", "push", "presets", "-d", str(directory))
-        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    with running_deployment(tmp_path_factory.mktemp("presets")) as deployment:
+        deployment.push_template("presets", TEMPLATE)
         yield deployment
 
 

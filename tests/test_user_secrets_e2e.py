@@ -41,12 +41,8 @@ resource "terraform_data" "uses_token" {
 
 
 def test_a_start_needs_the_owners_secret_and_gets_it_masked_in_the_log(tmp_path: Path) -> None:
-    directory = tmp_path / "template"
-    directory.mkdir()
-    (directory / "main.tf").write_text(TEMPLATE)
     with running_deployment(tmp_path) as deployment:
-        pushed = deployment.cli("alice", "templates", "push", "secrets", "-d", str(directory))
-        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        deployment.push_template("secrets", TEMPLATE)
         # Another person's secret of the same variable is no use to carol.
         with deployment.api("dave") as api:
             body = {"name": "gh", "value": "dave-token", "env_name": "GITHUB_TOKEN"}

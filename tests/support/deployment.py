@@ -135,6 +135,14 @@ class Deployment:
         pushed = self.cli("alice", *args)
         assert pushed.returncode == 0, pushed.stdout + pushed.stderr
 
+    def push_template(self, name: str, main_tf: str) -> None:
+        """Push a one-file template (``main_tf``) as alice, with the CLI, as a template admin would."""
+        directory = self.tmp / f"template-{name}"
+        directory.mkdir()
+        (directory / "main.tf").write_text(main_tf)
+        pushed = self.cli("alice", "templates", "push", name, "-d", str(directory))
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+
     def create(self, owner: str, name: str, *parameters: str) -> dict[str, Any]:
         args = ["create", name, "-t", "local"]
         for parameter in parameters:
