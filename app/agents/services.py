@@ -15,6 +15,7 @@ from app.core.extensions import db, rows_changed
 from app.events.notices import publish_agent_notice
 from app.resources.models import WorkspaceAgent, WorkspaceResource
 from app.workspaces.models import Workspace, WorkspaceBuild
+from app.workspaces.services import latest_build
 from protocol.agentapi import (
     DEFAULT_LOG_LIMIT_BYTES,
     MAX_LOG_LINE_CHARS,
@@ -37,16 +38,6 @@ NO_AGENT = (
 )
 
 
-def _latest_build(workspace_id: str) -> WorkspaceBuild | None:
-    build: WorkspaceBuild | None = db.session.scalar(
-        select(WorkspaceBuild)
-        .where(WorkspaceBuild.workspace_id == workspace_id)
-        .order_by(WorkspaceBuild.build_number.desc())
-        .limit(1)
-    )
-    return build
-
-
 def build_of(agent: WorkspaceAgent) -> WorkspaceBuild | None:
     build: WorkspaceBuild | None = db.session.scalar(
         select(WorkspaceBuild)
@@ -61,9 +52,7 @@ def is_current(build: WorkspaceBuild) -> bool:
     delete of it runs (so it can report its shutdown); any other build's agents are outdated."""
     if build.transition != "start" or build.workspace.deleted:
         return False
-    latest = _latest_build(build.workspace_id)
-    if latest is None:
-        return False
+    latest = latest_build(build.workspace)
     if latest.id == build.id:
         return True
     return (

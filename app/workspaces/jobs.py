@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from flask import url_for
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from app.catalog.models import Template
 from app.catalog.services import sensitive_variable_values
@@ -118,10 +118,7 @@ def build_late(job: ProvisionerJob, state: bytes) -> str:
     build = build_for_job(job)
     if build.state == state:
         return ""  # reported again (a reply lost): recorded already
-    newest = db.session.scalar(
-        select(func.max(WorkspaceBuild.build_number)).where(WorkspaceBuild.workspace_id == build.workspace_id)
-    )
-    if newest != build.build_number:
+    if build.workspace.latest_build_id != build.id:
         return (
             "The provisioner daemon finished this build after the server had ended it, but a newer build has run "
             "since: the Terraform state this build left was not recorded. Check the workspace's resources."

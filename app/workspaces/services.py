@@ -28,7 +28,6 @@ from protocol.tags import PRIORITY_HIGH, PRIORITY_LOW, TagError, normalise_tags,
 
 IN_PROGRESS = {"start": "starting", "stop": "stopping", "delete": "deleting"}
 DONE = {"start": "running", "stop": "stopped", "delete": "deleted"}
-# The key of a build job's input that asks for Terraform's debug log.
 
 
 def build_status(build: WorkspaceBuild) -> str:
