@@ -8,7 +8,7 @@ from werkzeug.wrappers import Response
 from app.auth.access import current_browser_session_id, page_user, require_role, sign_in_browser
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
-from app.core.pagination import PAGE_SIZE, Page, page_of, requested_page
+from app.core.pagination import Page, page_of, requested_page
 from app.core.validation import FieldErrors
 from app.externalauth import services as external_auth
 from app.lifecycle import settings as lifecycle_settings
@@ -57,7 +57,7 @@ def index() -> str | tuple[str, int] | Response:
         page = page_of(listed_users(search, sort), requested_page(), endpoint="users.index")
         search_error = ""
     except InvalidInput as error:  # the box keeps what was typed, with what is wrong with it
-        page, search_error, status = Page([], 1, PAGE_SIZE, 0), error.message, 400
+        page, search_error, status = Page.empty(), error.message, 400
     return (
         render_template(
             "users/index.html",

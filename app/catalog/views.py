@@ -16,7 +16,7 @@ from app.catalog.search import listed_templates
 from app.core.errors import DomainError, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.markdown_render import render_markdown
-from app.core.pagination import PAGE_SIZE, Page, page_of, requested_page
+from app.core.pagination import Page, page_of, requested_page
 from app.core.templating import tar_of_uploads
 from app.externalauth import services as external_auth
 from app.files.services import MAX_ARCHIVE_BYTES
@@ -48,7 +48,7 @@ def _index_context() -> dict[str, object]:
         page = page_of(listed_templates(search, sort), requested_page(), endpoint="catalog.index")
         search_error = ""
     except InvalidInput as error:  # the box keeps what was typed, with what is wrong with it
-        page, search_error = Page([], 1, PAGE_SIZE, 0), error.message
+        page, search_error = Page.empty(), error.message
     return {"page": page, "storage": usage, "search": search, "search_error": search_error, "sort": sort or "name"}
 
 

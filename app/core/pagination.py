@@ -73,6 +73,11 @@ class Page:
     # Rows were counted only so far (``total`` is a floor): there are more than ``total``.
     more: bool = False
 
+    @classmethod
+    def empty(cls) -> Page:
+        """No rows: a list whose filter could not be read (the page says why, keeping what was typed)."""
+        return cls([], 1, PAGE_SIZE, 0)
+
     @property
     def count(self) -> int:
         return max(1, -(-self.total // self.size))

@@ -13,7 +13,7 @@ from werkzeug.wrappers import Response
 from app.auth.access import page_user, require_role
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
-from app.core.pagination import PAGE_SIZE, Page, page_of, requested_page
+from app.core.pagination import Page, page_of, requested_page
 from app.events import get_relay
 from app.events.sse import event_stream
 from app.events.streams import follow_statuses, seen_token
@@ -73,7 +73,7 @@ def jobs() -> tuple[str, int]:
     try:
         page, error = page_of(overview.all_jobs_query(overview.parse_statuses([status])), requested_page()), ""
     except InvalidInput as exc:  # a hand-edited address: the page says which statuses there are
-        page, error = Page([], 1, PAGE_SIZE, 0), exc.message
+        page, error = Page.empty(), exc.message
     context = {"page": page, "views": overview.views_of(page.rows), "status": status, "error": error}
     return render_template("provisioning/jobs.html", **context, statuses=JOB_STATUSES), 400 if error else 200
 

@@ -17,7 +17,7 @@ from app.catalog.models import TemplateVersion
 from app.catalog.presets import PRESET_FIELD, default_preset, find_preset, preset_id
 from app.core.errors import DomainError, InvalidInput
 from app.core.extensions import db
-from app.core.pagination import PAGE_SIZE, Page, page_of, requested_page
+from app.core.pagination import Page, page_of, requested_page
 from app.events import get_relay
 from app.events.sse import event_stream
 from app.events.streams import follow_changes, follow_statuses, seen_token
@@ -52,7 +52,7 @@ def index() -> str | tuple[str, int]:
     try:
         query = _listed(page_user(), search, sort)
     except InvalidInput as error:  # the box keeps what was typed, with what is wrong with it
-        page = Page([], 1, PAGE_SIZE, 0)
+        page = Page.empty()
         context = {
             "rows": [],
             "failures": {},
