@@ -40,14 +40,14 @@ def follow_job(client: SlipwayClient, logs_path: str, job: Job | None = None, *,
                 if event == "log":
                     line = JobLog.loads(data)
                     cursor = line.id
-                    stage = _print_line(line, stage)
+                    stage = print_log_line(line, stage)
         except ProtocolError as exc:
             raise click.ClickException(f"the server's log stream is not what this CLI understands: {exc}") from exc
         except (httpx.TransportError, ApiError) as exc:
             reconnect.failed(exc)
 
 
-def _print_line(line: JobLog, stage: str | None) -> str | None:
+def print_log_line(line: JobLog, stage: str | None) -> str | None:
     """Print ``line`` (under a heading when its stage begins); returns the stage now shown."""
     if line.stage and line.stage != stage:
         stage = line.stage

@@ -9,7 +9,7 @@ import click
 
 from cli.client import SlipwayClient, authenticated_client, decoded_list
 from cli.durations import human_duration, local_time
-from cli.follow import follow_job, report
+from cli.follow import follow_job, print_log_line, report
 from cli.output import ListOutput, list_options
 from protocol.codec import JSON
 from protocol.logs import JobLog, LogStreamEnd
@@ -251,11 +251,7 @@ def logs(name: str, follow: bool, build_number: int | None) -> None:
         return
     stage = None
     for line in read_log(client, path):
-        if line.stage != stage:
-            stage = line.stage
-            click.secho(f"==> {stage}", bold=True)
-        if line.output:
-            click.echo(f"    {line.output}")
+        stage = print_log_line(line, stage)
     job = client.get_one(WorkspaceBuild, f"/api/v2/workspacebuilds/{build.id}").job
     _print_agent_logs(client, build.id)
     if job.status in ("failed", "canceled"):

@@ -15,7 +15,8 @@ import pytest
 
 from cli import follow
 from cli.client import SlipwayClient
-from cli.follow import follow_job
+from cli.follow import follow_job, print_log_line
+from protocol.logs import JobLog
 
 DOWN = {"message": "The database is not answering (it may be restarting); try again in a moment."}
 
@@ -79,3 +80,17 @@ def test_an_answer_that_will_not_pass_is_not_waited_on() -> None:
     with pytest.raises(click.ClickException, match="No such workspace build"):
         follow_job(client, "/api/v2/workspacebuilds/b/logs")
     assert len(server.asked) == 1
+
+
+def test_terraforms_blank_lines_print_and_the_daemons_stage_marks_do_not(capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [
+        JobLog.from_json({**_line(1, "")[1], "source": "provisioner_daemon", "stage": "Setting up"}),
+        JobLog.from_json({**_line(2, "Error: Invalid expression")[1], "stage": "Setting up"}),
+        JobLog.from_json({**_line(3, "")[1], "stage": "Setting up"}),
+        JobLog.from_json({**_line(4, "  on main.tf line 2")[1], "stage": "Setting up"}),
+    ]
+    stage = None
+    for line in lines:
+        stage = print_log_line(line, stage)
+    out, _ = capsys.readouterr()
+    assert out.splitlines() == ["==> Setting up", "    Error: Invalid expression", "", "      on main.tf line 2"]

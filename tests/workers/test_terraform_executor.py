@@ -237,8 +237,13 @@ def test_broken_hcl_is_reported_with_file_and_line(
     assert caught.value.step == "init"
     assert caught.value.message == "Invalid expression"
     errors = log.outputs(level="error", stage="Setting up")
-    assert "Error: Invalid expression" in errors
-    assert any("on main.tf line 2" in text for text in errors)
+    # As Terraform prints it: blank lines part the heading, the place and the explanation; none lead or trail.
+    heading = errors.index("Error: Invalid expression")
+    assert errors[heading + 1] == ""
+    assert errors[heading + 2].startswith("  on main.tf line 2")
+    stage = log.outputs(stage="Setting up", source="provisioner")
+    assert stage[0] != "" and stage[-1] != ""
+    assert all(stage[index] or stage[index + 1] for index in range(len(stage) - 1))
 
 
 def test_plan_diagnostics_from_json_events_are_rendered_readably(

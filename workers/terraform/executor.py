@@ -85,6 +85,10 @@ class _StepOutput:
     captured: list[str] = field(default_factory=list)
     diagnostics: list[dict[str, Any]] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
+    # Plain-text output keeps its blank lines between paragraphs, as Terraform prints them (init's errors read as
+    # boxes apart), but none before the first line or after the last, and one for a run of them.
+    _printed_text: bool = False
+    _blank_pending: bool = False
 
     def on_line(self, stream: Stream, line: str) -> None:
         if stream == "stderr":
@@ -92,8 +96,7 @@ class _StepOutput:
                 self._emit(level, line)
                 return
             self.text.append(line)
-            if line.strip():
-                self._emit("error", line)
+            self._emit_text("error", line)
         elif self.mode == "capture":
             self.captured.append(line)
         elif self.mode == "json" and (event := parse_event(line)) is not None:
@@ -104,9 +107,9 @@ class _StepOutput:
                 self.log(LogLine(level="info", stage=self.stage, source="provisioner_daemon"))
             for level, text in event_lines(event):
                 self._emit(level, text)
-        elif line.strip():
+        else:
             self.text.append(line)
-            self._emit("info" if self.mode == "text" else "debug", line)
+            self._emit_text("info" if self.mode == "text" else "debug", line)
 
     def step(self, command: str) -> str:
         """The step to blame: a combined plan-and-apply that never reached applying failed while planning."""
@@ -121,6 +124,16 @@ class _StepOutput:
 
     def _emit(self, level: LogLevel, text: str) -> None:
         self.log(LogLine(level=level, stage=self.stage, output=text))
+
+    def _emit_text(self, level: LogLevel, line: str) -> None:
+        if not line.strip():
+            self._blank_pending = self._printed_text
+            return
+        if self._blank_pending:
+            self._emit(level, "")
+            self._blank_pending = False
+        self._printed_text = True
+        self._emit(level, line)
 
 
 @contextmanager
