@@ -344,6 +344,7 @@ NOT_PAGES = {
     "agents.log_stream": "an event stream",
     "agents.panel": "an htmx fragment of the workspace page",
     "provisioners.events": "an event stream",
+    "provisioners.jobs_events": "an event stream",
     "provisioners.live_overview": "an htmx fragment of the provisioners page",
     "provisioners.queue_notice": "an htmx fragment of the build page",
     "oidc.start": "redirects to the identity provider",

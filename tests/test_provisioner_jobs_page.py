@@ -3,6 +3,7 @@ admins (members get 403, as on the Provisioners page)."""
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -45,3 +46,33 @@ def test_the_provisioners_page_links_to_every_job(client: FlaskClient, personas:
 def test_members_cannot_list_jobs(client: FlaskClient, personas: dict[str, Persona]) -> None:
     sign_in(client, "carol@example.com", PASSWORD)
     assert client.get("/provisioners/jobs").status_code == 403
+
+
+def test_the_page_refreshes_itself_when_one_of_its_jobs_changes(
+    client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    """The stream watches the page shown (its status filter and page number): a job starting refreshes it."""
+    job = push_version(client, personas["bob"])["job"]
+    sign_in(client, "bob@example.com", PASSWORD)
+    page = client.get("/provisioners/jobs?status=pending").get_data(as_text=True)
+    stream_url = html.unescape(re.search(r'sse-connect="([^"]+)"', page).group(1))  # type: ignore[union-attr]
+    assert "status=pending" in stream_url and "page=1" in stream_url
+    assert 'hx-get="/provisioners/jobs?status=pending&amp;page=1"' in page  # the refresh re-reads the same page
+
+    FakeDaemon(client).call(f"/jobs/{job['id']}/acquire")  # it leaves the pending list after the page rendered
+    stream = client.get(stream_url, buffered=False)
+    received = b""
+    for chunk in stream.response:
+        received += chunk
+        if b"event:" in received:
+            break
+    stream.close()
+    assert received.startswith(b": connected") and b"event: refresh\ndata: changed" in received
+
+
+def test_a_stream_for_a_status_that_does_not_exist_is_refused(
+    client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    sign_in(client, "bob@example.com", PASSWORD)
+    refused = client.get("/provisioners/jobs/events?status=lost")
+    assert refused.status_code == 400 and "Unknown job status" in refused.get_data(as_text=True)

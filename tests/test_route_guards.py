@@ -49,6 +49,7 @@ ADMIN_ONLY_ENDPOINTS = {
     "provisioners.jobs",
     "provisioners.live_overview",
     "provisioners.events",
+    "provisioners.jobs_events",
     "provisioners.create_key",
     "provisioners.delete_key",
     "provisioners_api.list_daemons",

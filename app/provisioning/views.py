@@ -71,11 +71,34 @@ def jobs() -> tuple[str, int]:
     """Every job, newest first, a page at a time; ``?status=`` picks one status (the jobs API's filter)."""
     status = request.args.get("status", "").strip()
     try:
-        page, error = page_of(overview.all_jobs_query(overview.parse_statuses([status])), requested_page()), ""
+        page, error = _jobs_page(status, requested_page()), ""
     except InvalidInput as exc:  # a hand-edited address: the page says which statuses there are
         page, error = Page.empty(), exc.message
     context = {"page": page, "views": overview.views_of(page.rows), "status": status, "error": error}
-    return render_template("provisioning/jobs.html", **context, statuses=JOB_STATUSES), 400 if error else 200
+    context.update(statuses=JOB_STATUSES, stream_seen=seen_token({"refresh": _jobs_state(page)}))
+    return render_template("provisioning/jobs.html", **context), 400 if error else 200
+
+
+@bp.get("/provisioners/jobs/events")
+@require_role(*ADMINS)
+def jobs_events() -> Response:
+    """`refresh` when a job on the jobs page's page (?page=, ?status=) changes status, or the list moves on."""
+    status, number = request.args.get("status", "").strip(), requested_page()
+    _jobs_page(status, number)  # a status that does not parse is refused here, not in the stream
+
+    def live_state() -> object:
+        return _jobs_state(_jobs_page(status, number))
+
+    return event_stream(follow_statuses(get_relay(), live_state, seen=request.args.get("seen")))
+
+
+def _jobs_page(status: str, number: int) -> Page:
+    return page_of(overview.all_jobs_query(overview.parse_statuses([status])), number)
+
+
+def _jobs_state(page: Page) -> tuple[list[tuple[str, str]], int]:
+    """What the jobs page's stream compares: its jobs and their statuses, and how many there are in all."""
+    return [(job.id, job.status) for job in page.rows], page.total
 
 
 @bp.get("/provisioners/overview")
