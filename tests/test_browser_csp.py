@@ -339,6 +339,7 @@ NOT_PAGES = {
     "workspaces.status_events": "an event stream",
     "workspaces.new_routing": "an htmx fragment of the new-workspace form",
     "catalog.version_log_stream": "an event stream",
+    "catalog.versions_events": "an event stream",
     "catalog.routing_check": "an htmx fragment of the templates page",
     "lifecycle.promotion_check": "an htmx fragment of the version page",
     "agents.log_stream": "an event stream",

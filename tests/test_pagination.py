@@ -3,6 +3,7 @@ their first 100 rows (the jobs list 50), and the CLI reads on to the end."""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from cli.client import SlipwayClient
 from cli.workspaces import read_log
 from tests.conftest import PASSWORD, Persona
 from tests.support import bulk
+from tests.support.archives import tar_of
 from tests.support.daemon import FakeDaemon, import_template, running_import
 from tests.support.web import post_form, sign_in
 from tests.test_query_counts import add_workspaces
@@ -303,3 +305,33 @@ def test_the_provisioners_page_shows_a_page_of_daemons_and_the_head_of_the_queue
     partial = pages.get("/provisioners/overview?page=2").get_data(as_text=True)
     assert 'rel="prev" href="/provisioners?page=1"' in partial
     assert set(rows).isdisjoint(re.findall(r'data-daemon="([^"]+)"', second))
+
+
+def test_a_template_pages_versions_refresh_in_place_when_one_is_pushed(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    template = import_template(client, personas, FakeDaemon(client))
+    bulk.add_versions(app, template["active_version_id"], 29)  # 30: two pages
+    pages = app.test_client()
+    sign_in(pages, "carol@example.com", PASSWORD)  # members read a template's versions too
+    second = pages.get(f"/templates/{template['name']}?page=2").get_data(as_text=True)
+    match = re.search(r'sse-connect="(/templates/[^"]+/versions/events[^"]+)"', second)
+    assert match is not None and "page=2" in match.group(1)  # the stream watches the page on screen
+    assert f'hx-get="/templates/{template["name"]}?page=2"' in second  # and the refresh re-reads it
+
+    bob = personas["bob"]
+    upload = client.post(
+        "/api/v2/files", data=tar_of({"main.tf": ""}), headers={**bob.auth, "Content-Type": "application/x-tar"}
+    )
+    pushed = client.post(
+        "/api/v2/templateversions", json={"file_id": upload.json["id"], "template_id": template["id"]}, headers=bob.auth
+    )
+    assert pushed.status_code == 201, pushed.json  # after the page rendered: every version moves one place down
+    stream = pages.get(html.unescape(match.group(1)), buffered=False)
+    received = b""
+    for chunk in stream.response:
+        received += chunk
+        if b"event:" in received:
+            break
+    stream.close()
+    assert received.startswith(b": connected") and b"event: refresh\ndata: changed" in received

@@ -18,6 +18,9 @@ from app.core.extensions import db
 from app.core.markdown_render import render_markdown
 from app.core.pagination import Page, page_of, requested_page
 from app.core.templating import tar_of_uploads
+from app.events import get_relay
+from app.events.sse import event_stream
+from app.events.streams import follow_statuses, seen_token
 from app.externalauth import services as external_auth
 from app.files.services import MAX_ARCHIVE_BYTES
 from app.provisioning import overview
@@ -122,10 +125,12 @@ def _uploaded_archive(files: list[FileStorage]) -> bytes:
 def show(name: str) -> str:
     template = services.get_template_by_name(name)
     active = services.get_version(template.active_version_id) if template.active_version_id else None
+    versions = page_of(services.versions_query(template), requested_page())
     return render_template(
         "catalog/show.html",
         template=template,
-        versions=page_of(services.versions_query(template), requested_page()),
+        versions=versions,
+        versions_seen=seen_token({"refresh": _versions_state(template, versions)}),
         active=active,
         failed_versions=services.failed_versions_count(template),
         variables=services.public_variables(active) if active else [],
@@ -133,6 +138,28 @@ def show(name: str) -> str:
         readme=render_markdown(active.readme) if active and active.readme else None,
         external_auth=external_auth.needs_status(page_user(), active.external_auth) if active else [],
     )
+
+
+@bp.get("/templates/<name>/versions/events")
+def versions_events(name: str) -> Response:
+    """`refresh` when the template page's page of versions (?page=) changes: an import ends, one is archived or
+    published, or a new one is pushed."""
+    template_id, number = services.get_template_by_name(name).id, requested_page()
+
+    def live_state() -> object:
+        template = db.session.get(Template, template_id)
+        if template is None:  # deleted while watched: a last refresh shows the page's own answer
+            return None
+        return _versions_state(template, page_of(services.versions_query(template), number))
+
+    return event_stream(follow_statuses(get_relay(), live_state, seen=request.args.get("seen")))
+
+
+def _versions_state(template: Template, versions: Page) -> tuple[str | None, list[tuple[str, str, bool]], int]:
+    """What the versions' stream compares: the active version, each version's import status and whether it is
+    archived, and how many there are."""
+    rows = [(version.id, version.job.status, version.archived_at is not None) for version in versions.rows]
+    return template.active_version_id, rows, versions.total
 
 
 @bp.get("/templates/versions/<version_id>")
