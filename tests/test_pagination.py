@@ -335,3 +335,34 @@ def test_a_template_pages_versions_refresh_in_place_when_one_is_pushed(
             break
     stream.close()
     assert received.startswith(b": connected") and b"event: refresh\ndata: changed" in received
+
+
+def test_pages_with_several_lists_turn_each_lists_pages_on_its_own(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    """The account page's tokens, secrets and sessions, and the Provisioners page's keys besides its daemons."""
+    carol, bob = personas["carol"], personas["bob"]
+    bulk.add_tokens(app, carol.id, 30)
+    for number in range(27):
+        body = {"name": f"s{number:02}", "value": "v"}
+        assert client.post("/api/v2/users/me/secrets", json=body, headers=carol.auth).status_code == 201
+    bulk.add_keys(app, bob.id, 30)
+    pages = app.test_client()
+    sign_in(pages, "carol@example.com", PASSWORD)
+
+    first = pages.get("/account").get_data(as_text=True)
+    assert len(re.findall(r'data-secret="', first)) == 25 and "1–25 of 27" in first
+    assert 'href="/account?tokens_page=2"' in first and 'href="/account?secrets_page=2"' in first
+    both = pages.get("/account?tokens_page=2&secrets_page=2").get_data(as_text=True)
+    assert "26–30 of 30" in both and "26–27 of 27" in both  # each list on its own second page
+    assert re.findall(r'data-secret="([^"]+)"', both) == ["s25", "s26"]
+    assert 'href="/account?tokens_page=1&amp;secrets_page=2"' in both  # turning one keeps the other's place
+    refused = post_form(pages, "/account/secrets", {"name": "", "value": ""}, token_from="/account")
+    assert refused.status_code == 400 and 'href="/account?secrets_page=2"' in refused.get_data(as_text=True)
+
+    admin = app.test_client()
+    sign_in(admin, "bob@example.com", PASSWORD)
+    keys = admin.get("/provisioners?keys_page=2").get_data(as_text=True)
+    table = keys.split('id="key-table"', 1)[1].split("</table>", 1)[0]
+    assert len(re.findall(r"<strong>key\d+</strong>", table)) == 5 and "26–30 of 30" in keys
+    assert 'href="/provisioners?keys_page=1"' in keys

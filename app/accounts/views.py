@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import current_app, flash, redirect, render_template, request, url_for
+from sqlalchemy import Select
 from werkzeug.wrappers import Response
 
 from app.auth.access import current_browser_session_id, page_user, require_role, sign_in_browser
@@ -14,7 +17,7 @@ from app.externalauth import services as external_auth
 from app.lifecycle import settings as lifecycle_settings
 from app.notifications import services as notifications
 from app.users import services
-from app.users.browser_sessions import end_browser_session_of, list_browser_sessions
+from app.users.browser_sessions import browser_sessions_query, end_browser_session_of
 from app.users.models import (
     ASSIGNABLE_ROLES,
     ROLE_MEMBER,
@@ -25,7 +28,7 @@ from app.users.models import (
     User,
 )
 from app.users.search import listed_users
-from app.users.tokens import create_api_token, list_api_tokens, revoke_api_token
+from app.users.tokens import api_tokens_query, create_api_token, revoke_api_token
 from app.usersecrets import services as user_secrets
 from app.usersecrets.services import SecretFields
 from protocol.values import parse_duration
@@ -138,8 +141,8 @@ def _account_page(**context: object) -> str:
     user = page_user()
     return render_template(
         "users/account.html",
-        tokens=list_api_tokens(user),
-        browser_sessions=list_browser_sessions(user),
+        tokens=_account_list(api_tokens_query(user), "tokens_page"),
+        browser_sessions=_account_list(browser_sessions_query(user), "sessions_page"),
         this_session_id=current_browser_session_id(),
         quiet_hours=lifecycle_settings.quiet_hours_of(user),
         preferences=notifications.preferences(user.id),
@@ -147,9 +150,14 @@ def _account_page(**context: object) -> str:
         inbox=notifications.inbox(user.id),
         git_providers=external_auth.link_statuses(user),
         git_ssh_public_key=external_auth.git_ssh_key(user).public_key,
-        secrets=user_secrets.list_secrets(user),
+        secrets=_account_list(user_secrets.secrets_query(user), "secrets_page"),
         **({"secret_form": {}, "secret_errors": {}} | context),
     )
+
+
+def _account_list(query: Select[Any], param: str) -> Page:
+    """One of the account page's lists, a page at a time: each turns its own pages (``?tokens_page=`` ...)."""
+    return page_of(query, requested_page(param), endpoint="users.account", param=param)
 
 
 @bp.post("/account/quiet-hours")

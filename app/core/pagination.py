@@ -72,6 +72,8 @@ class Page:
     endpoint: str = ""
     # Rows were counted only so far (``total`` is a floor): there are more than ``total``.
     more: bool = False
+    # The query parameter naming this list's page: a page showing several lists gives each its own.
+    param: str = "page"
 
     @classmethod
     def empty(cls) -> Page:
@@ -93,25 +95,33 @@ class Page:
     def link(self, number: int) -> str:
         """This list at page ``number``, keeping its other query parameters (filters, sort)."""
         if self.endpoint and self.endpoint != request.endpoint:  # shown by another view (a form's POST)
-            return url_for(self.endpoint, page=number)
-        values: dict[str, Any] = {**(request.view_args or {}), **request.args.to_dict(), "page": number}
+            pages: dict[str, Any] = {self.param: number}
+            return url_for(self.endpoint, **pages)
+        values: dict[str, Any] = {**(request.view_args or {}), **request.args.to_dict(), self.param: number}
         return url_for(str(request.endpoint), **values)
 
 
-def requested_page() -> int:
-    return query_int("page", 1, minimum=1)
+def requested_page(param: str = "page") -> int:
+    return query_int(param, 1, minimum=1)
 
 
 def page_of(
-    query: Select[Any], number: int, size: int = PAGE_SIZE, *, endpoint: str = "", pages_ahead: int | None = None
+    query: Select[Any],
+    number: int,
+    size: int = PAGE_SIZE,
+    *,
+    endpoint: str = "",
+    pages_ahead: int | None = None,
+    param: str = "page",
 ) -> Page:
     """Page ``number`` of the rows; past the end (a bookmark of a list that has shrunk), the last page. With
     ``pages_ahead``, rows are counted only that many pages past this one: a filter each row is tested against
-    (a workspace's latest build's status) would otherwise cost as much as the whole list, on every page."""
+    (a workspace's latest build's status) would otherwise cost as much as the whole list, on every page.
+    ``param`` names the page in links (``?page=`` unless the page shows several lists)."""
     at_most = None if pages_ahead is None else (number + pages_ahead) * size + 1
     total = count_rows(query, at_most=at_most)
     more = total == at_most
     total -= int(more)
     number = min(number, max(1, -(-total // size)))
     rows = list(db.session.scalars(query.offset((number - 1) * size).limit(size)).unique())
-    return Page(rows, number, size, total, endpoint, more)
+    return Page(rows, number, size, total, endpoint, more, param)

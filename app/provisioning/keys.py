@@ -60,10 +60,6 @@ def keys_query() -> Select[ProvisionerKey]:
     return select(ProvisionerKey).order_by(ProvisionerKey.created_at, ProvisionerKey.id)
 
 
-def list_keys() -> list[ProvisionerKey]:
-    return list(db.session.scalars(keys_query()))
-
-
 def delete_key(name: str) -> None:
     if name.lower() in RESERVED_KEY_NAMES:
         raise InvalidInput(f"{name!r} is reserved and cannot be deleted.")

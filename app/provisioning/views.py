@@ -37,7 +37,9 @@ def _page_context(**extra: Any) -> dict[str, Any]:
         "daemons": views,
         "daemon_page": daemons,
         "jobs": jobs,
-        "keys": keys.list_keys(),
+        "keys": page_of(
+            keys.keys_query(), requested_page("keys_page"), endpoint="provisioners.index", param="keys_page"
+        ),
         "stream_seen": seen_token({"refresh": _live_state(views, jobs)}),
         **extra,
     }

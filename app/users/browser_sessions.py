@@ -10,7 +10,7 @@ from __future__ import annotations
 import hmac
 from datetime import timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import Select, delete, select
 from sqlalchemy.orm import joinedload
 
 from app.core.columns import utcnow
@@ -93,10 +93,10 @@ def delete_browser_sessions(user: User) -> None:
     db.session.execute(delete(BrowserSession).where(BrowserSession.user_id == user.id))
 
 
-def list_browser_sessions(user: User) -> list[BrowserSession]:
-    query = (
+def browser_sessions_query(user: User) -> Select[BrowserSession]:
+    """The user's live browser sessions, newest first."""
+    return (
         select(BrowserSession)
         .where(BrowserSession.user_id == user.id, BrowserSession.expires_at > utcnow())
-        .order_by(BrowserSession.created_at.desc())
+        .order_by(BrowserSession.created_at.desc(), BrowserSession.id)
     )
-    return list(db.session.scalars(query))

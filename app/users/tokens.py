@@ -117,10 +117,6 @@ def api_tokens_query(user: User) -> Select[ApiKey]:
     )
 
 
-def list_api_tokens(user: User) -> list[ApiKey]:
-    return list(db.session.scalars(api_tokens_query(user)))
-
-
 def revoke_api_token(user: User, token_id: str) -> None:
     key = db.session.scalar(
         select(ApiKey).where(ApiKey.id == token_id, ApiKey.user_id == user.id, ApiKey.kind == KIND_TOKEN)
