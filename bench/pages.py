@@ -75,6 +75,8 @@ def pages(deployment: Deployment) -> dict[str, tuple[str, str]]:
         "/users, page 40": "/users?page=40",
         "/users?q=user1": "/users?q=user1",
         "/provisioners": "/provisioners",
+        "/provisioners/jobs": "/provisioners/jobs",
+        "/provisioners/jobs, page 40": "/provisioners/jobs?page=40",
         "/health": "/health",
     }
     return {
