@@ -114,6 +114,8 @@ def test_every_main_page_loads_under_the_policy(
 
 def test_a_build_log_streams_live_under_the_policy(deployment: Deployment, page: Page, problems: list[str]) -> None:
     sign_in(page, deployment)
+    jobs = page.context.new_page()  # the jobs page, open in another tab before the build is queued
+    open_page(jobs, f"{deployment.url}/provisioners/jobs")
     open_page(page, f"{deployment.url}/workspaces/new?template=slow")
     page.fill("input[name=name]", "watched")
     page.click("form.card button[type=submit]")
@@ -123,6 +125,11 @@ def test_a_build_log_streams_live_under_the_policy(deployment: Deployment, page:
     expect(page.locator("#job-actions a")).to_be_visible(timeout=WAIT)  # the end event replaced the actions
     expect(page.locator("#job-status")).to_have_text("running")
     expect(page.locator("text=last-line-out")).to_have_count(1)
+    # The jobs tab showed the build arrive and end without a reload.
+    newest = jobs.locator("#all-jobs-table tbody tr").first
+    expect(newest).to_contain_text("watched", timeout=WAIT)
+    expect(newest.locator(".badge")).to_have_text("succeeded", timeout=WAIT)
+    jobs.close()
 
 
 def test_the_web_terminal_works_under_the_policy(
