@@ -3,7 +3,6 @@ their first 100 rows (the jobs list 50), and the CLI reads on to the end."""
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from tests.conftest import PASSWORD, Persona
 from tests.support import bulk
 from tests.support.archives import tar_of
 from tests.support.daemon import FakeDaemon, import_template, running_import
-from tests.support.web import post_form, sign_in
+from tests.support.web import first_event, post_form, sign_in, stream_url
 from tests.test_query_counts import add_workspaces
 
 # Rows of the list's kind: more than two pages of three. Many are copies that share their original's created_at,
@@ -315,8 +314,8 @@ def test_a_template_pages_versions_refresh_in_place_when_one_is_pushed(
     pages = app.test_client()
     sign_in(pages, "carol@example.com", PASSWORD)  # members read a template's versions too
     second = pages.get(f"/templates/{template['name']}?page=2").get_data(as_text=True)
-    match = re.search(r'sse-connect="(/templates/[^"]+/versions/events[^"]+)"', second)
-    assert match is not None and "page=2" in match.group(1)  # the stream watches the page on screen
+    versions_stream = stream_url(second)
+    assert "/versions/events?" in versions_stream and "page=2" in versions_stream  # it watches the page on screen
     assert f'hx-get="/templates/{template["name"]}?page=2"' in second  # and the refresh re-reads it
 
     bob = personas["bob"]
@@ -327,13 +326,7 @@ def test_a_template_pages_versions_refresh_in_place_when_one_is_pushed(
         "/api/v2/templateversions", json={"file_id": upload.json["id"], "template_id": template["id"]}, headers=bob.auth
     )
     assert pushed.status_code == 201, pushed.json  # after the page rendered: every version moves one place down
-    stream = pages.get(html.unescape(match.group(1)), buffered=False)
-    received = b""
-    for chunk in stream.response:
-        received += chunk
-        if b"event:" in received:
-            break
-    stream.close()
+    received = first_event(pages, versions_stream)
     assert received.startswith(b": connected") and b"event: refresh\ndata: changed" in received
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import html
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +15,7 @@ from app.provisioning.maintenance import forget_daemons, reap_jobs
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template, push_version
-from tests.support.web import sign_in
+from tests.support.web import first_event, sign_in, stream_url
 
 
 def _jobs(client: FlaskClient, persona: Persona, query: str = "") -> list[dict[str, Any]]:
@@ -212,22 +210,10 @@ def test_a_job_queued_between_the_page_and_its_stream_refreshes_the_page_at_once
     """The stream's first read can come after a change the page did not show: it must not wait for another."""
     bob = personas["bob"]
     sign_in(client, bob.email, PASSWORD)
-    stream_url = _stream_url(client.get("/provisioners").get_data(as_text=True))
+    provisioners_stream = stream_url(client.get("/provisioners").get_data(as_text=True))
     push_version(client, bob)  # queued after the page rendered, before its stream connected
-    stream = client.get(stream_url, buffered=False)
-    received = b""
-    for chunk in stream.response:
-        received += chunk
-        if b"event:" in received:
-            break
+    received = first_event(client, provisioners_stream)
     assert received.startswith(b": connected") and b"event: refresh\ndata: changed" in received
-    stream.close()
-
-
-def _stream_url(page: str) -> str:
-    match = re.search(r'sse-connect="([^"]+)"', page)
-    assert match is not None
-    return html.unescape(match.group(1))
 
 
 def _csrf(client: FlaskClient) -> str:

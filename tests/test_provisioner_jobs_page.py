@@ -3,7 +3,6 @@ admins (members get 403, as on the Provisioners page)."""
 
 from __future__ import annotations
 
-import html
 import re
 
 import pytest
@@ -11,7 +10,7 @@ from flask.testing import FlaskClient
 
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, push_version
-from tests.support.web import sign_in
+from tests.support.web import first_event, sign_in, stream_url
 
 
 @pytest.mark.parametrize("who", ["alice", "bob"])
@@ -55,18 +54,12 @@ def test_the_page_refreshes_itself_when_one_of_its_jobs_changes(
     job = push_version(client, personas["bob"])["job"]
     sign_in(client, "bob@example.com", PASSWORD)
     page = client.get("/provisioners/jobs?status=pending").get_data(as_text=True)
-    stream_url = html.unescape(re.search(r'sse-connect="([^"]+)"', page).group(1))  # type: ignore[union-attr]
-    assert "status=pending" in stream_url and "page=1" in stream_url
+    jobs_stream = stream_url(page)
+    assert "status=pending" in jobs_stream and "page=1" in jobs_stream
     assert 'hx-get="/provisioners/jobs?status=pending&amp;page=1"' in page  # the refresh re-reads the same page
 
     FakeDaemon(client).call(f"/jobs/{job['id']}/acquire")  # it leaves the pending list after the page rendered
-    stream = client.get(stream_url, buffered=False)
-    received = b""
-    for chunk in stream.response:
-        received += chunk
-        if b"event:" in received:
-            break
-    stream.close()
+    received = first_event(client, jobs_stream)
     assert received.startswith(b": connected") and b"event: refresh\ndata: changed" in received
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from typing import Any
 
@@ -25,3 +26,22 @@ def post_form(client: FlaskClient, path: str, data: dict[str, Any], *, token_fro
 def sign_in(client: FlaskClient, email: str, password: str) -> None:
     response = post_form(client, "/login", {"email": email, "password": password})
     assert response.status_code == 302, response.get_data(as_text=True)
+
+
+def stream_url(page: str) -> str:
+    """Where a page's first live region connects for its Server-Sent Events (``sse-connect``)."""
+    match = re.search(r'sse-connect="([^"]+)"', page)
+    assert match is not None, "the page has no event stream"
+    return html.unescape(match.group(1))
+
+
+def first_event(client: FlaskClient, url: str) -> bytes:
+    """What the stream at ``url`` sends up to and including its first event (the preamble comes first)."""
+    stream = client.get(url, buffered=False)
+    received = b""
+    for chunk in stream.response:
+        received += chunk
+        if b"event:" in received:
+            break
+    stream.close()
+    return received
