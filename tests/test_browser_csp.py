@@ -21,6 +21,7 @@ from playwright.sync_api import Dialog, Page, Response, expect
 
 from app.factory import create_app
 from tests.conftest import make_settings
+from tests.support import bulk
 from tests.support.accessibility import severe_violations
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
 from tests.support.deployment import Deployment, running_deployment
@@ -702,3 +703,48 @@ def test_the_log_box_and_the_menu_work_from_the_keyboard(
     page.screenshot(path=str(ARTIFACTS / "keyboard-menu-open.png"))
     page.keyboard.press("Enter")
     expect(page).to_have_url(f"{deployment.url}/templates")
+
+
+# Keep this test last in the module: it leaves 250 workspaces behind for any test after it.
+def test_250_workspaces_page_filter_and_sort_in_the_browser(
+    deployment: Deployment, agent: dict[str, Any], page: Page, problems: list[str]
+) -> None:
+    """Made straight in the database (copies of alice's `csp`, each with its build): 250 through the API would be
+    250 Terraform runs."""
+    alice = deployment.api("alice")
+    existing = int(alice.get("/workspaces", params={"limit": 1}).headers["X-Total-Count"])
+    data = deployment.tmp / "data"
+    server_key = (data / "secret_key").read_text().strip()  # what the stored secrets are encrypted with
+    settings = make_settings(data, f"sqlite:///{data / 'slipway.db'}", "unix:///nonexistent", secret_key=server_key)
+    bulk.add_workspaces(create_app(settings), deployment.workspace("alice", "csp")["id"], 250 - existing)
+    names = sorted(item["name"] for item in alice.get("/workspaces", params={"limit": 250}).json())
+    assert len(names) == 250
+
+    sign_in(page, deployment)
+    open_page(page, f"{deployment.url}/workspaces")
+    rows, pager = page.locator("#workspace-table tbody tr"), page.locator(".pager")
+    expect(pager).to_contain_text("1–25 of 250")
+    expect(rows).to_have_count(25)
+    pager.get_by_role("link", name="Next").click()
+    expect(page).to_have_url(re.compile(r"page=2"))
+    expect(pager).to_contain_text("26–50 of 250")
+    expect(rows.first.locator("strong")).to_have_text(names[25])
+    open_page(page, f"{deployment.url}/workspaces?page=10")
+    expect(pager).to_contain_text("226–250 of 250")
+    expect(pager.get_by_role("link", name="Next")).to_have_count(0)
+
+    # A filter, then a sort by the column header, which keeps the filter.
+    page.fill("input[name=q]", "name:w01")
+    page.locator("#workspace-search").get_by_role("button", name="Filter").click()
+    matching = [name for name in names if "w01" in name]
+    expect(pager).to_contain_text(f"1–25 of {len(matching)}")
+    page.locator("thead").get_by_role("link", name="Workspace").click()  # sorted by name already: this turns it
+    expect(page).to_have_url(re.compile(r"sort=-name"))
+    expect(rows.first.locator("strong")).to_have_text(matching[-1])
+    expect(page.locator("input[name=q]")).to_have_value("name:w01")
+    page.screenshot(path=str(ARTIFACTS / "workspaces-250-filtered-sorted.png"))
+
+    page.set_viewport_size({"width": 390, "height": 844})  # the pager fits a phone too
+    open_page(page, f"{deployment.url}/workspaces?page=2")
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    page.screenshot(path=str(ARTIFACTS / "workspaces-250-phone.png"), full_page=True)
