@@ -711,13 +711,13 @@ def test_250_workspaces_page_filter_and_sort_in_the_browser(
 ) -> None:
     """Made straight in the database (copies of alice's `csp`, each with its build): 250 through the API would be
     250 Terraform runs."""
-    alice = deployment.api("alice")
-    existing = int(alice.get("/workspaces", params={"limit": 1}).headers["X-Total-Count"])
     data = deployment.tmp / "data"
     server_key = (data / "secret_key").read_text().strip()  # what the stored secrets are encrypted with
     settings = make_settings(data, f"sqlite:///{data / 'slipway.db'}", "unix:///nonexistent", secret_key=server_key)
-    bulk.add_workspaces(create_app(settings), deployment.workspace("alice", "csp")["id"], 250 - existing)
-    names = sorted(item["name"] for item in alice.get("/workspaces", params={"limit": 250}).json())
+    with deployment.api("alice") as alice:
+        existing = int(alice.get("/workspaces", params={"limit": 1}).headers["X-Total-Count"])
+        bulk.add_workspaces(create_app(settings), deployment.workspace("alice", "csp")["id"], 250 - existing)
+        names = sorted(item["name"] for item in alice.get("/workspaces", params={"limit": 250}).json())
     assert len(names) == 250
 
     sign_in(page, deployment)
