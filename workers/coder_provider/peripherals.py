@@ -18,6 +18,8 @@ from workers.coder_provider.base import (
     CoderResource,
     State,
     check_not_empty,
+    check_one_of,
+    check_string_match,
     computed,
     is_known,
     optional,
@@ -26,13 +28,8 @@ from workers.coder_provider.base import (
 )
 from workers.coder_provider.framework import NAME_PATTERN, ListNestedBlock
 
-
-def check_choice(diags: Diagnostics, resource: str, config: State, field: str, choices: tuple[str, ...]) -> None:
-    value = config.get(field)
-    if is_known(value) and value not in choices:
-        diags.add_error(
-            f"Invalid {resource} {field}", f"{field} is {value!r}; it must be one of {', '.join(choices)}", path=[field]
-        )
+# What Coder's provider accepts as an environment variable name.
+ENV_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
 class AppResource(CoderResource):
@@ -72,8 +69,8 @@ class AppResource(CoderResource):
             diags.add_error(
                 "Invalid coder_app slug", f"slug {slug!r} must match {NAME_PATTERN} (e.g. 'code-server')", path=["slug"]
             )
-        check_choice(diags, "coder_app", config, "share", ("owner", "authenticated", "public"))
-        check_choice(diags, "coder_app", config, "open_in", ("slim-window", "tab"))
+        check_one_of(diags, "share", config.get("share"), ("owner", "authenticated", "public"), ["share"])
+        check_one_of(diags, "open_in", config.get("open_in"), ("slim-window", "tab"), ["open_in"])
         if config.get("command") is not None and (config.get("url") is not None or config.get("subdomain")):
             diags.add_error("Invalid coder_app", "command cannot be combined with url or subdomain", path=["command"])
 
@@ -125,7 +122,9 @@ class EnvResource(CoderResource):
     )
 
     def check(self, diags: Diagnostics, config: State) -> None:
-        check_choice(diags, "coder_env", config, "merge_strategy", ("replace", "append", "prepend", "error"))
+        strategies = ("replace", "append", "prepend", "error")
+        check_one_of(diags, "merge_strategy", config.get("merge_strategy"), strategies, ["merge_strategy"])
+        check_string_match(diags, "name", config.get("name"), ENV_NAME, "must be a valid environment variable name")
 
 
 class MetadataResource(CoderResource):
@@ -150,6 +149,15 @@ class MetadataResource(CoderResource):
             ),
         ),
     )
+
+    def check(self, diags: Diagnostics, config: State) -> None:
+        seen: set[str] = set()
+        for item in config.get("item") or []:
+            key = item.get("key")
+            if is_known(key) and key in seen:
+                diags.add_error(f'duplicate resource metadata key "{key}"', "", path=["item"])
+                break
+            seen.add(key)
 
     def shape_plan(self, planned: State) -> State:
         # is_null is derived from value, so it is known whenever the value is, as in Coder's provider.
