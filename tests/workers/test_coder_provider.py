@@ -314,8 +314,8 @@ def test_start_count_follows_the_transition_and_stop_keeps_persistent_resources(
             "linux",
             'slug = "Code_Server"\n  share = "everyone"',
             [
-                "slug 'Code_Server' must match",
-                'expected share to be one of ["owner" "authenticated" "public"], got everyone',
+                'invalid "coder_app" slug, must be a valid hostname',
+                'invalid app share "everyone", must be one of "owner", "authenticated", "public"',
             ],
             id="app",
         ),

@@ -43,11 +43,53 @@ def volume(path: str, threshold: int = 80) -> str:
     return f'volume {{\n path = "{path}"\n enabled = true\n threshold = {threshold}\n}}'
 
 
+def app(body: str) -> str:
+    return (
+        AGENT % "" + f'resource "coder_app" "web" {{\n  agent_id = coder_agent.box.id\n  slug = "web"\n  {body}\n}}\n'
+    )
+
+
 def parameter(body: str) -> str:
     return f'data "coder_parameter" "size" {{\n  name = "size"\n  type = "string"\n  {body}\n}}\n'
 
 
 REJECTED = [
+    pytest.param(
+        app('display_name = "' + "d" * 65 + '"'), "display name is too long (max 64 characters)", id="app-display-name"
+    ),
+    pytest.param(app('group = "' + "g" * 65 + '"'), "group name is too long (max 64 characters)", id="app-group"),
+    pytest.param(app('tooltip = "' + "t" * 2049 + '"'), "tooltip is too long (max 2048 characters)", id="app-tooltip"),
+    pytest.param(
+        app('share = "world"'),
+        'invalid app share "world", must be one of "owner", "authenticated", "public"',
+        id="app-share",
+    ),
+    pytest.param(
+        app('open_in = "popup"'),
+        'invalid "coder_app" open_in value, must be one of "tab", "slim-window": "popup"',
+        id="app-open-in",
+    ),
+    pytest.param(
+        app('url = "http://localhost:8080"').replace('slug = "web"', 'slug = "web--ui"'),
+        'invalid "coder_app" slug, must be a valid hostname',
+        id="app-slug-double-hyphen",
+    ),
+    pytest.param(app('icon = "/icon/50%off.svg"'), 'invalid URL escape "%of"', id="app-icon-bad-escape"),
+    pytest.param(app('command = "htop"\n  subdomain = true'), '"command": conflicts with subdomain', id="command-sub"),
+    pytest.param(app('command = "htop"\n  url = "http://x"'), '"command": conflicts with url', id="command-url"),
+    pytest.param(
+        app('external = true\n  url = "https://x"\n  share = "public"'),
+        '"external": conflicts with share',
+        id="external-share",
+    ),
+    pytest.param(
+        app(
+            'external = true\n  url = "https://x"\n'
+            + '  healthcheck {\n url = "https://x"\n interval = 5\n threshold = 2\n}'
+        ),
+        '"external": conflicts with healthcheck',
+        id="external-healthcheck",
+    ),
     pytest.param(
         AGENT % 'api_key_scope = "everything"',
         'expected api_key_scope to be one of ["all" "no_user_data"], got everything',
@@ -128,6 +170,18 @@ def test_rules_reject_with_coder_words(workdir: TemplateDir, source: str, words:
 
 
 ACCEPTED = [
+    pytest.param(
+        app(
+            'display_name = "'
+            + "d" * 64
+            + '"\n  tooltip = "'
+            + "t" * 2048
+            + '"\n  external = true\n  url = "https://x"'
+        ),
+        "coder_app.web",
+        {"external": True, "share": "owner"},
+        id="app-limits-inclusive",
+    ),
     pytest.param(
         AGENT % ""
         + 'resource "coder_agent_instance" "vm" {\n agent_id = coder_agent.box.id\n instance_id = "i-0abc"\n}',
