@@ -296,9 +296,133 @@ def extract(path: Path) -> tuple[list[Case], int]:
                 )
             )
         if dynamic:
+            expanded = _table_cases(path.name, function, source, pairs, start, end)
+            cases += expanded
             # Cases filled in at run time: count the table's named entries (at least the one test).
-            not_extracted += max(1, len(CASE_NAME.findall(body)) - sum(1 for c in cases if c.name.startswith(function)))
+            done = sum(1 for case in cases if case.name.startswith(function + "/"))
+            not_extracted += max(0 if expanded else 1, len(CASE_NAME.findall(body)) - done)
     return cases, not_extracted
+
+
+# --- table cases: `for _, c := range cases { config := fmt.Sprintf(`...`, c.field) ... }` ---------------------
+
+LOOP = re.compile(r"for\s+_,\s*(\w+)\s*:=\s*range\s+(\w+)\s*\{")
+FIELD = re.compile(
+    r"(\w+):\s*(" + GO_STRING + r"|true|false|-?\d+(?:\.\d+)?|nil"
+    r"|regexp\.MustCompile\(\s*" + GO_STRING + r"(?:\s*\+\s*" + GO_STRING + r")*\s*,?\s*\))\s*,?\s*(?=\w+:|$)"
+)
+SPRINTF_CONFIG = re.compile(r"(?:Config:\s*|config\s*:=\s*)fmt\.Sprintf\(\s*(`[^`]*`)\s*((?:,\s*\w+\.\w+\s*)*),?\s*\)")
+VERB = re.compile(r"%([sqdtv%])")
+
+
+def _table_entries(source: str, pairs: Mapping[int, int], table: str, start: int, end: int) -> list[dict[str, Any]]:
+    """The entries of `table := []struct{...}{{...}, ...}` in source[start:end]; a field whose value is not a
+    literal is left out (a config using it is then not extracted)."""
+    definitions = list(re.compile(r"\b" + re.escape(table) + r"\s*:?=\s*\[\]struct\s*\{").finditer(source, start, end))
+    if not definitions:
+        return []
+    definition = definitions[-1]  # the nearest before the loop (subtests reuse the name `cases`)
+    struct_end = pairs.get(definition.end() - 1, end)
+    list_start = source.find("{", struct_end + 1)
+    list_end = pairs.get(list_start, end)
+    entries = []
+    index = list_start + 1
+    while index < list_end:
+        if source[index] == "{":
+            closing = pairs.get(index, list_end)
+            text = " ".join(source[index + 1 : closing].split())
+            entry: dict[str, Any] = {}
+            for name, literal in FIELD.findall(text):
+                entry[name] = _literal(literal)
+            entries.append(entry)
+            index = closing
+        index += 1
+    return entries
+
+
+def _literal(text: str) -> Any:
+    if text.startswith("regexp."):
+        return ("regexp", _concatenation(text))
+    if text in ("true", "false"):
+        return text == "true"
+    if text == "nil":
+        return None
+    if text[0] in '`"':
+        return go_string(text)
+    return float(text) if "." in text else int(text)
+
+
+def _sprintf(template: str, arguments: list[Any]) -> str | None:
+    """Go's fmt.Sprintf for the verbs table configs use (%s %q %d %t %v), or None."""
+    values = iter(arguments)
+    missing = object()
+
+    def verb(match: re.Match[str]) -> str:
+        if match.group(1) == "%":
+            return "%"
+        value = next(values, missing)
+        if value is missing or value is None or isinstance(value, tuple):
+            raise ValueError(match.group(0))
+        if match.group(1) == "q":
+            return json.dumps(str(value))
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
+    try:
+        text = VERB.sub(verb, template)
+    except ValueError:
+        return None
+    return text if next(values, missing) is missing else None
+
+
+def _table_cases(file: str, function: str, source: str, pairs: Mapping[int, int], start: int, end: int) -> list[Case]:
+    cases: list[Case] = []
+    for loop in LOOP.finditer(source, start, end):
+        variable, table = loop.groups()
+        body_end = pairs.get(loop.end() - 1, end)
+        body = source[loop.end() : body_end]
+        found = SPRINTF_CONFIG.search(body)
+        if found is None or "config +=" in body or "Config:" not in body:
+            continue
+        env = _environment(source, pairs, loop.start(), start, end)
+        fields = [argument.strip() for argument in found.group(2).split(",") if argument.strip()]
+        if env is None or any(not field.startswith(variable + ".") for field in fields):
+            continue
+        fixed_error = EXPECT_ERROR.search(body)
+        error_field = re.search(r"ExpectError:\s*" + re.escape(variable) + r"\.(\w+)", body)
+        for number, entry in enumerate(_table_entries(source, pairs, table, start, loop.start())):
+            keys = [field.split(".", 1)[1] for field in fields]
+            if any(key not in entry for key in keys if key != "") and not all(key in entry for key in keys):
+                # A field left out of an entry is Go's zero value: "" for the strings these tables use.
+                entry = {**{key: "" for key in keys}, **entry}
+            config = _sprintf(go_string(found.group(1)) or "", [entry.get(key, "") for key in keys])
+            if config is None:
+                continue
+            error = _concatenation(fixed_error.group(1)) if fixed_error else None
+            if error_field:
+                value = entry.get(error_field.group(1))
+                error = value[1] if isinstance(value, tuple) else None
+            name = entry.get("name") or entry.get("Name") or number
+            checks = _entry_checks(body, variable, entry) if error is None else {}
+            case = Case(file=file, name=f"{function}/{name}", config=config, expect_error=error, env=env, checks=checks)
+            cases.append(case)
+    return cases
+
+
+def _entry_checks(body: str, variable: str, entry: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """`value := resource.Primary.Attributes["k"]; require.Equal(t, c.expectValue, value)` in a table loop."""
+    addresses = set(RESOURCE_LITERAL.findall(body))
+    if len(addresses) != 1:
+        return {}
+    locals_ = dict(re.findall(r"(\w+)\s*:=\s*\w+\.Primary\.Attributes\[\"([^\"]+)\"\]", body))
+    expected: dict[str, str] = {}
+    pattern = r"require\.Equal\(\s*t,\s*" + re.escape(variable) + r"\.(\w+),\s*(\w+)\s*\)"
+    for field_name, local in re.findall(pattern, body):
+        value = entry.get(field_name, "")
+        if local in locals_ and isinstance(value, str):
+            expected[locals_[local]] = value
+    return {next(iter(addresses)): expected} if expected else {}
 
 
 # --- running ---------------------------------------------------------------------------------------------------
