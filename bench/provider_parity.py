@@ -382,22 +382,17 @@ def _table_cases(file: str, function: str, source: str, pairs: Mapping[int, int]
         variable, table = loop.groups()
         body_end = pairs.get(loop.end() - 1, end)
         body = source[loop.end() : body_end]
-        found = SPRINTF_CONFIG.search(body)
-        if found is None or "config +=" in body or "Config:" not in body:
-            continue
+        config_at = re.search(r"\bConfig:\s*", body)
         env = _environment(source, pairs, loop.start(), start, end)
-        fields = [argument.strip() for argument in found.group(2).split(",") if argument.strip()]
-        if env is None or any(not field.startswith(variable + ".") for field in fields):
-            continue
+        if config_at is None or env is None or body.startswith(variable + ".", config_at.end()):
+            continue  # (a table of literal configs was read as literals above)
         fixed_error = EXPECT_ERROR.search(body)
         error_field = re.search(r"ExpectError:\s*" + re.escape(variable) + r"\.(\w+)", body)
         for number, entry in enumerate(_table_entries(source, pairs, table, start, loop.start())):
-            keys = [field.split(".", 1)[1] for field in fields]
-            if any(key not in entry for key in keys if key != "") and not all(key in entry for key in keys):
-                # A field left out of an entry is Go's zero value: "" for the strings these tables use.
-                entry = {**{key: "" for key in keys}, **entry}
-            config = _sprintf(go_string(found.group(1)) or "", [entry.get(key, "") for key in keys])
-            if config is None:
+            scope = _GoScope(body, variable, entry)
+            scope.run()
+            config = scope.expression(config_at.end())
+            if not isinstance(config, str):
                 continue
             error = _concatenation(fixed_error.group(1)) if fixed_error else None
             if error_field:
@@ -408,6 +403,89 @@ def _table_cases(file: str, function: str, source: str, pairs: Mapping[int, int]
             case = Case(file=file, name=f"{function}/{name}", config=config, expect_error=error, env=env, checks=checks)
             cases.append(case)
     return cases
+
+
+class _GoScope:
+    """Just enough Go to build a table case's config: string assignments (`:=`, `=`, `+=`) of literals,
+    `fmt.Sprintf` and table fields, under `if c.field != ""`-style conditions, read until the first statement it
+    does not understand. A value it cannot work out is None (the case is then not extracted)."""
+
+    STATEMENT = re.compile(r"\s*(?://[^\n]*\n\s*)*")
+    ASSIGN = re.compile(r"(\w+)\s*(:=|\+=|=)\s*")
+    CONDITION = re.compile(r"if\s+(!?)(\w+)\.(\w+)\s*(?:(==|!=)\s*(\"\"|nil|true|false))?\s*\{")
+
+    def __init__(self, body: str, variable: str, entry: Mapping[str, Any]) -> None:
+        self.body, self.variable, self.entry = body, variable, entry
+        self.values: dict[str, Any] = {}
+        self.pairs = _brace_pairs(body)
+
+    def run(self) -> None:
+        index = 0
+        while index < len(self.body):
+            index = self.STATEMENT.match(self.body, index).end()  # type: ignore[union-attr]
+            if self.body.startswith("}", index):
+                index += 1
+                continue
+            simple = re.match(r"(\w+ := \w+\n|t\.Parallel\(\)|t\.Run\([^{]*\{)", self.body[index:])
+            if simple:
+                index += simple.end()
+                continue
+            condition = self.CONDITION.match(self.body, index)
+            if condition:
+                block_end = self.pairs.get(condition.end() - 1, len(self.body))
+                holds = self._holds(condition)
+                if holds is None:
+                    return
+                index = condition.end() if holds else block_end + 1
+                continue
+            assign = self.ASSIGN.match(self.body, index)
+            if not assign or assign.group(1) in ("checkFn",):
+                return
+            value, index = self._expression(assign.end())
+            name, operator = assign.group(1), assign.group(2)
+            if operator == "+=":
+                before = self.values.get(name)
+                value = before + value if isinstance(before, str) and isinstance(value, str) else None
+            self.values[name] = value
+            if index < 0:
+                return
+
+    def _holds(self, condition: re.Match[str]) -> bool | None:
+        negate, owner, field, operator, literal = condition.groups()
+        if owner != self.variable:
+            return None
+        value = self.entry.get(field, "" if literal == '""' else None)
+        if operator is None:
+            truth = bool(value)
+            return not truth if negate else truth
+        target = {'""': "", "nil": None, "true": True, "false": False}[literal]
+        if isinstance(value, tuple):
+            value = value[1]
+        return bool((value == target) == (operator == "=="))
+
+    def expression(self, index: int) -> Any:
+        return self._expression(index)[0]
+
+    def _expression(self, index: int) -> tuple[Any, int]:
+        """The value of the expression at `index` and where it ends (-1: not understood)."""
+        literal = re.compile(GO_STRING).match(self.body, index)
+        if literal:
+            return go_string(literal.group(0)), literal.end()
+        sprintf = re.compile(r"fmt\.Sprintf\(\s*(" + GO_STRING + r")((?:\s*,\s*[\w.]+)*)\s*,?\s*\)").match(
+            self.body, index
+        )
+        if sprintf:
+            arguments = [self._name(part.strip()) for part in sprintf.group(2).split(",") if part.strip()]
+            return _sprintf(go_string(sprintf.group(1)) or "", arguments), sprintf.end()
+        name = re.compile(r"[\w.]+").match(self.body, index)
+        if name:
+            return self._name(name.group(0)), name.end()
+        return None, -1
+
+    def _name(self, name: str) -> Any:
+        if name.startswith(self.variable + "."):
+            return self.entry.get(name.split(".", 1)[1], "")  # a left-out field is Go's zero value
+        return self.values.get(name)
 
 
 def _entry_checks(body: str, variable: str, entry: Mapping[str, Any]) -> dict[str, dict[str, str]]:
