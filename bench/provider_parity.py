@@ -315,6 +315,21 @@ SPRINTF_CONFIG = re.compile(r"(?:Config:\s*|config\s*:=\s*)fmt\.Sprintf\(\s*(`[^
 VERB = re.compile(r"%([sqdtv%])")
 
 
+def _without_comments(text: str) -> str:
+    """Go source lines without their trailing `// ...` comments (a `//` inside a string, as in URLs, stays)."""
+    kept = []
+    for line in text.splitlines():
+        for found in re.finditer(r"(?:^|\s)//", line):
+            if line[: found.start()].count('"') % 2 == 0 and "`" not in line[: found.start()]:
+                line = line[: found.start()]
+                break
+        kept.append(line)
+    return "\n".join(kept)
+
+
+UNREADABLE = ("unreadable", None)  # a tuple, which no config expression accepts
+
+
 def _table_entries(source: str, pairs: Mapping[int, int], table: str, start: int, end: int) -> list[dict[str, Any]]:
     """The entries of `table := []struct{...}{{...}, ...}` in source[start:end]; a field whose value is not a
     literal is left out (a config using it is then not extracted)."""
@@ -330,8 +345,9 @@ def _table_entries(source: str, pairs: Mapping[int, int], table: str, start: int
     while index < list_end:
         if source[index] == "{":
             closing = pairs.get(index, list_end)
-            text = " ".join(source[index + 1 : closing].split())
-            entry: dict[str, Any] = {}
+            text = " ".join(_without_comments(source[index + 1 : closing]).split())
+            # A field set from a Go expression (strings.Repeat, a variable) cannot be read: marked, not dropped.
+            entry: dict[str, Any] = dict.fromkeys(re.findall(r"(?:^|,\s*)(\w+):", text), UNREADABLE)
             for name, literal in FIELD.findall(text):
                 entry[name] = _literal(literal)
             entries.append(entry)
@@ -397,6 +413,8 @@ def _table_cases(file: str, function: str, source: str, pairs: Mapping[int, int]
             error = _concatenation(fixed_error.group(1)) if fixed_error else None
             if error_field:
                 value = entry.get(error_field.group(1))
+                if value is UNREADABLE:
+                    continue
                 error = value[1] if isinstance(value, tuple) else None
             name = entry.get("name") or entry.get("Name") or number
             checks = _entry_checks(body, variable, entry) if error is None else {}
@@ -455,6 +473,8 @@ class _GoScope:
         if owner != self.variable:
             return None
         value = self.entry.get(field, "" if literal == '""' else None)
+        if value is UNREADABLE:
+            return None
         if operator is None:
             truth = bool(value)
             return not truth if negate else truth
