@@ -158,10 +158,10 @@ def check_declaration(parameter: RichParameter, *, check_default: bool = True) -
         raise ParameterError(f"type {_quoted(kind)} must be one of {', '.join(TYPES)}", "Invalid parameter type")
     resolve_form_type(parameter)
     if parameter.ephemeral and not parameter.mutable:
-        raise ParameterError("an ephemeral parameter must be mutable", "Ephemeral parameter must be mutable")
+        raise ParameterError("parameter can't be immutable and ephemeral", "Ephemeral parameter must be mutable")
     if parameter.ephemeral and parameter.required:
         raise ParameterError(
-            "an ephemeral parameter requires a default value", "Ephemeral parameter requires a default"
+            "ephemeral parameter requires the default property", "Ephemeral parameter requires a default"
         )
     _check_validation_block(parameter)
     _check_options(parameter)

@@ -171,8 +171,8 @@ def test_monotonic_parameter_cannot_go_down_from_the_previous_build(parameters: 
 @pytest.mark.parametrize(
     ("block", "message"),
     [
-        ('ephemeral = true\n  mutable = false\n  default = "a"', "an ephemeral parameter must be mutable"),
-        ("ephemeral = true\n  mutable = true", "an ephemeral parameter requires a default value"),
+        ('ephemeral = true\n  mutable = false\n  default = "a"', "parameter can't be immutable and ephemeral"),
+        ("ephemeral = true\n  mutable = true", "ephemeral parameter requires the default property"),
         (
             'default = "c"\n  option {\n    name = "A"\n    value = "a"\n  }',
             'Default value must be a valid option: the value "c" must be defined as one of options',
@@ -305,12 +305,18 @@ def test_start_count_follows_the_transition_and_stop_keeps_persistent_resources(
     ("agent_os", "app", "messages"),
     [
         pytest.param(
-            "plan9", 'slug = "code"', ["Invalid coder_agent os", "os is 'plan9'; it must be one of linux,"], id="os"
+            "plan9",
+            'slug = "code"',
+            ['expected os to be one of ["linux" "darwin" "windows"], got plan9'],
+            id="os",
         ),
         pytest.param(
             "linux",
             'slug = "Code_Server"\n  share = "everyone"',
-            ["slug 'Code_Server' must match", "share is 'everyone'; it must be one of owner, authenticated, public"],
+            [
+                'invalid "coder_app" slug, must be a valid hostname',
+                'invalid app share "everyone", must be one of "owner", "authenticated", "public"',
+            ],
             id="app",
         ),
     ],

@@ -14,6 +14,8 @@ from workers.coder_provider.base import (
     STRING,
     CoderResource,
     State,
+    check_int_between,
+    check_one_of,
     computed,
     env,
     is_known,
@@ -78,6 +80,35 @@ _RESOURCES_MONITORING = ListNestedBlock(
 )
 
 
+def check_resources_monitoring(diags: Diagnostics, blocks: list[State] | None) -> None:
+    """Thresholds are percentages; volumes are distinct absolute paths; the block must watch something. (The
+    wording is Coder's provider's: `expected ....threshold to be in the range (0 - 100), got 101`.)"""
+    if not blocks:
+        return
+    monitors = blocks[0]
+    memory, volumes = monitors.get("memory") or [], monitors.get("volume") or []
+    if not memory and not volumes:
+        diags.add_error("resources_monitoring must define at least one monitor", "", path=["resources_monitoring"])
+        return
+    for index, item in enumerate(memory):
+        key = f"resources_monitoring.0.memory.{index}.threshold"
+        check_int_between(diags, key, item.get("threshold"), 0, 100, ["resources_monitoring"])
+    paths: set[str] = set()
+    for index, item in enumerate(volumes):
+        key = f"resources_monitoring.0.volume.{index}.threshold"
+        check_int_between(diags, key, item.get("threshold"), 0, 100, ["resources_monitoring"])
+        path = item.get("path")
+        if not is_known(path):
+            continue
+        if path == "":
+            diags.add_error("volume path must not be empty", "", path=["resources_monitoring"])
+        elif not path.startswith("/"):
+            diags.add_error("volume path must be an absolute path", "", path=["resources_monitoring"])
+        elif path in paths:
+            diags.add_error(f'duplicate volume path "{path}"', "", path=["resources_monitoring"])
+        paths.add(path)
+
+
 def agent_token() -> str:
     # A prebuilt workspace being claimed keeps its running agent's token; Coder keys it by sha256 of the agent id,
     # which the provider cannot know yet and passes as "".
@@ -125,17 +156,15 @@ class AgentResource(CoderResource):
 
     def check(self, diags: Diagnostics, config: State) -> None:
         for field, choices in CHOICES.items():
-            value = config.get(field)
-            if is_known(value) and value not in choices:
-                diags.add_error(
-                    f"Invalid coder_agent {field}",
-                    f"{field} is {value!r}; it must be one of {', '.join(choices)}",
-                    path=[field],
-                )
-        keys = [item.get("key") for item in config.get("metadata") or [] if is_known(item.get("key"))]
-        duplicates = sorted({key for key in keys if keys.count(key) > 1})
-        if duplicates:
-            diags.add_error("Duplicate coder_agent metadata key", f"metadata keys must be unique: {duplicates}")
+            check_one_of(diags, field, config.get(field), choices, [field])
+        seen: set[str] = set()
+        for item in config.get("metadata") or []:
+            key = item.get("key")
+            if is_known(key) and key in seen:
+                diags.add_error(f'duplicate agent metadata key "{key}"', "", path=["metadata"])
+                break
+            seen.add(key)
+        check_resources_monitoring(diags, config.get("resources_monitoring"))
 
     def shape_plan(self, planned: State) -> State:
         # `tf` fills defaults in for top-level attributes only; a block's left-out apps get theirs here. (Coder's
@@ -154,3 +183,16 @@ class AgentResource(CoderResource):
             state["os"], state["arch"], self.provider.access_url, state.get("auth") or "token"
         )
         return state
+
+
+class AgentInstanceResource(CoderResource):
+    """Ties a cloud instance id to an agent (zero-trust instance identity); Slipway needs nothing more than the
+    record, as Coder's provider keeps nothing more."""
+
+    name = "agent_instance"
+    schema_ = schema(
+        required("agent_id", STRING),
+        required("instance_id", STRING),
+        computed("id"),
+        description="Associates an instance ID with an agent for instance-identity authentication.",
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import uuid
@@ -43,6 +44,42 @@ def check_not_empty(diags: Diagnostics, key: str, value: Any, path: list[Any]) -
     """The SDK's validation.StringIsNotEmpty, in its words."""
     if value == "":
         diags.add_error(f"Invalid {key}", f'expected "{key}" to not be an empty string, got ', path=path)
+
+
+def check_one_of(diags: Diagnostics, key: str, value: Any, choices: tuple[str, ...], path: list[Any]) -> None:
+    """The SDK's validation.StringInSlice, in its words: `expected merge_strategy to be one of ["a" "b"], got c`."""
+    if is_known(value) and value not in choices:
+        listed = " ".join(f'"{choice}"' for choice in choices)
+        diags.add_error(f"expected {key} to be one of [{listed}], got {value}", "", path=path)
+
+
+def check_int_between(diags: Diagnostics, key: str, value: Any, low: int, high: int, path: list[Any]) -> None:
+    """The SDK's validation.IntBetween, in its words; `key` is the flattened path (`a.0.b`) as the SDK names it."""
+    if is_known(value) and not low <= value <= high:
+        number = int(value) if float(value).is_integer() else value
+        diags.add_error(f"expected {key} to be in the range ({low} - {high}), got {number}", "", path=path)
+
+
+def check_string_match(diags: Diagnostics, key: str, value: Any, pattern: re.Pattern[str], message: str) -> None:
+    """The SDK's validation.StringMatch, in its words: `invalid value for name (must be ...)`."""
+    if is_known(value) and not pattern.search(str(value)):
+        diags.add_error(f"invalid value for {key} ({message})", "", path=[key])
+
+
+def url_error(value: str) -> str:
+    """What Go's url.Parse rejects in an icon or URL (Coder's helpers.ValidateURL), in its words: a `%` not
+    followed by two hex digits, or an ASCII control character."""
+    if re.search(r"[\x00-\x1f\x7f]", value):
+        return f"parse {json.dumps(value)}: net/url: invalid control character in URL"
+    match = re.search(r"%(?![0-9a-fA-F]{2})", value)
+    if match is None:
+        return ""
+    return f"parse {json.dumps(value)}: invalid URL escape {json.dumps(value[match.start() : match.start() + 3])}"
+
+
+def check_url(diags: Diagnostics, key: str, value: Any, path: list[Any]) -> None:
+    if isinstance(value, str) and (error := url_error(value)):
+        diags.add_error(f"Invalid {key}", error, path=path)
 
 
 def required(name: str, kind: TfType) -> Attribute:

@@ -26,6 +26,7 @@ from workers.coder_provider.base import (
     STRING,
     CoderDataSource,
     State,
+    check_url,
     computed,
     optional,
     required,
@@ -114,6 +115,11 @@ class ParameterDataSource(CoderDataSource):
             ),
         ),
     )
+
+    def check_config(self, diags: Diagnostics, config: State) -> None:
+        check_url(diags, "icon", config.get("icon"), ["icon"])
+        for index, option in enumerate(config.get("option") or []):
+            check_url(diags, "icon", option.get("icon"), ["option", (index,), "icon"])
 
     def compute(self, diags: Diagnostics, state: State) -> State | None:
         name = state["name"]

@@ -3,6 +3,7 @@ hangs off an agent or a resource."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 
@@ -18,6 +19,9 @@ from workers.coder_provider.base import (
     CoderResource,
     State,
     check_not_empty,
+    check_one_of,
+    check_string_match,
+    check_url,
     computed,
     is_known,
     optional,
@@ -26,13 +30,15 @@ from workers.coder_provider.base import (
 )
 from workers.coder_provider.framework import NAME_PATTERN, ListNestedBlock
 
-
-def check_choice(diags: Diagnostics, resource: str, config: State, field: str, choices: tuple[str, ...]) -> None:
-    value = config.get(field)
-    if is_known(value) and value not in choices:
-        diags.add_error(
-            f"Invalid {resource} {field}", f"{field} is {value!r}; it must be one of {', '.join(choices)}", path=[field]
-        )
+# Arguments of coder_app that cannot be set together (Coder's ConflictsWith, reported from each side as it does).
+APP_CONFLICTS = {
+    "command": ("url", "subdomain"),
+    "url": ("command",),
+    "external": ("healthcheck", "command", "subdomain", "share"),
+    "healthcheck": ("command",),
+}
+# What Coder's provider accepts as an environment variable name.
+ENV_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
 class AppResource(CoderResource):
@@ -70,12 +76,36 @@ class AppResource(CoderResource):
         slug = config.get("slug")
         if is_known(slug) and not re.match(NAME_PATTERN, str(slug)):
             diags.add_error(
-                "Invalid coder_app slug", f"slug {slug!r} must match {NAME_PATTERN} (e.g. 'code-server')", path=["slug"]
+                f'invalid "coder_app" slug, must be a valid hostname ({json.dumps(NAME_PATTERN)}, cannot contain two'
+                f" consecutive hyphens or start/end with a hyphen): {json.dumps(slug)}",
+                "",
+                path=["slug"],
             )
-        check_choice(diags, "coder_app", config, "share", ("owner", "authenticated", "public"))
-        check_choice(diags, "coder_app", config, "open_in", ("slim-window", "tab"))
-        if config.get("command") is not None and (config.get("url") is not None or config.get("subdomain")):
-            diags.add_error("Invalid coder_app", "command cannot be combined with url or subdomain", path=["command"])
+        for field, label, limit in (("display_name", "display name", 64), ("group", "group name", 64)) + (
+            ("tooltip", "tooltip", 2048),
+        ):
+            value = config.get(field)
+            if is_known(value) and len(str(value)) > limit:
+                diags.add_error(f"{label} is too long (max {limit} characters)", "", path=[field])
+        share = config.get("share")
+        if is_known(share) and share not in ("owner", "authenticated", "public"):
+            choices = '"owner", "authenticated", "public"'
+            diags.add_error(f"invalid app share {json.dumps(share)}, must be one of {choices}", "", path=["share"])
+        open_in = config.get("open_in")
+        if is_known(open_in) and open_in not in ("slim-window", "tab"):
+            diags.add_error(
+                f'invalid "coder_app" open_in value, must be one of "tab", "slim-window": {json.dumps(open_in)}',
+                "",
+                path=["open_in"],
+            )
+        check_url(diags, "icon", config.get("icon"), ["icon"])
+        for field, others in APP_CONFLICTS.items():
+            if config.get(field) is None or config.get(field) == []:
+                continue
+            for other in others:
+                if config.get(other) is not None and config.get(other) != []:
+                    detail = f'"{field}": conflicts with {other}'
+                    diags.add_error("Conflicting configuration arguments", detail, path=[field])
 
 
 class ScriptResource(CoderResource):
@@ -125,7 +155,9 @@ class EnvResource(CoderResource):
     )
 
     def check(self, diags: Diagnostics, config: State) -> None:
-        check_choice(diags, "coder_env", config, "merge_strategy", ("replace", "append", "prepend", "error"))
+        strategies = ("replace", "append", "prepend", "error")
+        check_one_of(diags, "merge_strategy", config.get("merge_strategy"), strategies, ["merge_strategy"])
+        check_string_match(diags, "name", config.get("name"), ENV_NAME, "must be a valid environment variable name")
 
 
 class MetadataResource(CoderResource):
@@ -150,6 +182,15 @@ class MetadataResource(CoderResource):
             ),
         ),
     )
+
+    def check(self, diags: Diagnostics, config: State) -> None:
+        seen: set[str] = set()
+        for item in config.get("item") or []:
+            key = item.get("key")
+            if is_known(key) and key in seen:
+                diags.add_error(f'duplicate resource metadata key "{key}"', "", path=["item"])
+                break
+            seen.add(key)
 
     def shape_plan(self, planned: State) -> State:
         # is_null is derived from value, so it is known whenever the value is, as in Coder's provider.

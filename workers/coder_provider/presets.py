@@ -24,6 +24,7 @@ from workers.coder_provider.base import (
     CoderDataSource,
     State,
     check_not_empty,
+    check_url,
     computed,
     optional,
     required,
@@ -183,14 +184,6 @@ def timezone_error(name: str) -> str:
     return ""
 
 
-def invalid_url_escape(value: str) -> str:
-    """Go's url.Parse rejects a `%` not followed by two hex digits; the rest of what it rejects is rare in icons."""
-    match = re.search(r"%(?![0-9a-fA-F]{2})", value)
-    if match is None:
-        return ""
-    return f"parse {json.dumps(value)}: invalid URL escape {json.dumps(value[match.start() : match.start() + 3])}"
-
-
 def _blocks(value: Any) -> list[State]:
     """A nested block's instances in a configuration; unknown (a dynamic block over unknown values) reads as
     none, checked once known."""
@@ -245,8 +238,7 @@ class WorkspacePresetDataSource(CoderDataSource):
                     path=[field],
                 )
         icon = config.get("icon")
-        if isinstance(icon, str) and invalid_url_escape(icon):
-            diags.add_error("Invalid coder_workspace_preset icon", invalid_url_escape(icon), path=["icon"])
+        check_url(diags, "icon", icon, ["icon"])
         for prebuild in _blocks(config.get("prebuilds")):
             self._check_prebuild(diags, prebuild)
 

@@ -9,7 +9,7 @@ from tf.iface import DataSource, Provider, Resource
 from tf.schema import Schema
 from tf.utils import Diagnostics
 
-from workers.coder_provider.agent import AgentResource
+from workers.coder_provider.agent import AgentInstanceResource, AgentResource
 from workers.coder_provider.base import STRING, env, optional
 from workers.coder_provider.parameter import ParameterDataSource
 from workers.coder_provider.peripherals import (
@@ -72,6 +72,7 @@ class CoderProvider(Provider):  # type: ignore[misc]  # tf ships no type informa
     def get_resources(self) -> list[type[Resource]]:
         return [
             AgentResource,
+            AgentInstanceResource,
             AppResource,
             EnvResource,
             MetadataResource,
