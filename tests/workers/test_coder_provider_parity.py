@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.workers.conftest import REQUIRED_PROVIDERS, TemplateDir, _path_terraform, resource_values
+from tests.workers.conftest import REQUIRED_PROVIDERS, TemplateDir, resource_values
+from workers.terraform import bundled_terraform
 
 AGENT = """
 resource "coder_agent" "box" {
@@ -26,7 +27,7 @@ resource "coder_agent" "box" {
 def workdir(tmp_path_factory: pytest.TempPathFactory, coder_cli_config: Path) -> TemplateDir:
     directory = tmp_path_factory.mktemp("parity")
     (directory / "main.tf").write_text(REQUIRED_PROVIDERS)
-    return TemplateDir(_path_terraform(), directory, coder_cli_config).init()
+    return TemplateDir(bundled_terraform(), directory, coder_cli_config).init()  # the one every install has
 
 
 def use(workdir: TemplateDir, source: str) -> TemplateDir:

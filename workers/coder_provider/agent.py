@@ -16,6 +16,7 @@ from workers.coder_provider.base import (
     State,
     check_int_between,
     check_one_of,
+    check_unique_keys,
     computed,
     env,
     is_known,
@@ -157,13 +158,7 @@ class AgentResource(CoderResource):
     def check(self, diags: Diagnostics, config: State) -> None:
         for field, choices in CHOICES.items():
             check_one_of(diags, field, config.get(field), choices, [field])
-        seen: set[str] = set()
-        for item in config.get("metadata") or []:
-            key = item.get("key")
-            if is_known(key) and key in seen:
-                diags.add_error(f'duplicate agent metadata key "{key}"', "", path=["metadata"])
-                break
-            seen.add(key)
+        check_unique_keys(diags, config.get("metadata"), "agent", ["metadata"])
         check_resources_monitoring(diags, config.get("resources_monitoring"))
 
     def shape_plan(self, planned: State) -> State:

@@ -66,6 +66,18 @@ def check_string_match(diags: Diagnostics, key: str, value: Any, pattern: re.Pat
         diags.add_error(f"invalid value for {key} ({message})", "", path=[key])
 
 
+def check_unique_keys(diags: Diagnostics, items: list[State] | None, owner: str, path: list[Any]) -> None:
+    """Coder's provider refuses a metadata key given twice, naming the first repeat: `duplicate agent metadata
+    key "cpu"` (``owner`` is agent or resource)."""
+    seen: set[Any] = set()
+    for item in items or []:
+        key = item.get("key")
+        if is_known(key) and key in seen:
+            diags.add_error(f'duplicate {owner} metadata key "{key}"', "", path=path)
+            return
+        seen.add(key)
+
+
 def url_error(value: str) -> str:
     """What Go's url.Parse rejects in an icon or URL (Coder's helpers.ValidateURL), in its words: a `%` not
     followed by two hex digits, or an ASCII control character."""

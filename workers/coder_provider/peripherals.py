@@ -21,6 +21,7 @@ from workers.coder_provider.base import (
     check_not_empty,
     check_one_of,
     check_string_match,
+    check_unique_keys,
     check_url,
     computed,
     is_known,
@@ -37,6 +38,8 @@ APP_CONFLICTS = {
     "external": ("healthcheck", "command", "subdomain", "share"),
     "healthcheck": ("command",),
 }
+# Coder's provider's length limits on an app's texts: (argument, as its error names it, most characters).
+APP_TEXT_LIMITS = (("display_name", "display name", 64), ("group", "group name", 64), ("tooltip", "tooltip", 2048))
 # What Coder's provider accepts as an environment variable name.
 ENV_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
@@ -81,9 +84,7 @@ class AppResource(CoderResource):
                 "",
                 path=["slug"],
             )
-        for field, label, limit in (("display_name", "display name", 64), ("group", "group name", 64)) + (
-            ("tooltip", "tooltip", 2048),
-        ):
+        for field, label, limit in APP_TEXT_LIMITS:
             value = config.get(field)
             if is_known(value) and len(str(value)) > limit:
                 diags.add_error(f"{label} is too long (max {limit} characters)", "", path=[field])
@@ -184,13 +185,7 @@ class MetadataResource(CoderResource):
     )
 
     def check(self, diags: Diagnostics, config: State) -> None:
-        seen: set[str] = set()
-        for item in config.get("item") or []:
-            key = item.get("key")
-            if is_known(key) and key in seen:
-                diags.add_error(f'duplicate resource metadata key "{key}"', "", path=["item"])
-                break
-            seen.add(key)
+        check_unique_keys(diags, config.get("item"), "resource", ["item"])
 
     def shape_plan(self, planned: State) -> State:
         # is_null is derived from value, so it is known whenever the value is, as in Coder's provider.
