@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -58,10 +59,11 @@ NOT_OUR_PROVIDER = (
     # `var.x != null && length(var.x) > 0`: Terraform short-circuits && and || from 1.12 on; older ones evaluate
     # length(null) and fail (coder-labs/copilot under Terraform 1.11).
     (
-        re.compile(r"argument must not be null\. \[[^]]*(&&|\|\|)"),
+        re.compile(r"^(?=.*argument must not be null)(?=.*(&&|\|\|))"),
         "Terraform before 1.12 does not short-circuit && and ||",
     ),
 )
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 TEST_TIMEOUT_SECONDS = 1800
 # Modules call each other through Coder's module registry, which is offline here; the checkout holds them all.
 CODER_MODULE = re.compile(r'(\bsource\s*=\s*)"registry\.coder\.com/([^/"]+)/([^/"]+)/coder"')
@@ -211,7 +213,7 @@ def declared_runs(directory: Path) -> list[tuple[str, str]]:
 
 
 def folded(text: str) -> str:
-    return " ".join(text.split())
+    return " ".join(ANSI_ESCAPE.sub("", text).split())
 
 
 def failure_outcome(message: str) -> tuple[Outcome, str]:
@@ -338,28 +340,41 @@ BUN_TEST_TIMEOUT_SECONDS = 1800
 class BunTest:
     module: str
     name: str
-    outcome: Literal["passed", "failed", "needs docker", "other"]
+    outcome: Literal["passed", "failed", "can't init", "needs docker", "other"]
     message: str = ""
 
 
-def run_bun_tests(registry: Path, bun: Path, env: dict[str, str], only: Sequence[str], jobs: int) -> list[BunTest]:
+def terraform_command(terraform: TerraformBinary, directory: Path) -> Path:
+    """`terraform` as the bun tests call it (by name, on PATH), starting the Terraform chosen for the bench."""
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / "terraform"
+    script.write_text(f'#!/bin/sh\nexec {shlex.join(terraform.command)} "$@"\n')
+    script.chmod(0o755)
+    return directory
+
+
+def run_bun_tests(
+    registry: Path, bun: Path, terraform: TerraformBinary, env: dict[str, str], only: Sequence[str], jobs: int
+) -> list[BunTest]:
     """`registry`: the copy's `registry` directory (see copy_registry); bun runs from the checkout above it."""
     files = sorted(registry.glob("*/modules/*/main.test.ts"))
     if only:
         files = [path for path in files if path.parent.name in only or module_name(path.parent) in only]
-    bun_env = {**env, "PATH": f"{bun.parent}{os.pathsep}{env.get('PATH', '')}"}
+    commands = terraform_command(terraform, registry.parent / "bin")
+    bun_env = {**env, "PATH": os.pathsep.join((str(commands), str(bun.parent), env.get("PATH", "")))}
 
     def run_file(test_file: Path) -> list[BunTest]:
         done = subprocess.run(
             [str(bun), "test", str(test_file.relative_to(registry.parent)), "--timeout", "120000"],
             cwd=registry.parent,
             env=bun_env,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,  # one stream: a test's error output comes just before its result line
             text=True,
             timeout=BUN_TEST_TIMEOUT_SECONDS,
             check=False,
         )
-        return parse_bun_output(module_name(test_file.parent), done.stdout + done.stderr)
+        return parse_bun_output(module_name(test_file.parent), done.stdout)
 
     print(f"bun test: {len(files)} files, {jobs} at a time", flush=True)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -370,7 +385,8 @@ BUN_LINE = re.compile(r"^\((pass|fail|skip|todo)\) (.+?)(?: \[[\d.]+m?s\])?$")
 
 
 def parse_bun_output(module: str, output: str) -> list[BunTest]:
-    """bun prints a test's error output, then its `(fail) name` line; `(unnamed)` is a hook (setup.ts's clean-up)."""
+    """bun prints a test's error output, then its `(pass|fail) name` line; a `(unnamed)` one is a failed hook (a
+    beforeAll's `terraform init`, setup.ts's Docker clean-up), counted only when it failed for a reason of its own."""
     results: list[BunTest] = []
     pending: list[str] = []
     for line in output.splitlines():
@@ -381,14 +397,18 @@ def parse_bun_output(module: str, output: str) -> list[BunTest]:
         status, full_name = match.groups()
         message = folded("\n".join(pending[-40:]))
         pending = []
-        if full_name == "(unnamed)":
+        needs_docker = any(sign in message for sign in DOCKER_MISSING)
+        if full_name.endswith("(unnamed)") and (status != "fail" or needs_docker):
             continue
         if status == "pass":
             results.append(BunTest(module, full_name, "passed"))
-        elif any(sign in message for sign in DOCKER_MISSING):
+        elif needs_docker:
             results.append(BunTest(module, full_name, "needs docker"))
+        elif status == "fail" and any(pattern in message for pattern in UNREACHABLE):
+            results.append(BunTest(module, full_name, "can't init", message[-600:]))
         elif status == "fail":
-            results.append(BunTest(module, full_name, "failed", message[-1200:]))
+            outcome, reason = failure_outcome(message)
+            results.append(BunTest(module, full_name, outcome, reason[-1200:]))
         else:
             results.append(BunTest(module, full_name, "other", status))
     return results
@@ -397,15 +417,17 @@ def parse_bun_output(module: str, output: str) -> list[BunTest]:
 def print_bun_report(results: Sequence[BunTest]) -> None:
     print("\n== bun tests: failures ==")
     for result in results:
-        if result.outcome in ("failed", "other"):
+        if result.outcome in ("failed", "can't init", "other"):
             print(f"[{result.outcome}] {result.module} :: {result.name}\n    {result.message}")
     counts = Counter(result.outcome for result in results)
     print("\n== bun tests: totals ==")
     print(f"tests: {len(results)}")
-    for outcome in ("passed", "failed", "needs docker", "other"):
+    for outcome in ("passed", "failed", "can't init", "needs docker", "other"):
         print(f"  {outcome:12} {counts[outcome]}")
     without_docker = len(results) - counts["needs docker"]
     print(f"passed without Docker: {counts['passed']}/{without_docker}")
+    can_init = without_docker - counts["can't init"]
+    print(f"passed of those that can init: {counts['passed']}/{can_init}")
 
 
 def main() -> None:
@@ -439,7 +461,8 @@ def main() -> None:
                 reports = list(pool.map(lambda path: test_module(path, terraform, env), directories))
             print_terraform_report(reports)
         if arguments.bun is not None:
-            print_bun_report(run_bun_tests(modules, arguments.bun.resolve(), env, arguments.only, arguments.jobs))
+            bun = arguments.bun.resolve()
+            print_bun_report(run_bun_tests(modules, bun, terraform, env, arguments.only, arguments.jobs))
 
 
 if __name__ == "__main__":
