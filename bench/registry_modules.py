@@ -381,6 +381,7 @@ def run_bun_tests(
         return [result for results in pool.map(run_file, files) for result in results]
 
 
+BUN_RECAP = re.compile(r"^\d+ tests? failed:$")
 BUN_LINE = re.compile(r"^\((pass|fail|skip|todo)\) (.+?)(?: \[[\d.]+m?s\])?$")
 
 
@@ -390,6 +391,8 @@ def parse_bun_output(module: str, output: str) -> list[BunTest]:
     results: list[BunTest] = []
     pending: list[str] = []
     for line in output.splitlines():
+        if BUN_RECAP.match(line.strip()):
+            break  # the recap lists the failed tests' result lines again, without their output
         match = BUN_LINE.match(line.strip())
         if not match:
             pending.append(line)
