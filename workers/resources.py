@@ -106,7 +106,9 @@ def _parameter(instance: Instance) -> RichParameter:
         RichParameter,
         values,
         instance.address,
-        required=values.get("default") is None,
+        # As Coder's server reads it: required unless the provider says a default was written (`optional`), which
+        # also covers `default = ""`, kept out of the state as null. States of old providers have no `optional`.
+        required=not values["optional"] if values.get("optional") is not None else values.get("default") is None,
         default_value=values.get("default"),
         options=values.get("option") or [],
         validation_regex=validation.get("regex"),

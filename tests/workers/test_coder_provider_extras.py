@@ -10,6 +10,8 @@ import pytest
 
 from tests.workers.conftest import TemplateDir, resource_values
 from workers.coder_provider.presets import ScheduleError, check_prebuild_cron, schedules_overlap
+from workers.resources import parse_show_json
+from workers.terraform import parameter_env_name
 
 Template = Callable[..., TemplateDir]
 TASK_ID = "7d8d4c2e-fb57-44f9-a183-22509819c2e7"
@@ -350,3 +352,37 @@ def test_unreadable_schedules_are_named_in_the_overlap_check(first: str, second:
 )
 def test_prebuild_cron_is_read_as_robfig_cron_reads_it(spec: str, message: str) -> None:
     assert check_prebuild_cron(spec) == message
+
+
+EMPTY_DEFAULTS = """
+data "coder_parameter" "branch" {
+  name    = "branch"
+  default = ""
+}
+data "coder_parameter" "motd" {
+  name    = "motd"
+  default = "hello"
+}
+data "coder_parameter" "token" {
+  name = "token"
+}
+"""
+
+
+def test_an_empty_default_reads_back_null_yet_the_parameter_stays_optional(template: Template) -> None:
+    """Coder's provider keeps `default = ""` out of its state (the registry's dotfiles module tests for the null),
+    and Coder's server takes `optional`, not the default, to decide whether a parameter is required."""
+    plan = template(EMPTY_DEFAULTS).plan({parameter_env_name("token"): "t0ken"})
+
+    branch, motd, token = (
+        resource_values(plan, f"data.coder_parameter.{name}") for name in ("branch", "motd", "token")
+    )
+    assert (branch["default"], branch["optional"], branch["value"]) == (None, True, "")
+    assert (motd["default"], motd["optional"], motd["value"]) == ("hello", True, "hello")
+    assert (token["default"], token["optional"], token["value"]) == (None, False, "t0ken")
+    read = {parameter.name: parameter for parameter in parse_show_json(plan).parameters}
+    assert [(read[name].required, read[name].default_value) for name in ("branch", "motd", "token")] == [
+        (False, ""),
+        (False, "hello"),
+        (True, ""),
+    ]

@@ -143,6 +143,10 @@ class ParameterDataSource(CoderDataSource):
         except ParameterError as exc:
             diags.add_error(f"Invalid parameter {name!r}", f"coder_parameter {name!r}: {exc.summary}: {exc}")
             return None
+        # Coder's provider (SDKv2) keeps an empty default out of its state: `default = ""` reads back as null, while
+        # `optional` above still says a default was written (modules test for the null: coder/dotfiles).
+        if state["default"] == "":
+            state["default"] = None
         return state
 
     @staticmethod
