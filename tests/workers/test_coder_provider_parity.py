@@ -218,3 +218,65 @@ def test_rules_accept_what_coder_accepts(
     values = resource_values(use(workdir, source).apply(), address)
 
     assert {key: values[key] for key in expected} == expected
+
+
+# Coder's form-type matrix, as its documentation tabulates it: for each type, with options and without, the forms
+# it takes, the one it gets when none is written first. Every other pairing (and `error`, which no parameter may
+# ask for) is refused. Written out here, not read from protocol/parameters.py, so that the two are checked
+# against each other.
+ACCEPTED_FORMS = {
+    ("string", True): ["radio", "dropdown"],
+    ("string", False): ["input", "textarea"],
+    ("number", True): ["radio", "dropdown"],
+    ("number", False): ["input", "slider"],
+    ("bool", True): ["radio", "dropdown"],
+    ("bool", False): ["checkbox", "switch"],
+    ("list(string)", True): ["radio", "multi-select"],
+    ("list(string)", False): ["tag-select"],
+}
+EVERY_FORM = [
+    "", "radio", "slider", "input", "dropdown", "checkbox", "switch", "multi-select", "tag-select", "textarea", "error"
+]  # fmt: skip
+
+
+def form_type_parameter(kind: str, with_options: bool, form: str) -> tuple[str, str]:
+    """A parameter of ``kind`` asking for ``form`` ("" for none), with two options or none: its name and HCL."""
+    name = f"{kind.replace('(', '-').replace(')', '')}-{'options' if with_options else 'plain'}-{form or 'default'}"
+    values = {"string": ('"a"', '"b"'), "number": ("1", "2"), "bool": ('"true"', '"false"')}.get(kind)
+    if kind == "list(string)":  # a multi-select's options are its items; a radio's are whole lists
+        values = ('"red"', '"blue"') if form == "multi-select" else ('jsonencode(["red"])', 'jsonencode(["blue"])')
+    default = {"string": '"a"', "number": "1", "bool": '"true"', "list(string)": 'jsonencode(["red"])'}[kind]
+    options = "".join(f'\n  option {{\n    name = "o{index}"\n    value = {value}\n  }}' for index, value in
+                      enumerate(values or ()) if with_options)  # fmt: skip
+    form_line = f'\n  form_type = "{form}"' if form else ""
+    body = f'name = "{name}"\n  type = "{kind}"\n  default = {default}{form_line}{options}'
+    return name, f'data "coder_parameter" "{name}" {{\n  {body}\n}}\n'
+
+
+def test_form_types_follow_coders_matrix_with_the_default_first(workdir: TemplateDir) -> None:
+    accepted = [
+        (form_type_parameter(kind, with_options, form), forms[0] if form == "" else form)
+        for (kind, with_options), forms in ACCEPTED_FORMS.items()
+        for form in ["", *forms]
+    ]
+    plan = use(workdir, "".join(source for (_, source), _ in accepted)).plan()
+    computed = {name: resource_values(plan, f"data.coder_parameter.{name}")["form_type"] for (name, _), _ in accepted}
+    assert computed == {name: expected for (name, _), expected in accepted}
+
+
+def test_every_other_form_type_is_refused_naming_the_forms_allowed(workdir: TemplateDir) -> None:
+    refused = [
+        (kind, with_options, form)
+        for (kind, with_options), forms in ACCEPTED_FORMS.items()
+        for form in EVERY_FORM
+        if form and form not in forms
+    ]
+    assert len(refused) == 65  # 88 pairings of 4 types, options or not, and 11 forms, less the 23 accepted
+    output = use(workdir, "".join(form_type_parameter(*case)[1] for case in refused)).plan_error()
+    for kind, with_options, form in refused:
+        allowed = ACCEPTED_FORMS[(kind, with_options)]
+        when = ""
+        if form in ACCEPTED_FORMS[(kind, not with_options)]:  # right for the type, wrong for having options or not
+            when = " when options exist" if with_options else " when options do not exist"
+        words = f'"form_type" attribute="{form}" is not supported for "type"="{kind}"{when}'
+        assert f"{words}, choose one of [{' '.join(allowed)}]" in output, (kind, with_options, form)
