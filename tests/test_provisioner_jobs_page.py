@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import PASSWORD, Persona
-from tests.support.daemon import FakeDaemon, push_version
+from tests.support import bulk
+from tests.support.daemon import FakeDaemon, import_template, push_version
 from tests.support.web import first_event, sign_in, stream_url
 
 
@@ -69,3 +71,14 @@ def test_a_stream_for_a_status_that_does_not_exist_is_refused(
     sign_in(client, "bob@example.com", PASSWORD)
     refused = client.get("/provisioners/jobs/events?status=lost")
     assert refused.status_code == 400 and "Unknown job status" in refused.get_data(as_text=True)
+
+
+def test_jobs_are_counted_ten_pages_ahead(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:
+    """Every build and import is a job: an exact count would grow with all of them, on every page and refresh."""
+    template = import_template(client, personas, FakeDaemon(client))
+    bulk.add_versions(app, template["active_version_id"], 280)  # 281 jobs: more than eleven pages of 25
+    sign_in(client, "bob@example.com", PASSWORD)
+    page = client.get("/provisioners/jobs").get_data(as_text=True)
+    assert "More than 275 jobs" in page and "1–25 of more than 275" in page and "Page 1 of 11+" in page
+    last = client.get("/provisioners/jobs?page=12").get_data(as_text=True)  # counted from there, exactly
+    assert "281 jobs" in last and "276–281 of 281" in last

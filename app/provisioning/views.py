@@ -95,7 +95,8 @@ def jobs_events() -> Response:
 
 
 def _jobs_page(status: str, number: int) -> Page:
-    return page_of(overview.all_jobs_query(overview.parse_statuses([status])), number)
+    # Counted only ten pages ahead: every build and import is a job, and an exact count would grow with all of them.
+    return page_of(overview.all_jobs_query(overview.parse_statuses([status])), number, pages_ahead=10)
 
 
 def _jobs_state(page: Page) -> tuple[list[tuple[str, str]], int]:
