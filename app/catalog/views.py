@@ -142,8 +142,8 @@ def show(name: str) -> str:
 
 @bp.get("/templates/<name>/versions/events")
 def versions_events(name: str) -> Response:
-    """`refresh` when the template page's page of versions (?page=) changes: an import ends, one is archived or
-    published, or a new one is pushed."""
+    """`refresh` when the template page's page of versions (?page=) changes. Checked on job notices (a version
+    pushed, an import ending); a publish or an archive by someone else shows with the next one."""
     template_id, number = services.get_template_by_name(name).id, requested_page()
 
     def live_state() -> object:
