@@ -5,6 +5,7 @@ Also the queue notice a pending job's page polls, which members see for their ow
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from flask import flash, redirect, render_template, request, url_for
@@ -73,7 +74,7 @@ def jobs() -> tuple[str, int]:
     """Every job, newest first, a page at a time; ``?status=`` picks one status (the jobs API's filter)."""
     status = request.args.get("status", "").strip()
     try:
-        page, error = _jobs_page(status, requested_page()), ""
+        page, error = _jobs_page(overview.parse_statuses([status]), requested_page()), ""
     except InvalidInput as exc:  # a hand-edited address: the page says which statuses there are
         page, error = Page.empty(), exc.message
     context = {"page": page, "views": overview.views_of(page.rows), "status": status, "error": error}
@@ -85,18 +86,18 @@ def jobs() -> tuple[str, int]:
 @require_role(*ADMINS)
 def jobs_events() -> Response:
     """`refresh` when a job on the jobs page's page (?page=, ?status=) changes status, or the list moves on."""
-    status, number = request.args.get("status", "").strip(), requested_page()
-    _jobs_page(status, number)  # a status that does not parse is refused here, not in the stream
+    # A status that does not parse is refused here (400), before the stream starts.
+    statuses, number = overview.parse_statuses([request.args.get("status", "").strip()]), requested_page()
 
     def live_state() -> object:
-        return _jobs_state(_jobs_page(status, number))
+        return _jobs_state(_jobs_page(statuses, number))
 
     return event_stream(follow_statuses(get_relay(), live_state, seen=request.args.get("seen")))
 
 
-def _jobs_page(status: str, number: int) -> Page:
+def _jobs_page(statuses: Sequence[str], number: int) -> Page:
     # Counted only ten pages ahead: every build and import is a job, and an exact count would grow with all of them.
-    return page_of(overview.all_jobs_query(overview.parse_statuses([status])), number, pages_ahead=10)
+    return page_of(overview.all_jobs_query(statuses), number, pages_ahead=10)
 
 
 def _jobs_state(page: Page) -> tuple[list[tuple[str, str]], int]:
