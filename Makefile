@@ -6,7 +6,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT    := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev agent-bundle system-deps oidc-deps axe-deps run lint test bench clean
+.PHONY: help install install-dev agent-bundle system-deps oidc-deps axe-deps run lint test test-quick bench clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -76,8 +76,15 @@ lint: install-dev ## ruff, formatting, mypy --strict and the import contracts
 	$(BIN)/mypy app workers cli agent protocol
 	$(BIN)/lint-imports
 
+# Parallel workers: most tests wait on processes (servers, Terraform, agents, a browser), so more workers than cores
+# finish sooner; tests/conftest.py groups each module on one worker and the fault tests on one worker of their own.
+TEST_WORKERS ?= 4
+
 test: install-dev system-deps oidc-deps axe-deps lint ## install everything the tests need, then lint and run the whole suite
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+
+test-quick: install-dev lint ## lint, then the unit and in-process tests (no servers, browsers or fault tests)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not e2e and not browser and not faults"
 
 bench: install-dev ## run the benchmarks (they print figures; see bench/README.md)
 	$(BIN)/python bench/api_latency.py

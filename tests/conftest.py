@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import redis
 from flask import Flask
 from flask.testing import FlaskClient
 from flask_migrate import upgrade
+from werkzeug.security import generate_password_hash
 
 from app.core.config import Settings, load_settings
 from app.core.extensions import db
@@ -31,6 +33,58 @@ PASSWORD = "correct-horse-battery"
 
 def pytest_configure(config: pytest.Config) -> None:
     _take_the_stop_signals()
+
+
+# Modules that stop or starve what they share (a network namespace's link, the PostgreSQL cluster, Redis) or hold a
+# server under load on purpose (floods, slowloris, the soak, a 6 s hang timeout): in parallel runs they take turns
+# on one worker, so that none of them is another's fault.
+FAULTS = {
+    "test_network_faults", "test_database_outage", "test_soak", "test_slowloris", "test_live_limits",
+    "test_live_limits_websockets", "test_provisioner_reliability",
+}  # fmt: skip
+# What a module uses that makes it end to end (a real `slipway server`, daemons or agents) or a browser test.
+E2E_SUPPORT = (
+    "tests.support.server", "tests.support.deployment", "tests.support.provisionerd", "tests.support.soak",
+    "tests.support.agent_bundle", "tests.support.http_daemon",
+)  # fmt: skip
+BROWSER_SUPPORT = ("tests.support.browser", "playwright.")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks each test for the slices a developer runs (``-m "not e2e"``) and groups it for parallel workers:
+    a module's tests run on one worker, so that its module-scoped servers and browsers start once; the fault
+    modules share one group. The groups that take longest (faults, then browsers, then servers) are handed out
+    first, so that no worker starts a long one at the end of the run."""
+    for item in items:
+        module = item.path.stem
+        uses = _support_used_by(item)
+        if module in FAULTS:
+            item.add_marker(pytest.mark.faults)
+        if uses & {"browser"}:
+            item.add_marker(pytest.mark.browser)
+        if uses & {"e2e", "browser"} or module in FAULTS:
+            item.add_marker(pytest.mark.e2e)
+        item.add_marker(pytest.mark.xdist_group("faults" if module in FAULTS else item.nodeid.split("::")[0]))
+    weight = {"faults": 0, "browser": 1, "e2e": 2}
+    items.sort(
+        key=lambda item: min((weight[mark.name] for mark in item.iter_markers() if mark.name in weight), default=3)
+    )
+
+
+def _support_used_by(item: pytest.Item) -> set[str]:
+    """Which kinds of real parts the item's module uses, from what it imported."""
+    module = getattr(item, "module", None)
+    found: set[str] = set()
+    for value in vars(module).values() if module is not None else ():
+        origin = getattr(value, "__module__", None) or getattr(value, "__name__", "")
+        if not isinstance(origin, str):
+            continue
+        if origin.startswith(BROWSER_SUPPORT):
+            found.add("browser")
+        elif origin.startswith(E2E_SUPPORT):
+            found.add("e2e")
+    return found
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -96,7 +150,26 @@ def migrated_templates(
     return {"sqlite": str(sqlite_file), "postgresql": "slipway_template"}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each module (or test) that reaches the database says on which: both where its SQL can differ between them
+    (queries, locking, claims, migrations, search, paging, JSON, concurrency), SQLite alone where it cannot (route
+    guards, forms, pages). A module that says neither is refused at collection, so none is forgotten."""
+    if "database_url" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("databases")
+    if marker is None or not marker.args or set(marker.args) - set(BACKENDS):
+        raise pytest.UsageError(
+            f"{metafunc.definition.nodeid} reaches the database: mark its module (or it) with "
+            f'pytest.mark.databases("sqlite") or pytest.mark.databases("sqlite", "postgresql") '
+            f"(both when its SQL can differ between the databases)"
+        )
+    metafunc.parametrize("database_url", marker.args, indirect=True)
+
+
+@pytest.fixture
 def database_url(
     request: pytest.FixtureRequest,
     tmp_path: Path,
@@ -184,12 +257,19 @@ class Persona:
 def personas(app: Flask) -> dict[str, Persona]:
     """alice (owner), bob (template admin), carol and dave (members), each with a session token."""
     people = {}
-    with app.app_context():
+    # The real hash of PASSWORD (scrypt, salted), computed once per run rather than four times per test.
+    with app.app_context(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(services, "generate_password_hash", _hash_once)
         for name, role_list in PERSONA_ROLES.items():
             user = services.create_user(name, f"{name}@example.com", PASSWORD, role_list)
             token = issue_session_token(user, 3600)
             people[name] = Persona(user.id, name, user.email, PASSWORD, token)
     return people
+
+
+@functools.cache
+def _hash_once(password: str) -> str:
+    return generate_password_hash(password)
 
 
 def run_cli(

@@ -17,6 +17,8 @@ from app.users import services
 from app.users.models import ApiKey, User
 from tests.conftest import PASSWORD, Persona
 
+pytestmark = pytest.mark.databases("sqlite")
+
 FIRST = {"username": "alice", "email": "alice@example.com", "password": PASSWORD}
 
 

@@ -28,6 +28,8 @@ from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template
 from tests.support.web import sign_in
 
+pytestmark = pytest.mark.databases("sqlite")
+
 TOKEN = "9b1deb4d-3b7d-4bad-9bdd-2b0d7b3dcb6d"
 UPGRADE = {
     "Upgrade": "websocket",

@@ -10,6 +10,8 @@ from app.agents.proxy import SLIPWAY_COOKIES, AppRequestPath, app_request_path, 
 from tests.conftest import PASSWORD
 from tests.support.web import CSRF_PATTERN
 
+pytestmark = pytest.mark.databases("sqlite")
+
 ROUTE = ("alice", "ws.main", "dev")
 
 

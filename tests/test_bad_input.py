@@ -15,6 +15,8 @@ from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template
 from tests.support.web import sign_in
 
+pytestmark = pytest.mark.databases("sqlite")
+
 NESTED = "[" * 50_000 + "]" * 50_000
 
 

@@ -7,11 +7,14 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import Persona
 from tests.support.daemon import FakeDaemon, held_first_build, import_template
+
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
 RACERS = 20
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from flask import Flask, render_template_string
 from flask.testing import FlaskClient
 
 from app.core.templating import duration_element, time_ago_element
 from tests.conftest import PASSWORD, Persona
 from tests.support.web import post_form, sign_in
+
+pytestmark = pytest.mark.databases("sqlite")
 
 COPY_BUTTON = '<button type="button" class="btn btn-small copy" data-copy aria-label="Copy {what}">Copy</button>'
 

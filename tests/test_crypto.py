@@ -102,6 +102,8 @@ def test_keys_come_from_the_setting_or_its_file(tmp_path: Path) -> None:
         (base64.b64encode(os.urandom(16)).decode(), "key 1 is 16 bytes"),
         (text_of(FIRST, FIRST), "key 2 is given twice"),
     ],
+    # Named, not by their random keys: parallel workers must collect the same test ids.
+    ids=["not-base64", "second-key-short", "first-key-short", "key-repeated"],
 )
 def test_bad_key_text_is_a_clear_settings_error(value: str, expected: str) -> None:
     with pytest.raises(SettingsError) as caught:

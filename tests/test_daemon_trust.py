@@ -24,6 +24,8 @@ from tests.conftest import Persona
 from tests.support.daemon import PSK_HEADERS, FakeDaemon, push_version
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 WAIT = "/jobs/wait"
 
 

@@ -22,6 +22,8 @@ from tests.support.server import ServerProcess
 from tests.support.waiting import wait_until
 from tests.support.web import sign_in
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 OUTAGE_SECONDS = 15.0
 
 

@@ -16,6 +16,8 @@ from app.core.disk import MIN_FREE_BYTES
 from tests.conftest import PASSWORD, make_settings
 from tests.support.web import sign_in
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 AppFactory = Callable[[Settings], Flask]
 
 

@@ -28,6 +28,8 @@ from tests.support.archives import tar_of
 from tests.support.secret_flow import ENV_SECRET, SENSITIVE_VALUE, STATE, run_the_flow
 from tests.support.server import SLIPWAY, ServerProcess, run_server_once
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 OLD, NEW = os.urandom(32), os.urandom(32)
 OLD_ID, NEW_ID = EncryptionKey(OLD).key_id, EncryptionKey(NEW).key_id
 

@@ -36,6 +36,8 @@ from tests.support.net import free_port
 from tests.support.oidc import OidcProvider, git_provider_client, provider_sign_in
 from tests.support.web import post_form, sign_in
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 RP_URL = "http://localhost"
 CLIENT = git_provider_client(RP_URL, "idp", "slipway-git", "git-secret")
 DEVICE_CLIENT = {

@@ -21,6 +21,8 @@ from tests.test_workspace_updates import World
 from workers.terraform.executor import _StepOutput
 from workers.terraform.logs import event_lines, render_diagnostic, tf_log_level
 
+pytestmark = pytest.mark.databases("sqlite")
+
 # What `terraform apply -json` prints for a local-exec provisioner that exits 1.
 PROVISIONER_ERROR = {
     "@level": "error",

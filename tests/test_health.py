@@ -3,11 +3,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
 from app.core.config import Settings
 from tests.conftest import make_settings
+
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
 AppFactory = Callable[[Settings], Flask]
 

@@ -23,6 +23,8 @@ from tests.support.server import ServerProcess
 from tests.support.waiting import wait_until
 from tests.support.web import sign_in
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 
 @pytest.fixture
 def settings(tmp_path: Any, database_url: str, redis_server: str) -> Settings:

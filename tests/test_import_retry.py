@@ -13,6 +13,8 @@ from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, push_version
 from tests.support.web import post_form, sign_in
 
+pytestmark = pytest.mark.databases("sqlite")
+
 
 def failed_import(client: FlaskClient, personas: dict[str, Persona], daemon: FakeDaemon) -> dict[str, Any]:
     version = push_version(client, personas["bob"], tags={"region": "eu"})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -14,6 +15,8 @@ from app.provisioning.daemons import fail_jobs_held_by
 from app.workspaces.models import WorkspaceBuild
 from tests.conftest import Persona
 from tests.support.daemon import FakeDaemon, held_first_build, import_template
+
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
 STATE = b'{"version": 4, "serial": 7, "resources": [{"type": "terraform_data", "name": "home"}]}'
 

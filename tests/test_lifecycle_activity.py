@@ -17,6 +17,8 @@ from tests.conftest import Persona
 from tests.support.queries import counted
 from tests.test_lifecycle_executor import World
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 
 @pytest.fixture
 def world(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> World:

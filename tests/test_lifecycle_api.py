@@ -13,6 +13,8 @@ from flask.testing import FlaskClient
 from tests.conftest import Persona
 from tests.support.daemon import FakeDaemon, held_first_build, import_template
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 
 @pytest.fixture
 def setup(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from app.workspaces.models import Workspace, WorkspaceBuild
 from tests.conftest import Persona
 from tests.support.daemon import FakeDaemon, import_template
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 HOUR = timedelta(hours=1)
 
 

@@ -20,6 +20,8 @@ from tests.conftest import PASSWORD, Persona
 from tests.support.web import csrf_token, post_form, sign_in
 from tests.test_workspace_updates import PARAMETERS_V2, World
 
+pytestmark = pytest.mark.databases("sqlite")
+
 
 @pytest.fixture
 def world(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> World:

@@ -7,6 +7,7 @@ import multiprocessing
 from datetime import UTC, datetime, timedelta
 from multiprocessing.synchronize import Barrier
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import case, func, select
@@ -18,6 +19,8 @@ from app.workspaces import services
 from app.workspaces.models import WorkspaceBuild
 from tests.conftest import Persona
 from tests.support.daemon import FakeDaemon, import_template
+
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
 WORKSPACES = 40
 TICKS = 50

@@ -29,6 +29,8 @@ from tests.support.daemon import FakeDaemon, import_template
 from tests.support.waiting import wait_until
 from tests.support.web import sign_in
 
+pytestmark = pytest.mark.databases("sqlite")
+
 PER_USER = 2
 
 

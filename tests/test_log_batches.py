@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -13,6 +14,8 @@ from app.provisioning.daemons import _advance_log_count
 from app.provisioning.models import ProvisionerJob, ProvisionerJobLog
 from tests.conftest import Persona
 from tests.support.daemon import FakeDaemon, running_import
+
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
 
 def _lines(*outputs: str) -> list[dict[str, str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import urllib.parse
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -13,6 +14,8 @@ from app.provisioning.models import ProvisionerJob
 from tests.conftest import Persona
 from tests.support.archives import tar_of
 from tests.support.daemon import FakeDaemon
+
+pytestmark = pytest.mark.databases("sqlite")
 
 SECRET = "s3cr3t-token-value"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import update
@@ -17,6 +18,8 @@ from app.provisioning.models import ProvisionerJob
 from app.provisioning.retention import KEEP_FIRST, KEEP_LAST, trim_old_logs
 from tests.conftest import Persona
 from tests.support.daemon import running_import
+
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
 THIRTY_DAYS = 30 * 86400
 

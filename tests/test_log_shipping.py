@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -14,6 +15,8 @@ from tests.support.daemon import PSK_HEADERS, FakeDaemon, running_import
 from tests.support.network_faults import UnreliableNetwork
 from workers.client import ProvisionerClient
 from workers.logship import LogShipper
+
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
 
 def _shipper_for(app: Flask, client: FlaskClient, personas: dict[str, Persona], network: UnreliableNetwork) -> tuple[

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -7,6 +8,8 @@ from flask import Flask
 
 from app.core.extensions import db
 from app.factory import MIGRATIONS_DIR
+
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
 
 def test_there_is_exactly_one_migration_head() -> None:

@@ -29,6 +29,8 @@ from tests.support.net import free_port
 from tests.support.notifications import SECRET, Mailbox, Receiver, authenticate
 from tests.support.web import sign_in
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 
 @pytest.fixture
 def ports() -> dict[str, int]:

@@ -25,6 +25,8 @@ from app.users.models import User
 from app.users.services import allow_oidc_linking, update_user
 from tests.conftest import Persona
 
+pytestmark = pytest.mark.databases("sqlite")
+
 OIDC = {"oidc_issuer_url": "http://idp.example", "oidc_client_id": "slipway"}
 
 

@@ -26,6 +26,8 @@ from tests.conftest import PASSWORD, Persona, make_settings
 from tests.support.oidc import CLIENT_ID, CLIENT_SECRET, OidcProvider, provider_sign_in
 from tests.support.web import csrf_token, post_form, sign_in
 
+pytestmark = pytest.mark.databases("sqlite")
+
 RP_URL = "http://localhost"  # the test client's own base URL, so the provider's redirect lands on the app
 ACCOUNTS = {
     # Someone who set alice's address at the provider, which says nothing about verifying it.

@@ -22,6 +22,8 @@ from workers.job_control import RunnerSettings
 from workers.outbox import Outbox, Undelivered
 from workers.runner import JobRunner
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 
 def test_entries_round_trip_privately_and_an_unreadable_one_is_set_aside(tmp_path: Path) -> None:
     outbox = Outbox(tmp_path / "outbox")

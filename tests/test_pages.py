@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import update
@@ -13,6 +14,8 @@ from app.core.extensions import db
 from app.users.models import BrowserSession, User
 from tests.conftest import PASSWORD, Persona
 from tests.support.web import csrf_token, post_form, sign_in
+
+pytestmark = pytest.mark.databases("sqlite")
 
 
 def test_first_visit_leads_to_setup_and_creates_the_owner(client: FlaskClient) -> None:

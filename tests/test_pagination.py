@@ -25,6 +25,8 @@ from tests.support.daemon import FakeDaemon, import_template, running_import
 from tests.support.web import first_event, post_form, sign_in, stream_url
 from tests.test_query_counts import add_workspaces
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 # Rows of the list's kind: more than two pages of three. Many are copies that share their original's created_at,
 # so that only the id tiebreak keeps pages apart.
 ROWS = 7

@@ -17,6 +17,8 @@ from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template
 from tests.support.web import csrf_token, sign_in
 
+pytestmark = pytest.mark.databases("sqlite")
+
 
 def option(value: str) -> dict[str, str]:
     return {"name": value.title(), "value": value}

@@ -18,6 +18,8 @@ from app.provisioning.models import ProvisionerJob
 from tests.conftest import Persona
 from tests.support.daemon import FakeDaemon, import_template
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 PLAN_FILE = b"PK\x03\x04 a saved plan"
 REVIEW = {
     "destroys": [{"address": "terraform_data.home", "persistent": True, "replace": True, "reasons": ["input"]}],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -16,6 +17,8 @@ from protocol.publicapi import Preset
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import PARAMETERS, RESOURCES, FakeDaemon, import_template, running_import
 from tests.support.web import post_form, sign_in
+
+pytestmark = pytest.mark.databases("sqlite")
 
 EUROPE = {
     "name": "Europe",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -16,6 +17,8 @@ from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template, push_version
 from tests.support.web import first_event, sign_in, stream_url
+
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
 
 def _jobs(client: FlaskClient, persona: Persona, query: str = "") -> list[dict[str, Any]]:

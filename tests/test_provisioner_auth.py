@@ -13,6 +13,8 @@ from app.users.models import User
 from tests.conftest import Persona
 from tests.support.daemon import PSK_HEADERS, FakeDaemon, push_version
 
+pytestmark = pytest.mark.databases("sqlite")
+
 REGISTER = "/api/v2/provisionerd/register"
 
 

@@ -14,6 +14,8 @@ from tests.support import bulk
 from tests.support.daemon import FakeDaemon, import_template, push_version
 from tests.support.web import first_event, sign_in, stream_url
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 
 @pytest.mark.parametrize("who", ["alice", "bob"])
 def test_every_job_is_listed_newest_first_and_narrowed_by_status(

@@ -23,6 +23,8 @@ from tests.conftest import PASSWORD, Persona, get_redis_of
 from tests.support.daemon import FakeDaemon, import_template
 from tests.support.web import sign_in
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 FLOOD = 50
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import base64
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import Persona
 from tests.support.archives import tar_of
 from tests.support.daemon import PSK, RESOURCES, FakeDaemon, import_template, push_version
+
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
 
 def test_import_then_workspace_lifecycle(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 
+import pytest
 from flask.testing import FlaskClient
 
 from protocol.codec import decode_list
@@ -30,6 +31,8 @@ from protocol.publicapi import (
 )
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template
+
+pytestmark = pytest.mark.databases("sqlite")
 
 AGENT_TOKEN = "5f0c8d0e-6d51-4f2a-8d3e-0c9d5c8a2b7e"
 AGENT = {

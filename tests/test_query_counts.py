@@ -3,6 +3,7 @@ once (jobs, queue places, daemon names, builds, resources, agents), never looked
 
 from __future__ import annotations
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -14,6 +15,8 @@ from tests.support import bulk
 from tests.support.daemon import FakeDaemon, import_template
 from tests.support.queries import counted
 from tests.support.web import sign_in
+
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
 SMALL, LARGE = 10, 500
 JOBS_PER_TURN = 10

@@ -36,6 +36,8 @@ from app.workspaces.services import visible_workspaces_query
 from tests.conftest import Persona
 from tests.support.daemon import push_version
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 
 def plan(query: Select[Any], discouraged: tuple[str, ...] = ("seqscan",)) -> str:
     engine = db.engine

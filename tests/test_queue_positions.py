@@ -25,6 +25,8 @@ from protocol.tags import PRIORITY_HIGH, PRIORITY_LOW, normalise_tags, queue_nam
 from tests.conftest import Persona
 from tests.support.daemon import push_version
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 REGIONS = ({}, {"region": "eu"}, {"region": "us"}, {"region": "eu", "gpu": "yes"})
 TERRAFORM = (None, ">= 1.5", ">= 99")
 

@@ -21,6 +21,8 @@ from tests.conftest import Persona, get_redis_of
 from tests.support.daemon import push_version
 from tests.support.queries import counted
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 
 def _pending(app: Flask, client: FlaskClient, personas: dict[str, Persona], count: int) -> list[str]:
     ids = [push_version(client, personas["bob"])["job"]["id"] for _ in range(count)]

@@ -12,6 +12,8 @@ from flask.testing import FlaskClient
 from app.factory import create_app
 from tests.conftest import Persona, make_settings
 
+pytestmark = pytest.mark.databases("sqlite")
+
 # The only routes anyone may call without signing in.
 PUBLIC_ENDPOINTS = {
     "static",

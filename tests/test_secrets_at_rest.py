@@ -8,12 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import psycopg
+import pytest
 from flask import Flask
 from sqlalchemy.engine import make_url
 
 from app.core.extensions import db
 from tests.conftest import Persona
 from tests.support.secret_flow import WORKSPACE_NAME, run_the_flow
+
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
 
 def raw_database(app: Flask) -> bytes:

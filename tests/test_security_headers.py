@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from flask import Flask, Response
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
@@ -19,6 +20,8 @@ from app.core.security_headers import (
 )
 from tests.conftest import PASSWORD, Persona, make_settings
 from tests.support.web import sign_in
+
+pytestmark = pytest.mark.databases("sqlite")
 
 COMMON = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", "X-Frame-Options": "DENY"}
 

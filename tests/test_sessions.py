@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from datetime import timedelta
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select, update
@@ -15,6 +16,8 @@ from app.core.extensions import db
 from app.users.models import BrowserSession
 from tests.conftest import PASSWORD, Persona
 from tests.support.web import csrf_token, post_form, sign_in
+
+pytestmark = pytest.mark.databases("sqlite")
 
 COOKIE = "slipway_session"
 

@@ -8,6 +8,7 @@ import re
 import tarfile
 from typing import Any
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select, update
@@ -20,6 +21,8 @@ from tests.conftest import PASSWORD, Persona
 from tests.support.archives import tar_of
 from tests.support.daemon import PARAMETERS, RESOURCES, FakeDaemon
 from tests.support.web import csrf_token, sign_in
+
+pytestmark = pytest.mark.databases("sqlite")
 
 MAIN_TF = b'resource "terraform_data" "home" {}\n'
 

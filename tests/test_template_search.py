@@ -15,6 +15,8 @@ from app.core.extensions import db
 from tests.conftest import PASSWORD, Persona
 from tests.support.web import sign_in
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 

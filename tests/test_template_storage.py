@@ -26,6 +26,8 @@ from tests.support.archives import tar_of
 from tests.support.daemon import PARAMETERS, RESOURCES, FakeDaemon
 from tests.support.web import csrf_token, post_form, sign_in
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 ARCHIVE_BYTES = 10240  # tar_of pads every small archive to one 10 KiB record
 TAR = {"Content-Type": "application/x-tar"}
 

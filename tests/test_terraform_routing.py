@@ -23,6 +23,8 @@ from tests.support.archives import tar_of
 from tests.support.daemon import FakeDaemon, import_template
 from tests.support.web import sign_in
 
+pytestmark = pytest.mark.databases("sqlite")
+
 
 @pytest.mark.parametrize(
     ("version", "constraints", "expected"),

@@ -16,6 +16,8 @@ from app.users.models import User
 from tests.conftest import PASSWORD, Persona
 from tests.support.web import sign_in
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 
 def names(client: FlaskClient, auth: dict[str, str], query: str) -> list[str]:
     reply = client.get(f"/api/v2/users?{query}", headers=auth)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from flask import Flask
 from sqlalchemy import text
 
@@ -10,6 +11,8 @@ from protocol.usersecrets import secret_env_variable, secret_file_variable
 from tests.conftest import Persona
 from tests.support.daemon import FakeDaemon, import_template
 from tests.support.web import post_form, sign_in
+
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
 SECRETS = "/api/v2/users/me/secrets"
 

@@ -26,6 +26,8 @@ from tests.test_agent_api import START as AGENT_START
 from tests.test_agent_api import World as AgentWorld
 from tests.test_workspace_updates import World
 
+pytestmark = pytest.mark.databases("sqlite")
+
 
 def browser(app: Flask, who: str) -> FlaskClient:
     pages = app.test_client()

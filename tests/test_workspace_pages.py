@@ -6,12 +6,15 @@ import base64
 import io
 from typing import Any
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import RESOURCES, FakeDaemon, import_template
 from tests.support.web import csrf_token, post_form, sign_in
+
+pytestmark = pytest.mark.databases("sqlite")
 
 
 def test_member_creates_and_watches_a_workspace(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:

@@ -18,6 +18,8 @@ from tests.support.archives import tar_of
 from tests.support.daemon import PARAMETERS, RESOURCES, FakeDaemon, import_template
 from tests.support.web import sign_in
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 
 class Fleet:
     """alpha (carol, dev, running), beta (carol, dev, pending), gamma (carol, other, failed), delta (dave, dev,

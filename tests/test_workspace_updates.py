@@ -14,6 +14,8 @@ from tests.conftest import Persona
 from tests.support.archives import tar_of
 from tests.support.daemon import PARAMETERS, RESOURCES, FakeDaemon, import_template
 
+pytestmark = pytest.mark.databases("sqlite", "postgresql")
+
 # v2 drops the "eu" option of region, tightens size to at most 4, and adds a required "zone".
 PARAMETERS_V2 = [
     {**PARAMETERS[0], "validation_max": 4},

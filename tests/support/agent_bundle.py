@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,8 +18,6 @@ import pytest
 
 from cli.wheelhouse import build_wheelhouse
 
-_BUILT: dict[str, Path] = {}
-
 
 def native_platform() -> str:
     arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}[platform.machine().lower()]
@@ -25,13 +25,21 @@ def native_platform() -> str:
 
 
 def native_wheelhouse(factory: pytest.TempPathFactory) -> Path:
-    """Built once per test run, shared by every test module that asks."""
-    if "native" not in _BUILT:
-        directory = factory.mktemp("agent-wheels")
-        report = build_wheelhouse(directory, [native_platform()])
-        assert report.built, f"the wheelhouse could not be built (is PyPI reachable?): {report.platforms[0].errors}"
-        _BUILT["native"] = directory
-    return _BUILT["native"]
+    """Built once per test run, shared by every test module and every parallel worker that asks: the first to
+    come builds it under a lock in the run's shared temp dir, the others wait for it and reuse it."""
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # pytest-of-<user>/pytest-N, above each worker's popen-gwN
+    directory, built = root / "agent-wheels-native", root / "agent-wheels-native.built"
+    with (root / "agent-wheels-native.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not built.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            report = build_wheelhouse(directory, [native_platform()])
+            assert report.built, f"the wheelhouse could not be built (is PyPI reachable?): {report.platforms[0].errors}"
+            built.touch()
+    return directory
 
 
 def base_python() -> Path:

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import itertools
+import os
+import random
 import selectors
 import socket
 import time
@@ -8,12 +11,37 @@ from dataclasses import dataclass
 
 import httpx
 
+# Ports for the servers tests start come from below the kernel's ephemeral range (32768-60999 on Linux), where no
+# outgoing connection or bind to port 0 ever lands, split into one slice per parallel worker (pytest-xdist's gw0,
+# gw1...): a port handed out here and bound a moment later by a server cannot be taken meanwhile by another
+# worker's server or by any client socket. Each slice is walked from a random start so that two runs at once on one
+# machine rarely meet; ServerProcess retries on the bind failure that is left.
+_PORTS_FIRST, _PORTS_END, _SLICES = 10000, 32768, 16
+
+
+def _worker_slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) % _SLICES if worker.isdigit() else 0
+    size = (_PORTS_END - _PORTS_FIRST) // _SLICES
+    start = _PORTS_FIRST + index * size
+    return range(start, start + size)
+
+
+_ports = _worker_slice()
+_next_port = itertools.count(random.randrange(len(_ports)))
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port on 127.0.0.1 that is free now and that no other worker of this run will hand out."""
+    for _ in range(len(_ports)):
+        port = _ports[next(_next_port) % len(_ports)]
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in {_ports}")
 
 
 def wait_for_http(url: str, timeout: float = 20.0) -> httpx.Response:

