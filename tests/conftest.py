@@ -30,6 +30,9 @@ from tests.support.postgres import PostgresCluster
 
 PASSWORD = "correct-horse-battery"
 
+# tests/test_suite_rules.py runs the suite's own rules on small suites of its making.
+pytest_plugins = ("pytester",)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     _take_the_stop_signals()
