@@ -376,8 +376,12 @@ def complete_job(daemon: ProvisionerDaemon, job_id: str, completion: JobCompleti
     if _recorded_late(daemon, job_id, build.state if build is not None else None):
         return
     job = owned_running_job(daemon, job_id)
+    handlers = handlers_for(job)
+    if getattr(completion, handlers.result) is None:
+        detail = f"A {job.type} job's completion must carry its {handlers.result} result."
+        raise InvalidInput(detail, validations=[{"field": handlers.result, "detail": detail}])
     try:
-        handlers_for(job).complete(job, completion)
+        handlers.complete(job, completion)
     except (InvalidInput, Conflict) as exc:
         db.session.rollback()
         finish_job(job, error=exc.message)
@@ -436,13 +440,6 @@ def fail_job(daemon: ProvisionerDaemon, job_id: str, failure: JobFailure) -> Non
         mask_secrets(failure.error, job_secrets(job)) or "The provisioner daemon reported a failure without a message."
     )
     finish_job(job, error=error, error_code=failure.error_code or None)
-
-
-def fail_malformed_outcome(daemon: ProvisionerDaemon, job_id: str, problem: str) -> None:
-    job = owned_running_job(daemon, job_id)
-    reason = f"The provisioner daemon reported an outcome the server cannot read: {problem}"
-    add_notice(job, reason)
-    finish_job(job, error=reason)
 
 
 def finish_job(

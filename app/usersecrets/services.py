@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -11,11 +12,13 @@ from sqlalchemy.exc import IntegrityError
 from app.core.columns import rfc3339, utcnow
 from app.core.errors import Conflict, NotFound
 from app.core.extensions import db
-from app.core.validation import FieldErrors
+from app.core.validation import FieldErrors, text_problem
 from app.users.models import User
 from app.usersecrets.models import UserSecret
 from protocol.codec import JsonObject
 from protocol.usersecrets import SECRET_ENV_NAME, secret_env_variable, secret_file_variable
+
+log = logging.getLogger(__name__)
 
 # Coder's rule for a secret's name.
 SECRET_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -37,10 +40,17 @@ class SecretFields:
 
 def check_fields(fields: SecretFields, errors: FieldErrors, *, creating: bool) -> None:
     """Every problem of ``fields`` into ``errors`` (all at once, so a form marks each)."""
-    if fields.name is not None or creating:
+    # A NUL would reach Terraform's environment and fail every build of the person, stop and delete included (L5).
+    unreadable = set()
+    for name, text in vars(fields).items():
+        problem = text_problem(text) if text else ""
+        if problem:
+            errors.add(name, problem)
+            unreadable.add(name)
+    if (fields.name is not None or creating) and "name" not in unreadable:
         if not SECRET_NAME.match(fields.name or ""):
             errors.add("name", "Use 1-64 letters, digits, hyphens and underscores.")
-    if fields.value is not None or creating:
+    if (fields.value is not None or creating) and "value" not in unreadable:
         if not fields.value:
             errors.add("value", "Enter the secret's value.")
         elif len(fields.value) > MAX_VALUE_CHARS:
@@ -48,7 +58,10 @@ def check_fields(fields: SecretFields, errors: FieldErrors, *, creating: bool) -
     if fields.description is not None and len(fields.description) > MAX_DESCRIPTION_CHARS:
         errors.add("description", f"Use at most {MAX_DESCRIPTION_CHARS} characters.")
     if fields.env_name and (len(fields.env_name) > 255 or not SECRET_ENV_NAME.match(fields.env_name)):
-        errors.add("env_name", "Use a POSIX variable name: letters, digits and underscores, not starting with a digit.")
+        if "env_name" not in unreadable:
+            errors.add(
+                "env_name", "Use a POSIX variable name: letters, digits and underscores, not starting with a digit."
+            )
     if fields.file_path and (
         len(fields.file_path) > MAX_FILE_PATH_CHARS or not fields.file_path.startswith(("/", "~/"))
     ):
@@ -149,9 +162,20 @@ def _commit(user: User, secret: UserSecret) -> None:
 
 def build_secret_env(owner_id: str) -> dict[str, str]:
     """The variables the coder provider's ``data "coder_secret"`` reads, for a build of ``owner_id``'s workspace:
-    only that person's secrets. Made when the job is handed out, never stored with the job."""
+    only that person's secrets. Made when the job is handed out, never stored with the job.
+
+    A value no environment variable can carry (a NUL, stored before values were checked) is left out with a warning:
+    with it, Terraform could not even start, and no build of the person's, stop and delete included, would run. A
+    build that reads that secret fails saying the secret is missing, which the person can fix by setting it again."""
     env = {}
     for secret in db.session.scalars(select(UserSecret).where(UserSecret.user_id == owner_id)):
+        if text_problem(secret.value):
+            log.warning(
+                "secret %r of user %s is left out of the build: its value holds a NUL character (set it again)",
+                secret.name,
+                owner_id,
+            )
+            continue
         if secret.env_name:
             env[secret_env_variable(secret.env_name)] = secret.value
         if secret.file_path:
