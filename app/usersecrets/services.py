@@ -10,7 +10,7 @@ from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
 
 from app.core.columns import rfc3339, utcnow
-from app.core.errors import Conflict, NotFound
+from app.core.errors import Conflict, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.validation import FieldErrors, text_problem
 from app.users.models import User
@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 # Coder's rule for a secret's name.
 SECRET_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MAX_VALUE_CHARS = 64 * 1024
+# Every value reaches each build's environment (Linux allows 2 MiB in all) and its log masking, which the web worker
+# pays for (issue 34, M2): a person keeps at most this many secrets, of at most this much in all.
+MAX_SECRETS = 100
+MAX_TOTAL_VALUE_BYTES = 256 * 1024
 MAX_DESCRIPTION_CHARS = 1024
 MAX_FILE_PATH_CHARS = 512  # an index entry must fit a page (PostgreSQL)
 
@@ -109,7 +113,7 @@ def create_secret(user: User, fields: SecretFields) -> UserSecret:
         env_name=fields.env_name or None,
         file_path=fields.file_path or None,
     )
-    _check_unique(user, secret)
+    _check_against_others(user, secret)
     db.session.add(secret)
     _commit(user, secret)
     return secret
@@ -125,7 +129,7 @@ def update_secret(user: User, name: str, fields: SecretFields) -> UserSecret:
         secret.env_name = fields.env_name or None
     if fields.file_path is not None:
         secret.file_path = fields.file_path or None
-    _check_unique(user, secret)
+    _check_against_others(user, secret)
     secret.updated_at = utcnow()
     _commit(user, secret)
     return secret
@@ -136,12 +140,21 @@ def delete_secret(user: User, name: str) -> None:
     db.session.commit()
 
 
-def _check_unique(user: User, secret: UserSecret) -> None:
+def _check_against_others(user: User, secret: UserSecret) -> None:
+    """Unique names, variables and files; and room left under the caps (two saves at once may pass one together)."""
     with db.session.no_autoflush:  # the changed secret is not written before it is checked
-        others = list_secrets(user)
+        others = [other for other in list_secrets(user) if other.id != secret.id]
+    if len(others) >= MAX_SECRETS:
+        detail = f"You have {len(others)} secrets, the most one person can keep: delete one you no longer need."
+        raise InvalidInput(detail, validations=[{"field": "name", "detail": detail}])
+    total = len(secret.value.encode()) + sum(len(other.value.encode()) for other in others)
+    if total > MAX_TOTAL_VALUE_BYTES:
+        detail = (
+            f"Your secrets would hold {total // 1024} KiB in all; at most {MAX_TOTAL_VALUE_BYTES // 1024} KiB are "
+            "allowed: make this one shorter or delete one you no longer need."
+        )
+        raise InvalidInput(detail, validations=[{"field": "value", "detail": detail}])
     for other in others:
-        if other.id == secret.id:
-            continue
         if other.name == secret.name:
             raise Conflict(f"You already have a secret named {secret.name!r}.")
         if secret.env_name and other.env_name == secret.env_name:
