@@ -83,7 +83,7 @@ FORM_TEXTS = st.one_of(
 DEEP = "[" * 5000 + "]" * 5000
 
 
-def _world(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> dict[str, str]:
+def _world(client: FlaskClient, personas: dict[str, Persona]) -> dict[str, str]:
     """Real ids for the routes' path arguments: carol's running workspace, a build a daemon holds, a secret."""
     daemon = FakeDaemon(client)
     template = import_template(client, personas, daemon)
@@ -199,7 +199,7 @@ def _checker(
 
 def test_no_route_answers_5xx_to_bad_input(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:
     app.config["WTF_CSRF_ENABLED"] = False  # the checks behind CSRF are what is fuzzed
-    world = _world(app, client, personas)
+    world = _world(client, personas)
     pages = {who: app.test_client() for who in ("alice", "carol")}
     for who, page_client in pages.items():
         sign_in(page_client, f"{who}@example.com", PASSWORD)
