@@ -5,16 +5,25 @@ provider checks them again inside Terraform with the same function, so the two c
 the wording of the errors follow Coder's provider (``provider/parameter.go``) where Terraform users will search for
 them, with one deliberate difference: numbers are ASCII decimals, never ``NaN``, ``Inf``, ``8_000`` or other
 scripts' digits (Go's ``ParseFloat`` takes the first two, Python's ``float`` all four).
+
+A template's ``regex`` runs on RE2 (``google-re2``), as Coder's runs on Go's ``regexp``: linear in the value's
+length whatever the pattern, where Python's backtracking ``re`` takes seconds on ``^[a-z0-9]+([._-]?[a-z0-9]+)*$``
+and 28 characters (issue 34, M1). A pattern RE2 cannot express (backreferences, lookarounds) is refused at import.
+This is the one module of ``protocol`` that needs more than the standard library: the workspace agent never imports
+it (an import-linter contract in pyproject.toml), so its bundle does not carry RE2.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from typing import Literal
+from typing import Any, Literal
+
+import re2
 
 from protocol.codec import Message
-from protocol.values import is_whole_number, parse_decimal
+from protocol.values import MAX_INT64, is_whole_number, parse_decimal
 
 ParameterType = Literal["string", "number", "bool", "list(string)"]
 TYPES: tuple[str, ...] = ("string", "number", "bool", "list(string)")
@@ -26,6 +35,11 @@ FORM_TYPES: dict[str, dict[bool, tuple[str, ...]]] = {
     "bool": {True: ("radio", "dropdown"), False: ("checkbox", "switch")},
     "list(string)": {True: ("radio", "multi-select"), False: ("tag-select",)},
 }
+# A value reaches Terraform as one environment variable (CODER_PARAMETER_<hash>=value), and Linux refuses to start a
+# process with any one variable over 128 KiB (MAX_ARG_STRLEN): half that, in UTF-8 bytes, leaves room to spare.
+MAX_VALUE_BYTES = 64 * 1024
+# RE2's compiled form is bounded by its max_mem (8 MiB by default); the pattern's text needs no more than this.
+MAX_REGEX_CHARS = 4096
 
 
 class ParameterError(ValueError):
@@ -188,10 +202,7 @@ def _check_validation_block(parameter: RichParameter) -> None:
         return
     if kind != "string":
         raise ParameterError(f"a regex cannot be specified for a {kind} type", invalid)
-    try:
-        re.compile(parameter.validation_regex)
-    except re.error as exc:
-        raise ParameterError(f"compile regex {_quoted(parameter.validation_regex)}: {exc}", invalid) from None
+    compiled_regex(parameter.validation_regex)
     if not parameter.validation_error:
         raise ParameterError("an error must be specified with a regex validation", invalid)
 
@@ -224,6 +235,7 @@ def _check_options(parameter: RichParameter) -> None:
 def check_value(parameter: RichParameter, value: str, previous: str | None, *, what: str = "Value") -> None:
     """Coder's ``ValidateInput`` for one value: the options first, then the validation block, then the type.
     ``previous`` is the last build's value, for ``monotonic``."""
+    _check_text(value, what)
     options = parameter.option_values
     if options:
         if parameter.type == "list(string)" and parameter.option_type == "string":  # multi-select: each item
@@ -243,8 +255,8 @@ def check_value(parameter: RichParameter, value: str, previous: str | None, *, w
             )
     summary = f"Invalid parameter {what.lower()} according to 'validation' block"
     if parameter.type == "string" and parameter.validation_regex:
-        # Go's regexp.MatchString finds a match anywhere in the value, as re.search does (not re.fullmatch).
-        if re.search(parameter.validation_regex, value) is None:
+        # Go's regexp.MatchString finds a match anywhere in the value, as search does (not fullmatch).
+        if compiled_regex(parameter.validation_regex).search(value) is None:
             raise ParameterError(
                 f"{_rendered(parameter, value)} (value {_quoted(value)} does not match "
                 f"{_quoted(parameter.validation_regex)})",
@@ -255,19 +267,61 @@ def check_value(parameter: RichParameter, value: str, previous: str | None, *, w
     check_type(parameter.type, value)
 
 
+def _check_text(value: str, what: str) -> None:
+    """What any value must be before a rule reads it: text an environment variable can carry, of a bounded size."""
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError:  # a lone surrogate (JSON's "\\ud800"): no UTF-8 text holds it
+        raise ParameterError(
+            f"{what} holds a lone surrogate (\\ud800-\\udfff), which is not text", "Invalid text"
+        ) from None
+    if "\x00" in value:
+        raise ParameterError(f"{what} holds a NUL character, which no environment variable can carry", "Invalid text")
+    if size > MAX_VALUE_BYTES:
+        raise ParameterError(
+            f"{what} is {size} bytes long; a parameter's value can be at most {MAX_VALUE_BYTES} bytes", "Too long"
+        )
+
+
+@functools.lru_cache(maxsize=256)
+def compiled_regex(pattern: str) -> Any:
+    """A ``validation`` block's ``regex`` compiled by RE2 (once per pattern in a process), or the
+    :class:`ParameterError` that says why RE2 refuses it, naming what to use instead."""
+    invalid = "Invalid validation block"
+    if len(pattern) > MAX_REGEX_CHARS:
+        raise ParameterError(
+            f"the regex is {len(pattern)} characters long; at most {MAX_REGEX_CHARS} are allowed", invalid
+        )
+    options = re2.Options()
+    options.log_errors = False  # the error is ours to report, not RE2's to print on stderr
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise ParameterError(
+            f"compile regex {_quoted(pattern)}: {reason} (regexes use RE2 syntax, as Coder's do: no backreferences, "
+            "lookahead or lookbehind; see https://github.com/google/re2/wiki/Syntax)",
+            invalid,
+        ) from None
+    except UnicodeEncodeError:
+        raise ParameterError(
+            "compile regex: it holds a lone surrogate (\\ud800-\\udfff), which is not text", invalid
+        ) from None
+
+
 def _check_number_rules(parameter: RichParameter, value: str, previous: str | None, summary: str) -> None:
     # With a validation block Coder reads numbers with strconv.Atoi: whole numbers only.
-    if not is_whole_number(value):
-        raise ParameterError(_rendered(parameter, value) or f"value {_quoted(value)} is not a number", summary)
-    number, low, high = int(value), parameter.validation_min, parameter.validation_max
+    number, low, high = _atoi(value), parameter.validation_min, parameter.validation_max
+    if number is None:
+        raise ParameterError(_rendered(parameter, value) or f"value {_quoted(value[:64])} is not a number", summary)
     if low is not None and number < low:
         raise ParameterError(_rendered(parameter, value) or f"value {number} is less than the minimum {low}", summary)
     if high is not None and number > high:
         raise ParameterError(_rendered(parameter, value) or f"value {number} is more than the maximum {high}", summary)
     monotonic = parameter.validation_monotonic
     # A previous value that is not a whole number is ignored, as Coder does: failing would leave no way out.
-    if monotonic and previous is not None and is_whole_number(previous):
-        before = int(previous)
+    before = None if previous is None else _atoi(previous)
+    if monotonic and before is not None:
         if monotonic == "increasing" and number < before:
             raise ParameterError(
                 f"parameter value '{number}' must be equal or greater than previous value: {before}", summary
@@ -276,6 +330,15 @@ def _check_number_rules(parameter: RichParameter, value: str, previous: str | No
             raise ParameterError(
                 f"parameter value '{number}' must be equal or lower than previous value: {before}", summary
             )
+
+
+def _atoi(text: str) -> int | None:
+    """Go's ``strconv.Atoi`` on a 64-bit platform: a whole number that fits in an int64, or None. Bounding the digits
+    first also keeps Python's ``int`` from refusing a 5,000-digit value with a ValueError of its own."""
+    if not is_whole_number(text) or len(text.lstrip("+-")) > len(str(MAX_INT64)):
+        return None
+    number = int(text)
+    return number if -MAX_INT64 - 1 <= number <= MAX_INT64 else None
 
 
 def _rendered(parameter: RichParameter, value: str) -> str:

@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from app.provisioning.masking import REDACTED, mask_secrets, secret_needles
+from app.provisioning.masking import (
+    MAX_PATTERN_CHARS,
+    REDACTED,
+    JobMasks,
+    SecretMask,
+    build_mask,
+    mask_secrets,
+    secret_needles,
+)
 
 SECRET = "s3cr3t-Tok/en v&lue"
 
@@ -113,3 +124,53 @@ def test_a_batch_of_a_thousand_lines_is_masked_quickly() -> None:
     took = time.perf_counter() - began
     assert masked == lines
     assert took < 1.0, f"masking 1,000 lines took {took:.3f} s"
+
+
+def test_secrets_past_the_pattern_budget_are_masked_as_written_and_the_shortest_in_every_form() -> None:
+    """Issue 34, M2: the pattern's size (and the seconds its compiling takes) is bounded, whatever the secrets."""
+    token = "short-token/value"
+    huge = "h" * MAX_PATTERN_CHARS + "-the-end"  # past the budget on its own
+    holder = "prefix " + token + " suffix" + "x" * MAX_PATTERN_CHARS  # contains the token: must go whole
+    mask = build_mask(secret_needles([token, huge, holder]))
+    assert mask.pattern is not None and len(mask.pattern.pattern) < 40 * 1024
+    assert set(mask.exact) == {huge, holder}
+    assert mask.apply(f"a {huge} b") == f"a {REDACTED} b"
+    assert mask.apply(holder) == REDACTED
+    assert mask.apply(b64(token.encode()) + " " + token.upper()) == f"{REDACTED} {REDACTED}"
+
+
+def test_a_jobs_mask_is_built_once_for_all_its_batches() -> None:
+    masks, built = JobMasks(size=2), []
+
+    def build(secret: str) -> Callable[[], SecretMask]:
+        return lambda: built.append(secret) or build_mask(secret_needles([secret]))
+
+    for _ in range(3):
+        assert masks.get("job-1", build("first-secret")).apply("first-secret") == REDACTED
+    assert built == ["first-secret"]
+    masks.get("job-2", build("second-secret"))
+    masks.get("job-3", build("third-secret"))  # past the size: the least recently used (job-1) goes
+    masks.get("job-1", build("first-secret"))
+    assert built == ["first-secret", "second-secret", "third-secret", "first-secret"]
+
+
+def test_work_off_the_loop_lets_other_greenlets_run(tmp_path: Path) -> None:
+    """Under gevent (the web worker), run_off_loop runs in a real thread: a greenlet goes on meanwhile. The work waits
+    for that greenlet; run on the loop, it would wait in vain and report False."""
+    script = tmp_path / "offload.py"
+    script.write_text(
+        "from gevent import monkey\n"
+        "monkey.patch_all()\n"
+        "import gevent, sys, threading, time\n"
+        "from app.core.offload import run_off_loop\n"
+        "ran = []\n"
+        "def work():\n"
+        "    deadline = time.monotonic() + 30\n"
+        "    while not ran and time.monotonic() < deadline:\n"
+        "        sum(range(1000))  # busy, as a regex compile is: it never yields to the hub\n"
+        "    return bool(ran)\n"
+        "other = gevent.spawn(ran.append, 1)\n"
+        "print(run_off_loop(work))\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "True", done.stderr

@@ -115,5 +115,9 @@ def import_subjects(jobs: Sequence[ProvisionerJob]) -> dict[str, JobSubject]:
 
 
 IMPORT_HANDLERS = JobHandlers(
-    payload=import_payload, complete=import_complete, secrets=import_secrets, describe=import_subjects
+    payload=import_payload,
+    complete=import_complete,
+    result="template_import",
+    secrets=import_secrets,
+    describe=import_subjects,
 )

@@ -51,6 +51,18 @@ def check_password(errors: FieldErrors, password: str, field: str = "password") 
         errors.add(field, "Use at most 256 characters.")
 
 
+def text_problem(text: str) -> str:
+    """Why ``text`` cannot be stored or handed on as it is ("" when it can): a NUL character, which PostgreSQL's text,
+    C strings and environment variables refuse, or a lone surrogate (JSON's ``"\\ud800"``), which no UTF-8 holds."""
+    if "\x00" in text:
+        return "Must not contain a NUL character."
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return "Must be text: it holds a lone surrogate (\\ud800-\\udfff)."
+    return ""
+
+
 def json_body() -> JsonObject:
     """The request body as a JSON object, read strictly — no NaN, nothing nested deeper than a message can be —
     or a 400 that says what is wrong. Content-Type is not required: `curl -d` sends form headers with JSON."""

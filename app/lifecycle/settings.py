@@ -4,7 +4,7 @@ template's schedule and policy, a person's quiet hours. Every bad value is a 400
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import joinedload
@@ -69,6 +69,12 @@ def extend_deadline(workspace: Workspace, deadline_text: JSON, now: datetime | N
         raise invalid("deadline", "deadline must be an RFC 3339 time, e.g. 2026-11-24T18:00:00Z.") from None
     if deadline.tzinfo is None:
         raise invalid("deadline", "deadline needs a time zone (Z or +hh:mm).")
+    try:  # 9999-12-31T23:59:59-01:00 is a valid time that no UTC datetime holds
+        deadline = deadline.astimezone(UTC)
+    except OverflowError:
+        raise invalid("deadline", "deadline is out of range.") from None
+    if deadline > now + timedelta(milliseconds=DURATION_MAX_MS):  # later arithmetic (a bump) must stay in range
+        raise invalid("deadline", "The new deadline must be within ten years from now.")
     build = latest_build(workspace)
     if build_status(build) != "running":
         raise invalid("deadline", "Only a running workspace has an autostop to extend.")

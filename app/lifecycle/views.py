@@ -22,6 +22,7 @@ from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
 from app.workspaces import services, updates
 from app.workspaces.models import Workspace
 from protocol.codec import JSON
+from protocol.values import parse_decimal
 
 bp = page_blueprint("lifecycle", __name__)
 
@@ -88,7 +89,7 @@ def schedule(workspace_id: str) -> Response:
         else:
             settings.set_autostart(workspace, None)
         hours = form.get("ttl_hours", "").strip()
-        settings.set_ttl(workspace, round(float(hours) * 3_600_000) if hours else None)
+        settings.set_ttl(workspace, round(_hours(hours) * HOUR_MS) if hours else None)
         settings.set_automatic_updates(workspace, "always" if form.get("automatic_updates") == "on" else "never")
     except ValueError:
         flash("Give the start time as HH:MM and the autostop as a number of hours.", "error")
@@ -105,7 +106,7 @@ def extend(workspace_id: str) -> Response:
     API's rules hold: at least 30 minutes ahead, never past max_deadline)."""
     workspace = _workspace(workspace_id)
     try:
-        hours = float(request.form.get("hours", "1"))
+        hours = _hours(request.form.get("hours", "1"))
         build = services.latest_build(workspace)
         base = build.deadline or utcnow()
         if hours > 0:
@@ -116,6 +117,15 @@ def extend(workspace_id: str) -> Response:
     except DomainError as error:
         flash(error.message, "error")
     return _back(workspace)
+
+
+def _hours(text: str) -> float:
+    """A form's number of hours: a plain decimal within ten years either way (no NaN, infinities or 1e300, which
+    overflow a timedelta), or ValueError."""
+    hours = parse_decimal(text.strip())
+    if abs(hours) > settings.DURATION_MAX_MS / HOUR_MS:
+        raise ValueError(f"{text[:40]!r} hours is out of range")
+    return hours
 
 
 @bp.post("/workspaces/<workspace_id>/activate")

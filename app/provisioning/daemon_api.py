@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-from typing import TypeVar
 
 from flask import Blueprint, Response, current_app, request
 
@@ -37,7 +36,6 @@ bp = Blueprint("provisionerd_api", __name__, url_prefix=API_PREFIX)
 # Daemons authenticate with a pre-shared key header, not a cookie.
 csrf.exempt(bp)
 
-M = TypeVar("M", bound=Message)
 NO_CREDENTIAL = (
     "A provisioner daemon must authenticate with a pre-shared key (--psk), a provisioner key (--key) "
     "or a user session token (slipway login)."
@@ -127,22 +125,15 @@ def logs(job_id: str) -> Response:
     return _reply(daemons.append_logs(_daemon(), job_id, message_body(LogBatch)))
 
 
-def _outcome(message: type[M], job_id: str) -> M:
-    """A job's outcome; a malformed one ends the job as failed (saying why), so it is not left running."""
-    try:
-        return message_body(message)
-    except InvalidInput as exc:
-        daemons.fail_malformed_outcome(_daemon(), job_id, exc.message)
-        raise
-
-
 @bp.post("/jobs/<job_id>/complete")
 def complete(job_id: str) -> Response:
-    daemons.complete_job(_daemon(), job_id, _outcome(JobCompletion, job_id))
+    # A malformed outcome is a 400 naming the field, and the job goes on running: the daemon logs the refusal, and the
+    # job ends by the daemon's next report or the hang timeout, never as "failed" for a build that may have worked.
+    daemons.complete_job(_daemon(), job_id, message_body(JobCompletion))
     return _reply(None)
 
 
 @bp.post("/jobs/<job_id>/fail")
 def fail(job_id: str) -> Response:
-    daemons.fail_job(_daemon(), job_id, _outcome(JobFailure, job_id))
+    daemons.fail_job(_daemon(), job_id, message_body(JobFailure))
     return _reply(None)

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import redis
 from sqlalchemy import ColumnElement, func, insert, select, update
@@ -27,10 +28,11 @@ from app.core.columns import utcnow
 from app.core.config import Settings
 from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceUnavailable
 from app.core.extensions import db, rows_changed
+from app.core.offload import run_off_loop
 from app.events.notices import publish_job_notice
 from app.events.relay import EventRelay, queue_key
 from app.provisioning.jobs import handlers_for
-from app.provisioning.masking import mask_secrets, secret_needles
+from app.provisioning.masking import JobMasks, SecretMask, build_mask, secret_needles
 from app.provisioning.models import RUNNING, ProvisionerDaemon, ProvisionerJob, ProvisionerJobLog, ProvisionerKey
 from app.provisioning.queue import terraform_fits
 from app.users.models import User
@@ -325,8 +327,10 @@ def append_logs(daemon: ProvisionerDaemon, job_id: str, batch: LogBatch) -> LogB
                 db.session.rollback()  # a copy of this batch was stored meanwhile: look again
                 continue
             job.logs_dropped += max(0, batch.first_seq - seen)  # numbers never sent: lines past the cap
-        secrets = job_secrets(job)
-        kept = [row for row in (_log_row(job, line, secrets) for line in lines) if row is not None]
+        mask = job_mask(job)
+        outputs = run_off_loop(partial(mask.apply_all, [line.output for line in lines])) if lines else []
+        rows = (_log_row(job, line, output) for line, output in zip(lines, outputs, strict=True))
+        kept = [row for row in rows if row is not None]
         job.updated_at = utcnow()
         if kept:  # one multi-row INSERT, without an ORM object per line (most of a batch's cost when it had them)
             db.session.execute(insert(ProvisionerJobLog), kept)
@@ -348,13 +352,21 @@ def _advance_log_count(job_id: str, seen: int, end: int) -> bool:
     return rows_changed(moved) == 1
 
 
-def job_secrets(job: ProvisionerJob) -> tuple[str, ...]:
-    """What a job's output must not show: its secret values and their encoded forms (app/provisioning/masking.py)."""
-    return secret_needles(handlers_for(job).secrets(job))
+_job_masks = JobMasks()
 
 
-def _log_row(job: ProvisionerJob, line: LogLine, secrets: tuple[str, ...]) -> dict[str, str] | None:
-    output = mask_secrets(line.output, secrets)
+def job_mask(job: ProvisionerJob) -> SecretMask:
+    """What hides a job's secret values and their encoded forms in its output (app/provisioning/masking.py): built
+    once per job and process (from the secrets of its first log batch's time), off the event loop."""
+
+    def build() -> SecretMask:
+        needles = secret_needles(handlers_for(job).secrets(job))
+        return run_off_loop(lambda: build_mask(needles))
+
+    return _job_masks.get(job.id, build)
+
+
+def _log_row(job: ProvisionerJob, line: LogLine, output: str) -> dict[str, str] | None:
     if len(output) > MAX_LINE_CHARS:
         output = output[: MAX_LINE_CHARS - len(TRUNCATED_MARKER)] + TRUNCATED_MARKER
     size = len(output.encode())
@@ -376,8 +388,12 @@ def complete_job(daemon: ProvisionerDaemon, job_id: str, completion: JobCompleti
     if _recorded_late(daemon, job_id, build.state if build is not None else None):
         return
     job = owned_running_job(daemon, job_id)
+    handlers = handlers_for(job)
+    if getattr(completion, handlers.result) is None:
+        detail = f"A {job.type} job's completion must carry its {handlers.result} result."
+        raise InvalidInput(detail, validations=[{"field": handlers.result, "detail": detail}])
     try:
-        handlers_for(job).complete(job, completion)
+        handlers.complete(job, completion)
     except (InvalidInput, Conflict) as exc:
         db.session.rollback()
         finish_job(job, error=exc.message)
@@ -432,17 +448,8 @@ def fail_job(daemon: ProvisionerDaemon, job_id: str, failure: JobFailure) -> Non
         finish_job(job)
         return
     # Terraform's error can quote what the log showed masked (a command line, a variable's value).
-    error = (
-        mask_secrets(failure.error, job_secrets(job)) or "The provisioner daemon reported a failure without a message."
-    )
+    error = job_mask(job).apply(failure.error) or "The provisioner daemon reported a failure without a message."
     finish_job(job, error=error, error_code=failure.error_code or None)
-
-
-def fail_malformed_outcome(daemon: ProvisionerDaemon, job_id: str, problem: str) -> None:
-    job = owned_running_job(daemon, job_id)
-    reason = f"The provisioner daemon reported an outcome the server cannot read: {problem}"
-    add_notice(job, reason)
-    finish_job(job, error=reason)
 
 
 def finish_job(
@@ -474,6 +481,7 @@ def finish_job(
         db.session.rollback()
         return False
     db.session.commit()
+    _job_masks.forget(job.id)
     publish_job_notice(job.id, end=True)
     if error is not None:
         _report_failure(job)

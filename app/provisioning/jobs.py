@@ -78,6 +78,9 @@ class JobHandlers:
     # The acquired job the daemon gets (its id, type, tags and access URL are filled in by the caller).
     payload: Callable[[ProvisionerJob, AcquiredJob], AcquiredJob]
     complete: Callable[[ProvisionerJob, JobCompletion], None]
+    # The field of JobCompletion its completion must carry ("template_import", "workspace_build"): one without it is
+    # refused (400) and the job left running, as a malformed body is, instead of failing a job that may have worked.
+    result: str
     fail: Callable[[ProvisionerJob, JobFailure], None] = _nothing_on_failure
     # After a job ended failed, however it ended (the daemon, the reaper, a rejected completion; not a cancel),
     # committed: e.g. telling the person whose build it was.

@@ -13,13 +13,23 @@ A template author rarely prints a secret as is; ``upper(var.token)``, ``base64en
 Any other transformation (a hash, reversing, encryption, base64 of an upper-cased value, splitting it over lines)
 is not recognised: README "Live logs" says so. One pattern per set of secrets, compiled once and cached, so a
 batch of 1,000 lines is a single regex pass over each line.
+
+The pattern grows with the secrets, up to twenty characters of regex per character of secret, and compiling it takes
+seconds for 64 KiB of secrets (issue 34, M2: eight 64 KiB secrets took a web worker to 512 MB and /healthz to
+6.4 s). So its cost is bounded: a person's secrets are capped in number and total size (app/usersecrets), a job's
+mask is built once (:class:`JobMasks`) in a thread of its own (app/core/offload.py), and only the first
+``MAX_PATTERN_CHARS`` of secret text, shortest values first, is looked for in every form: any further value (a
+template's huge sensitive variable) is masked as written only.
 """
 
 from __future__ import annotations
 
 import base64
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import lru_cache
 
 REDACTED = "********"
@@ -31,6 +41,10 @@ JSON_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "
 # Base64 characters that come from the secret's bytes alone, by how many bytes precede it in its 3-byte group:
 # where the core starts in the encoding of (that many bytes + secret).
 CORE_START = {0: 0, 1: 2, 2: 3}
+# Secret text looked for in all its forms, per mask: a pattern of at most a few MiB, compiled in a few seconds.
+MAX_PATTERN_CHARS = 64 * 1024
+# Masks kept per process: the running jobs whose logs it stores (a job's mask outlives its job here, harmlessly).
+MAX_CACHED_MASKS = 32
 
 
 def secret_needles(values: Iterable[str]) -> tuple[str, ...]:
@@ -45,12 +59,73 @@ def secret_needles(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(needles, key=lambda needle: (-len(needle), needle)))
 
 
+@dataclass(frozen=True)
+class SecretMask:
+    """What hides one set of secrets: a pattern of every form of most, and the exact text of any past the budget."""
+
+    pattern: re.Pattern[str] | None
+    # Longest first; replaced before the pattern runs, so that a short secret inside a long one is not masked first
+    # (which would leave the rest of the long one unmatched).
+    exact: tuple[str, ...] = ()
+
+    def apply(self, text: str) -> str:
+        for needle in self.exact:
+            text = text.replace(needle, REDACTED)
+        return text if self.pattern is None else self.pattern.sub(REDACTED, text)
+
+    def apply_all(self, texts: list[str]) -> list[str]:
+        return [self.apply(text) for text in texts]
+
+
+def build_mask(secrets: tuple[str, ...]) -> SecretMask:
+    """The mask of ``secrets`` (as :func:`secret_needles` gives them): every form of the shortest, up to
+    ``MAX_PATTERN_CHARS`` of them, and the exact text of the rest."""
+    budget, full, exact = MAX_PATTERN_CHARS, [], []
+    for needle in sorted(secrets, key=len):
+        if len(needle) <= budget:
+            full.append(needle)
+            budget -= len(needle)
+        else:
+            exact.append(needle)
+    return SecretMask(secrets_pattern(tuple(full)), tuple(sorted(exact, key=len, reverse=True)))
+
+
 def mask_secrets(text: str, secrets: tuple[str, ...]) -> str:
-    pattern = secrets_pattern(secrets)
-    return text if pattern is None else pattern.sub(REDACTED, text)
+    return _cached_mask(secrets).apply(text)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=8)
+def _cached_mask(secrets: tuple[str, ...]) -> SecretMask:
+    return build_mask(secrets)
+
+
+class JobMasks:
+    """Each running job's mask, built once from its secrets when its first log batch arrives (not per batch), for the
+    few jobs a process stores logs of at a time."""
+
+    def __init__(self, size: int = MAX_CACHED_MASKS) -> None:
+        self._size = size
+        self._masks: OrderedDict[str, SecretMask] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, job_id: str, build: Callable[[], SecretMask]) -> SecretMask:
+        with self._lock:
+            mask = self._masks.get(job_id)
+            if mask is not None:
+                self._masks.move_to_end(job_id)
+                return mask
+        mask = build()  # outside the lock: two first batches of one job may both build it, which is harmless
+        with self._lock:
+            self._masks[job_id] = mask
+            while len(self._masks) > self._size:
+                self._masks.popitem(last=False)
+        return mask
+
+    def forget(self, job_id: str) -> None:
+        with self._lock:
+            self._masks.pop(job_id, None)
+
+
 def secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
     """One regex for every form of every secret, longest alternatives first (alternation takes the first that
     matches, and a longer form must win over a shorter one it starts with)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -9,17 +10,23 @@ from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
 
 from app.core.columns import rfc3339, utcnow
-from app.core.errors import Conflict, NotFound
+from app.core.errors import Conflict, InvalidInput, NotFound
 from app.core.extensions import db
-from app.core.validation import FieldErrors
+from app.core.validation import FieldErrors, text_problem
 from app.users.models import User
 from app.usersecrets.models import UserSecret
 from protocol.codec import JsonObject
 from protocol.usersecrets import SECRET_ENV_NAME, secret_env_variable, secret_file_variable
 
+log = logging.getLogger(__name__)
+
 # Coder's rule for a secret's name.
 SECRET_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MAX_VALUE_CHARS = 64 * 1024
+# Every value reaches each build's environment (Linux allows 2 MiB in all) and its log masking, which the web worker
+# pays for (issue 34, M2): a person keeps at most this many secrets, of at most this much in all.
+MAX_SECRETS = 100
+MAX_TOTAL_VALUE_BYTES = 256 * 1024
 MAX_DESCRIPTION_CHARS = 1024
 MAX_FILE_PATH_CHARS = 512  # an index entry must fit a page (PostgreSQL)
 
@@ -37,10 +44,17 @@ class SecretFields:
 
 def check_fields(fields: SecretFields, errors: FieldErrors, *, creating: bool) -> None:
     """Every problem of ``fields`` into ``errors`` (all at once, so a form marks each)."""
-    if fields.name is not None or creating:
+    # A NUL would reach Terraform's environment and fail every build of the person, stop and delete included (L5).
+    unreadable = set()
+    for name, text in vars(fields).items():
+        problem = text_problem(text) if text else ""
+        if problem:
+            errors.add(name, problem)
+            unreadable.add(name)
+    if (fields.name is not None or creating) and "name" not in unreadable:
         if not SECRET_NAME.match(fields.name or ""):
             errors.add("name", "Use 1-64 letters, digits, hyphens and underscores.")
-    if fields.value is not None or creating:
+    if (fields.value is not None or creating) and "value" not in unreadable:
         if not fields.value:
             errors.add("value", "Enter the secret's value.")
         elif len(fields.value) > MAX_VALUE_CHARS:
@@ -48,7 +62,10 @@ def check_fields(fields: SecretFields, errors: FieldErrors, *, creating: bool) -
     if fields.description is not None and len(fields.description) > MAX_DESCRIPTION_CHARS:
         errors.add("description", f"Use at most {MAX_DESCRIPTION_CHARS} characters.")
     if fields.env_name and (len(fields.env_name) > 255 or not SECRET_ENV_NAME.match(fields.env_name)):
-        errors.add("env_name", "Use a POSIX variable name: letters, digits and underscores, not starting with a digit.")
+        if "env_name" not in unreadable:
+            errors.add(
+                "env_name", "Use a POSIX variable name: letters, digits and underscores, not starting with a digit."
+            )
     if fields.file_path and (
         len(fields.file_path) > MAX_FILE_PATH_CHARS or not fields.file_path.startswith(("/", "~/"))
     ):
@@ -96,7 +113,7 @@ def create_secret(user: User, fields: SecretFields) -> UserSecret:
         env_name=fields.env_name or None,
         file_path=fields.file_path or None,
     )
-    _check_unique(user, secret)
+    _check_against_others(user, secret)
     db.session.add(secret)
     _commit(user, secret)
     return secret
@@ -112,7 +129,7 @@ def update_secret(user: User, name: str, fields: SecretFields) -> UserSecret:
         secret.env_name = fields.env_name or None
     if fields.file_path is not None:
         secret.file_path = fields.file_path or None
-    _check_unique(user, secret)
+    _check_against_others(user, secret)
     secret.updated_at = utcnow()
     _commit(user, secret)
     return secret
@@ -123,12 +140,21 @@ def delete_secret(user: User, name: str) -> None:
     db.session.commit()
 
 
-def _check_unique(user: User, secret: UserSecret) -> None:
+def _check_against_others(user: User, secret: UserSecret) -> None:
+    """Unique names, variables and files; and room left under the caps (two saves at once may pass one together)."""
     with db.session.no_autoflush:  # the changed secret is not written before it is checked
-        others = list_secrets(user)
+        others = [other for other in list_secrets(user) if other.id != secret.id]
+    if len(others) >= MAX_SECRETS:
+        detail = f"You have {len(others)} secrets, the most one person can keep: delete one you no longer need."
+        raise InvalidInput(detail, validations=[{"field": "name", "detail": detail}])
+    total = len(secret.value.encode()) + sum(len(other.value.encode()) for other in others)
+    if total > MAX_TOTAL_VALUE_BYTES:
+        detail = (
+            f"Your secrets would hold {total // 1024} KiB in all; at most {MAX_TOTAL_VALUE_BYTES // 1024} KiB are "
+            "allowed: make this one shorter or delete one you no longer need."
+        )
+        raise InvalidInput(detail, validations=[{"field": "value", "detail": detail}])
     for other in others:
-        if other.id == secret.id:
-            continue
         if other.name == secret.name:
             raise Conflict(f"You already have a secret named {secret.name!r}.")
         if secret.env_name and other.env_name == secret.env_name:
@@ -149,9 +175,20 @@ def _commit(user: User, secret: UserSecret) -> None:
 
 def build_secret_env(owner_id: str) -> dict[str, str]:
     """The variables the coder provider's ``data "coder_secret"`` reads, for a build of ``owner_id``'s workspace:
-    only that person's secrets. Made when the job is handed out, never stored with the job."""
+    only that person's secrets. Made when the job is handed out, never stored with the job.
+
+    A value no environment variable can carry (a NUL, stored before values were checked) is left out with a warning:
+    with it, Terraform could not even start, and no build of the person's, stop and delete included, would run. A
+    build that reads that secret fails saying the secret is missing, which the person can fix by setting it again."""
     env = {}
     for secret in db.session.scalars(select(UserSecret).where(UserSecret.user_id == owner_id)):
+        if text_problem(secret.value):
+            log.warning(
+                "secret %r of user %s is left out of the build: its value holds a NUL character (set it again)",
+                secret.name,
+                owner_id,
+            )
+            continue
         if secret.env_name:
             env[secret_env_variable(secret.env_name)] = secret.value
         if secret.file_path:

@@ -189,6 +189,7 @@ def build_handlers(agent_scripts: AgentScripts) -> JobHandlers:
     return JobHandlers(
         payload=payload,
         complete=build_complete,
+        result="workspace_build",
         fail=build_fail,
         failed=build_failed,
         late=build_late,

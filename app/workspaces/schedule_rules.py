@@ -14,6 +14,7 @@ from app.workspaces.models import AUTOMATIC_UPDATES, Workspace
 from protocol.codec import JSON
 
 MINUTE_MS = 60_000
+MILLISECOND = timedelta(milliseconds=1)
 
 
 def invalid(field: str, detail: str) -> InvalidInput:
@@ -46,7 +47,8 @@ def apply_ttl(workspace: Workspace, ttl_ms: JSON, *, field: str = "ttl_ms") -> N
         return
     if not isinstance(ttl_ms, int) or isinstance(ttl_ms, bool):
         raise invalid(field, f"{field} must be a whole number of milliseconds or null.")
-    if not TTL_MIN <= timedelta(milliseconds=ttl_ms) <= TTL_MAX:
+    # Compared as numbers: a timedelta of 10**20 ms overflows before any comparison.
+    if not TTL_MIN // MILLISECOND <= ttl_ms <= TTL_MAX // MILLISECOND:
         raise invalid(field, f"{field} must be between 1 minute (60000) and 30 days (2592000000).")
     if not workspace.template.allow_user_autostop:
         raise Forbidden(f"Template {workspace.template.name} sets the autostop of its workspaces.")
