@@ -1,5 +1,8 @@
 # A workspace that is a directory and a process on the provisioner's own machine.
 # It needs nothing but Terraform: handy to try Slipway, and what the test suite builds.
+# For one person: every workspace of it runs as the daemon's one OS user on one network, so the workspaces of
+# different people can reach each other's files, processes and ports (README "Workspaces that share an OS user or
+# a network"). For a team, use examples/docker or examples/kubernetes.
 terraform {
   required_providers {
     coder = {
@@ -167,7 +170,7 @@ resource "terraform_data" "process" {
       HOME              = local.dir
       INIT_SCRIPT       = coder_agent.main.init_script
       CODER_AGENT_TOKEN = coder_agent.main.token
-      # Each workspace's agent keeps its own log (the default, the temp dir, is shared by every workspace here).
+      # Each workspace's agent keeps its log and Git helper socket in its own directory, next to its files.
       SLIPWAY_AGENT_LOG_DIR = "${local.dir}/.slipway-agent"
     }
     # setsid + nohup + redirections: the process outlives this command, and Terraform does not wait for it.
