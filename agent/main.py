@@ -46,7 +46,7 @@ from agent.lifecycle import (
 )
 from agent.logs import LogSender, log_line
 from agent.metadata import MetadataCollector
-from agent.processes import ProcessGroups, stop_passing_on_ignored_signals
+from agent.processes import ProcessGroups, make_undumpable, stop_passing_on_ignored_signals
 from agent.runtime_dir import make_log_dir, make_private_dir
 from agent.scripts import OUTPUT_CLOSE_WAIT, ScriptResult, ScriptRunner
 from agent.sshd import SSHService
@@ -377,4 +377,8 @@ def main() -> None:
         os.environ.pop(name, None)
     stop_passing_on_ignored_signals()
     configure_logging(config.log_dir)
+    try:
+        make_undumpable()
+    except OSError as exc:
+        log.warning("processes of this OS user can read this agent's memory and environment: %s", exc)
     sys.exit(asyncio.run(Agent(config).run()))

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.support.deployment import EXAMPLE, Deployment, running_deployment
@@ -22,6 +23,23 @@ from tests.support.deployment import EXAMPLE, Deployment, running_deployment
 pytestmark = pytest.mark.e2e
 
 LOG_DIR_LINE = 'SLIPWAY_AGENT_LOG_DIR = "${local.dir}/.slipway-agent"'
+# Which processes under a directory have an environment this process may read, and which of those hold a token.
+TOKENS = """
+import os, sys
+inspected, found = 0, []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        if not os.readlink(f"/proc/{pid}/cwd").startswith(sys.argv[1]):
+            continue
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            text = environ.read()
+    except OSError:
+        continue
+    inspected += 1
+    if b"CODER_AGENT_TOKEN=" in text or b"SLIPWAY_AGENT_TOKEN=" in text:
+        found.append(pid)
+print(inspected, *found)
+"""
 # What a process in a workspace can do with any socket path it learns: one request, with or without a secret.
 ASK = """
 import json, socket, sys
@@ -54,6 +72,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         for owner in ("carol", "dave"):
             deployment.wait_ready(owner, "ws", timeout=120)
             (deployment.directory(owner, "ws") / "ask.py").write_text(ASK)
+            (deployment.directory(owner, "ws") / "tokens.py").write_text(TOKENS)
         yield deployment
 
 
@@ -113,3 +132,25 @@ def test_a_workspace_cannot_take_another_owner_s_git_credentials_from_their_agen
     assert own.returncode == 1 and "No Git provider on this server serves https://nowhere.example" in own.stderr
     other = deployment.cli("carol", "ssh", "ws", f"SLIPWAY_AGENT_GIT_SOCKET={dave_socket} slipway-gitaskpass {prompt}")
     assert other.returncode == 1 and "serves only the processes of its own workspace" in other.stderr, other.stderr
+
+
+def agent_pid(deployment: Deployment, owner: str) -> int:
+    directory = str(deployment.directory(owner, "ws"))
+    for process in psutil.process_iter(["cmdline", "cwd"]):
+        if (process.info["cmdline"] or [])[-2:] == ["-m", "agent"] and process.info["cwd"] == directory:
+            return int(process.pid)
+    raise AssertionError(f"no agent runs in {directory}")
+
+
+def test_no_process_of_the_shared_user_shows_an_agent_s_token(deployment: Deployment) -> None:
+    """The agent's token would open the server's agent API (the owner's Git tokens) to whoever reads it: the agent
+    hides its /proc files even from its own workspace's processes, and the process that holds the workspace open
+    does not keep the token."""
+    for owner in ("carol", "dave"):
+        read = deployment.cli("carol", "ssh", "ws", f"cat /proc/{agent_pid(deployment, owner)}/environ")
+        assert read.returncode != 0 and "Permission denied" in read.stderr, read.stdout + read.stderr
+    # Every process of this deployment's workspaces whose environment carol's session can read (other workspaces of
+    # this machine's daemon user, other deployments', are not this test's to judge).
+    readable = in_workspace(deployment, "carol", f"{sys.executable} tokens.py {deployment.workspaces_root}")
+    inspected, *with_token = readable.split()
+    assert with_token == [] and int(inspected) >= 2, readable  # both workspaces' `sleep`, carol's session...

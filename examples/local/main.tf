@@ -181,8 +181,11 @@ resource "terraform_data" "process" {
       for name in $(env | sed -n 's/^\(CODER_[A-Za-z0-9_]*\)=.*/\1/p'); do
         [ "$name" = CODER_AGENT_TOKEN ] || unset "$name"
       done
+      # The agent's token goes to the agent alone (which hides its /proc files): the process that holds the
+      # workspace open must not keep it in an environment any process of this OS user may read.
       setsid nohup ${self.input.shell} -c '
         if [ -n "$INIT_SCRIPT" ]; then printf "%s\n" "$INIT_SCRIPT" > init.sh; ${self.input.shell} init.sh >> agent.log 2>&1 & fi
+        unset CODER_AGENT_TOKEN INIT_SCRIPT
         exec sleep 2147483647
       ' > workspace.log 2>&1 < /dev/null &
       echo $! > workspace.pid
