@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -39,6 +40,8 @@ def make_private_dir(path: Path) -> None:
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode):
         raise RuntimeDirError(f"{path} exists and is not a directory (a link or a file): it cannot be the agent's")
+    if sys.platform == "win32":  # a user's temp dir there is their own, and modes mean little
+        return
     if info.st_uid != os.getuid():
         raise RuntimeDirError(f"{path} belongs to another user (uid {info.st_uid}): it cannot be the agent's")
     if stat.S_IMODE(info.st_mode) & 0o077:

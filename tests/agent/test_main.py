@@ -12,8 +12,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from agent.lifecycle import OFF, READY, SHUTDOWN_ERROR, START_ERROR, START_TIMEOUT
 from agent.main import outcome
+from agent.runtime_dir import default_runtime_dir
 from agent.scripts import ScriptResult
 from tests.agent.test_config import REPOSITORY
 
@@ -100,7 +103,9 @@ def _log_says(path: Path, text: str, agent: subprocess.Popen[str], timeout: floa
         time.sleep(0.1)
 
 
-def test_agents_without_a_log_dir_each_get_their_own_and_never_share_a_git_socket(tmp_path: Path) -> None:
+def test_agents_without_a_log_dir_each_get_their_own_and_never_share_a_git_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 34, H0: every workspace a daemon starts has the daemon's TMPDIR; its agents must not meet there."""
     # Short, as a daemon's TMPDIR is: the sockets inside must fit a unix socket path.
     temp_dir = Path(tempfile.mkdtemp(prefix="daemon-tmp-", dir="/tmp"))
@@ -113,20 +118,17 @@ def test_agents_without_a_log_dir_each_get_their_own_and_never_share_a_git_socke
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
-    agents = [start("token-of-carols-agent"), start("token-of-daves-agent")]
+    tokens = ["token-of-carols-agent", "token-of-daves-agent"]
+    agents = [start(token) for token in tokens]
+    monkeypatch.setattr(tempfile, "tempdir", str(temp_dir))  # where each agent's own directory is, by its token
+    directories = [default_runtime_dir(token) for token in tokens]
     try:
-        directories = []
-        for agent in agents:
-            deadline = time.monotonic() + 30
-            while not [path for path in temp_dir.glob("slipway-agent-*") if path not in directories]:
-                assert time.monotonic() < deadline and agent.poll() is None, "the agent made no directory"
-                time.sleep(0.1)
-            directories.append(next(p for p in sorted(temp_dir.glob("slipway-agent-*")) if p not in directories))
         logs = [
             _log_says(directory / "slipway-agent.log", "git helper listening on", agent)
             for directory, agent in zip(directories, agents, strict=True)
         ]
-        assert len(set(directories)) == 2
+        # The shared temp dir holds the two agents' directories and nothing else (no socket of its own).
+        assert sorted(temp_dir.iterdir()) == sorted(directories) and directories[0] != directories[1]
         for directory, log in zip(directories, logs, strict=True):
             assert stat.S_IMODE(directory.stat().st_mode) == 0o700
             assert f"git helper listening on {directory / 'git.sock'}" in log
