@@ -6,11 +6,12 @@ one-line :class:`ConfigError` messages meant for the operator as they are.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from agent.runtime_dir import default_runtime_dir
 
 PREFIXES = ("SLIPWAY_", "CODER_")
 # Every variable that holds the token or says where it is; none of them reaches a script or a session.
@@ -26,6 +27,8 @@ class AgentConfig:
     url: str  # without a trailing slash
     token: str
     log_dir: Path
+    # No SLIPWAY_AGENT_LOG_DIR: the log dir is one of the agent's own in the temp dir (agent/runtime_dir.py).
+    default_log_dir: bool = False
 
     def __repr__(self) -> str:  # the token must never end up in a log line or a traceback
         return f"AgentConfig(url={self.url!r}, token=<hidden>, log_dir={str(self.log_dir)!r})"
@@ -73,5 +76,6 @@ def load_config(environ: Mapping[str, str]) -> AgentConfig:
     url = normalise_url(*found_url)
     token = _token(environ)
     found_dir = _first(environ, "AGENT_LOG_DIR")
-    log_dir = Path(found_dir[1]).expanduser() if found_dir else Path(tempfile.gettempdir())
-    return AgentConfig(url=url, token=token, log_dir=log_dir)
+    if found_dir is None:
+        return AgentConfig(url=url, token=token, log_dir=default_runtime_dir(token), default_log_dir=True)
+    return AgentConfig(url=url, token=token, log_dir=Path(found_dir[1]).expanduser())

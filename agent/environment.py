@@ -31,6 +31,9 @@ class SessionContext:
     motd_file: str = ""
 
 
+# The agent's token, and the Git helper of whatever started the agent (an agent started from another workspace's
+# session must not hand its children that workspace's helper): this agent sets its own below.
+_NOT_INHERITED = frozenset({*TOKEN_VARIABLES, git.SOCKET_VARIABLE, git.SECRET_VARIABLE})
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
@@ -109,12 +112,14 @@ def build_environment(
     *,
     log_source_id: str | None = None,
     agent_environ: Mapping[str, str] | None = None,
+    git_helper: git.HelperAccess | None = None,
 ) -> dict[str, str]:
-    """The environment of a script (with its ``log_source_id``) or of a session (without)."""
+    """The environment of a script (with its ``log_source_id``) or of a session (without); ``git_helper``: the
+    agent's Git helper, when it serves."""
     environ = {
         name: value
         for name, value in (os.environ if agent_environ is None else agent_environ).items()
-        if name not in TOKEN_VARIABLES
+        if name not in _NOT_INHERITED
     }
     for name, value in _user_variables().items():
         environ.setdefault(name, value)
@@ -131,7 +136,8 @@ def build_environment(
     path = environ.get("PATH", os.defpath)
     environ["PATH"] = f"{bin_dir}{os.pathsep}{path}" if path else str(bin_dir)
     # git asks the agent for the owner's linked accounts; a template's own GIT_ASKPASS (below) still wins.
-    environ.update(git.helper_environment(git.socket_path_for(log_dir), bin_dir))
+    if git_helper is not None:
+        environ.update(git.helper_environment(git_helper, bin_dir))
     expanded = {name: expand_variables(value, environ) for name, value in manifest.environment_variables.items()}
     environ.update(expanded)
     for name in TOKEN_VARIABLES:  # not even when a template sets it
@@ -141,7 +147,7 @@ def build_environment(
 
 def context_before_manifest() -> SessionContext:
     """Sessions dialled before the first manifest arrives start at home with the agent's environment."""
-    environ = {name: value for name, value in os.environ.items() if name not in TOKEN_VARIABLES}
+    environ = {name: value for name, value in os.environ.items() if name not in _NOT_INHERITED}
     for name, value in _user_variables().items():
         environ.setdefault(name, value)
     return SessionContext(directory=Path(home_directory()), environment=environ)

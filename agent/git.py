@@ -15,12 +15,14 @@ import re
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from typing import Any
 
 SOCKET_VARIABLE = "SLIPWAY_AGENT_GIT_SOCKET"
+# The agent's per-run secret that every request to its socket carries: only its own workspace's processes have it.
+SECRET_VARIABLE = "SLIPWAY_AGENT_GIT_SECRET"  # noqa: S105 - the name of the variable
 ASKPASS_NAME = "slipway-gitaskpass"
 GITSSH_NAME = "slipway-gitssh"
 # git asks "Username for 'https://github.com': " then "Password for 'https://user@github.com': ".
@@ -37,8 +39,16 @@ class HelperError(Exception):
 # In the agent --------------------------------------------------------------------------------------------------
 
 
+class HelperAccess(NamedTuple):
+    """Where the agent's helper listens and the secret its callers must show."""
+
+    socket_path: Path
+    secret: str
+
+
 def socket_path_for(log_dir: Path) -> Path:
-    """In the log directory, unless that path is too long for a unix socket (about 107 bytes)."""
+    """In the log directory, unless that path is too long for a unix socket (about 107 bytes): then in a directory
+    of its own in the temp dir (which the agent makes private, as it does a default log dir)."""
     path = log_dir / "git.sock"
     if len(os.fsencode(path)) < 100:
         return path
@@ -46,13 +56,19 @@ def socket_path_for(log_dir: Path) -> Path:
     import tempfile
 
     digest = hashlib.sha256(os.fsencode(log_dir)).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"slipway-git-{digest}.sock"
+    # The temp dir may itself be deep (a daemon's TMPDIR in its cache dir): then /tmp.
+    for temp_dir in (tempfile.gettempdir(), "/tmp"):  # noqa: S108 - a private directory is made there
+        path = Path(temp_dir) / f"slipway-git-{digest}" / "git.sock"
+        if len(os.fsencode(path)) < 100:
+            return path
+    return path
 
 
-def helper_environment(socket_path: Path, bin_dir: Path) -> dict[str, str]:
-    """What every script and session gets: the socket, and git's hooks pointing at the wrappers."""
+def helper_environment(access: HelperAccess, bin_dir: Path) -> dict[str, str]:
+    """What every script and session gets: the socket and its secret, and git's hooks pointing at the wrappers."""
     return {
-        SOCKET_VARIABLE: str(socket_path),
+        SOCKET_VARIABLE: str(access.socket_path),
+        SECRET_VARIABLE: access.secret,
         "GIT_ASKPASS": str(bin_dir / ASKPASS_NAME),
         "GIT_SSH_COMMAND": str(bin_dir / GITSSH_NAME),
     }
@@ -80,16 +96,17 @@ def write_wrappers(bin_dir: Path, python: str = sys.executable) -> None:
 # In git's processes --------------------------------------------------------------------------------------------
 
 
-def ask(request: dict[str, Any], socket_path: str | None = None) -> dict[str, Any]:
+def ask(request: dict[str, Any], socket_path: str | None = None, secret: str | None = None) -> dict[str, Any]:
     """One request to the agent's helper socket; the ``ok`` part of the reply, or :class:`HelperError`."""
     path = socket_path or os.environ.get(SOCKET_VARIABLE, "")
     if not path:
         raise HelperError(f"{SOCKET_VARIABLE} is not set: run this inside a Slipway workspace (an agent's session).")
+    signed = {**request, "secret": os.environ.get(SECRET_VARIABLE, "") if secret is None else secret}
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.settimeout(SOCKET_TIMEOUT)
             connection.connect(path)
-            connection.sendall(json.dumps(request).encode() + b"\n")
+            connection.sendall(json.dumps(signed).encode() + b"\n")
             data = b""
             while not data.endswith(b"\n"):
                 chunk = connection.recv(65536)

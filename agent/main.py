@@ -32,7 +32,7 @@ from agent.environment import (
     home_directory,
     script_bin_dir,
 )
-from agent.git_helper import GitHelperServer
+from agent.git_helper import GitHelperServer, SocketTaken
 from agent.lifecycle import (
     OFF,
     READY,
@@ -46,7 +46,8 @@ from agent.lifecycle import (
 )
 from agent.logs import LogSender, log_line
 from agent.metadata import MetadataCollector
-from agent.processes import ProcessGroups, stop_passing_on_ignored_signals
+from agent.processes import ProcessGroups, make_undumpable, stop_passing_on_ignored_signals
+from agent.runtime_dir import make_log_dir, make_private_dir
 from agent.scripts import OUTPUT_CLOSE_WAIT, ScriptResult, ScriptRunner
 from agent.sshd import SSHService
 from agent.tunnels import TunnelDialer, control_dial
@@ -158,9 +159,19 @@ class Agent:
 
     async def _start_git_helper(self) -> None:
         """git's askpass and ssh helpers; a workspace without them still works, only git asks for passwords."""
+        socket_dir = self._git_helper.socket_path.parent
         try:
             git.write_wrappers(script_bin_dir(self._config.log_dir))
+            if socket_dir != self._config.log_dir:  # a log dir too deep for a socket: one of its own in the temp dir
+                make_private_dir(socket_dir)
             await self._git_helper.start()
+        except SocketTaken as exc:
+            log.error(
+                "the git helper did not start: %s. Another agent runs with the same log directory (%s); give each "
+                "agent its own SLIPWAY_AGENT_LOG_DIR. Until then git here gets no linked accounts.",
+                exc,
+                self._config.log_dir,
+            )
         except OSError as exc:
             log.warning("the git helper could not start (%s): git will not get linked accounts", exc)
 
@@ -210,11 +221,13 @@ class Agent:
 
     def _script_environment(self, script: Script) -> dict[str, str]:
         manifest = self._manifest or Manifest()
-        return build_environment(manifest, self._config.log_dir, log_source_id=script.log_source_id)
+        return build_environment(
+            manifest, self._config.log_dir, log_source_id=script.log_source_id, git_helper=self._git_helper.access
+        )
 
     async def _apply_manifest(self, manifest: Manifest) -> None:
         previous, self._manifest = self._manifest, manifest
-        environment = build_environment(manifest, self._config.log_dir)
+        environment = build_environment(manifest, self._config.log_dir, git_helper=self._git_helper.access)
         try:
             directory = expand_directory(manifest.directory, environment)
         except OSError as exc:
@@ -357,11 +370,15 @@ def main() -> None:
         _fail(str(exc))
         return
     try:
-        config.log_dir.mkdir(parents=True, exist_ok=True)
+        make_log_dir(config.log_dir, default=config.default_log_dir)
     except OSError as exc:
-        _fail(f"the log directory {config.log_dir} cannot be created: {exc.strerror or exc}")
+        _fail(f"the log directory {config.log_dir} cannot be used: {exc.strerror or exc}")
     for name in TOKEN_VARIABLES:  # nothing the agent starts may inherit the token
         os.environ.pop(name, None)
     stop_passing_on_ignored_signals()
     configure_logging(config.log_dir)
+    try:
+        make_undumpable()
+    except OSError as exc:
+        log.warning("processes of this OS user can read this agent's memory and environment: %s", exc)
     sys.exit(asyncio.run(Agent(config).run()))

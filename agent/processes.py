@@ -20,6 +20,7 @@ READ_CHUNK = 64 * 1024
 # SIGKILL takes effect only when the kernel next runs each process (later still in uninterruptible sleep): wait
 # this long for it, so that "stopped" means gone, and lifecycle "off" is not reported with processes still there.
 KILL_SETTLE = 2.0
+_PR_SET_DUMPABLE = 4  # linux/prctl.h
 
 
 # Signals that a shell leaves ignored in its background jobs (SIGINT, SIGQUIT) and that nohup ignores (SIGHUP).
@@ -40,6 +41,20 @@ def stop_passing_on_ignored_signals() -> None:
     for signum in PASSED_ON_IF_IGNORED:
         if signal.getsignal(signum) == signal.SIG_IGN:
             signal.signal(signum, _keep_ignoring)
+
+
+def make_undumpable() -> None:
+    """Keep processes of the same OS user (another workspace's, where workspaces share one: examples/local) from
+    reading this process's /proc files (its environment held the agent's token at start; its memory holds it
+    still) or tracing it; only root can. exec resets it, so the shells and commands the agent starts are ordinary
+    processes of their user."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl(PR_SET_DUMPABLE): {os.strerror(ctypes.get_errno())}")
 
 
 def posix_shell_command(script: str) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,12 +32,30 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 from _harness import OWNER_PASSWORD, Server, median, percentile, sign_up_owner  # noqa: E402
-from tunnel import create_until_ready, kill_leftovers, push_template  # noqa: E402
+from tunnel import EXAMPLE, create_until_ready, kill_leftovers, push_template  # noqa: E402
 
 from agent import git  # noqa: E402
 from tests.support.oidc import OidcProvider, git_provider_client, provider_sign_in  # noqa: E402
 
 PROVIDERS = {"fresh": 3600, "refreshing": 60}  # id -> access token lifetime at its provider (seconds)
+SECRET_FILE = "bench-git-secret"
+# The helper answers only its own workspace's processes (the secret in their environment): a start script hands
+# the benchmark that secret, as a process of the workspace would have it.
+SECRET_SCRIPT = f"""
+resource "coder_script" "git_secret" {{
+  agent_id     = coder_agent.main.id
+  display_name = "Git helper secret for the benchmark"
+  run_on_start = true
+  script       = "printenv SLIPWAY_AGENT_GIT_SECRET > .slipway-agent/{SECRET_FILE}"
+}}
+"""
+
+
+def template_with_secret_file(directory: Path) -> Path:
+    shutil.copytree(EXAMPLE, directory)
+    with (directory / "main.tf").open("a") as main_tf:
+        main_tf.write(SECRET_SCRIPT)
+    return directory  # id -> access token lifetime at its provider (seconds)
 
 
 def provider_env(number: int, provider_id: str, idp: OidcProvider) -> dict[str, str]:
@@ -101,19 +120,20 @@ def main() -> None:
         api, _ = sign_up_owner(server.url)
         for provider_id in PROVIDERS:
             link(server.url, provider_id)
-        template_id = push_template(api, workspaces_root)
+        template_id = push_template(api, workspaces_root, template_with_secret_file(scratch / "template"))
         startup = create_until_ready(api, template_id, "gitbench")
         print(f"workspace ready in {startup.ready:.1f} s; {args.calls} calls each, after one warm-up call\n")
         log_dir = next(workspaces_root.rglob(".slipway-agent"))
         socket_path = str(git.socket_path_for(log_dir))
+        secret = (log_dir / SECRET_FILE).read_text().strip()
         askpass = str(log_dir / "coder-script-data" / "bin" / git.ASKPASS_NAME)
-        env = {"PATH": os.environ["PATH"], git.SOCKET_VARIABLE: socket_path}
+        env = {"PATH": os.environ["PATH"], git.SOCKET_VARIABLE: socket_path, git.SECRET_VARIABLE: secret}
         for provider_id in PROVIDERS:
             url = f"https://{provider_id}.git.test"
             request = {"op": "external-auth", "match": url}
-            first = git.ask(request, socket_path)["access_token"]
-            round_trips = timed(lambda request=request: git.ask(request, socket_path), args.calls)
-            changed = first != git.ask(request, socket_path)["access_token"]
+            first = git.ask(request, socket_path, secret)["access_token"]
+            round_trips = timed(lambda request=request: git.ask(request, socket_path, secret), args.calls)
+            changed = first != git.ask(request, socket_path, secret)["access_token"]
             prompt = f"Password for '{url}': "
             processes = timed(
                 lambda prompt=prompt: subprocess.run([askpass, prompt], env=env, capture_output=True, check=True),

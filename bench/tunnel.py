@@ -142,8 +142,8 @@ def wait_job(api: httpx.Client, path: str, timeout: float = 300.0) -> None:
         raise RuntimeError(f"job {job['id']} {job['status']}: {job['error']}")
 
 
-def push_template(api: httpx.Client, workspaces_root: Path) -> str:
-    upload = api.post("/files", content=pack_directory(EXAMPLE), headers={"Content-Type": "application/x-tar"})
+def push_template(api: httpx.Client, workspaces_root: Path, example: Path = EXAMPLE) -> str:
+    upload = api.post("/files", content=pack_directory(example), headers={"Content-Type": "application/x-tar"})
     variables = [{"name": "workspaces_root", "value": str(workspaces_root)}]
     body = {"file_id": upload.json()["id"], "user_variable_values": variables}
     version = api.post("/templateversions", json=body).json()

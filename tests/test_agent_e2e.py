@@ -266,7 +266,10 @@ def test_apps_are_proxied_with_websockets_and_health(deployment: Deployment) -> 
     # The app sees its own path and cookies, never Slipway's session.
     assert page.text == "dev server ok path=/sub/page?q=1 cookie=theme=dark"
     # It answers with its own headers: the dashboard's policy would break its pages. Slipway's page is Slipway's.
-    assert not {"content-security-policy", "x-frame-options", "x-content-type-options"} & set(page.headers.keys())
+    # But in a sandbox, for its owner too (alice here): path apps share the dashboard's origin (issue 34, H2).
+    assert not {"x-frame-options", "x-content-type-options"} & set(page.headers.keys())
+    [policy] = page.headers.get_list("content-security-policy")
+    assert policy.startswith("sandbox allow-scripts") and "allow-same-origin" not in policy, policy
     assert "script-src 'self'" in down.headers["content-security-policy"]
     ws_url = path.replace("http://", "ws://") + "echo"
     with connect(ws_url, additional_headers=auth) as websocket:

@@ -7,12 +7,15 @@ One deployment and one workspace serve the module: every test here only reads th
 from __future__ import annotations
 
 import http.client
+import json
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
+from tests.support.browser import browser_page, sign_in_page
 from tests.support.deployment import ECHO_SERVER, Deployment, running_deployment
 from tests.support.net import free_port
 
@@ -122,3 +125,26 @@ def test_anonymous_callers_cannot_tell_which_workspaces_exist(deployment: Deploy
     messages = {answer.text.split("<h1>", 1)[1].split("</h1>", 1)[0] for answer in answers.values()}
     assert messages == {"There is no app &#39;nope&#39; here, or you may not open it.",
                         "There is no app &#39;dev&#39; here, or you may not open it."}  # fmt: skip
+
+
+@pytest.mark.browser
+def test_an_app_page_runs_sandboxed_even_for_the_workspace_s_owner(deployment: Deployment) -> None:
+    """A path app shares the dashboard's origin: its pages must never act there as the person who opened them,
+    the owner included (an app answering on a port another workspace of the same network took serves that
+    workspace's page). The sandbox gives the page an opaque origin: no cookies, no storage, no API."""
+    with browser_page() as page:
+        sign_in_page(page, deployment.url, "alice@example.com")
+        page.wait_for_url(f"{deployment.url}/workspaces*")
+        assert page.context.cookies(), "signed in: the dashboard's session is in the browser"
+        opened = page.goto(f"{deployment.url}{APP}probe")
+        assert opened is not None
+        policy = opened.headers["content-security-policy"]
+        assert policy.startswith("sandbox allow-scripts") and "allow-same-origin" not in policy, policy
+        result = page.locator("#result")
+        expect(result).not_to_be_empty()  # the app's script did run
+        found = json.loads(result.text_content() or "")
+        assert found["origin"] == "null", found
+        assert found["cookie"].startswith("refused: ") and found["storage"].startswith("refused: "), found
+        # Cross-origin from the sandbox: the session cookie (SameSite=Lax) does not go along, and nothing is read.
+        assert found["api"] == "refused: TypeError" and found["account"] == "refused: TypeError", found
+        assert "alice" not in json.dumps(found)

@@ -125,9 +125,3 @@ def check_app_access(target: AppTarget, viewer: User | None) -> None:
         return
     if viewer.id != target.workspace.owner_id and not viewer.is_owner:
         raise NotFound(f"No app {target.slug!r} you may open here.")
-
-
-def sandboxed_for(target: AppTarget, viewer: User | None) -> bool:
-    """Apps are served on the dashboard's own origin: when someone other than the workspace's owner opens one,
-    its pages run in a sandbox (an opaque origin) so its scripts cannot act as the viewer on the dashboard."""
-    return viewer is None or viewer.id != target.workspace.owner_id

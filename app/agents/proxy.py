@@ -49,6 +49,10 @@ ORIGIN_WIDE_HEADERS = frozenset(
     {"clear-site-data", "service-worker-allowed", "strict-transport-security", "set-cookie2"}
 )
 CHUNK = 64 * 1024
+# Every page an app serves runs in a sandbox, whoever opens it, the workspace's owner included: path apps share the
+# dashboard's origin, and without allow-same-origin the page gets an opaque origin of its own, so its scripts can
+# read neither the dashboard's cookies and CSRF tokens nor its API with the viewer's session (issue 34, H2). An
+# app that needs its own origin waits for subdomain apps.
 SANDBOX = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
 
 
@@ -178,8 +182,6 @@ def proxy_http(
     target: AppTarget,
     request: Request,
     requested: AppRequestPath,
-    *,
-    sandbox: bool,
 ) -> Response:
     connection = TunnelConnection(client, signer, target.agent.id, target)
     conn = http.client.HTTPConnection(target.host, target.port, timeout=300)
@@ -214,14 +216,12 @@ def proxy_http(
             conn.close()
             connection.close()
 
-    answer = _response_headers(upstream.getheaders(), target, requested.prefix, sandbox)
+    answer = _response_headers(upstream.getheaders(), target, requested.prefix)
     # The app's own headers, not the dashboard's: its pages would break under the dashboard's policy.
     return ForeignResponse(stream_with_context(body_chunks()), status=upstream.status, headers=answer)
 
 
-def _response_headers(
-    items: list[tuple[str, str]], target: AppTarget, prefix: str, sandbox: bool
-) -> list[tuple[str, str]]:
+def _response_headers(items: list[tuple[str, str]], target: AppTarget, prefix: str) -> list[tuple[str, str]]:
     headers = []
     app_origins = {f"{target.scheme}://{target.host}:{target.port}", f"{target.scheme}://{target.host}"}
     for name, value in items:
@@ -236,8 +236,7 @@ def _response_headers(
                 continue
             value = scoped
         headers.append((name, value))
-    if sandbox:
-        headers.append(("Content-Security-Policy", SANDBOX))
+    headers.append(("Content-Security-Policy", SANDBOX))
     return headers
 
 

@@ -1,5 +1,8 @@
 # A workspace that is a directory and a process on the provisioner's own machine.
 # It needs nothing but Terraform: handy to try Slipway, and what the test suite builds.
+# For one person: every workspace of it runs as the daemon's one OS user on one network, so the workspaces of
+# different people can reach each other's files, processes and ports (README "Workspaces that share an OS user or
+# a network"). For a team, use examples/docker or examples/kubernetes.
 terraform {
   required_providers {
     coder = {
@@ -167,7 +170,7 @@ resource "terraform_data" "process" {
       HOME              = local.dir
       INIT_SCRIPT       = coder_agent.main.init_script
       CODER_AGENT_TOKEN = coder_agent.main.token
-      # Each workspace's agent keeps its own log (the default, the temp dir, is shared by every workspace here).
+      # Each workspace's agent keeps its log and Git helper socket in its own directory, next to its files.
       SLIPWAY_AGENT_LOG_DIR = "${local.dir}/.slipway-agent"
     }
     # setsid + nohup + redirections: the process outlives this command, and Terraform does not wait for it.
@@ -178,8 +181,11 @@ resource "terraform_data" "process" {
       for name in $(env | sed -n 's/^\(CODER_[A-Za-z0-9_]*\)=.*/\1/p'); do
         [ "$name" = CODER_AGENT_TOKEN ] || unset "$name"
       done
+      # The agent's token goes to the agent alone (which hides its /proc files): the process that holds the
+      # workspace open must not keep it in an environment any process of this OS user may read.
       setsid nohup ${self.input.shell} -c '
         if [ -n "$INIT_SCRIPT" ]; then printf "%s\n" "$INIT_SCRIPT" > init.sh; ${self.input.shell} init.sh >> agent.log 2>&1 & fi
+        unset CODER_AGENT_TOKEN INIT_SCRIPT
         exec sleep 2147483647
       ' > workspace.log 2>&1 < /dev/null &
       echo $! > workspace.pid

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from agent.config import ConfigError, load_config
+from agent.runtime_dir import RuntimeDirError, make_log_dir
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -75,3 +79,46 @@ def test_python_m_agent_exits_2_with_one_line_on_bad_configuration(tmp_path: Pat
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
     assert "SLIPWAY_AGENT_URL" in result.stderr
+
+
+def test_without_a_log_dir_each_agent_gets_its_own_in_the_temp_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", "/daemon/tmp")
+    carol = load_config({"SLIPWAY_AGENT_URL": "http://x", "SLIPWAY_AGENT_TOKEN": "carols-agent-token"})
+    dave = load_config({"SLIPWAY_AGENT_URL": "http://x", "SLIPWAY_AGENT_TOKEN": "daves-agent-token"})
+    assert carol.default_log_dir and dave.default_log_dir
+    assert carol.log_dir.parent == dave.log_dir.parent == Path("/daemon/tmp") and carol.log_dir != dave.log_dir
+    assert carol.log_dir.name.startswith("slipway-agent-") and "carol" not in carol.log_dir.name
+    chosen = load_config({"SLIPWAY_AGENT_URL": "http://x", "SLIPWAY_AGENT_TOKEN": "t", "CODER_AGENT_LOG_DIR": "/l"})
+    assert (chosen.log_dir, chosen.default_log_dir) == (Path("/l"), False)
+
+
+def test_the_default_log_dir_is_made_private_and_one_that_is_not_the_agent_s_is_refused(tmp_path: Path) -> None:
+    made = tmp_path / "made"
+    make_log_dir(made, default=True)
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o777)
+    os.chmod(loose, 0o777)  # noqa: S103 - what the agent must tighten
+    make_log_dir(loose, default=True)
+    assert stat.S_IMODE(loose.stat().st_mode) == 0o700
+    # Planted in the shared temp dir by someone else: a link to elsewhere, or a file.
+    (tmp_path / "link").symlink_to(made)
+    (tmp_path / "file").write_text("")
+    for planted in (tmp_path / "link", tmp_path / "file"):
+        with pytest.raises(RuntimeDirError, match="is not a directory"):
+            make_log_dir(planted, default=True)
+    if os.getuid() == 0:  # only root can give a directory away
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(RuntimeDirError, match="belongs to another user"):
+            make_log_dir(theirs, default=True)
+    # A directory the operator chose is created private, and an existing one is left as it is (it may be /tmp).
+    chosen = tmp_path / "chosen" / "logs"
+    make_log_dir(chosen, default=False)
+    assert stat.S_IMODE(chosen.stat().st_mode) == 0o700
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # noqa: S103 - a shared directory such as /tmp
+    make_log_dir(shared, default=False)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777

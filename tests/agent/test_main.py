@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from agent.lifecycle import OFF, READY, SHUTDOWN_ERROR, START_ERROR, START_TIMEOUT
 from agent.main import outcome
+from agent.runtime_dir import default_runtime_dir
 from agent.scripts import ScriptResult
 from tests.agent.test_config import REPOSITORY
 
@@ -84,3 +90,61 @@ print("imported")
         [sys.executable, "-c", probe], cwd=REPOSITORY, capture_output=True, text=True, timeout=60, check=False
     )
     assert result.stdout.strip() == "imported", result.stderr
+
+
+def _log_says(path: Path, text: str, agent: subprocess.Popen[str], timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        log = path.read_text() if path.exists() else ""
+        if text in log:
+            return log
+        assert agent.poll() is None, f"the agent exited ({agent.returncode}): {agent.communicate()}"
+        assert time.monotonic() < deadline, f"the agent never said {text!r}:\n{log}"
+        time.sleep(0.1)
+
+
+def test_agents_without_a_log_dir_each_get_their_own_and_never_share_a_git_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34, H0: every workspace a daemon starts has the daemon's TMPDIR; its agents must not meet there."""
+    # Short, as a daemon's TMPDIR is: the sockets inside must fit a unix socket path.
+    temp_dir = Path(tempfile.mkdtemp(prefix="daemon-tmp-", dir="/tmp"))
+
+    def start(token: str) -> subprocess.Popen[str]:
+        environ = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TMPDIR": str(temp_dir),
+                   "SLIPWAY_AGENT_URL": f"http://127.0.0.1:{closed_port()}/", "SLIPWAY_AGENT_TOKEN": token}  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, "-m", "agent"], cwd=REPOSITORY, env=environ, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    tokens = ["token-of-carols-agent", "token-of-daves-agent"]
+    agents = [start(token) for token in tokens]
+    monkeypatch.setattr(tempfile, "tempdir", str(temp_dir))  # where each agent's own directory is, by its token
+    directories = [default_runtime_dir(token) for token in tokens]
+    try:
+        logs = [
+            _log_says(directory / "slipway-agent.log", "git helper listening on", agent)
+            for directory, agent in zip(directories, agents, strict=True)
+        ]
+        # The shared temp dir holds the two agents' directories and nothing else (no socket of its own).
+        assert sorted(temp_dir.iterdir()) == sorted(directories) and directories[0] != directories[1]
+        for directory, log in zip(directories, logs, strict=True):
+            assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+            assert f"git helper listening on {directory / 'git.sock'}" in log
+            assert "token-of" not in directory.name
+        # A second agent with carol's agent's token (so the same directory) is refused the live socket.
+        intruder = start("token-of-carols-agent")
+        agents.append(intruder)
+        log = _log_says(directories[0] / "slipway-agent.log", "the git helper did not start", intruder)
+        assert log.count("git helper listening on") == 1
+    finally:
+        for agent in agents:
+            agent.send_signal(signal.SIGTERM)
+        for agent in agents:
+            try:
+                agent.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.communicate()
+        shutil.rmtree(temp_dir)

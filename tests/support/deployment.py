@@ -22,7 +22,8 @@ from tests.support.server import ServerProcess
 
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "local"
 # A server with a plain HTTP page and a WebSocket echo, run inside workspaces with the agent's own interpreter.
-# /headers answers the request's headers as JSON; /set-cookies answers the headers of APP_COOKIE_HEADERS.
+# /headers answers the request's headers as JSON; /set-cookies answers the headers of APP_COOKIE_HEADERS; /probe is
+# a page whose script tries what a hostile app would on the dashboard's origin and writes what it got into the page.
 ECHO_SERVER = """
 import json
 import sys
@@ -43,6 +44,20 @@ APP_COOKIE_HEADERS = [
     ("Service-Worker-Allowed", "/"),
 ]
 
+PROBE = b'''<!doctype html><title>probe</title><pre id="result"></pre><script>
+const found = {origin: String(self.origin)};
+try { found.cookie = document.cookie; } catch (error) { found.cookie = "refused: " + error.name; }
+try { found.storage = String(localStorage.length); } catch (error) { found.storage = "refused: " + error.name; }
+const read = (path) => fetch(path, {credentials: "include"}).then(
+  (reply) => reply.text().then((text) => reply.status + " " + text.slice(0, 300)),
+  (error) => "refused: " + error.name);
+Promise.all([read("/api/v2/users/me"), read("/account")]).then(([api, account]) => {
+  found.api = api;
+  found.account = account;
+  document.getElementById("result").textContent = JSON.stringify(found);
+});
+</script>'''
+
 def answer(body, content_type="text/plain", extra=()):
     headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(body))), *extra])
     return Response(200, "OK", headers, body)
@@ -54,6 +69,8 @@ def page(connection, request):
         return answer(json.dumps(list(request.headers.raw_items())).encode(), "application/json")
     if request.path.startswith("/set-cookies"):
         return answer(b"cookies set", extra=APP_COOKIE_HEADERS)
+    if request.path.startswith("/probe"):
+        return answer(PROBE, "text/html")
     cookie = request.headers.get("Cookie", "")
     return answer(f"dev server ok path={request.path} cookie={cookie}".encode())
 
