@@ -115,9 +115,9 @@ def wait() -> Response:
     wanted = message_body(WaitForJob)
     daemon, settings = _daemon(), _settings()
     credential: DaemonCredential = request.environ["slipway.daemon_credential"]
+    daemons.heartbeat(daemon)  # alive even when refused a slot: it asks again shortly
     held = live_connection(budgets=person_budgets(settings, credential.user.id)) if credential.user else nullcontext()
     with held:
-        daemons.heartbeat(daemon)
         queues = daemon_queue_names(daemon.tags, settings.provisioner_untagged_jobs)
         waited = daemons.wait_for_job(
             daemon.id, queues, wanted.timeout_seconds, get_relay(), get_redis(), daemon.terraform_version
