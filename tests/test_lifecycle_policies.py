@@ -4,8 +4,9 @@ Each row is one attempt by carol (a member) to get around one rule; it runs with
 not go through) and with the rule off (the same attempt goes through: the row can tell the two apart).
 
 Rules: ``require_active_version`` (a member builds only the active version), ``allow_user_autostop`` off (the
-template's TTL, nobody else's, decides when a workspace stops), ``allow_user_autostart`` off (no schedule of the
-owner's starts a workspace)."""
+template's TTL, nobody else's, decides when a workspace stops), ``autostop_requirement`` (no deadline moves past
+the forced stop in the owner's quiet hours), ``allow_user_autostart`` off (no schedule of the owner's starts a
+workspace). Dormancy and the failure TTL are the executor's alone: no path of a member's sets them."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.core.extensions import db
+from app.lifecycle.activity import flush_activity, mark_used
 from app.lifecycle.executor import run_tick
 from app.workspaces.models import Workspace
 from tests.conftest import PASSWORD, Persona
@@ -179,6 +181,44 @@ def start_deadline_from_an_earlier_ttl(world: Policies) -> bool:
     return deadline > datetime.now(UTC) + timedelta(hours=2)
 
 
+# --- autostop_requirement (every day): True when a deadline got past the forced stop in carol's quiet hours --------
+# The forced stop (max_deadline) is the next midnight UTC at least an hour after a start: within 25 hours.
+
+
+def restarted(world: Policies) -> None:
+    """A start completed under the template's current rules (its max_deadline is fixed when it completes)."""
+    world.stopped()
+    started = world.start(world.ws)
+    assert started.status_code == 201, started.json
+    world.finish(started.json)
+
+
+def extend_past_the_requirement(world: Policies) -> bool:
+    restarted(world)
+    later = (datetime.now(UTC) + timedelta(days=3)).replace(microsecond=0)
+    reply = world.api("PUT", f"/workspaces/{world.ws}/extend", {"deadline": later.isoformat()})
+    return bool(reply.status_code == 200 and world.deadline() == later)
+
+
+def long_ttl_past_the_requirement(world: Policies) -> bool:
+    world.set_row(ttl_ms=29 * 24 * HOUR_MS)
+    restarted(world)
+    deadline = world.deadline()
+    return deadline is not None and deadline > datetime.now(UTC) + timedelta(days=2)
+
+
+def activity_bump_past_the_requirement(world: Policies) -> bool:
+    """An open connection (SSH, a tunnel) pushes the autostop out by the template's activity bump."""
+    world.template_patch({"activity_bump_ms": 10 * 24 * HOUR_MS})
+    restarted(world)
+    with world.app.app_context():
+        mark_used(world.ws, connection=True)
+        assert flush_activity(world.app.config["SLIPWAY_SETTINGS"]) == 1
+        db.session.remove()
+    deadline = world.deadline()
+    return deadline is not None and deadline > datetime.now(UTC) + timedelta(days=2)
+
+
 # --- allow_user_autostart off: True when a schedule of carol's was set or started her workspace ------------------
 
 
@@ -213,6 +253,12 @@ class Rule:
 
 REQUIRE_ACTIVE = Rule("require_active_version", {"require_active_version": True}, {"require_active_version": False})
 NO_USER_AUTOSTOP = Rule("allow_user_autostop=false", {"allow_user_autostop": False}, {"allow_user_autostop": True})
+EVERY_DAY = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+DAILY_STOP = Rule(
+    "autostop_requirement",
+    {"autostop_requirement": {"days_of_week": EVERY_DAY, "weeks": 1}},
+    {"autostop_requirement": {"days_of_week": [], "weeks": 1}},
+)
 NO_USER_AUTOSTART = Rule("allow_user_autostart=false", {"allow_user_autostart": False}, {"allow_user_autostart": True})
 
 TABLE: list[tuple[Rule, str, Callable[[Policies], bool]]] = [
@@ -228,6 +274,9 @@ TABLE: list[tuple[Rule, str, Callable[[Policies], bool]]] = [
     (NO_USER_AUTOSTOP, "form schedule", schedule_form_ttl),
     (NO_USER_AUTOSTOP, "form extend", extend_form),
     (NO_USER_AUTOSTOP, "start deadline", start_deadline_from_an_earlier_ttl),
+    (DAILY_STOP, "API extend", extend_past_the_requirement),
+    (DAILY_STOP, "start deadline", long_ttl_past_the_requirement),
+    (DAILY_STOP, "activity bump", activity_bump_past_the_requirement),
     (NO_USER_AUTOSTART, "API autostart", autostart_by_api),
     (NO_USER_AUTOSTART, "API create", create_with_a_schedule),
     (NO_USER_AUTOSTART, "form schedule", schedule_form_autostart),
