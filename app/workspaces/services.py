@@ -176,10 +176,9 @@ def create_workspace(
         raise Forbidden(
             f"Template {template.name} is deprecated and makes no new workspaces: {template.deprecation_message}"
         )
-    automatic_updates = (schedule or {}).get("automatic_updates")
-    version_id = version_for_build(
-        owner, template, "start", version_id, automatic_updates="always" if automatic_updates == "always" else "never"
-    )
+    # The request's own automatic_updates is checked with the rest of its schedule below; only "always" matters here.
+    automatic_updates = str((schedule or {}).get("automatic_updates") or "never")
+    version_id = version_for_build(owner, template, "start", version_id, automatic_updates=automatic_updates)
     version = _usable_version(template, version_id)
     # Every problem at once (the name, each parameter, each Git provider), so a form can mark every field that
     # needs a change instead of one per submit.
@@ -332,7 +331,7 @@ def version_for_build(
     A start builds the template's active version when the workspace updates automatically or when the template
     requires it of non-admins. Such a template lets a non-admin build no other version at all: a stop or delete
     runs its version's Terraform too, so it may use the active version or the one the workspace runs, nothing
-    older."""
+    else."""
     active = template.active_version_id
     if active is None:
         return requested_version_id
