@@ -25,6 +25,7 @@ from app.core.extensions import csrf, db, htmx, migrate
 from app.diagnostics import checks as diagnostics_checks
 from app.diagnostics import views as diagnostics
 from app.externalauth import api as externalauth_api
+from app.externalauth import flows as externalauth_flows
 from app.externalauth import views as externalauth_views
 from app.lifecycle import activity
 from app.lifecycle import api as lifecycle_api
@@ -66,6 +67,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     security_headers.init_app(app, settings)
     templating.init_app(app)
     oidc.init_app(app, settings)
+    externalauth_flows.init_app(app)
     diagnostics.init_app(app)
     # What each kind of provisioner job is about; builds hand out the agent's init scripts.
     jobs.init_app(

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from protocol.codec import Bounds, MaxLength, Message
 from protocol.logs import LogLine
 from protocol.parameters import RichParameter
-from protocol.resources import ExternalAuth, Resource
+from protocol.resources import ExternalAuth, Resource, SecretRequirement
 
 PSK_HEADER = "Slipway-Provisioner-PSK"
 KEY_HEADER = "Slipway-Provisioner-Key"
@@ -195,6 +195,8 @@ class ImportResult(Message):
     parameters: tuple[RichParameter, ...] = ()
     resources: ImportedResources = ImportedResources()
     external_auth: tuple[ExternalAuth, ...] = ()
+    # Every data "coder_secret" of the start and stop plans: a build gets only the owner's secrets named here.
+    secrets: tuple[SecretRequirement, ...] = ()
     # data "coder_workspace_tags": tag -> template over parameter values (protocol.tags.render_tag_template),
     # evaluated by the server for each build before it is queued.
     workspace_tags: dict[str, str] = field(default_factory=dict)

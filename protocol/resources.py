@@ -157,6 +157,14 @@ class Resource(Message):
     lifecycle: Lifecycle | None = None
 
 
+class SecretRequirement(Message):
+    """A ``data "coder_secret"`` the template declares: the variable (``env``) or file (``file``) it reads. Builds
+    get only the owner's secrets their version declares (app/usersecrets/services.py build_secret_env)."""
+
+    env: str = ""
+    file: str = ""
+
+
 class ExternalAuth(Message):
     """A ``data "coder_external_auth"`` the template needs (a Git provider the person must have linked)."""
 

@@ -166,6 +166,71 @@ def test_linking_stores_the_tokens_encrypted_and_unlinking_revokes_them(
     assert not valid_at_provider(provider, stored.access_token)
 
 
+def flows_kept(app: Flask) -> int:
+    """How many browser sessions have Git links under way on the server."""
+    from app.externalauth.flows import KEY
+
+    with app.app_context():
+        from app.core.redis_client import get_redis
+
+        return len(list(get_redis().scan_iter(KEY.format("*"))))
+
+
+def test_a_link_started_before_a_sign_out_does_not_complete_into_the_next_persons_account(
+    app: Flask, personas: dict[str, Persona], provider: OidcProvider
+) -> None:
+    carol, dave = personas["carol"], personas["dave"]
+    shared = browser(app, carol)  # one browser, two people
+    start = shared.get("/external-auth/idp")
+    kept_while_signed_in = flows_kept(app)
+    assert post_form(shared, "/logout", {}, token_from="/account").status_code == 302
+    kept_after_sign_out = flows_kept(app)
+    sign_in(shared, dave.email, dave.password)
+    with httpx.Client(follow_redirects=False, timeout=30) as at_provider:
+        callback = provider_sign_in(at_provider, start.headers["Location"], "carol-at-git", RP_URL)
+    refused = shared.get(callback.removeprefix(RP_URL))
+    assert refused.status_code == 400 and "not started by you" in refused.text
+    assert statuses(shared, dave)["idp"]["linked"] is False
+    assert statuses(shared, carol)["idp"]["linked"] is False
+    # The flow was kept on the server, and signing out dropped it.
+    assert (kept_while_signed_in, kept_after_sign_out) == (1, 0)
+
+
+def test_a_callback_replayed_with_the_cookie_from_before_the_first_and_a_fresh_code_is_refused(
+    app: Flask, personas: dict[str, Persona], provider: OidcProvider
+) -> None:
+    carol = personas["carol"]
+    client = browser(app, carol)
+    start = client.get("/external-auth/idp")
+    cookie = client.get_cookie("slipway_session")
+    assert cookie is not None
+    before_callback = cookie.value
+    with httpx.Client(follow_redirects=False, timeout=30) as at_provider:
+        first = provider_sign_in(at_provider, start.headers["Location"], "carol-at-git", RP_URL)
+    assert client.get(first.removeprefix(RP_URL)).status_code == 302
+    first_token = stored_link(app, carol).access_token
+    # The cookie as it was before the callback, and a fresh code for the same state from the provider.
+    client.set_cookie("slipway_session", before_callback, domain=cookie.domain)
+    with httpx.Client(follow_redirects=False, timeout=30) as at_provider:
+        second = provider_sign_in(at_provider, start.headers["Location"], "mallory-at-git", RP_URL)
+    assert second != first
+    replay = client.get(second.removeprefix(RP_URL))
+    assert replay.status_code == 400 and "already used" in replay.text
+    assert stored_link(app, carol).access_token == first_token
+
+
+def test_a_callback_in_another_persons_browser_is_refused(
+    app: Flask, personas: dict[str, Persona], provider: OidcProvider
+) -> None:
+    carol, dave = personas["carol"], personas["dave"]
+    start = browser(app, carol).get("/external-auth/idp")
+    with httpx.Client(follow_redirects=False, timeout=30) as at_provider:
+        callback = provider_sign_in(at_provider, start.headers["Location"], "carol-at-git", RP_URL)
+    daves = browser(app, dave)  # carol's callback URL, opened by dave (sent to him, or a forged link)
+    assert daves.get(callback.removeprefix(RP_URL)).status_code == 400
+    assert statuses(daves, dave)["idp"]["linked"] is False
+
+
 def test_an_expiring_token_is_refreshed_and_a_revoked_one_shows_as_invalid(
     app: Flask, personas: dict[str, Persona], provider: OidcProvider
 ) -> None:

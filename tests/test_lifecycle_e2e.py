@@ -134,6 +134,13 @@ def test_schedules_set_from_the_cli_and_the_executor_stops_and_starts_for_real(
     assert bad.returncode == 1 and "Unknown time zone" in bad.stderr
     extended = cli_ok(deployment, "schedule", "extend", "sched", "3h")
     assert "stops at" in extended
+    # A template that sets the autostop itself: neither a TTL nor an extend of carol's gets through the CLI
+    # (tests/test_lifecycle_policies.py runs every rule through the API, the forms and the executor).
+    assert deployment.cli("alice", "templates", "edit", "local", "--forbid-user-autostop").returncode == 0
+    for refused in (("schedule", "extend", "sched", "3h"), ("schedule", "stop", "sched", "12h")):
+        result = deployment.cli("carol", *refused)
+        assert result.returncode == 1 and "sets the autostop of its workspaces" in result.stderr, result.stderr
+    assert deployment.cli("alice", "templates", "edit", "local", "--allow-user-autostop").returncode == 0
 
     # The deadline passes: the executor stops it, for real.
     deadline = at(deployment.workspace("carol", "sched")["latest_build"]["deadline"])

@@ -203,6 +203,35 @@ def test_a_cache_dir_the_daemon_user_cannot_reach_is_one_clear_line(tmp_path: Pa
     assert result.stderr.strip().count("\n") == 0
 
 
+def test_a_data_dir_under_tmp_is_said_at_start_naming_every_directory_closed_to_new_entries(tmp_path: Path) -> None:
+    """Landlock closes every ancestor of the data dir, not only its parent: with the data dir in /tmp, templates
+    cannot create entries in /tmp itself (a workspace's `mktemp` fails), and the server says so when it starts."""
+    data = Path("/tmp") / f"slipway-notice-{tmp_path.name}" / "deep" / "data"
+    said: list[str] = []
+    settings = make_settings(data, f"sqlite:///{data / 'slipway.db'}", "redis://127.0.0.1:1/0")
+    plan_daemon_launch(
+        replace(settings, provisioner_grant_access=True, provisioner_cache_dir=shared_dir() / f"cache-{tmp_path.name}"),
+        redis_socket=None,
+        echo=said.append,
+    )
+    notices = [line for line in said if "cannot create files or directories directly in" in line]
+    top = data.parent.parent
+    assert notices == [
+        f"slipway: {data} lies in /tmp, so templates on the built-in daemons cannot create files or directories "
+        f"directly in /tmp, {top}, {top / 'deep'}: the sandbox closes every directory above the data dir (and its "
+        "secret files) to new entries. Builds get a TMPDIR of their own; if workspaces of local-process templates "
+        "need /tmp, keep the data dir elsewhere (--data-dir)."
+    ]
+    elsewhere = make_settings(Path("/srv") / f"slipway-{tmp_path.name}", "sqlite://", "redis://127.0.0.1:1/0")
+    said.clear()
+    plan_daemon_launch(
+        replace(elsewhere, provisioner_grant_access=True, provisioner_cache_dir=shared_dir() / f"c2-{tmp_path.name}"),
+        redis_socket=None,
+        echo=said.append,
+    )
+    assert not [line for line in said if "cannot create files" in line]
+
+
 def test_grant_access_lets_the_daemon_user_through_and_nothing_more(tmp_path: Path) -> None:
     # What `make run` does as root when Slipway sits under a directory closed to other users (/root is 0700).
     closed = shared_dir() / f"closed-{tmp_path.name}"
@@ -223,7 +252,7 @@ def test_grant_access_lets_the_daemon_user_through_and_nothing_more(tmp_path: Pa
     said: list[str] = []
     launch = plan_daemon_launch(replace(settings, provisioner_grant_access=True), redis_socket=None, echo=said.append)
     assert launch.user is not None and launch.user.pw_name == DAEMON_USER
-    assert said == [f"slipway: let {DAEMON_USER} traverse {closed} (ACL u:{DAEMON_USER}:x)."]
+    assert said[0] == f"slipway: let {DAEMON_USER} traverse {closed} (ACL u:{DAEMON_USER}:x)."
     account = pwd.getpwnam(DAEMON_USER)
     assert first_blocked_for(account, [("the cache dir", cache_dir, os.R_OK | os.W_OK | os.X_OK)]) is None
     # Traversal only: it still cannot list the directory or read what the files' own modes keep from it.

@@ -108,7 +108,8 @@ def test_a_build_gets_its_owners_secrets_only_and_their_values_are_masked_in_its
 ) -> None:
     api = app.test_client()
     daemon = FakeDaemon(api)
-    template = import_template(api, personas, daemon)
+    declared = [{"env": "GITHUB_TOKEN"}, {"file": "~/.config/gh"}]
+    template = import_template(api, personas, daemon, secrets=declared)
     carol, dave = personas["carol"], personas["dave"]
     mine = {"name": "gh", "value": "carol-gh-token-123", "env_name": "GITHUB_TOKEN", "file_path": "~/.config/gh"}
     assert api.post(SECRETS, json=mine, headers=carol.auth).status_code == 201
@@ -133,6 +134,41 @@ def test_a_build_gets_its_owners_secrets_only_and_their_values_are_masked_in_its
     text_out = logs.get_data(as_text=True)
     assert "carol-gh-token-123" not in text_out and "carol-plain-456" not in text_out
     assert "token " in text_out and "dave-gh-token-789" in text_out
+
+
+def test_a_build_gets_only_the_secrets_its_template_declares(app: Flask, personas: dict[str, Persona]) -> None:
+    """A template admin cannot read members' secrets by their names without naming them in the template: the
+    build's environment holds only the declared ones (a version imported before declarations were recorded keeps
+    getting them all until it is pushed again)."""
+    api = app.test_client()
+    daemon = FakeDaemon(api)
+    template = import_template(api, personas, daemon, secrets=[{"env": "GITHUB_TOKEN"}])
+    carol = personas["carol"]
+    for name, env_name, file_path in (("gh", "GITHUB_TOKEN", "~/.config/gh"), ("aws", "AWS_SECRET_KEY", None)):
+        body = {"name": name, "value": f"carol-{name}-value", "env_name": env_name, "file_path": file_path}
+        assert api.post(SECRETS, json=body, headers=carol.auth).status_code == 201
+
+    def secret_env(workspace: str) -> dict[str, str]:
+        body = {
+            "template_id": template["id"],
+            "name": workspace,
+            "rich_parameter_values": [{"name": "region", "value": "eu"}],
+        }
+        created = api.post("/api/v2/workspaces", json=body, headers=carol.auth)
+        assert created.status_code == 201, created.json
+        acquired = daemon.call(f"/jobs/{created.json['latest_build']['job']['id']}/acquire")
+        assert acquired.status_code == 200, acquired.json
+        return dict(acquired.json["workspace_build"]["secret_env"])
+
+    assert secret_env("w1") == {secret_env_variable("GITHUB_TOKEN"): "carol-gh-value"}
+    with app.app_context():
+        db.session.execute(text("UPDATE template_versions SET secrets = NULL"))
+        db.session.commit()
+    assert secret_env("w2") == {
+        secret_env_variable("GITHUB_TOKEN"): "carol-gh-value",
+        secret_file_variable("~/.config/gh"): "carol-gh-value",
+        secret_env_variable("AWS_SECRET_KEY"): "carol-aws-value",
+    }
 
 
 def test_the_account_page_adds_lists_and_deletes_secrets_and_marks_every_invalid_field(

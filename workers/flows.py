@@ -196,6 +196,7 @@ def _import(
                 start=tuple(mark_lifecycles(start.resources, stop.resources)), stop=tuple(stop.resources)
             ),
             external_auth=tuple(start.external_auth),
+            secrets=tuple(sorted({*start.secrets, *stop.secrets}, key=lambda item: (item.env, item.file))),
             workspace_tags=workspace_tags,
             presets=tuple(start.presets),
         )

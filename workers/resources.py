@@ -26,7 +26,17 @@ from typing import Any, TypeVar
 from protocol.codec import Message, ProtocolError
 from protocol.parameters import RichParameter
 from protocol.provisionerd import NameValue, Preset
-from protocol.resources import Agent, App, Devcontainer, Env, ExternalAuth, MetadataItem, Resource, Script
+from protocol.resources import (
+    Agent,
+    App,
+    Devcontainer,
+    Env,
+    ExternalAuth,
+    MetadataItem,
+    Resource,
+    Script,
+    SecretRequirement,
+)
 from workers.show_json import Instance, closest_dependent, pick_instance, read_instances
 
 # Coder's provisioner.AgentNameRegex, which is case-insensitive.
@@ -47,6 +57,7 @@ class ParsedResources:
     parameters: list[RichParameter]
     external_auth: list[ExternalAuth]
     presets: list[Preset] = field(default_factory=list)
+    secrets: list[SecretRequirement] = field(default_factory=list)
 
 
 def _without_nulls(value: Any) -> Any:
@@ -243,7 +254,19 @@ def parse_show_json(document: Mapping[str, Any]) -> ParsedResources:
         parameters=sorted(parameters, key=lambda p: p.order),  # stable: same order keeps the address order
         external_auth=list(auth.values()),
         presets=presets,
+        secrets=_secrets(instances),
     )
+
+
+def _secrets(instances: Sequence[Instance]) -> list[SecretRequirement]:
+    """The ``data "coder_secret"`` blocks, by the variable or file each reads (as known at plan time: a name
+    computed from a resource is not, and such a secret is not declared)."""
+    found = {
+        SecretRequirement(env=str(i.values.get("env") or ""), file=str(i.values.get("file") or ""))
+        for i in instances
+        if i.mode == "data" and i.type == "coder_secret"
+    }
+    return sorted((item for item in found if item.env or item.file), key=lambda item: (item.env, item.file))
 
 
 def _attach_to_agents(

@@ -10,7 +10,7 @@ from app.agents.manifest import build_manifest
 from app.core.config import Settings
 from app.core.errors import Forbidden, NotFound
 from app.core.extensions import csrf, db
-from app.core.limits import live_connection
+from app.core.limits import agent_budget, live_connection, person_budgets
 from app.core.redis_client import get_redis
 from app.core.signing import signer
 from app.core.validation import message_body
@@ -106,15 +106,28 @@ def _owner() -> User:
 
 @bp.get("/external-auth")
 def external_auth() -> Response:
-    """A token for the workspace's git (GIT_ASKPASS): the workspace owner's own, never anyone else's."""
-    return _reply(
-        external_auth_services.agent_token(
-            _owner(),
-            match=request.args.get("match", "")[:2048],
-            provider_id=request.args.get("id", "")[:64],
-            listen=request.args.get("listen", "").lower() in ("1", "true", "yes"),
+    """A token for the workspace's git (GIT_ASKPASS): the workspace owner's own, never anyone else's.
+
+    With ``listen`` the request is a long poll (up to a minute): it holds a live slot like a stream, in the agent's
+    budget and in its owner's, so one person's scripts cannot hold every web worker's connections (429 beyond)."""
+    owner = _owner()
+    listen = request.args.get("listen", "").lower() in ("1", "true", "yes")
+
+    def answer() -> Response:
+        return _reply(
+            external_auth_services.agent_token(
+                owner,
+                match=request.args.get("match", "")[:2048],
+                provider_id=request.args.get("id", "")[:64],
+                listen=listen,
+            )
         )
-    )
+
+    if not listen:
+        return answer()
+    settings = _settings()
+    with live_connection(budgets=[agent_budget(settings, _agent().id), *person_budgets(settings, owner.id)]):
+        return answer()
 
 
 @bp.get("/gitsshkey")

@@ -29,6 +29,7 @@ from app.events.streams import follow_lines, line_event
 from app.lifecycle import activity
 from app.resources.models import WorkspaceAgent
 from app.resources.presenter import agent_json
+from app.workspaces.services import can_act
 from protocol.values import parse_int
 
 # The tunnel authenticates itself: a bearer token, or the dashboard's cookie (the web terminal).
@@ -40,7 +41,11 @@ MAX_COMMAND_CHARS = 4096
 
 @bp.get("/workspaceagents/<agent_id>")
 def get_agent(agent_id: str) -> Response:
-    return jsonify(agent_json(get_agent_for(api_user(), agent_id).agent))
+    user = api_user()
+    context = get_agent_for(user, agent_id)
+    # The scripts' text only for whom may act on the workspace: a template may have written the owner's tokens
+    # into it, and template admins read every workspace.
+    return jsonify(agent_json(context.agent, script_text=can_act(user, context.workspace)))
 
 
 @dataclass(frozen=True)

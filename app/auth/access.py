@@ -57,7 +57,10 @@ def sign_in_browser(user: User) -> None:
 
 
 def sign_out_browser() -> None:
-    """End this browser's session on the server (a copy of its cookie stops working too), then forget it here."""
+    """End this browser's session on the server (a copy of its cookie stops working too), then forget it here.
+
+    The session is looked up first, so that whoever listens for the sign-out (Git links under way) knows which."""
+    current_browser_session_id()
     credential = session.get(LOGIN_ID_KEY)
     if isinstance(credential, str):
         end_browser_session(credential)

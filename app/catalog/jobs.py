@@ -58,6 +58,7 @@ def import_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
     )
     version.parameters = result.parameters
     version.external_auth = result.external_auth
+    version.secrets = result.secrets
     version.workspace_tags = dict(result.workspace_tags)
     version.presets = result.presets
     store_resources(job.id, "start", result.resources.start)

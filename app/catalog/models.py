@@ -15,7 +15,7 @@ from protocol.codec import JSON as JsonValue
 from protocol.codec import JsonObject
 from protocol.parameters import RichParameter
 from protocol.provisionerd import NameValue, Preset, TemplateVariable
-from protocol.resources import ExternalAuth
+from protocol.resources import ExternalAuth, SecretRequirement
 
 
 class Template(Model):
@@ -118,6 +118,11 @@ class TemplateVersion(Model):
     parameters: Mapped[tuple[RichParameter, ...]] = mapped_column(MessageListColumn(RichParameter), default=())
     # The Git providers (``data "coder_external_auth"``) its workspaces need linked.
     external_auth: Mapped[tuple[ExternalAuth, ...]] = mapped_column(MessageListColumn(ExternalAuth), default=())
+    # The owner's secrets its builds may read (``data "coder_secret"``): every import records them; None for a
+    # version imported before they were recorded, whose builds get all of the owner's secrets as they did then.
+    secrets: Mapped[tuple[SecretRequirement, ...] | None] = mapped_column(
+        MessageListColumn(SecretRequirement), default=(), nullable=True
+    )
     # Tags its builds take from their parameters (data "coder_workspace_tags"): tag -> protocol.tags template.
     workspace_tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict, server_default="{}")
     # Named sets of parameter values a workspace can be created with (data "coder_workspace_preset").

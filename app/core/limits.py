@@ -1,4 +1,5 @@
-"""Live connections (SSE streams, WebSockets, proxied app requests): caps per person, per agent and overall.
+"""Live connections (SSE streams, WebSockets, proxied app requests, long polls): caps per person, per agent and
+overall.
 
 A live connection holds one of a web worker's connection slots for as long as it is open, so one member with a
 few thousand log streams used to fill every slot, and ``/healthz`` and sign-in stopped answering. Now each live
@@ -208,49 +209,63 @@ def _settings() -> Settings:
     return settings
 
 
+def person_budgets(settings: Settings, user_id: str) -> list[Budget]:
+    """A person's budget and everyone's: what their streams, terminals, tunnels and long polls count against."""
+    return [
+        Budget(
+            f"user:{user_id}",
+            settings.max_live_connections_per_user,
+            "You have {count} live streams open (log streams, terminals, tunnels); close some tabs and try again.",
+        ),
+        _everyone(settings),
+    ]
+
+
+def agent_budget(settings: Settings, agent_id: str, *, lifeline: bool = False) -> Budget:
+    cap = settings.max_live_connections_per_agent + (AGENT_LIFELINE_RESERVE if lifeline else 0)
+    return Budget(f"agent:{agent_id}", cap, "This workspace agent has {count} connections open; it may open no more.")
+
+
+def _everyone(settings: Settings) -> Budget:
+    return Budget(
+        "all",
+        settings.max_live_connections,
+        "The server has {count} live streams and connections open, its limit; try again in a minute.",
+    )
+
+
 def request_budgets(settings: Settings, *, lifeline: bool = False) -> list[Budget]:
     """The budgets the request's live connection counts against: its agent's, or its person's and everyone's.
 
     ``lifeline`` marks an agent's control connection, which may use the slots kept back from its tunnels."""
     agent = g.get("agent")
     if agent is not None:
-        cap = settings.max_live_connections_per_agent + (AGENT_LIFELINE_RESERVE if lifeline else 0)
-        return [
-            Budget(f"agent:{agent.id}", cap, "This workspace agent has {count} connections open; it may open no more.")
-        ]
-    everyone = Budget(
-        "all",
-        settings.max_live_connections,
-        "The server has {count} live streams and connections open, its limit; try again in a minute.",
-    )
+        return [agent_budget(settings, agent.id, lifeline=lifeline)]
     user = g.get("api_user") or (current_user if current_user.is_authenticated else None)
     if user is not None:
-        mine = Budget(
-            f"user:{user.id}",
-            settings.max_live_connections_per_user,
-            "You have {count} live streams open (log streams, terminals, tunnels); close some tabs and try again.",
-        )
-    else:  # a visitor of a public app: counted by address, with a person's allowance
-        mine = Budget(
-            f"address:{request.remote_addr or 'unknown'}",
-            settings.max_live_connections_per_user,
-            "Your address has {count} live connections open; close some and try again.",
-        )
-    return [mine, everyone]
+        return person_budgets(settings, user.id)
+    # A visitor of a public app: counted by address, with a person's allowance.
+    mine = Budget(
+        f"address:{request.remote_addr or 'unknown'}",
+        settings.max_live_connections_per_user,
+        "Your address has {count} live connections open; close some and try again.",
+    )
+    return [mine, _everyone(settings)]
 
 
 @contextmanager
-def live_connection(*, lifeline: bool = False) -> Iterator[Slot]:
+def live_connection(*, lifeline: bool = False, budgets: Sequence[Budget] | None = None) -> Iterator[Slot]:
     """Hold a slot for the request's live connection, released on leaving unless handed to a stream or response.
 
     Take it before anything costly (dialing an agent): a refusal must leave nothing behind. Nested uses within
-    one request share the outer slot."""
+    one request share the outer slot. ``budgets`` replaces the request's own (:func:`request_budgets`) when the
+    connection is held for someone the request does not name, such as a daemon's owner."""
     held: Slot | None = g.get("live_slot")
     if held is not None:
         yield held
         return
     pool: LiveSlots = current_app.extensions[EXTENSION_KEY]
-    slot = pool.take(request_budgets(_settings(), lifeline=lifeline))
+    slot = pool.take(budgets if budgets is not None else request_budgets(_settings(), lifeline=lifeline))
     g.live_slot = slot
     try:
         yield slot

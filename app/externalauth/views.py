@@ -3,26 +3,19 @@ the Git SSH key, and the admins' overview of providers."""
 
 from __future__ import annotations
 
-import secrets
 import time
-from typing import Any
 
-from flask import flash, redirect, render_template, request, session, url_for
+from flask import flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
-from app.auth.access import page_user, require_role
+from app.auth.access import current_browser_session_id, page_user, require_role
 from app.auth.blueprints import page_blueprint
 from app.auth.redirects import safe_next
-from app.core.errors import DomainError
-from app.externalauth import oauth, services
+from app.core.errors import DomainError, Unauthorized
+from app.externalauth import flows, oauth, services
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
 
 bp = page_blueprint("externalauth", __name__)
-FLOWS_KEY = "external_auth_flows"
-DEVICE_KEY = "external_auth_device"
-# A person may have a few links under way at once (several tabs); an older or stale one is simply dropped.
-MAX_FLOWS = 5
-FLOW_SECONDS = 15 * 60
 
 
 def _problem(title: str, error: DomainError, provider_id: str) -> tuple[str, int]:
@@ -31,21 +24,29 @@ def _problem(title: str, error: DomainError, provider_id: str) -> tuple[str, int
     )
 
 
+def _browser_session() -> str:
+    """This browser's server-side session, which the flows under way belong to (pages always have one)."""
+    page_user()
+    browser_session_id = current_browser_session_id()
+    if browser_session_id is None:
+        raise Unauthorized("Sign in again to link a Git provider.")
+    return browser_session_id
+
+
 @bp.get("/external-auth/<provider_id>")
 def start(provider_id: str) -> Response | tuple[str, int]:
-    """Link (or relink): off to the provider with a fresh state and PKCE verifier kept in this browser's session."""
+    """Link (or relink): off to the provider with a fresh state and PKCE verifier kept on the server for this
+    person in this browser (app/externalauth/flows.py)."""
     target = services.provider(provider_id)
     back = safe_next(request.args.get("redirect") or url_for("users.account") + "#git-providers")
     if target.device_flow:
         return redirect(url_for("externalauth.device", provider_id=provider_id, redirect=back))
-    state = secrets.token_urlsafe(32)
     verifier, challenge = oauth.new_pkce_pair()
-    now = time.time()
-    flows: dict[str, dict[str, Any]] = {
-        key: flow for key, flow in session.get(FLOWS_KEY, {}).items() if now - flow["t"] < FLOW_SECONDS
-    }
-    flows[state] = {"p": provider_id, "v": verifier, "n": back, "t": now}
-    session[FLOWS_KEY] = dict(sorted(flows.items(), key=lambda item: item[1]["t"])[-MAX_FLOWS:])
+    flow = flows.Flow(page_user().id, provider_id, verifier, back, time.time() + flows.FLOW_SECONDS)
+    try:
+        state = flows.begin(_browser_session(), flow)
+    except DomainError as error:
+        return _problem("Linking is not possible right now", error, provider_id)
     return redirect(
         oauth.authorization_url(
             target, redirect_uri=services.callback_url(provider_id), state=state, challenge=challenge
@@ -56,15 +57,16 @@ def start(provider_id: str) -> Response | tuple[str, int]:
 @bp.get("/external-auth/<provider_id>/callback")
 def callback(provider_id: str) -> Response | tuple[str, int]:
     target = services.provider(provider_id)
-    flows: dict[str, dict[str, Any]] = dict(session.get(FLOWS_KEY, {}))
-    # Used once: a replayed callback finds no state.
-    flow = flows.pop(request.args.get("state", ""), None)
-    session[FLOWS_KEY] = flows
-    if flow is None or flow["p"] != provider_id or time.time() - flow["t"] >= FLOW_SECONDS:
+    try:
+        # Used once: a replayed callback finds no state; one started by someone else, or before a sign-out, neither.
+        flow = flows.take(_browser_session(), page_user().id, provider_id, request.args.get("state", "")[:256])
+    except DomainError as error:
+        return _problem("Linking is not possible right now", error, provider_id)
+    if flow is None:
         return render_template(
             "externalauth/problem.html",
             title="This link was refused",
-            message="This sign-in was not started from this browser, took too long, or was already used. "
+            message="This sign-in was not started by you from this browser, took too long, or was already used. "
             "Start again with Link.",
             provider_id=provider_id,
         ), 400
@@ -81,7 +83,7 @@ def callback(provider_id: str) -> Response | tuple[str, int]:
             target,
             code=request.args.get("code", ""),
             redirect_uri=services.callback_url(provider_id),
-            verifier=flow["v"],
+            verifier=flow.secret,
         )
     except oauth.ProviderUnavailable as error:
         services.record_health(target, error.why)
@@ -90,7 +92,7 @@ def callback(provider_id: str) -> Response | tuple[str, int]:
         return _problem(f"{target.display_name} did not link", error, provider_id)
     services.store_tokens(page_user(), target, tokens)
     flash(f"Linked your {target.display_name} account.", "success")
-    return redirect(safe_next(flow["n"]))
+    return redirect(safe_next(flow.back))
 
 
 @bp.get("/external-auth/<provider_id>/device")
@@ -99,15 +101,16 @@ def device(provider_id: str) -> Response | str | tuple[str, int]:
     target = services.provider(provider_id)
     if not target.device_flow:
         return redirect(url_for("externalauth.start", provider_id=provider_id))
+    back = safe_next(request.args.get("redirect") or url_for("users.account") + "#git-providers")
     try:
         code = oauth.start_device_flow(target)
+        flow = flows.Flow(page_user().id, provider_id, code.device_code, back, code.expires_at.timestamp())
+        flows.begin_device(_browser_session(), flow)
     except oauth.ProviderUnavailable as error:
         services.record_health(target, error.why)
         return _problem(f"{target.display_name} is not answering", error, provider_id)
     except DomainError as error:
         return _problem(f"{target.display_name} is not answering", error, provider_id)
-    session[DEVICE_KEY] = {"p": provider_id, "d": code.device_code, "e": code.expires_at.timestamp()}
-    back = safe_next(request.args.get("redirect") or url_for("users.account") + "#git-providers")
     return render_template("externalauth/device.html", provider=target, code=code, back=back)
 
 
@@ -115,21 +118,21 @@ def device(provider_id: str) -> Response | str | tuple[str, int]:
 def device_poll(provider_id: str) -> str | tuple[str, int]:
     """htmx, every few seconds: has the person approved the code yet?"""
     target = services.provider(provider_id)
-    pending = session.get(DEVICE_KEY)
+    user, browser_session_id = page_user(), _browser_session()
     status = "pending"
     message = ""
-    if not pending or pending["p"] != provider_id or time.time() >= pending["e"]:
-        status, message = "expired", "The code expired. Reload the page for a new one."
-    else:
-        try:
-            tokens = oauth.poll_device_flow(target, pending["d"])
-        except DomainError as error:
-            status, message = "failed", error.message
+    try:
+        pending = flows.device_flow(browser_session_id, user.id, provider_id)
+        if pending is None:
+            status, message = "expired", "The code expired. Reload the page for a new one."
         else:
-            if tokens is not None:
-                services.store_tokens(page_user(), target, tokens)
-                session.pop(DEVICE_KEY, None)
+            tokens = oauth.poll_device_flow(target, pending.secret)
+            # One poll stores the tokens: a second that saw the approval too finds the flow gone.
+            if tokens is not None and flows.end_device(browser_session_id, provider_id):
+                services.store_tokens(user, target, tokens)
                 status, message = "linked", f"Linked your {target.display_name} account."
+    except DomainError as error:
+        status, message = "failed", error.message
     return render_template("externalauth/_partials/device_status.html", status=status, message=message,
                            provider=target, back=safe_next(request.form.get("back")))  # fmt: skip
 

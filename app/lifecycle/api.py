@@ -54,7 +54,7 @@ def set_dormant(workspace_id: str) -> Response:
     # Template admins look after dormancy (reference §2.4); the owner may wake their own workspace.
     workspace = get_workspace_for(user, workspace_id, need="read" if user.is_template_admin else "act")
     settings.set_dormant(workspace, json_body().get("dormant"))
-    return jsonify(workspace_json(workspace))
+    return jsonify(workspace_json(workspace, viewer=user))
 
 
 @bp.patch("/templates/<template_id>")

@@ -11,12 +11,13 @@ from sqlalchemy.orm import joinedload
 
 from app.catalog.models import Template
 from app.core.columns import rfc3339, utcnow
+from app.core.errors import Forbidden
 from app.core.extensions import db
 from app.core.schedules import ScheduleError, mask_from_weekdays, parse_schedule
 from app.core.validation import FieldErrors
 from app.users.models import User
 from app.workspaces import schedule_rules
-from app.workspaces.deadlines import DEFAULT_QUIET_HOURS, deleting_at_for
+from app.workspaces.deadlines import DEFAULT_QUIET_HOURS, TTL_MAX, deleting_at_for
 from app.workspaces.models import Workspace
 from app.workspaces.schedule_rules import MINUTE_MS, invalid
 from app.workspaces.services import build_status, latest_build
@@ -59,8 +60,12 @@ def set_dormant(workspace: Workspace, dormant: JSON, now: datetime | None = None
 
 
 def extend_deadline(workspace: Workspace, deadline_text: JSON, now: datetime | None = None) -> datetime:
-    """Move a running workspace's autostop to ``deadline`` (at least 30 min ahead, never past max_deadline)."""
+    """Move a running workspace's autostop to ``deadline`` (at least 30 min ahead, never past max_deadline nor
+    further than the longest TTL a person may set). A template that sets the autostop of its workspaces
+    (``allow_user_autostop`` off) lets nobody move it: extending is setting one's own autostop, like a TTL."""
     now = now or utcnow()
+    if not workspace.template.allow_user_autostop:
+        raise Forbidden(f"Template {workspace.template.name} sets the autostop of its workspaces: it cannot be moved.")
     if not isinstance(deadline_text, str):
         raise invalid("deadline", "deadline must be an RFC 3339 time, e.g. 2026-11-24T18:00:00Z.")
     try:
@@ -80,6 +85,8 @@ def extend_deadline(workspace: Workspace, deadline_text: JSON, now: datetime | N
         raise invalid("deadline", "Only a running workspace has an autostop to extend.")
     if deadline < now + EXTEND_MIN_AHEAD:
         raise invalid("deadline", "The new deadline must be at least 30 minutes from now.")
+    if deadline > now + TTL_MAX:
+        raise invalid("deadline", f"The new deadline may be at most {TTL_MAX.days} days from now.")
     if build.max_deadline is not None and deadline > build.max_deadline:
         raise invalid(
             "deadline", f"The template stops this workspace at {build.max_deadline:%Y-%m-%d %H:%M} UTC at the latest."

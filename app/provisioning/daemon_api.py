@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from contextlib import nullcontext
 
 from flask import Blueprint, Response, current_app, request
 
@@ -10,6 +11,7 @@ from app.auth.access import bearer_token
 from app.core.config import Settings
 from app.core.errors import InvalidInput, Unauthorized
 from app.core.extensions import csrf
+from app.core.limits import live_connection, person_budgets
 from app.core.redis_client import get_redis
 from app.core.validation import message_body
 from app.events import get_relay
@@ -104,14 +106,20 @@ def heartbeat() -> Response:
 
 @bp.post("/jobs/wait")
 def wait() -> Response:
-    """A pending job this daemon may run, to acquire (200), or 204 when none came within the timeout: ask again."""
+    """A pending job this daemon may run, to acquire (200), or 204 when none came within the timeout: ask again.
+
+    A long poll: one started with a person's token holds a live slot in that person's budget while it waits (429
+    beyond), as their streams do; the operator's daemons (PSK, provisioner key) are not counted."""
     wanted = message_body(WaitForJob)
     daemon, settings = _daemon(), _settings()
-    daemons.heartbeat(daemon)
-    queues = daemon_queue_names(daemon.tags, settings.provisioner_untagged_jobs)
-    waited = daemons.wait_for_job(
-        daemon.id, queues, wanted.timeout_seconds, get_relay(), get_redis(), daemon.terraform_version
-    )
+    credential: DaemonCredential = request.environ["slipway.daemon_credential"]
+    daemons.heartbeat(daemon)  # alive even when refused a slot: it asks again shortly
+    held = live_connection(budgets=person_budgets(settings, credential.user.id)) if credential.user else nullcontext()
+    with held:
+        queues = daemon_queue_names(daemon.tags, settings.provisioner_untagged_jobs)
+        waited = daemons.wait_for_job(
+            daemon.id, queues, wanted.timeout_seconds, get_relay(), get_redis(), daemon.terraform_version
+        )
     return _reply(waited)
 
 

@@ -56,7 +56,9 @@ def metadata_items(agent: WorkspaceAgent, now: datetime | None = None) -> list[J
     return items
 
 
-def agent_json(agent: WorkspaceAgent) -> JsonObject:
+def agent_json(agent: WorkspaceAgent, *, script_text: bool = True) -> JsonObject:
+    """API.md's agent. ``script_text`` False withholds its scripts' text (each ``script`` is ""), for readers who
+    are not the workspace's owner: a template may have written the owner's tokens into a script."""
     now = utcnow()
     status = status_of(agent, now)
     health = agent_health(agent, status)
@@ -107,12 +109,13 @@ def agent_json(agent: WorkspaceAgent) -> JsonObject:
         "scripts": [
             {key: value for key, value in script.to_json().items() if key != "id"}
             | {"icon": safe_icon_url(script.icon)}
+            | ({} if script_text else {"script": ""})
             for script in definition.scripts
         ],
     }
 
 
-def resource_json(resource: WorkspaceResource) -> JsonObject:
+def resource_json(resource: WorkspaceResource, *, script_text: bool = True) -> JsonObject:
     return {
         "id": resource.id,
         "name": resource.name,
@@ -122,7 +125,7 @@ def resource_json(resource: WorkspaceResource) -> JsonObject:
         "hide": resource.hide,
         "icon": safe_icon_url(resource.icon),
         "daily_cost": resource.daily_cost,
-        "agents": [agent_json(agent) for agent in resource.agents],
+        "agents": [agent_json(agent, script_text=script_text) for agent in resource.agents],
         "metadata": [
             {"key": item.key, "value": "*****" if item.sensitive else item.value, "sensitive": item.sensitive}
             for item in resource.metadata_items

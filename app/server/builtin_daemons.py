@@ -25,7 +25,7 @@ import stat
 import struct
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,6 +128,7 @@ def plan_daemon_launch(
         if problem:
             raise DaemonSetupError(problem)
         # The user's own permissions already keep it out; Landlock adds a second wall where the kernel has it.
+        _say_closed_directories(protected, echo)
         return DaemonLaunch(cache_dir, account, SandboxPolicy(protected=protected_text, writable=None, required=False))
     if landlock_abi() < 1:
         raise DaemonSetupError(
@@ -137,7 +138,35 @@ def plan_daemon_launch(
         )
     cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     writable = (str(cache_dir), *SANDBOX_WRITABLE)
+    _say_closed_directories(protected, echo)
     return DaemonLaunch(cache_dir, None, SandboxPolicy(protected=protected_text, writable=writable, required=True))
+
+
+def closed_directories_notice(protected: Sequence[Path]) -> list[str]:
+    """What the sandbox costs templates when a protected path lies in a directory they may write (/tmp): Landlock
+    closes every directory above a protected path to new entries, all the way up, so with the data dir anywhere
+    under /tmp no template (nor a workspace of a local-process template) can create a file directly in /tmp."""
+    lines = []
+    for writable in SANDBOX_WRITABLE:
+        root = Path(os.path.realpath(writable))
+        inside = [real for real in (Path(os.path.realpath(path)) for path in protected) if root in real.parents]
+        if not inside:
+            continue
+        above = {parent for path in inside for parent in path.parents if parent.is_relative_to(root)}
+        closed = sorted(str(item) for item in above if not any(item.is_relative_to(path) for path in inside))
+        lines.append(
+            f"slipway: {inside[0]} lies in {root}, so templates on the built-in daemons cannot create files or "
+            f"directories directly in {', '.join(closed)}: the sandbox closes every directory above the data dir (and "
+            f"its secret files) to new entries. Builds get a TMPDIR of their own; if workspaces of local-process "
+            f"templates need {root}, keep the data dir elsewhere (--data-dir)."
+        )
+    return lines
+
+
+def _say_closed_directories(protected: Sequence[Path], echo: Callable[[str], None]) -> None:
+    if landlock_abi() >= 1:  # without Landlock nothing is closed (only a root server starts daemons then)
+        for line in closed_directories_notice(protected):
+            echo(line)
 
 
 def _prefix() -> Path:

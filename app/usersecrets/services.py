@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Select, select
@@ -16,6 +17,7 @@ from app.core.validation import FieldErrors, text_problem
 from app.users.models import User
 from app.usersecrets.models import UserSecret
 from protocol.codec import JsonObject
+from protocol.resources import SecretRequirement
 from protocol.usersecrets import SECRET_ENV_NAME, secret_env_variable, secret_file_variable
 
 log = logging.getLogger(__name__)
@@ -173,13 +175,17 @@ def _commit(user: User, secret: UserSecret) -> None:
         ) from None
 
 
-def build_secret_env(owner_id: str) -> dict[str, str]:
+def build_secret_env(owner_id: str, declared: Sequence[SecretRequirement] | None) -> dict[str, str]:
     """The variables the coder provider's ``data "coder_secret"`` reads, for a build of ``owner_id``'s workspace:
-    only that person's secrets. Made when the job is handed out, never stored with the job.
+    only that person's secrets, and only those the build's template version declares (``declared``), so that a
+    template cannot read the secrets it does not name from its environment. ``None`` is a version imported before
+    declarations were recorded: all of them, as then. Made when the job is handed out, never stored with the job.
 
     A value no environment variable can carry (a NUL, stored before values were checked) is left out with a warning:
     with it, Terraform could not even start, and no build of the person's, stop and delete included, would run. A
     build that reads that secret fails saying the secret is missing, which the person can fix by setting it again."""
+    envs = None if declared is None else {item.env for item in declared if item.env}
+    files = None if declared is None else {item.file for item in declared if item.file}
     env = {}
     for secret in db.session.scalars(select(UserSecret).where(UserSecret.user_id == owner_id)):
         if text_problem(secret.value):
@@ -189,9 +195,9 @@ def build_secret_env(owner_id: str) -> dict[str, str]:
                 owner_id,
             )
             continue
-        if secret.env_name:
+        if secret.env_name and (envs is None or secret.env_name in envs):
             env[secret_env_variable(secret.env_name)] = secret.value
-        if secret.file_path:
+        if secret.file_path and (files is None or secret.file_path in files):
             env[secret_file_variable(secret.file_path)] = secret.value
     return env
 

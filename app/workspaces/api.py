@@ -20,7 +20,7 @@ from app.provisioning.presenter import jobs_json
 from app.resources.models import WorkspaceResource
 from app.resources.presenter import health_of, resource_json
 from app.resources.services import job_resources, jobs_resources
-from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
+from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN, User
 from app.workspaces import services, updates
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import parameter_values_field
@@ -31,10 +31,11 @@ bp = api_blueprint("workspaces_api", __name__)
 
 
 def builds_json(
-    builds: Sequence[WorkspaceBuild], resources: Mapping[str, list[WorkspaceResource]] | None = None
+    builds: Sequence[WorkspaceBuild], resources: Mapping[str, list[WorkspaceResource]] | None = None, *, viewer: User
 ) -> list[JsonObject]:
     """API.md's build objects for a list of builds, in a fixed number of queries (jobs, queue places, resources
-    with their agents), whatever the number of builds."""
+    with their agents), whatever the number of builds. Agent scripts' text only for whom may act on the workspace
+    (its owner, deployment owners): a template admin reading someone's workspace does not get it."""
     jobs = jobs_json([build.job for build in builds])
     if resources is None:
         resources = jobs_resources([build.job_id for build in builds])
@@ -55,22 +56,27 @@ def builds_json(
             "max_deadline": rfc3339(build.max_deadline),
             "created_at": rfc3339(build.created_at),
             "job": jobs[build.job_id],
-            "resources": [resource_json(resource) for resource in resources.get(build.job_id, [])],
+            "resources": [
+                resource_json(resource, script_text=services.can_act(viewer, build.workspace))
+                for resource in resources.get(build.job_id, [])
+            ],
         }
         for build in builds
     ]
 
 
-def build_json(build: WorkspaceBuild) -> JsonObject:
-    return builds_json([build])[0]
+def build_json(build: WorkspaceBuild, *, viewer: User) -> JsonObject:
+    return builds_json([build], viewer=viewer)[0]
 
 
-def workspaces_json(workspaces: Sequence[Workspace]) -> list[JsonObject]:
+def workspaces_json(workspaces: Sequence[Workspace], *, viewer: User) -> list[JsonObject]:
     """API.md's workspace objects, in the same few queries for any number of workspaces."""
     latest = services.latest_builds(workspaces)
     builds = list(latest.values())
     resources = jobs_resources([build.job_id for build in builds])
-    built = dict(zip([build.workspace_id for build in builds], builds_json(builds, resources), strict=True))
+    built = dict(
+        zip([build.workspace_id for build in builds], builds_json(builds, resources, viewer=viewer), strict=True)
+    )
     return [
         _workspace_json(
             workspace, latest[workspace.id], built[workspace.id], resources.get(latest[workspace.id].job_id, [])
@@ -109,8 +115,8 @@ def _workspace_json(
     }
 
 
-def workspace_json(workspace: Workspace) -> JsonObject:
-    return workspaces_json([workspace])[0]
+def workspace_json(workspace: Workspace, *, viewer: User) -> JsonObject:
+    return workspaces_json([workspace], viewer=viewer)[0]
 
 
 @bp.post("/workspaces")
@@ -125,7 +131,7 @@ def create_workspace() -> tuple[Response, int]:
     workspace = services.create_workspace(
         api_user(), template_id, name, values, version_id, schedule=body, preset_id=preset_id
     )
-    return jsonify(workspace_json(workspace)), 201
+    return jsonify(workspace_json(workspace, viewer=api_user())), 201
 
 
 @bp.get("/workspaces")
@@ -139,19 +145,20 @@ def list_workspaces() -> Response:
     # Coder's filter: owner:me template:docker status:running outdated:true name:dev
     query = sorted_workspaces(searched(query, request.args.get("q", ""), user), request.args.get("sort", ""))
     workspaces, total = PageRequest.from_args().rows(query)
-    return with_total(jsonify(workspaces_json(workspaces)), total)
+    return with_total(jsonify(workspaces_json(workspaces, viewer=user)), total)
 
 
 @bp.get("/workspaces/<workspace_id>")
 def get_workspace(workspace_id: str) -> Response:
-    return jsonify(workspace_json(services.get_workspace_for(api_user(), workspace_id)))
+    user = api_user()
+    return jsonify(workspace_json(services.get_workspace_for(user, workspace_id), viewer=user))
 
 
 @bp.get("/workspaces/<workspace_id>/builds")
 def list_builds(workspace_id: str) -> Response:
     workspace = services.get_workspace_for(api_user(), workspace_id)
     builds, total = PageRequest.from_args().rows(services.builds_query(workspace))
-    return with_total(jsonify(builds_json(builds)), total)
+    return with_total(jsonify(builds_json(builds, viewer=api_user())), total)
 
 
 @bp.post("/workspaces/<workspace_id>/builds")
@@ -165,7 +172,7 @@ def create_build(workspace_id: str) -> tuple[Response, int]:
     workspace = services.get_workspace_for(user, workspace_id, need="act")
     values = parameter_values_field(body)
     build = services.create_build(user, workspace, transition, values, version_id, preset_id=preset_id)
-    return jsonify(build_json(build)), 201
+    return jsonify(build_json(build, viewer=user)), 201
 
 
 @bp.get("/templateversions/<version_id>/promotion-check")
@@ -177,13 +184,16 @@ def promotion_check(version_id: str) -> Response:
 
 @bp.get("/workspacebuilds/<build_id>")
 def get_build(build_id: str) -> Response:
-    return jsonify(build_json(services.get_build_for(api_user(), build_id)))
+    user = api_user()
+    return jsonify(build_json(services.get_build_for(user, build_id), viewer=user))
 
 
 @bp.get("/workspacebuilds/<build_id>/resources")
 def build_resources(build_id: str) -> Response:
-    build = services.get_build_for(api_user(), build_id)
-    return jsonify([resource_json(resource) for resource in job_resources(build.job_id)])
+    user = api_user()
+    build = services.get_build_for(user, build_id)
+    script_text = services.can_act(user, build.workspace)
+    return jsonify([resource_json(resource, script_text=script_text) for resource in job_resources(build.job_id)])
 
 
 @bp.get("/workspacebuilds/<build_id>/parameters")
@@ -208,7 +218,7 @@ def confirm_build(build_id: str) -> Response:
     user = api_user()
     build = services.get_build_for(user, build_id)
     services.confirm_build(user, build)
-    return jsonify(build_json(build))
+    return jsonify(build_json(build, viewer=user))
 
 
 @bp.patch("/workspacebuilds/<build_id>/cancel")
@@ -218,4 +228,4 @@ def cancel_build(build_id: str) -> Response:
     if not (services.can_act(user, build.workspace) or user.is_template_admin):
         raise Forbidden("Only the workspace's owner or an admin may cancel its builds.")
     cancel_job(build.job)
-    return jsonify(build_json(build))
+    return jsonify(build_json(build, viewer=user))

@@ -63,7 +63,7 @@ def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: Agen
         ),
         agent_scripts=dict(agent_scripts()),
         external_auth_tokens=external_auth.build_tokens(owner, version.external_auth),
-        secret_env=user_secrets.build_secret_env(owner.id),
+        secret_env=user_secrets.build_secret_env(owner.id, version.secrets),
         protect_persistent=template.protect_persistent_resources and build.transition != "delete",
         persistent_resources=persistent_resources(version.job_id),
         # Only a confirmed job runs again after its plan was saved: the plan it ran is the one confirmed.

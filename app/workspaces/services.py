@@ -28,6 +28,9 @@ from protocol.tags import PRIORITY_HIGH, PRIORITY_LOW, TagError, normalise_tags,
 
 IN_PROGRESS = {"start": "starting", "stop": "stopping", "delete": "deleting"}
 DONE = {"start": "running", "stop": "stopped", "delete": "deleted"}
+_REQUIRES_ACTIVE = (
+    "Template {name} requires its active version: build without choosing a version, or ask a template admin."
+)
 
 
 def build_status(build: WorkspaceBuild) -> str:
@@ -173,6 +176,9 @@ def create_workspace(
         raise Forbidden(
             f"Template {template.name} is deprecated and makes no new workspaces: {template.deprecation_message}"
         )
+    # The request's own automatic_updates is checked with the rest of its schedule below; only "always" matters here.
+    automatic_updates = str((schedule or {}).get("automatic_updates") or "never")
+    version_id = version_for_build(owner, template, "start", version_id, automatic_updates=automatic_updates)
     version = _usable_version(template, version_id)
     # Every problem at once (the name, each parameter, each Git provider), so a form can mark every field that
     # needs a change instead of one per submit.
@@ -283,8 +289,10 @@ def queue_build(
             "This workspace is dormant: it was unused too long. Activate it first (PUT .../dormant "
             '{"dormant": false}, or "Activate" on its page), then start it.'
         )
-    if transition == "start":
-        version_id = version_for_start(actor, workspace, version_id)
+    version_id = version_for_build(
+        actor, workspace.template, transition, version_id,
+        automatic_updates=workspace.automatic_updates, previous_version_id=previous.template_version_id,
+    )  # fmt: skip
     version = _usable_version(workspace.template, version_id) if version_id else previous.template_version
     previous_values = {item.name: item.value for item in previous.parameters}
     parameters = with_preset(version, preset_id, parameters)
@@ -301,20 +309,42 @@ def queue_build(
 
 
 def version_for_start(actor: User, workspace: Workspace, requested_version_id: str | None) -> str | None:
-    """The version a start builds: the template's active one when the workspace updates automatically or the
-    template requires it of non-admins; else the one asked for (None: the version of the latest build)."""
-    template = workspace.template
+    """The version a start of ``workspace`` would build (None: the version of its latest build)."""
+    return version_for_build(
+        actor, workspace.template, "start", requested_version_id, automatic_updates=workspace.automatic_updates
+    )
+
+
+def version_for_build(
+    actor: User,
+    template: Template,
+    transition: str,
+    requested_version_id: str | None,
+    *,
+    automatic_updates: str = "never",
+    previous_version_id: str | None = None,
+) -> str | None:
+    """The version a build builds: the one rule for every build there is (a create's first build, a start, stop or
+    delete, a person's or the lifecycle executor's), so that no path escapes the template's policy. None means the
+    version of the latest build (on create: the active one).
+
+    A start builds the template's active version when the workspace updates automatically or when the template
+    requires it of non-admins. Such a template lets a non-admin build no other version at all: a stop or delete
+    runs its version's Terraform too, so it may use the active version or the one the workspace runs, nothing
+    else."""
     active = template.active_version_id
     if active is None:
         return requested_version_id
-    if template.require_active_version and not actor.is_template_admin:
+    held = template.require_active_version and not actor.is_template_admin
+    if transition != "start":
+        if held and requested_version_id not in (None, active, previous_version_id):
+            raise Forbidden(_REQUIRES_ACTIVE.format(name=template.name))
+        return requested_version_id
+    if held:
         if requested_version_id not in (None, active):
-            raise Forbidden(
-                f"Template {template.name} requires its active version: start without choosing a version, "
-                "or ask a template admin."
-            )
+            raise Forbidden(_REQUIRES_ACTIVE.format(name=template.name))
         return active
-    if workspace.automatic_updates == "always" and requested_version_id is None:
+    if automatic_updates == "always" and requested_version_id is None:
         return active
     return requested_version_id
 

@@ -97,6 +97,7 @@ def import_template(
     workspace_tags: dict[str, str] | None = None,
     presets: list[dict[str, Any]] | None = None,
     parameters: list[dict[str, Any]] | None = None,
+    secrets: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     bob = personas["bob"]
     version = push_version(client, bob)
@@ -120,6 +121,7 @@ def import_template(
                 "external_auth": external_auth or [],
                 "workspace_tags": workspace_tags or {},
                 "presets": presets or [],
+                "secrets": secrets or [],
             }
         },
     )

@@ -154,6 +154,15 @@ def test_secrets_come_from_the_provisioners_variables(secrets: TemplateDir) -> N
     assert (key["id"], key["value"]) == ("file:~/.ssh/id_rsa", "key-contents")
 
 
+def test_an_import_reports_the_secrets_a_template_declares(template: Template) -> None:
+    """What the server hands a build is these and no more of the owner's secrets (app/usersecrets)."""
+    declared = template(SECRETS + 'data "coder_secret" "again" {\n  env = "MY_TOKEN"\n  help_message = "x"\n}\n')
+    assert [(item.env, item.file) for item in parse_show_json(declared.plan()).secrets] == [
+        ("", "~/.ssh/id_rsa"),
+        ("MY_TOKEN", ""),
+    ]
+
+
 def test_a_missing_secret_fails_only_a_start_build(secrets: TemplateDir) -> None:
     # Stopping, or planning outside a build (a template import), must not need the user's secrets.
     stopped = secrets.plan({**START_BUILD, "CODER_WORKSPACE_TRANSITION": "stop"})
