@@ -105,7 +105,9 @@ def test_an_agent_that_timed_out_is_one_line_naming_what_to_do(slipway: Path, en
 
 
 def test_a_connecting_agent_is_waited_for(slipway: Path, env: dict[str, str], builder: WorkspaceBuilder) -> None:
-    builder.create("slow", ["main"], connection_timeout=3)
+    # Long enough that the CLI is surely asking while the agent is still "connecting", on a machine busy with other
+    # tests (the timeout runs from the build, and a loaded machine takes seconds to start the CLI).
+    builder.create("slow", ["main"], connection_timeout=8)
     started = time.monotonic()
     result = run_slipway(slipway, "ssh", "--stdio", "slow", env=env)
     assert time.monotonic() - started >= 2  # it waited until the server declared the timeout
