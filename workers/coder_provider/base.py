@@ -214,8 +214,12 @@ class CoderDataSource(_Declared, DataSource):  # type: ignore[misc]
         (Terraform reads the data source, calling `compute`, only once its whole configuration is known)."""
 
     def read(self, ctx: ReadDataContext, config: State) -> State | None:
-        # Terraform wants every attribute back; unset optional ones stay null as in the configuration.
-        state: State = {attribute.name: config.get(attribute.name) for attribute in self.get_schema().attributes}
+        # Terraform wants every attribute back; unset optional ones take their default, as the real provider's SDK
+        # gives them, or stay null as in the configuration (`tf` leaves a data source's defaults to us).
+        state: State = {}
+        for attribute in self.get_schema().attributes:
+            value = config.get(attribute.name)
+            state[attribute.name] = attribute.default if value is None and attribute.default is not Unknown else value
         for block in self.get_schema().block_types:
             state[block.type_name] = config.get(block.type_name) or []
         return self.compute(ctx.diagnostics, state)
