@@ -81,6 +81,9 @@ class RichParameter(Message):
     validation_min: int | None = None
     validation_max: int | None = None
     validation_monotonic: str = ""
+    # Whether the declaration has a `validation` block at all: with one, even one that only words the error, Coder
+    # reads a bool, a list and a number by the block's stricter rules (a number must then be whole).
+    has_validation: bool = False
 
     @property
     def has_value_rules(self) -> bool:
@@ -262,8 +265,10 @@ def check_value(parameter: RichParameter, value: str, previous: str | None, *, w
                 f"{_quoted(parameter.validation_regex)})",
                 summary,
             )
-    if parameter.type == "number" and parameter.has_value_rules:
+    if parameter.type == "number" and (parameter.has_value_rules or parameter.has_validation):
         _check_number_rules(parameter, value, previous, summary)
+    if parameter.has_validation:
+        _check_block_types(parameter.type, value, summary)
     check_type(parameter.type, value)
 
 
@@ -307,6 +312,18 @@ def compiled_regex(pattern: str) -> Any:
         raise ParameterError(
             "compile regex: it holds a lone surrogate (\\ud800-\\udfff), which is not text", invalid
         ) from None
+
+
+def _check_block_types(kind: str, value: str, summary: str) -> None:
+    """What Coder's validation block adds for a bool and a list, in its words (they differ from the type check's
+    words, which a parameter without the block gets)."""
+    if kind == "bool" and value not in ("true", "false"):
+        raise ParameterError('boolean value can be either "true" or "false"', summary)
+    if kind == "list(string)":
+        try:
+            list_items(value)
+        except ParameterError:
+            raise ParameterError(f"value {_quoted(value)} is not valid list of strings", summary) from None
 
 
 def _check_number_rules(parameter: RichParameter, value: str, previous: str | None, summary: str) -> None:

@@ -127,6 +127,7 @@ def _parameter(instance: Instance) -> RichParameter:
         validation_min=low,
         validation_max=high,
         validation_monotonic=validation.get("monotonic"),
+        has_validation=bool(values.get("validation")),
     )
 
 

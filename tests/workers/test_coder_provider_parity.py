@@ -208,6 +208,7 @@ ACCEPTED = [
         {"icon": "/emoji/100%25.png"},
         id="icon-good-escape",
     ),
+    pytest.param(parameter('default = "a"'), "data.coder_parameter.size", {"styling": "{}"}, id="styling-default"),
 ]
 
 
@@ -218,6 +219,15 @@ def test_rules_accept_what_coder_accepts(
     values = resource_values(use(workdir, source).apply(), address)
 
     assert {key: values[key] for key in expected} == expected
+
+
+def test_a_claimed_prebuild_is_not_a_prebuild_even_if_told_so(workdir: TemplateDir) -> None:
+    """Coder's guard (TestWorkspace_PrebuildEnv): the claim wins when both flags are set."""
+    env = {"CODER_WORKSPACE_IS_PREBUILD": "true", "CODER_WORKSPACE_IS_PREBUILD_CLAIM": "true"}
+
+    values = resource_values(use(workdir, 'data "coder_workspace" "me" {}').apply(env), "data.coder_workspace.me")
+
+    assert (values["is_prebuild"], values["prebuild_count"], values["is_prebuild_claim"]) == (False, 0, True)
 
 
 # Coder's form-type matrix, as its documentation tabulates it: for each type, with options and without, the forms

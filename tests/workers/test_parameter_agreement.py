@@ -53,6 +53,8 @@ RADIO_LISTS = (
     '  option {\n    name = "None"\n    value = jsonencode([])\n  }'
 )
 
+BOOL_WORDS = 'boolean value can be either "true" or "false"'
+LIST_WORDS = 'value "a,b" is not valid list of strings'
 CASES = [
     # Go's regexp.MatchString finds a match anywhere (the server used to demand a full match).
     Case("regex_anywhere", string('regex = "[a-z]+"\n    error = "lowercase please"'), "abc123", True),
@@ -84,6 +86,16 @@ CASES = [
     Case("list_radio_empty_option", RADIO_LISTS, "[]", True),
     Case("list_radio_part_of_option", RADIO_LISTS, '["a"]', False, words="must be defined as one of options"),
     Case("list_not_json", 'type = "list(string)"\n  mutable = true', "a,b", False, words="not a valid list of strings"),
+    # A validation block, even one that only words the error, reads values by its own stricter rules and words.
+    Case("bool_with_block", 'type = "bool"\n  ' + string('error = "x"'), "yes", False, words=BOOL_WORDS),
+    Case("list_with_block", 'type = "list(string)"\n  ' + string('error = "x"'), "a,b", False, words=LIST_WORDS),
+    Case(
+        "number_fraction_with_block",
+        'type = "number"\n  ' + string('error = "whole, not {value}"'),
+        "2.5",
+        False,
+        words="whole, not 2.5",
+    ),
     Case("monotonic_up", MONOTONIC, "5", True, previous="4"),
     Case("monotonic_down", MONOTONIC, "3", False, previous="4", words="must be equal or greater than previous"),
     Case("monotonic_unreadable_previous", MONOTONIC, "3", True, previous="many"),

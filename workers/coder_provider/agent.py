@@ -87,8 +87,8 @@ def check_resources_monitoring(diags: Diagnostics, blocks: list[State] | None) -
     if not blocks:
         return
     monitors = blocks[0]
-    memory, volumes = monitors.get("memory") or [], monitors.get("volume") or []
-    if not memory and not volumes:
+    memory, volumes = monitors["memory"], monitors["volume"]
+    if not memory and not volumes and is_known(memory) and is_known(volumes):
         diags.add_error("resources_monitoring must define at least one monitor", "", path=["resources_monitoring"])
         return
     for index, item in enumerate(memory):

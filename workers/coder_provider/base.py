@@ -14,6 +14,8 @@ from tf.schema import Attribute, Schema
 from tf.types import Bool, Number, String, TfType, Unknown
 from tf.utils import Diagnostics
 
+from workers.coder_provider.framework import UnknownBlocks, known_blocks, restore_unknown_blocks
+
 State = dict[str, Any]
 
 
@@ -26,8 +28,9 @@ def env(name: str, default: str = "") -> str:
 
 
 def is_known(value: Any) -> bool:
-    """Config values that reference resources not yet created are Unknown during validation and planning."""
-    return value is not Unknown and value is not None
+    """Whether a value is set and known: config values that reference resources not yet created, or module
+    variables during validation, are Unknown (a nested block list then reads as `UnknownBlocks`)."""
+    return value is not Unknown and value is not None and not isinstance(value, UnknownBlocks)
 
 
 # The form the SDK's validation.IsUUID accepts (hashicorp/go-uuid): hyphenated, any case.
@@ -159,10 +162,10 @@ class CoderResource(_Declared, Resource):  # type: ignore[misc]  # tf ships no t
     def validate(self, diags: Diagnostics, type_name: str, config: State) -> None:
         super().validate(diags, type_name, config)
         if not diags.has_errors():
-            self.check(diags, config)
+            self.check(diags, known_blocks(config, self.get_schema().block_types))
 
     def check(self, diags: Diagnostics, config: State) -> None:
-        """Reject invalid configuration; values may still be Unknown here."""
+        """Reject invalid configuration; attribute values may still be Unknown here, and blocks `UnknownBlocks`."""
 
     def shape_plan(self, planned: State) -> State:
         return planned
@@ -171,7 +174,8 @@ class CoderResource(_Declared, Resource):  # type: ignore[misc]  # tf ships no t
         return state
 
     def plan(self, ctx: Any, current: State | None, planned: State) -> State:
-        return self.shape_plan(planned)
+        shaped = self.shape_plan(known_blocks(planned, self.get_schema().block_types))
+        return dict(restore_unknown_blocks(shaped))
 
     def create(self, ctx: Any, planned: State) -> State | None:
         state = dict(planned)
@@ -203,14 +207,19 @@ class CoderDataSource(_Declared, DataSource):  # type: ignore[misc]
     def validate(self, diags: Diagnostics, type_name: str, config: State) -> None:
         super().validate(diags, type_name, config)
         if not diags.has_errors():
-            self.check_config(diags, config)
+            self.check_config(diags, known_blocks(config, self.get_schema().block_types))
 
     def check_config(self, diags: Diagnostics, config: State) -> None:
-        """Reject invalid configuration; values may still be Unknown here, and blocks None."""
+        """Reject invalid configuration; attribute values may still be Unknown here, and blocks `UnknownBlocks`
+        (Terraform reads the data source, calling `compute`, only once its whole configuration is known)."""
 
     def read(self, ctx: ReadDataContext, config: State) -> State | None:
-        # Terraform wants every attribute back; unset optional ones stay null as in the configuration.
-        state: State = {attribute.name: config.get(attribute.name) for attribute in self.get_schema().attributes}
+        # Terraform wants every attribute back; unset optional ones take their default, as the real provider's SDK
+        # gives them, or stay null as in the configuration (`tf` leaves a data source's defaults to us).
+        state: State = {}
+        for attribute in self.get_schema().attributes:
+            value = config.get(attribute.name)
+            state[attribute.name] = attribute.default if value is None and attribute.default is not Unknown else value
         for block in self.get_schema().block_types:
             state[block.type_name] = config.get(block.type_name) or []
         return self.compute(ctx.diagnostics, state)

@@ -10,6 +10,9 @@
   never null) and we must answer destroy plans, which the base servicer rejects although it announces them.
 - `serve`: `tf.runner.run_provider` hard-wires the base servicer, so this is its loop with ours in place.
 - `read_refined_unknowns`: Terraform 1.6+ sends refined unknowns, which `tf` reads as raw msgpack extensions.
+- `known_blocks` / `restore_unknown_blocks`: `tf` hands validation and plans the raw values, in which a whole nested
+  block list can be unknown (a `dynamic` block whose `for_each` is not known yet, as in every registry region
+  picker inside a module); our checks see every block as a list of the instances known so far.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterable
 from concurrent import futures
 from typing import Any
 
@@ -55,13 +59,13 @@ class ListNestedBlock(NestedBlock):  # type: ignore[misc]  # tf ships no type in
     def encode(self, value: Any) -> Any:
         if value is None or value is Unknown:
             return value
-        return [_encode_state_d(self._amap(), self._bmap(), item, None) for item in value]
+        return [item if item is Unknown else _encode_state_d(self._amap(), self._bmap(), item, None) for item in value]
 
     def decode(self, value: Any) -> Any:
         if value is None or value is Unknown:
             return value
-        diags = Diagnostics()
-        return [_decode_state(diags, self._amap(), self._bmap(), item)[1] for item in value]
+        amap, bmap, diags = self._amap(), self._bmap(), Diagnostics()
+        return [item if item is Unknown else _decode_state(diags, amap, bmap, item)[1] for item in value]
 
     def semantically_equal(self, a_decoded: Any, b_decoded: Any) -> bool:
         # Unlike a set, order is part of the value.
@@ -98,6 +102,52 @@ class ObjectType(TfType):  # type: ignore[misc]
     def tf_type(self) -> bytes:
         members = {name: json.loads(kind.tf_type()) for name, kind in self.attributes.items()}
         return json.dumps(["object", members], separators=(",", ":")).encode()
+
+
+class UnknownBlocks(list[Any]):
+    """A nested block list that Terraform does not fully know yet: it holds the instances known so far (usually
+    none) and the value Terraform sent (`original`), to be planned back unchanged.
+
+    It iterates like the known instances, so a check goes over what it can check; a check whose answer depends on
+    whether there are instances at all (a monitor must watch something, arguments that conflict) asks `is_known`
+    first, as the real provider's SDK skips a rule over a value it cannot know. Terraform validates again during the
+    plan, once module variables are known, and reads data sources only with their whole configuration known.
+    """
+
+    def __init__(self, known: Iterable[Any], original: Any) -> None:
+        super().__init__(known)
+        self.original = original
+
+
+def known_blocks(state: dict[str, Any], block_types: Iterable[NestedBlock]) -> dict[str, Any]:
+    """`state` (a configuration or a planned state) with each nested block, at any depth, read as a list of its
+    instances: none when absent, an `UnknownBlocks` when the list or any instance of it is unknown."""
+    shaped = dict(state)
+    for block in block_types:
+        value = state.get(block.type_name)
+        nested = block.block.block_types
+        if value is None:
+            shaped[block.type_name] = []
+        elif value is Unknown:
+            shaped[block.type_name] = UnknownBlocks((), value)
+        elif isinstance(value, dict):  # single nesting: one instance, not a list
+            shaped[block.type_name] = known_blocks(value, nested)
+        else:
+            instances = [known_blocks(item, nested) for item in value if item is not Unknown]
+            complete = len(instances) == len(value)
+            shaped[block.type_name] = instances if complete else UnknownBlocks(instances, value)
+    return shaped
+
+
+def restore_unknown_blocks(value: Any) -> Any:
+    """The inverse of `known_blocks` for a plan: an unknown block list goes back to Terraform as it came."""
+    if isinstance(value, UnknownBlocks):
+        return value.original
+    if isinstance(value, dict):
+        return {name: restore_unknown_blocks(item) for name, item in value.items()}
+    if isinstance(value, list):
+        return [restore_unknown_blocks(item) for item in value]
+    return value
 
 
 class CoderProviderServicer(ProviderServicer):  # type: ignore[misc]

@@ -66,6 +66,7 @@ def declared(state: State) -> RichParameter:
         validation_min=_bound(validation, "min"),
         validation_max=_bound(validation, "max"),
         validation_monotonic=validation.get("monotonic") or "",
+        has_validation=bool(state["validation"]),
     )
 
 
@@ -82,7 +83,7 @@ class ParameterDataSource(CoderDataSource):
         optional("icon", STRING),
         optional("order", NUMBER),
         optional("ephemeral", BOOL, False),
-        optional("styling", STRING),
+        optional("styling", STRING, "{}"),  # JSON for the form's looks; Coder's default is an empty object
         computed("value"),
         computed("optional", BOOL),
         computed("id"),

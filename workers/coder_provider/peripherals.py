@@ -100,11 +100,12 @@ class AppResource(CoderResource):
                 path=["open_in"],
             )
         check_url(diags, "icon", config.get("icon"), ["icon"])
+        # An argument not known yet may still turn out unset, so it conflicts with nothing until it is known.
         for field, others in APP_CONFLICTS.items():
-            if config.get(field) is None or config.get(field) == []:
+            if not is_known(config.get(field)) or config.get(field) == []:
                 continue
             for other in others:
-                if config.get(other) is not None and config.get(other) != []:
+                if is_known(config.get(other)) and config.get(other) != []:
                     detail = f'"{field}": conflicts with {other}'
                     diags.add_error("Conflicting configuration arguments", detail, path=[field])
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import zoneinfo
-from typing import Any
 
 from tf.schema import Block
 from tf.types import Map
@@ -184,12 +183,6 @@ def timezone_error(name: str) -> str:
     return ""
 
 
-def _blocks(value: Any) -> list[State]:
-    """A nested block's instances in a configuration; unknown (a dynamic block over unknown values) reads as
-    none, checked once known."""
-    return value if isinstance(value, list) else []
-
-
 _SCHEDULING = ListNestedBlock(
     "scheduling",
     Block(
@@ -239,7 +232,7 @@ class WorkspacePresetDataSource(CoderDataSource):
                 )
         icon = config.get("icon")
         check_url(diags, "icon", icon, ["icon"])
-        for prebuild in _blocks(config.get("prebuilds")):
+        for prebuild in config["prebuilds"]:
             self._check_prebuild(diags, prebuild)
 
     @staticmethod
@@ -248,7 +241,7 @@ class WorkspacePresetDataSource(CoderDataSource):
         instances = prebuild.get("instances")
         if isinstance(instances, int | float) and instances < 0:
             diags.add_error(summary, f"expected prebuilds.0.instances to be at least (0), got {int(instances)}")
-        for policy in _blocks(prebuild.get("expiration_policy")):
+        for policy in prebuild["expiration_policy"]:
             ttl = policy.get("ttl")
             if isinstance(ttl, int | float) and ttl != 0 and not TTL_LIMITS[0] <= ttl <= TTL_LIMITS[1]:
                 diags.add_error(
@@ -256,20 +249,21 @@ class WorkspacePresetDataSource(CoderDataSource):
                     f'"prebuilds.0.expiration_policy.0.ttl" must be 0 or between {TTL_LIMITS[0]} and '
                     f"{TTL_LIMITS[1]}, got {int(ttl)}",
                 )
-        for scheduling in _blocks(prebuild.get("scheduling")):
+        for scheduling in prebuild["scheduling"]:
             timezone = scheduling.get("timezone")
             if isinstance(timezone, str) and timezone_error(timezone):
                 diags.add_error(summary, timezone_error(timezone))
-            for schedule in _blocks(scheduling.get("schedule")):
+            for schedule in scheduling["schedule"]:
                 cron = schedule.get("cron")
                 if isinstance(cron, str) and check_prebuild_cron(cron):
                     diags.add_error(summary, check_prebuild_cron(cron))
 
     def compute(self, diags: Diagnostics, state: State) -> State | None:
         state["default"] = bool(state.get("default"))
-        for prebuild in _blocks(state.get("prebuilds")):
-            for scheduling in _blocks(prebuild.get("scheduling")):
-                specs = [str(schedule.get("cron")) for schedule in _blocks(scheduling.get("schedule"))]
+        # A data source is read with its whole configuration known, its blocks lists (empty when left out).
+        for prebuild in state["prebuilds"]:
+            for scheduling in prebuild.get("scheduling") or []:
+                specs = [str(schedule.get("cron")) for schedule in scheduling.get("schedule") or []]
                 overlap = overlapping_schedules(specs)
                 if overlap:
                     diags.add_error(

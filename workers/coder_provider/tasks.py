@@ -54,10 +54,10 @@ class AITaskResource(CoderResource):
 
     def check(self, diags: Diagnostics, config: State) -> None:
         check_uuid(diags, "app_id", config.get("app_id"), ["app_id"])
-        sidebar = config.get("sidebar_app") or []
+        sidebar = config["sidebar_app"]
         for item in sidebar:
             check_uuid(diags, "sidebar_app.0.id", item.get("id"), ["sidebar_app"])
-        if config.get("app_id") is not None and sidebar:
+        if is_known(config.get("app_id")) and sidebar:
             diags.add_error("Conflicting configuration arguments", '"app_id": conflicts with sidebar_app')
 
     def create(self, ctx: Any, planned: State) -> State | None:
@@ -76,7 +76,7 @@ class AITaskResource(CoderResource):
 
     def shape_plan(self, planned: State) -> State:
         # The sidebar app's id is the app_id when it is given the old way, so the plan can say so already.
-        sidebar = planned.get("sidebar_app") or []
+        sidebar = planned["sidebar_app"]
         if planned.get("app_id") is Unknown and sidebar and is_known(sidebar[0].get("id")):
             planned["app_id"] = sidebar[0]["id"]
         return planned

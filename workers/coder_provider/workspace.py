@@ -64,7 +64,9 @@ class WorkspaceDataSource(CoderDataSource):
             diags.add_error("Invalid CODER_WORKSPACE_TRANSITION", f"{transition!r} is not one of {TRANSITIONS}")
             return None
         url = urlsplit(self.provider.url)
-        is_prebuild = env("CODER_WORKSPACE_IS_PREBUILD") == "true"
+        # A build that claims a prebuilt workspace is not a prebuild any more, whatever else says so (Coder's guard).
+        is_claim = env("CODER_WORKSPACE_IS_PREBUILD_CLAIM") == "true"
+        is_prebuild = env("CODER_WORKSPACE_IS_PREBUILD") == "true" and not is_claim
         state.update(
             id=env("CODER_WORKSPACE_ID") or str(uuid.uuid4()),
             name=env("CODER_WORKSPACE_NAME", "default"),
@@ -74,7 +76,7 @@ class WorkspaceDataSource(CoderDataSource):
             access_port=url.port or (443 if url.scheme == "https" else 80),
             is_prebuild=is_prebuild,
             prebuild_count=1 if is_prebuild else 0,
-            is_prebuild_claim=env("CODER_WORKSPACE_IS_PREBUILD_CLAIM") == "true",
+            is_prebuild_claim=is_claim,
             template_id=env("CODER_WORKSPACE_TEMPLATE_ID"),
             template_name=env("CODER_WORKSPACE_TEMPLATE_NAME"),
             template_version=env("CODER_WORKSPACE_TEMPLATE_VERSION"),
