@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -53,26 +54,42 @@ E2E_SUPPORT = (
 BROWSER_SUPPORT = ("tests.support.browser", "playwright.")
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Marks each test for the slices a developer runs (``-m "not e2e"``, ``-m browser``, ``-m faults``)."""
+    module = item.path.stem
+    uses = _support_used_by(item)
+    if module in FAULTS:
+        item.add_marker(pytest.mark.faults)
+    if "browser" in uses:
+        item.add_marker(pytest.mark.browser)
+    if uses or module in FAULTS:
+        item.add_marker(pytest.mark.e2e)
+
+
 @pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Parallel workers (``-n``) take a whole module at a time, so that its module-scoped servers and browsers start
+    once; the fault modules are one unit, so that they take turns. (xdist's own ``loadgroup`` cannot group by a
+    marker under pytest 9, whose node ids it no longer rewrites; its ``loadfile`` cannot put modules together.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "faults" if Path(module).stem in FAULTS else module
+
+    return ModuleScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks each test for the slices a developer runs (``-m "not e2e"``) and groups it for parallel workers:
-    a module's tests run on one worker, so that its module-scoped servers and browsers start once; the fault
-    modules share one group. The groups that take longest (faults, then browsers, then servers) are handed out
-    first, so that no worker starts a long one at the end of the run."""
-    for item in items:
-        module = item.path.stem
-        uses = _support_used_by(item)
-        if module in FAULTS:
-            item.add_marker(pytest.mark.faults)
-        if uses & {"browser"}:
-            item.add_marker(pytest.mark.browser)
-        if uses & {"e2e", "browser"} or module in FAULTS:
-            item.add_marker(pytest.mark.e2e)
-        item.add_marker(pytest.mark.xdist_group("faults" if module in FAULTS else item.nodeid.split("::")[0]))
+    """The groups that take longest (faults, then browsers, then servers) are handed out first, so that no worker
+    starts a long one at the end of the run. A stable sort: each module's tests keep their order."""
     weight = {"faults": 0, "browser": 1, "e2e": 2}
-    items.sort(
-        key=lambda item: min((weight[mark.name] for mark in item.iter_markers() if mark.name in weight), default=3)
-    )
+
+    def rank(item: pytest.Item) -> int:
+        return min((weight[mark.name] for mark in item.iter_markers() if mark.name in weight), default=3)
+
+    items.sort(key=rank)
 
 
 def _support_used_by(item: pytest.Item) -> set[str]:

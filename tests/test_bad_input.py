@@ -45,9 +45,11 @@ def test_json_with_nan_is_refused(client: FlaskClient, personas: dict[str, Perso
     assert reply.status_code == 400 and "not valid JSON" in reply.json["message"]
 
 
-def _workspace(client: FlaskClient, personas: dict[str, Persona]) -> tuple[FakeDaemon, dict[str, Any]]:
+def _workspace(
+    client: FlaskClient, personas: dict[str, Persona], secrets: list[dict[str, str]] | None = None
+) -> tuple[FakeDaemon, dict[str, Any]]:
     daemon = FakeDaemon(client)
-    template = import_template(client, personas, daemon)
+    template = import_template(client, personas, daemon, secrets=secrets)
     body = {"template_id": template["id"], "name": "w", "rich_parameter_values": [{"name": "region", "value": "eu"}]}
     created = client.post("/api/v2/workspaces", json=body, headers=personas["carol"].auth)
     assert created.status_code == 201, created.json
@@ -229,7 +231,8 @@ def test_a_stored_secret_holding_a_nul_does_not_block_the_persons_builds(
         assert secret is not None
         secret.value = "before\x00after"
         db.session.commit()
-    daemon, workspace = _workspace(client, personas)
+    # The template declares both (a build gets only the secrets its template declares).
+    daemon, workspace = _workspace(client, personas, secrets=[{"env": "BAD"}, {"env": "GOOD"}])
     acquired = daemon.call(f"/jobs/{workspace['latest_build']['job']['id']}/acquire")
     assert acquired.status_code == 200
     env = acquired.json["workspace_build"]["secret_env"]
