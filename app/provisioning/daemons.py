@@ -318,17 +318,21 @@ def append_logs(daemon: ProvisionerDaemon, job_id: str, batch: LogBatch) -> LogB
     the job was canceled and whether to send more lines."""
     for _ in range(LOG_BATCH_ATTEMPTS):
         job = owned_running_job(daemon, job_id)
+        # Masked before anything is written: masking waits on a thread (run_off_loop), and a request that waits
+        # while it holds SQLite's write lock stalls every other writer of its web worker, whose waits on the lock
+        # block the event loop the masking needs to resume (seen as "database is locked" and worker timeouts).
+        mask = job_mask(job)
         lines = batch.logs
+        outputs = run_off_loop(partial(mask.apply_all, [line.output for line in lines])) if lines else []
         if batch.first_seq is not None:
             seen = job.log_lines_received
-            lines = lines[max(0, seen - batch.first_seq) :]  # a batch sent again: what was stored is not stored twice
+            skip = max(0, seen - batch.first_seq)  # a batch sent again: what was stored is not stored twice
+            lines, outputs = lines[skip:], outputs[skip:]
             end = max(seen, batch.first_seq + len(batch.logs))
             if not _advance_log_count(job.id, seen, end):
                 db.session.rollback()  # a copy of this batch was stored meanwhile: look again
                 continue
             job.logs_dropped += max(0, batch.first_seq - seen)  # numbers never sent: lines past the cap
-        mask = job_mask(job)
-        outputs = run_off_loop(partial(mask.apply_all, [line.output for line in lines])) if lines else []
         rows = (_log_row(job, line, output) for line, output in zip(lines, outputs, strict=True))
         kept = [row for row in rows if row is not None]
         job.updated_at = utcnow()
@@ -443,12 +447,14 @@ def fail_job(daemon: ProvisionerDaemon, job_id: str, failure: JobFailure) -> Non
     if _recorded_late(daemon, job_id, failure.state):
         return
     job = owned_running_job(daemon, job_id)
+    # Terraform's error can quote what the log showed masked (a command line, a variable's value). The mask is made
+    # before anything is written, as in append_logs: making it may wait on a thread.
+    mask = job_mask(job)
     handlers_for(job).fail(job, failure)
     if job.canceled_at is not None:
         finish_job(job)
         return
-    # Terraform's error can quote what the log showed masked (a command line, a variable's value).
-    error = job_mask(job).apply(failure.error) or "The provisioner daemon reported a failure without a message."
+    error = mask.apply(failure.error) or "The provisioner daemon reported a failure without a message."
     finish_job(job, error=error, error_code=failure.error_code or None)
 
 
