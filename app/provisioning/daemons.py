@@ -318,9 +318,11 @@ def append_logs(daemon: ProvisionerDaemon, job_id: str, batch: LogBatch) -> LogB
     the job was canceled and whether to send more lines."""
     for _ in range(LOG_BATCH_ATTEMPTS):
         job = owned_running_job(daemon, job_id)
-        # Masked before anything is written: masking waits on a thread (run_off_loop), and a request that waits
-        # while it holds SQLite's write lock stalls every other writer of its web worker, whose waits on the lock
-        # block the event loop the masking needs to resume (seen as "database is locked" and worker timeouts).
+        # Masking may wait on a thread (run_off_loop): a request that waits while it holds SQLite's write lock
+        # stalls every other writer of its web worker, whose waits on the lock block the event loop the masking
+        # needs to resume (seen as "database is locked" and worker timeouts). So the heartbeat get_daemon moved
+        # (flushed by the job's read) is stored now, and the lines are masked before anything else is written.
+        db.session.commit()
         mask = job_mask(job)
         lines = batch.logs
         outputs = run_off_loop(partial(mask.apply_all, [line.output for line in lines])) if lines else []
@@ -448,7 +450,8 @@ def fail_job(daemon: ProvisionerDaemon, job_id: str, failure: JobFailure) -> Non
         return
     job = owned_running_job(daemon, job_id)
     # Terraform's error can quote what the log showed masked (a command line, a variable's value). The mask is made
-    # before anything is written, as in append_logs: making it may wait on a thread.
+    # with nothing written and the heartbeat stored, as in append_logs: making it may wait on a thread.
+    db.session.commit()
     mask = job_mask(job)
     handlers_for(job).fail(job, failure)
     if job.canceled_at is not None:
