@@ -66,7 +66,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.e2e)
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: a plain run without xdist loads it too
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Parallel workers (``-n``) take a whole module at a time, so that its module-scoped servers and browsers start
     once; the fault modules are one unit, so that they take turns. (xdist's own ``loadgroup`` cannot group by a
