@@ -30,7 +30,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 
 REDACTED = "********"
 # Shorter values ("1", "eu") would mask ordinary words all over the log while protecting nothing.
@@ -88,15 +87,6 @@ def build_mask(secrets: tuple[str, ...]) -> SecretMask:
         else:
             exact.append(needle)
     return SecretMask(secrets_pattern(tuple(full)), tuple(sorted(exact, key=len, reverse=True)))
-
-
-def mask_secrets(text: str, secrets: tuple[str, ...]) -> str:
-    return _cached_mask(secrets).apply(text)
-
-
-@lru_cache(maxsize=8)
-def _cached_mask(secrets: tuple[str, ...]) -> SecretMask:
-    return build_mask(secrets)
 
 
 class JobMasks:
