@@ -6,6 +6,7 @@ import functools
 import shutil
 import signal
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -111,6 +112,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     # Again before every test: code that takes signals for itself (the agent, the daemon, `slipway ssh`) leaves
     # its own handler, or SIG_DFL from asyncio's remove_signal_handler, behind when a test runs it in-process.
     _take_the_stop_signals()
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures, which may still hold a page, are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """A test process keeps its one Chromium (tests/support/browser.py) from one browser test to the next, and stops
+    it before a test that uses none: browser modules run first, and what follows would carry an idle browser."""
+    browser = sys.modules.get("tests.support.browser")
+    if browser is not None and (nextitem is None or nextitem.get_closest_marker("browser") is None):
+        browser.close_shared_browser()
 
 
 def _take_the_stop_signals() -> None:
