@@ -37,6 +37,7 @@ from protocol.agentapi import (
     Startup,
 )
 from protocol.codec import Message, ProtocolError
+from protocol.timings import ScriptTiming
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,9 @@ class AgentAPI:
 
     async def post_app_health(self, healths: dict[str, AppHealth]) -> None:
         await self._request("POST", "/app-health", AppHealthReport(healths=healths))
+
+    async def post_script_timing(self, timing: ScriptTiming) -> None:
+        await self._request("POST", "/script-timings", timing)
 
     async def get_external_auth(
         self, *, match: str = "", provider_id: str = "", listen: bool = False

@@ -48,6 +48,7 @@ from agent.logs import LogSender, log_line
 from agent.metadata import MetadataCollector
 from agent.processes import ProcessGroups, make_undumpable, stop_passing_on_ignored_signals
 from agent.runtime_dir import make_log_dir, make_private_dir
+from agent.script_timings import ScriptTimingReporter
 from agent.scripts import OUTPUT_CLOSE_WAIT, ScriptResult, ScriptRunner
 from agent.sshd import SSHService
 from agent.tunnels import TunnelDialer, control_dial
@@ -55,6 +56,7 @@ from protocol.agentapi import LifecycleState, Manifest
 from protocol.codec import ProtocolError
 from protocol.cron import CronError, parse_schedule
 from protocol.resources import Script
+from protocol.timings import STAGE_CRON, STAGE_STOP
 
 log = logging.getLogger("agent")
 
@@ -97,6 +99,7 @@ class Agent:
         self._problems = ProblemLog(log)
         self._logs = LogSender(self._api.post_logs)
         self._lifecycle = LifecycleReporter(self._api)
+        self._script_timings = ScriptTimingReporter(self._api)
         self._context = context_before_manifest()
         # Process groups of scripts, SSH sessions and terminals: what is left of them stops with the agent.
         self._leftovers = ProcessGroups()
@@ -138,7 +141,11 @@ class Agent:
         self._install_signal_handlers()
         log.info("slipway agent %s connecting to %s (log dir %s)", __version__, self._config.url, self._config.log_dir)
         await self._start_git_helper()
-        senders = [start_task(self._logs.run(), "the log sender"), start_task(self._lifecycle.run(), "lifecycle")]
+        senders = [
+            start_task(self._logs.run(), "the log sender"),
+            start_task(self._lifecycle.run(), "lifecycle"),
+            start_task(self._script_timings.run(), "script timings"),
+        ]
         control = asyncio.create_task(self._control_loop())
         stop = asyncio.create_task(self._stop_requested.wait())
         await asyncio.wait({control, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -245,6 +252,7 @@ class Agent:
                 environment_for=self._script_environment,
                 send_log=self._logs.add,
                 leftovers=self._leftovers,
+                send_timing=self._script_timings.report,
             )
             self._lifecycle.report(STARTING)
             self._startup = start_task(self._run_start_scripts(manifest, self._scripts), "the start scripts")
@@ -282,8 +290,10 @@ class Agent:
         results = list(await asyncio.gather(*(runner.run(script, remember_group=True) for script in scripts)))
         if self._stop_requested.is_set():
             return  # shutdown reports the lifecycle from here on
-        # Send the scripts' output first: a workspace shown as ready then has its startup log on the page.
+        # Send the scripts' output and timings first: a workspace shown as ready then has its startup log (and its
+        # build's waterfall its scripts) on the page.
         await self._logs.flush(FLUSH_TIMEOUT)
+        await self._script_timings.flush(FLUSH_TIMEOUT)
         self._lifecycle.report(outcome(results, START_TIMEOUT, START_ERROR, READY))
         if manifest.cron_scripts:
             self._cron = start_task(self._run_cron_scripts(manifest.cron_scripts, runner), "the cron scheduler")
@@ -298,7 +308,8 @@ class Agent:
                     log.warning("script %r: %s", script.name, message)
                     self._logs.add(log_line(message, "error", script.log_source_id))
                     continue
-                group.create_task(run_on_schedule(schedule, partial(runner.run, script, remember_group=True)))
+                run = partial(runner.run, script, remember_group=True, stage=STAGE_CRON)
+                group.create_task(run_on_schedule(schedule, run))
 
     # Shutdown --------------------------------------------------------------------------------------------------
 
@@ -318,7 +329,8 @@ class Agent:
             stop_scripts = self._manifest.stop_scripts
             if stop_scripts:
                 log.info("running %d stop script(s)", len(stop_scripts))
-            results = list(await asyncio.gather(*(self._scripts.run(script) for script in stop_scripts)))
+            stopping = (self._scripts.run(script, stage=STAGE_STOP) for script in stop_scripts)
+            results = list(await asyncio.gather(*stopping))
         # What scripts, SSH sessions and terminals left running: the workspace is stopping.
         await self._leftovers.stop(STOP_LEFTOVERS_GRACE)
         if self._startup is not None:
@@ -328,6 +340,7 @@ class Agent:
         # The stop scripts' output before "off", as their output comes before "ready" at start.
         if not await self._logs.flush(FLUSH_TIMEOUT):
             log.warning("%d log lines could not be sent before exiting", self._logs.queued_lines)
+        await self._script_timings.flush(FLUSH_TIMEOUT)
         if started:
             self._lifecycle.report(outcome(results, SHUTDOWN_TIMEOUT, SHUTDOWN_ERROR, OFF))
             if not await self._lifecycle.flush(FLUSH_TIMEOUT):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from agent.api import utc_now
 from agent.environment import expand_path, script_bin_dir, script_data_root
 from agent.logs import log_line
 from agent.processes import (
@@ -30,6 +31,7 @@ from agent.processes import (
 )
 from protocol.agentapi import AgentLogLine
 from protocol.resources import Script
+from protocol.timings import STAGE_START, ScriptTiming
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ LINE_MAX_BYTES = 64 * 1024
 
 SendLog = Callable[[AgentLogLine], None]
 EnvironmentFor = Callable[[Script], Mapping[str, str]]
+SendTiming = Callable[[ScriptTiming], None]
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,11 @@ class ScriptResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def status(self) -> str:
+        """Coder's word for how it ended."""
+        return "timed_out" if self.timed_out else "ok" if self.exit_code == 0 else "exit_failure"
 
 
 class LineSplitter:
@@ -86,11 +94,13 @@ class ScriptRunner:
         environment_for: EnvironmentFor,
         send_log: SendLog,
         leftovers: ProcessGroups | None = None,
+        send_timing: SendTiming | None = None,
     ) -> None:
         self._log_dir = log_dir
         self.directory = directory
         self._environment_for = environment_for
         self._send_log = send_log
+        self._send_timing = send_timing
         self.leftovers = leftovers or ProcessGroups()
 
     def log_path(self, script: Script, environ: Mapping[str, str]) -> Path:
@@ -123,8 +133,21 @@ class ScriptRunner:
         for line in splitter.finish():
             self._emit(script, log_file, level, line)
 
-    async def run(self, script: Script, *, remember_group: bool = False) -> ScriptResult:
-        """Run one script to its end; ``remember_group`` marks it as one whose leftovers shutdown stops."""
+    async def run(self, script: Script, *, remember_group: bool = False, stage: str = STAGE_START) -> ScriptResult:
+        """Run one script to its end; ``remember_group`` marks it as one whose leftovers shutdown stops. Its timing
+        (``stage``: start, stop or cron) goes to ``send_timing`` when it ends."""
+        started_at = utc_now()
+        result = await self._run(script, remember_group)
+        if self._send_timing is not None:
+            self._send_timing(
+                ScriptTiming(
+                    log_source_id=script.log_source_id, stage=stage, started_at=started_at, ended_at=utc_now(),
+                    exit_code=result.exit_code if result.exit_code is not None else -1, status=result.status,
+                )
+            )  # fmt: skip
+        return result
+
+    async def _run(self, script: Script, remember_group: bool) -> ScriptResult:
         environ = dict(self._environment_for(script))
         for directory in (script_data_root(self._log_dir) / script.log_source_id, script_bin_dir(self._log_dir)):
             with contextlib.suppress(OSError):

@@ -36,6 +36,8 @@ from app.notifications import delivery
 from app.provisioning import api as provisioning_api
 from app.provisioning import daemon_api, jobs, maintenance
 from app.provisioning import views as provisioning_views
+from app.timings import api as timings_api
+from app.timings import views as timings_views
 from app.usersecrets import api as usersecrets_api
 from app.workspaces import api as workspaces_api
 from app.workspaces import sections
@@ -85,8 +87,8 @@ def create_app(settings: Settings | None = None) -> Flask:
             diagnostics_checks.refresh_report,  # keeps the navigation's health dot current
         ],
     )
-    # What the workspace page shows besides the workspace itself: a panel per agent.
-    sections.init_app(app, [agent_views.AGENTS_SECTION])
+    # What the workspace page shows besides the workspace itself: a panel per agent; and a build's page: its timings.
+    sections.init_app(app, [agent_views.AGENTS_SECTION], [timings_views.render_build_timings])
     for blueprint in (
         health.bp,
         auth_views.bp,
@@ -114,6 +116,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         agent_views.bp,
         provisioning_api.bp,
         provisioning_views.bp,
+        timings_api.bp,
+        timings_views.bp,
         metrics.bp,
     ):
         app.register_blueprint(blueprint)

@@ -14,6 +14,7 @@ from protocol.codec import Bounds, MaxLength, Message
 from protocol.logs import LogLine
 from protocol.parameters import RichParameter
 from protocol.resources import ExternalAuth, Resource, SecretRequirement
+from protocol.timings import Timings
 
 PSK_HEADER = "Slipway-Provisioner-PSK"
 KEY_HEADER = "Slipway-Provisioner-Key"
@@ -235,6 +236,8 @@ class JobCompletion(Message):
 
     template_import: ImportResult | None = None
     workspace_build: BuildResult | None = None
+    # When each stage and resource ran (empty from a daemon of a release before timings).
+    timings: Timings = ()
 
 
 class JobFailure(Message):
@@ -243,3 +246,5 @@ class JobFailure(Message):
     error: Annotated[str, MaxLength(64 * 1024)] = ""
     error_code: Annotated[str, MaxLength(64)] = ""
     state: bytes | None = None
+    # What ran before the failure, as JobCompletion.timings.
+    timings: Timings = ()

@@ -2,7 +2,8 @@
 panel of the workspace page coming alive, a stop seen from the page, the web terminal, and who may see what.
 
 One deployment (a real server with built-in daemons and the `local` example, whose workspaces run the real agent)
-serves the module; every test stops the workspaces it starts.
+serves the module; every test stops the workspaces it starts. A build's timings (API and waterfall) are checked on
+the same deployment: its builds are real (daemon, Terraform, agent).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.support.browser import ARTIFACTS, browser_page, sign_in_page
+from tests.support.accessibility import severe_violations
+from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
 from tests.support.deployment import Deployment, running_deployment
 from tests.support.server import SLIPWAY
 
@@ -275,3 +277,45 @@ def test_only_the_owner_gets_a_terminal_and_members_see_nothing(deployment: Depl
             "Only the workspace's owner (or a deployment owner) may connect to its agent."
         )
         expect(bob.locator("#terminal")).to_have_count(0)
+
+
+def test_a_real_builds_timings_cover_its_resources_and_draw_a_readable_waterfall(
+    deployment: Deployment, page: Page
+) -> None:
+    problems = watch_for_problems(page.context, deployment.url)
+    with started(deployment, "timed"):
+        build_id = deployment.workspace("alice", "timed")["latest_build"]["id"]
+        with deployment.api("alice") as api:
+            resources = api.get(f"/workspacebuilds/{build_id}/resources").json()
+            timings = api.get(f"/workspacebuilds/{build_id}/timings").json()
+
+        bars = timings["provisioner_timings"]
+        stages = [bar["stage"] for bar in bars if bar["resource"] == ""]
+        assert stages[:2] in (["init", "plan"], ["init", "apply"]) and "apply" in stages, stages
+        addresses = {bar["resource"] for bar in bars if bar["stage"] == "apply"}
+        for resource in resources:  # every resource of the build has its bar (by address, whatever its index)
+            name = f"{resource['type']}.{resource['name']}"
+            assert any(address == name or address.startswith(f"{name}[") for address in addresses), (name, addresses)
+        assert all(bar["started_at"] <= bar["ended_at"] for bar in bars)
+        assert [t["workspace_agent_name"] for t in timings["agent_connection_timings"]] == ["main"]
+        assert "Startup Script" in [t["display_name"] for t in timings["agent_script_timings"]]
+        assert {t["status"] for t in timings["agent_script_timings"]} == {"ok"}
+
+        sign_in(page, deployment, "alice")
+        page.goto(f"{deployment.url}/builds/{build_id}")
+        chart = page.locator("svg.waterfall")
+        expect(chart).to_be_visible()
+        expect(page.locator("#timings-summary")).to_contain_text("in all")
+        expect(chart.locator(".waterfall-row.is-critical").first).to_be_attached()
+        expect(chart.locator(".row-script .waterfall-label")).to_contain_text(["Startup Script"])
+        assert severe_violations(page) == []
+        page.screenshot(path=str(ARTIFACTS / "build-timings.png"), full_page=True)
+
+        page.set_viewport_size({"width": 390, "height": 844})
+        chart.scroll_into_view_if_needed()
+        box = chart.bounding_box()
+        assert box is not None and box["width"] <= 390
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390  # nothing spills sideways
+        assert severe_violations(page) == []
+        page.screenshot(path=str(ARTIFACTS / "build-timings-390px.png"), full_page=True)
+    assert problems == []

@@ -70,6 +70,7 @@ ADMIN_ONLY_ENDPOINTS = {
     "catalog_api.download_file",
     "catalog.source",
     "catalog.diff",
+    "timings_api.version_timings",
 }
 # A person's own things only, whoever asks for someone else's (owners included): 403 for the path's other user.
 SELF_ONLY_ENDPOINTS = {

@@ -47,6 +47,7 @@ from workers.terraform import (
 )
 from workers.terraform.binary import terraform_version
 from workers.terraform.init_cache import CachedInit, InitCache
+from workers.timings import TimingRecorder
 from workers.workspace_tags import WorkspaceTagsError, read_workspace_tags
 
 REQUIRED_TEMPLATE_VARIABLES = "REQUIRED_TEMPLATE_VARIABLES"
@@ -61,20 +62,25 @@ JobOutcome = JobCompletion | JobFailure
 
 
 def run_job(job: AcquiredJob, settings: RunnerSettings, log: Log, control: JobControl) -> JobOutcome:
+    """Run the job; its outcome carries the timings of whatever ran, success or not."""
+    timings = TimingRecorder()
     with job_workdir(settings.cache_dir, job.id, log) as workdir:
         # The failure is logged before the work dir goes: the log reads in the order things ran, the error under
         # the stage it happened in and "Cleaning up" last.
-        return _run_in(job, workdir, settings, log, control)
+        outcome = _run_in(job, workdir, settings, timings, log, control)
+    return replace(outcome, timings=timings.timings())
 
 
-def _run_in(job: AcquiredJob, workdir: Path, settings: RunnerSettings, log: Log, control: JobControl) -> JobOutcome:
+def _run_in(
+    job: AcquiredJob, workdir: Path, settings: RunnerSettings, timings: TimingRecorder, log: Log, control: JobControl
+) -> JobOutcome:
     try:
         body = job.workspace_build or job.template_import
         if body is None:
             return _failed(f"The server sent a {job.type} job without its body.", log)
         extract_archive(body.archive, workdir)
         drop_coder_lock_entry(workdir)
-        toolchain = _Toolchain.of(settings, workdir)
+        toolchain = _Toolchain.of(settings, workdir, timings)
         if job.workspace_build is not None:
             return _build(job, job.workspace_build, workdir, toolchain, log, control)
         assert job.template_import is not None  # noqa: S101 - one of the two, checked above
@@ -108,15 +114,16 @@ def _failed(message: str, log: Log, code: str = "") -> JobFailure:
 @dataclass(frozen=True)
 class _Toolchain:
     """What every Terraform command of one job runs with: the daemon's settings, its Terraform, the coder
-    provider's CLI config, and the prepared init this job's template may reuse."""
+    provider's CLI config, the prepared init this job's template may reuse, and where its timings go."""
 
     settings: RunnerSettings
     binary: TerraformBinary
     cli_config_file: Path
     init_cache: CachedInit | None
+    timings: TimingRecorder
 
     @classmethod
-    def of(cls, settings: RunnerSettings, workdir: Path) -> _Toolchain:
+    def of(cls, settings: RunnerSettings, workdir: Path, timings: TimingRecorder) -> _Toolchain:
         binary = find_terraform(settings.terraform_path)
         cli_config_file = install_coder_provider(settings.cache_dir)
         cache = InitCache(settings.cache_dir / "init-cache", settings.init_cache_bytes)
@@ -127,7 +134,7 @@ class _Toolchain:
             # The plugin cache too: an entry's providers are links into the cache of the daemon that made it.
             toolchain = f"{terraform}\0{provider_digest(cli_config_file)}\0{settings.plugin_cache}"
             init_cache = CachedInit(cache, cache.key(workdir, toolchain))
-        return cls(settings, binary, cli_config_file, init_cache)
+        return cls(settings, binary, cli_config_file, init_cache, timings)
 
 
 def _executor(
@@ -152,6 +159,7 @@ def _executor(
         binary=toolchain.binary,
         cancel_grace=settings.force_cancel_seconds,
         init_cache=toolchain.init_cache,
+        timings=toolchain.timings,
     )
     control.on_cancel(executor.cancel, force=executor.kill)
     return executor

@@ -30,6 +30,7 @@ from protocol.agentapi import (
     Startup,
 )
 from protocol.codec import Message
+from protocol.timings import ScriptTiming
 
 bp = Blueprint("agent_api", __name__, url_prefix=API_PREFIX)
 # Agents authenticate with their token header, never a cookie: forms on other sites cannot forge these calls.
@@ -72,6 +73,12 @@ def startup() -> tuple[str, int]:
 @bp.post("/lifecycle")
 def lifecycle() -> tuple[str, int]:
     services.record_lifecycle(_agent(), message_body(LifecycleReport))
+    return "", 204
+
+
+@bp.post("/script-timings")
+def script_timings() -> tuple[str, int]:
+    services.record_script_timing(_agent(), message_body(ScriptTiming))
     return "", 204
 
 

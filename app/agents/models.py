@@ -55,3 +55,18 @@ class AgentConnectionEvent(Model):
 
     def to_json(self) -> JsonObject:
         return {"id": self.id, "event": self.event, "connection_id": self.connection_id, "at": rfc3339(self.at)}
+
+
+class AgentScriptTiming(Model):
+    """One run of a script by the agent (``POST /script-timings``): when, how it ended. Named by its log source."""
+
+    __tablename__ = "workspace_agent_script_timings"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    agent_id: Mapped[str] = mapped_column(ForeignKey("workspace_agents.id", ondelete="CASCADE"), index=True)
+    log_source_id: Mapped[str] = mapped_column(String(64))
+    stage: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(32))
+    exit_code: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime] = mapped_column(UTCDateTime)

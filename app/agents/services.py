@@ -8,8 +8,15 @@ from datetime import datetime
 
 from sqlalchemy import delete, func, select, update
 
-from app.agents.models import CONNECTED, CONNECTION_HISTORY, DISCONNECTED, AgentConnectionEvent, AgentLog
-from app.core.columns import rfc3339, utcnow
+from app.agents.models import (
+    CONNECTED,
+    CONNECTION_HISTORY,
+    DISCONNECTED,
+    AgentConnectionEvent,
+    AgentLog,
+    AgentScriptTiming,
+)
+from app.core.columns import parse_rfc3339, rfc3339, utcnow
 from app.core.errors import InvalidInput, Unauthorized
 from app.core.extensions import db, rows_changed
 from app.events.notices import publish_agent_notice
@@ -26,6 +33,7 @@ from protocol.agentapi import (
     MetadataReport,
     Startup,
 )
+from protocol.timings import ScriptTiming
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +131,7 @@ def record_startup(agent: WorkspaceAgent, startup: Startup) -> None:
 
 
 def record_lifecycle(agent: WorkspaceAgent, report: LifecycleReport) -> None:
-    changed_at = _parse_time(report.changed_at) or utcnow()
+    changed_at = parse_rfc3339(report.changed_at) or utcnow()
     agent.lifecycle_state = report.state
     agent.lifecycle_changed_at = changed_at
     if report.state == "starting":
@@ -132,6 +140,23 @@ def record_lifecycle(agent: WorkspaceAgent, report: LifecycleReport) -> None:
         agent.ready_at = changed_at
     db.session.commit()
     publish_agent_notice(agent.id)
+
+
+def record_script_timing(agent: WorkspaceAgent, timing: ScriptTiming) -> None:
+    """One script run, for the build's waterfall. 400 for times that do not parse or run backwards, or a script
+    this agent does not have: the agent sends what it measured, so either is a bug worth hearing about."""
+    started, ended = parse_rfc3339(timing.started_at), parse_rfc3339(timing.ended_at)
+    if started is None or ended is None or ended < started:
+        raise InvalidInput("started_at and ended_at must be RFC 3339 times, the end not before the start.")
+    if timing.log_source_id not in {source.id for source in agent.log_sources}:
+        raise InvalidInput(f"{timing.log_source_id!r} is not a script of this agent.")
+    db.session.add(
+        AgentScriptTiming(
+            agent_id=agent.id, log_source_id=timing.log_source_id, stage=timing.stage, status=timing.status,
+            exit_code=timing.exit_code, started_at=started, ended_at=ended,
+        )
+    )  # fmt: skip
+    db.session.commit()
 
 
 def append_logs(agent: WorkspaceAgent, batch: AgentLogBatch) -> AgentLogReply:
@@ -153,7 +178,7 @@ def append_logs(agent: WorkspaceAgent, batch: AgentLogBatch) -> AgentLogReply:
             rows.append(AgentLog(agent_id=agent.id, source_id=source_id, level="warn", output=notice))
             break
         agent.logs_length += size
-        created_at = _parse_time(line.created_at) or utcnow()
+        created_at = parse_rfc3339(line.created_at) or utcnow()
         rows.append(
             AgentLog(agent_id=agent.id, source_id=source_id, level=line.level, output=output, created_at=created_at)
         )
@@ -209,16 +234,6 @@ def record_app_health(agent: WorkspaceAgent, report: AppHealthReport) -> None:
         agent.app_health = updated
         db.session.commit()
         publish_agent_notice(agent.id)
-
-
-def _parse_time(value: str) -> datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
 
 
 # --- The control connection ---------------------------------------------------------------------------------

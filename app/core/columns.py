@@ -48,6 +48,17 @@ def rfc3339(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+def parse_rfc3339(value: str) -> datetime | None:
+    """A time another process sent (RFC 3339 with a zone), or None when it is empty, malformed or zoneless."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
 IdColumn = String(36)
 
 

@@ -35,6 +35,7 @@ from app.provisioning.jobs import handlers_for
 from app.provisioning.masking import JobMasks, SecretMask, build_mask, secret_needles
 from app.provisioning.models import RUNNING, ProvisionerDaemon, ProvisionerJob, ProvisionerJobLog, ProvisionerKey
 from app.provisioning.queue import terraform_fits
+from app.provisioning.timings import add_job_timings
 from app.users.models import User
 from protocol.logs import STAGE_CLEANUP, LogLine
 from protocol.provisionerd import (
@@ -402,8 +403,10 @@ def complete_job(daemon: ProvisionerDaemon, job_id: str, completion: JobCompleti
         handlers.complete(job, completion)
     except (InvalidInput, Conflict) as exc:
         db.session.rollback()
+        add_job_timings(job.id, completion.timings)
         finish_job(job, error=exc.message)
         return
+    add_job_timings(job.id, completion.timings)
     if completion.workspace_build is not None and completion.workspace_build.review is not None:
         _await_confirmation(job)
         return
@@ -454,6 +457,7 @@ def fail_job(daemon: ProvisionerDaemon, job_id: str, failure: JobFailure) -> Non
     db.session.commit()
     mask = job_mask(job)
     handlers_for(job).fail(job, failure)
+    add_job_timings(job.id, failure.timings)
     if job.canceled_at is not None:
         finish_job(job)
         return

@@ -219,6 +219,22 @@ class ProvisionerJobLog(Model):
     output: Mapped[str] = mapped_column(Text)
 
 
+class ProvisionerJobTiming(Model):
+    """One bar of a job's waterfall as its daemon measured it (protocol/timings.py): a stage, or a resource's
+    change within one. Read only by job, in start order."""
+
+    __tablename__ = "provisioner_job_timings"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("provisioner_jobs.id", ondelete="CASCADE"), index=True)
+    stage: Mapped[str] = mapped_column(String(16))
+    source: Mapped[str] = mapped_column(String(64), default="")
+    action: Mapped[str] = mapped_column(String(64), default="")
+    resource: Mapped[str] = mapped_column(String(512), default="")
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 @dataclass(frozen=True, slots=True)
 class LogLine:
     """A stored log line as readers get it: logs are read in pages of thousands and never changed, so they skip the

@@ -33,7 +33,7 @@ from app.workspaces import services
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import field_labels, form_parameters, form_values, shown_parameters
 from app.workspaces.search import searched, sorted_workspaces
-from app.workspaces.sections import workspace_sections
+from app.workspaces.sections import build_sections, workspace_sections
 from protocol.provisionerd import NameValue, Preset
 
 bp = page_blueprint("workspaces", __name__)
@@ -369,6 +369,7 @@ def build(build_id: str) -> str:
         status=services.build_status(found),
         can_confirm=can_confirm,
         retry_url=_retry_url(user, found),
+        sections=[render(found, user) for render in build_sections()],
         **context,
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,11 @@ import pytest
 
 from agent import scripts
 from agent.environment import build_environment
-from agent.scripts import LineSplitter, ScriptResult, ScriptRunner
+from agent.scripts import LineSplitter, ScriptResult, ScriptRunner, SendTiming
 from protocol.agentapi import AgentLogLine as LogLine
 from protocol.agentapi import Manifest
 from protocol.resources import Script
+from protocol.timings import STAGE_STOP, ScriptTiming
 from tests.agent.support import pid_alive, run
 
 MANIFEST = Manifest(
@@ -44,6 +46,10 @@ def recorder() -> Recorder:
 
 @pytest.fixture
 def runner(tmp_path: Path, recorder: Recorder) -> ScriptRunner:
+    return make_runner(tmp_path, recorder)
+
+
+def make_runner(tmp_path: Path, recorder: Recorder, send_timing: SendTiming | None = None) -> ScriptRunner:
     log_dir, workdir = tmp_path / "logs", tmp_path / "project"
     log_dir.mkdir()
     workdir.mkdir()
@@ -55,6 +61,7 @@ def runner(tmp_path: Path, recorder: Recorder) -> ScriptRunner:
             MANIFEST, log_dir, log_source_id=script.log_source_id, agent_environ=agent_environ
         ),
         send_log=recorder,
+        send_timing=send_timing,
     )
 
 
@@ -202,3 +209,19 @@ def test_line_splitter_handles_crlf_partial_and_endless_lines() -> None:
     assert splitter.feed(b"x" * 25) == ["threexxxxx", "xxxxxxxxxx"]
     assert splitter.finish() == ["xxxxxxxxxx"]
     assert LineSplitter().feed("é\n".encode()[:1] + b"\n") == ["\ufffd"]
+
+
+def test_each_run_reports_its_timing_with_how_it_ended(tmp_path: Path, recorder: Recorder) -> None:
+    sent: list[ScriptTiming] = []
+    runner = make_runner(tmp_path, recorder, sent.append)  # the agent wires its ScriptTimingReporter here
+
+    run(runner.run(script("sleep 0.2", log_source_id="ok")))
+    run(runner.run(script("exit 4", log_source_id="fails"), stage=STAGE_STOP))
+    run(runner.run(script("sleep 30", log_source_id="slow", timeout=1)))
+
+    assert [(t.log_source_id, t.stage, t.status) for t in sent] == [
+        ("ok", "start", "ok"), ("fails", "stop", "exit_failure"), ("slow", "start", "timed_out"),
+    ]  # fmt: skip
+    assert (sent[0].exit_code, sent[1].exit_code) == (0, 4)
+    took = datetime.fromisoformat(sent[0].ended_at) - datetime.fromisoformat(sent[0].started_at)
+    assert took.total_seconds() >= 0.2

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from protocol import timings as stages
 from protocol.logs import STAGE_CLEANUP, STAGE_PLAN, STAGE_SETUP, LogLevel, LogLine
 from workers.terraform.binary import TerraformBinary, find_terraform
 from workers.terraform.init_cache import CachedInit
@@ -27,6 +28,7 @@ from workers.terraform.logs import (
 )
 from workers.terraform.process import CommandCanceledError, CommandRunner, Stream
 from workers.terraform.state import StateFormatError, state_to_show_json
+from workers.timings import TimingRecorder, event_time, utc_stamp
 
 Transition = Literal["start", "stop", "destroy"]
 
@@ -67,6 +69,9 @@ class ApplyResult:
 
 
 OutputMode = Literal["text", "json", "capture"]
+# What each step's bar in the waterfall says it did (init's words are Coder's).
+_STEP_ACTIONS = {"init": "initializing terraform", "plan": "terraform plan", "show": "terraform show",
+                 "apply": "terraform apply"}  # fmt: skip
 
 
 @dataclass
@@ -82,6 +87,10 @@ class _StepOutput:
     log: LogCallback
     # A one-process plan-and-apply starts in the planning stage and moves here when Terraform starts applying.
     apply_stage: str | None = None
+    # Where the step's timings go: its stage's bar (from `stage_started_at`) and its resources' bars.
+    timings: TimingRecorder | None = None
+    timing_stage: str = stages.STAGE_PLAN
+    stage_started_at: str = field(default_factory=utc_stamp)
     captured: list[str] = field(default_factory=list)
     diagnostics: list[dict[str, Any]] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
@@ -105,11 +114,26 @@ class _StepOutput:
             elif event.get("type") == "apply_start" and self.apply_stage is not None and _changes_something(event):
                 self.stage, self.apply_stage = self.apply_stage, None
                 self.log(LogLine(level="info", stage=self.stage, source="provisioner_daemon"))
+                self._next_timing_stage(stages.STAGE_APPLY, event_time(event))
+            if self.timings is not None:
+                self.timings.on_event(self.timing_stage, event)
             for level, text in event_lines(event):
                 self._emit(level, text)
         else:
             self.text.append(line)
             self._emit_text("info" if self.mode == "text" else "debug", line)
+
+    def _next_timing_stage(self, stage: str, at: str) -> None:
+        """Planning ended and applying began at ``at`` (the first change's own time: its bar starts then too)."""
+        if self.timings is not None:
+            self.timings.add(self.timing_stage, self.stage_started_at, action=_STEP_ACTIONS["apply"], ended_at=at)
+        self.timing_stage, self.stage_started_at = stage, at
+
+    def end_timings(self, action: str) -> None:
+        """The step ended (however): its stage's bar ends now, and so do its resources' unfinished bars."""
+        if self.timings is not None:
+            self.timings.close_open()
+            self.timings.add_stage(self.timing_stage, self.stage_started_at, action)
 
     def step(self, command: str) -> str:
         """The step to blame: a combined plan-and-apply that never reached applying failed while planning."""
@@ -193,9 +217,11 @@ class TerraformExecutor:
         binary: TerraformBinary | None = None,
         cancel_grace: float = DEFAULT_CANCEL_GRACE,
         init_cache: CachedInit | None = None,
+        timings: TimingRecorder | None = None,
     ) -> None:
         self.workdir = workdir
         self.init_cache = init_cache
+        self.timings = timings
         self.env = dict(env)
         self.log = log
         self.binary = binary or find_terraform()
@@ -238,10 +264,15 @@ class TerraformExecutor:
     def init(self) -> None:
         """``terraform init``, or a copy of the prepared one when this template's was cached (init_cache.py)."""
         self._stage_started(STAGE_SETUP)
+        started_at = utc_stamp()
         if self.init_cache is not None and self.init_cache.restore(self.workdir, self.log):
+            if self.timings is not None:
+                self.timings.add_stage(stages.STAGE_INIT, started_at, "restoring the cached init")
             return
         with self._plugin_cache_lock():
-            self._run("init", STAGE_SETUP, ["init", "-no-color", "-input=false"], mode="text")
+            # From before the wait for the lock: waiting on another job's init is part of what this build waited.
+            args = ["init", "-no-color", "-input=false"]
+            self._run("init", STAGE_SETUP, args, mode="text", timing_stage=stages.STAGE_INIT, started_at=started_at)
         if self.init_cache is not None:
             self.init_cache.store(self.workdir)
 
@@ -283,8 +314,9 @@ class TerraformExecutor:
             args.append("-destroy")
         for name, value in (variables or {}).items():
             args += ["-var", f"{name}={value}"]
-        self._run("plan", STAGE_PLAN, args, mode="json")
-        shown = self._run("show", STAGE_PLAN, ["show", "-json", "-no-color", PLAN_FILE], mode="capture")
+        self._run("plan", STAGE_PLAN, args, mode="json", timing_stage=stages.STAGE_PLAN)
+        show = ["show", "-json", "-no-color", PLAN_FILE]
+        shown = self._run("show", STAGE_PLAN, show, mode="capture", timing_stage=stages.STAGE_GRAPH)
         return PlanResult(_parse_json("show", shown.captured))
 
     def apply(self, transition: Transition) -> ApplyResult:
@@ -294,7 +326,7 @@ class TerraformExecutor:
         stage = APPLY_STAGES[transition]
         self._stage_started(stage)
         args = ["apply", "-no-color", "-auto-approve", "-input=false", "-json", str(self.workdir / PLAN_FILE)]
-        return self._apply_and_read_state("apply", stage, args)
+        return self._apply_and_read_state("apply", stage, args, timing_stage=stages.STAGE_APPLY)
 
     def saved_plan(self) -> bytes:
         """The plan file the last :meth:`plan` wrote (what a person confirms)."""
@@ -316,10 +348,11 @@ class TerraformExecutor:
             return None
 
     def _apply_and_read_state(
-        self, step: str, stage: str, args: list[str], *, apply_stage: str | None = None
-    ) -> ApplyResult:
+        self, step: str, stage: str, args: list[str], *, apply_stage: str | None = None,
+        timing_stage: str = stages.STAGE_PLAN,
+    ) -> ApplyResult:  # fmt: skip
         try:
-            self._run(step, stage, args, mode="json", apply_stage=apply_stage)
+            self._run(step, stage, args, mode="json", apply_stage=apply_stage, timing_stage=timing_stage)
         except TerraformError as exc:
             # Resources created before the failure are in the state: losing it would orphan them.
             exc.state = self._read_state()
@@ -356,9 +389,20 @@ class TerraformExecutor:
             return b""
 
     def _run(
-        self, step: str, stage: str, args: list[str], *, mode: OutputMode, apply_stage: str | None = None
-    ) -> _StepOutput:
-        output = _StepOutput(stage, mode, self.log, apply_stage)
+        self, step: str, stage: str, args: list[str], *, mode: OutputMode, apply_stage: str | None = None,
+        timing_stage: str | None = None, started_at: str | None = None,
+    ) -> _StepOutput:  # fmt: skip
+        """Run one terraform command; with ``timing_stage`` it is a bar of the waterfall (from ``started_at``)."""
+        timings = self.timings if timing_stage is not None else None
+        output = _StepOutput(stage, mode, self.log, apply_stage, timings, timing_stage or stages.STAGE_PLAN)
+        if started_at is not None:
+            output.stage_started_at = started_at
+        try:
+            return self._run_step(step, args, output)
+        finally:
+            output.end_timings(_STEP_ACTIONS.get(step, f"terraform {step}"))
+
+    def _run_step(self, step: str, args: list[str], output: _StepOutput) -> _StepOutput:
         try:
             exit_code = self._runner.run(
                 self.binary.argv(*args),
