@@ -10,7 +10,7 @@ from flask import Flask
 from app import events, health, metrics
 from app.accounts import api as accounts_api
 from app.accounts import views as accounts_views
-from app.agents import agent_api, app_views, bootstrap
+from app.agents import agent_api, app_views, bootstrap, subdomain
 from app.agents import api as agents_api
 from app.agents import views as agent_views
 from app.auth import access, oidc, oidc_views
@@ -63,6 +63,8 @@ def create_app(settings: Settings | None = None) -> Flask:
     limits.init_app(app)
     events.init_app(app)
     access.init_app(app)
+    # Requests for an app's host (subdomain apps) go to the app before any of the dashboard's hooks.
+    subdomain.init_app(app)
     errors.init_app(app)
     security_headers.init_app(app, settings)
     templating.init_app(app)
@@ -111,6 +113,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         agents_api.bp,
         bootstrap.bp,
         app_views.bp,
+        subdomain.bp,
+        subdomain.api,
         agent_views.bp,
         provisioning_api.bp,
         provisioning_views.bp,

@@ -81,6 +81,8 @@ SELF_ONLY_ENDPOINTS = {
 }
 # Called by programs: a bad credential is a JSON 401, never a redirect to the login page.
 PROGRAM_PATHS = ("/api/", "/metrics")
+# Pages a browser visits under /api/ (Coder's paths): signed-out visitors are sent to sign in like any page.
+BROWSER_PAGES_UNDER_API = {"applications.auth_redirect"}
 # WebSocket routes match upgrade requests only; their guards must refuse before the handshake.
 UPGRADE_HEADERS = {
     "Upgrade": "websocket",
@@ -124,7 +126,7 @@ def test_anonymous_callers_are_refused(app: Flask, endpoint: str, method: str, p
     app.config["WTF_CSRF_ENABLED"] = False  # prove the login check itself, not the CSRF check, refuses
     headers = UPGRADE_HEADERS if endpoint in WEBSOCKET_ENDPOINTS else {}
     response = app.test_client().open(path, method=method, json={}, headers=headers)
-    if path.startswith(PROGRAM_PATHS):
+    if path.startswith(PROGRAM_PATHS) and endpoint not in BROWSER_PAGES_UNDER_API:
         assert response.status_code == 401, f"{method} {path}"
         assert response.is_json
     else:

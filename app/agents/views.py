@@ -14,7 +14,7 @@ from werkzeug.wrappers import Response
 from app.agents import services
 from app.agents.access import AgentContext, get_agent_for
 from app.agents.api import AgentLogView, read_agent_logs
-from app.agents.apps import app_path
+from app.agents.apps import app_path, subdomain_url
 from app.agents.models import CONNECTED, AgentConnectionEvent, AgentLog
 from app.auth.access import page_user
 from app.auth.blueprints import page_blueprint
@@ -26,7 +26,7 @@ from app.events.relay import agent_key
 from app.events.sse import event_stream, sse_event, stream_cursor
 from app.events.streams import follow_lines
 from app.resources.models import WorkspaceAgent
-from app.resources.presenter import metadata_items, status_of
+from app.resources.presenter import metadata_items, status_of, subdomain_unavailable_reason
 from app.resources.status import agent_health
 from app.users.models import User
 from app.workspaces.models import Workspace
@@ -46,6 +46,8 @@ class PanelApp:
     path: str
     health: str
     share: str
+    # Why the app cannot be opened (a subdomain app without a wildcard access URL); "" when it can.
+    unavailable: str = ""
     # The app a coder_ai_task shows its task in (Coder's Tasks sidebar).
     ai_task: bool = False
 
@@ -116,9 +118,14 @@ def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) ->
     panel.apps = [
         PanelApp(
             name=app.name,
-            path=app_path(owner, workspace.name, agent.name, app.slug),
+            path=(
+                (subdomain_url(owner, workspace.name, agent.name, app.slug) or "")
+                if app.subdomain
+                else app_path(owner, workspace.name, agent.name, app.slug)
+            ),
             health=agent.app_health_of(app.slug),
             share=app.share,
+            unavailable=subdomain_unavailable_reason() if app.subdomain else "",
             ai_task=app.ai_task,
         )
         for app in agent.apps
