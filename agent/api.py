@@ -32,6 +32,8 @@ from protocol.agentapi import (
     GitSSHKeyReply,
     LifecycleReport,
     LifecycleState,
+    ListeningPort,
+    ListeningPortsReport,
     Manifest,
     MetadataReport,
     Startup,
@@ -195,6 +197,9 @@ class AgentAPI:
 
     async def post_app_health(self, healths: dict[str, AppHealth]) -> None:
         await self._request("POST", "/app-health", AppHealthReport(healths=healths))
+
+    async def post_listening_ports(self, ports: list[ListeningPort]) -> None:
+        await self._request("POST", "/listening-ports", ListeningPortsReport(ports=tuple(ports)))
 
     async def get_external_auth(
         self, *, match: str = "", provider_id: str = "", listen: bool = False

@@ -46,6 +46,7 @@ from agent.lifecycle import (
 )
 from agent.logs import LogSender, log_line
 from agent.metadata import MetadataCollector
+from agent.ports import PortReporter
 from agent.processes import ProcessGroups, make_undumpable, stop_passing_on_ignored_signals
 from agent.runtime_dir import make_log_dir, make_private_dir
 from agent.scripts import OUTPUT_CLOSE_WAIT, ScriptResult, ScriptRunner
@@ -138,7 +139,11 @@ class Agent:
         self._install_signal_handlers()
         log.info("slipway agent %s connecting to %s (log dir %s)", __version__, self._config.url, self._config.log_dir)
         await self._start_git_helper()
-        senders = [start_task(self._logs.run(), "the log sender"), start_task(self._lifecycle.run(), "lifecycle")]
+        senders = [
+            start_task(self._logs.run(), "the log sender"),
+            start_task(self._lifecycle.run(), "lifecycle"),
+            start_task(PortReporter(self._api.post_listening_ports).run(), "listening ports"),
+        ]
         control = asyncio.create_task(self._control_loop())
         stop = asyncio.create_task(self._stop_requested.wait())
         await asyncio.wait({control, stop}, return_when=asyncio.FIRST_COMPLETED)

@@ -4,7 +4,6 @@ in test_dev_urls_e2e.py). A 502 "not reachable" means the request got past every
 
 from __future__ import annotations
 
-import base64
 from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -19,22 +18,13 @@ from app.agents import app_tokens
 from app.agents.hosts import AppHost, NotAnAppHost, Wildcard, parse_label
 from app.core.config import Settings, SettingsError, load_settings
 from tests.conftest import PASSWORD, Persona, make_settings
-from tests.support.daemon import FakeDaemon, import_template
+from tests.support.dev_urls import create_workspace
 from tests.support.web import post_form, sign_in
 
 pytestmark = pytest.mark.databases("sqlite")
 
 WILDCARD = "*.apps.test:3000"
 ACCESS = "http://dash.test:3000"
-AGENT = {
-    "name": "main", "os": "linux", "arch": "amd64", "token": "4b1deb4d-3b7d-4bad-9bdd-2b0d7b3dcb6d",
-    "apps": [
-        {"slug": "site", "display_name": "Site", "url": "http://localhost:8000", "subdomain": True},
-        {"slug": "pub", "display_name": "Pub", "url": "http://localhost:8001", "subdomain": True, "share": "public"},
-        {"slug": "team", "url": "http://localhost:8002", "subdomain": True, "share": "authenticated"},
-        {"slug": "path", "url": "http://localhost:8003"},
-    ],
-}  # fmt: skip
 SITE = "site--main--w1--carol.apps.test:3000"
 
 
@@ -52,26 +42,7 @@ def settings(tmp_path: Any, database_url: str, redis_server: str) -> Settings:
 
 @pytest.fixture
 def workspace(app: Flask, personas: dict[str, Persona]) -> dict[str, Any]:
-    """carol's workspace w1 with one agent and the apps above (the agent never connects)."""
-    api = app.test_client()
-    daemon = FakeDaemon(api)
-    template = import_template(api, personas, daemon)
-    created = api.post(
-        "/api/v2/workspaces",
-        json={
-            "template_id": template["id"],
-            "name": "w1",
-            "rich_parameter_values": [{"name": "region", "value": "eu"}],
-        },
-        headers=personas["carol"].auth,
-    )
-    assert created.status_code == 201, created.json
-    job_id = created.json["latest_build"]["job"]["id"]
-    assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
-    resources = [{"name": "dev", "type": "terraform_data", "agents": [AGENT]}]
-    state = base64.b64encode(b"{}").decode()
-    assert daemon.call(f"/jobs/{job_id}/complete", {"workspace_build": {"state": state, "resources": resources}})
-    return dict(created.json)
+    return create_workspace(app, personas)
 
 
 def dashboard(app: Flask, persona: str) -> FlaskClient:

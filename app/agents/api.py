@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from flask import Response, jsonify, request
 from werkzeug.datastructures import MultiDict
 
-from app.agents import services, tunnels
+from app.agents import ports, services, tunnels
 from app.agents.access import ensure_reachable, get_agent_for, tunnel_user
 from app.agents.models import AgentLog
 from app.agents.tunnels import DialRequest
@@ -46,6 +46,14 @@ def get_agent(agent_id: str) -> Response:
     # The scripts' text only for whom may act on the workspace: a template may have written the owner's tokens
     # into it, and template admins read every workspace.
     return jsonify(agent_json(context.agent, script_text=can_act(user, context.workspace)))
+
+
+@bp.get("/workspaceagents/<agent_id>/listening-ports")
+def listening_ports(agent_id: str) -> Response:
+    """Coder's shape: the ports the agent last reported (none while it is not reporting)."""
+    context = get_agent_for(api_user(), agent_id)
+    found = ports.listening_ports(get_redis(), signer(), context.agent.id)
+    return jsonify({"err": "", "ports": [port.to_json() for port in found]})
 
 
 @dataclass(frozen=True)

@@ -7,20 +7,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import urlsplit
 
-from flask import render_template, request, url_for
+from flask import current_app, render_template, request, url_for
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response
 
-from app.agents import services
+from app.agents import ports, services
 from app.agents.access import AgentContext, get_agent_for
 from app.agents.api import AgentLogView, read_agent_logs
 from app.agents.apps import app_path, subdomain_url
 from app.agents.models import CONNECTED, AgentConnectionEvent, AgentLog
+from app.agents.ports import PortLink
 from app.auth.access import page_user
 from app.auth.blueprints import page_blueprint
 from app.core.errors import NotFound
 from app.core.extensions import db
+from app.core.redis_client import get_redis
 from app.core.security_headers import allow_inline_styles
+from app.core.signing import signer
 from app.events import get_relay
 from app.events.relay import agent_key
 from app.events.sse import event_stream, sse_event, stream_cursor
@@ -93,6 +96,7 @@ class AgentPanel:
     can_connect: bool
     ssh_command: str
     apps: list[PanelApp] = field(default_factory=list)
+    ports: list[PortLink] = field(default_factory=list)
     metadata: list[JsonObject] = field(default_factory=list)
     log_html: Markup = field(default_factory=Markup)
     last_log_id: int = 0
@@ -131,6 +135,9 @@ def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) ->
         for app in agent.apps
         if app.url and not app.external and not app.hidden
     ]
+    listening = ports.listening_ports(get_redis(), signer(), agent.id) if status == "connected" else []
+    path_apps = not current_app.config["SLIPWAY_SETTINGS"].disable_path_apps
+    panel.ports = ports.port_links(listening, owner, workspace.name, agent.name, path_apps=path_apps)
     if with_logs:
         lines = services.agent_logs(agent.id)[-PAGE_LOG_LINES:]
         panel.log_html = AgentLogHtml(agent).render(lines)
