@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def _routes() -> list[tuple[str, str, str]]:
             continue
         if rule.websocket:
             WEBSOCKET_ENDPOINTS.add(rule.endpoint)
-        path = rule.rule
+        path = re.sub(r"<int:\w+>", "1", rule.rule)  # numbers (a port) before the ids
         for argument in rule.arguments:
             path = path.replace(f"<{argument}>", "00000000-0000-0000-0000-000000000000")
         for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
