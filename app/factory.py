@@ -132,7 +132,7 @@ def configure(app: Flask, settings: Settings) -> None:
         SQLALCHEMY_DATABASE_URI=settings.database_url,
         SQLALCHEMY_ENGINE_OPTIONS=engine_options(settings.database_url),
         MAX_CONTENT_LENGTH=JSON_BODY_LIMIT,
-        SESSION_COOKIE_NAME="slipway_session",
+        SESSION_COOKIE_NAME=session_cookie_name(secure_cookies),
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=secure_cookies,
@@ -140,6 +140,13 @@ def configure(app: Flask, settings: Settings) -> None:
         WTF_CSRF_TIME_LIMIT=None,  # the token lives as long as the session; expiry is the session's job
     )
     logging.getLogger("slipway").setLevel(logging.INFO)
+
+
+def session_cookie_name(secure: bool) -> str:
+    """Over HTTPS the ``__Host-`` prefix: browsers then take a cookie of that name only from the dashboard's own
+    host, without a Domain, so no app host under the wildcard (a subdomain of the dashboard, often) can plant one
+    that the dashboard would read. Plain HTTP cannot have it (it requires Secure)."""
+    return "__Host-slipway_session" if secure else "slipway_session"
 
 
 def engine_options(database_url: str) -> dict[str, object]:

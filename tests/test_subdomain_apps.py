@@ -15,6 +15,7 @@ from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
 from app.agents import app_tokens
+from app.agents.proxy import is_slipway_cookie
 from app.agents.hosts import AppHost, NotAnAppHost, Wildcard, parse_label
 from app.core.config import Settings, SettingsError, load_settings
 from tests.conftest import PASSWORD, Persona, make_settings
@@ -152,6 +153,21 @@ def test_the_dashboard_cookie_is_host_only(app: Flask, personas: dict[str, Perso
     browser.get("/login")
     dashboard_cookie = browser.get_cookie("slipway_session", domain="localhost")
     assert dashboard_cookie is not None and dashboard_cookie.origin_only
+
+
+def test_over_https_the_dashboard_cookie_cannot_be_planted_by_a_subdomain(
+    app_factory: Any, tmp_path: Any, database_url: str, redis_server: str
+) -> None:
+    settings = make_settings(
+        tmp_path, database_url, redis_server, access_url="https://slipway.test", wildcard_access_url="*.slipway.test"
+    )
+    browser = app_factory(settings).test_client()
+    browser.get("/login", base_url="https://slipway.test", follow_redirects=True)  # to /setup: no one yet
+    cookie = browser.get_cookie("__Host-slipway_session", domain="slipway.test")
+    # __Host-: browsers accept it only from this host, Secure, for Path=/ and without a Domain.
+    assert cookie is not None and cookie.secure and cookie.path == "/" and cookie.origin_only
+    assert browser.get_cookie("slipway_session", domain="slipway.test") is None
+    assert is_slipway_cookie("__Host-slipway_session")
 
 
 def test_a_code_is_used_once(app: Flask, workspace: dict[str, Any]) -> None:

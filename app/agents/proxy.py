@@ -42,7 +42,9 @@ SLIPWAY_HEADER_PREFIX = "slipway-"
 # the OIDC state), Flask's default session name, Flask-Login's remember cookie and a subdomain app's sign-in
 # (app/agents/app_tokens.py). An app neither sees nor sets
 # them: a shared app that set its owner's session in a viewer's browser would sign the viewer in as its owner.
-SLIPWAY_COOKIES = frozenset({"slipway_session", "session", "remember_token", "slipway_app_session"})
+SLIPWAY_COOKIES = frozenset(
+    {"slipway_session", "__host-slipway_session", "session", "remember_token", "slipway_app_session"}
+)
 # Response headers that act on the whole origin, which path apps share with the dashboard: wiping its storage
 # and cookies (signing the viewer out), widening a service worker's scope to the dashboard's pages, or pinning
 # its transport policy. The deployment decides these, never an app.
