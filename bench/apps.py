@@ -63,6 +63,7 @@ GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 class App(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as written, not 40 ms later (delayed ACK)
 
     def log_message(self, *args):
         pass
