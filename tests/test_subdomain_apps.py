@@ -15,8 +15,8 @@ from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
 from app.agents import app_tokens
-from app.agents.proxy import is_slipway_cookie
 from app.agents.hosts import AppHost, NotAnAppHost, Wildcard, parse_label
+from app.agents.proxy import is_slipway_cookie
 from app.core.config import Settings, SettingsError, load_settings
 from tests.conftest import PASSWORD, Persona, make_settings
 from tests.support.dev_urls import create_workspace
