@@ -19,7 +19,8 @@ from app.agents.hosts import AppHost, NotAnAppHost, Wildcard, parse_label
 from app.agents.proxy import is_slipway_cookie
 from app.core.config import Settings, SettingsError, load_settings
 from tests.conftest import PASSWORD, Persona, make_settings
-from tests.support.dev_urls import create_workspace
+from tests.support.daemon import FakeDaemon, push_version
+from tests.support.dev_urls import AGENT, create_workspace
 from tests.support.web import post_form, sign_in
 
 pytestmark = pytest.mark.databases("sqlite")
@@ -282,3 +283,19 @@ def test_without_a_wildcard_subdomain_apps_are_unavailable_and_say_why(
 def test_with_a_wildcard_the_page_links_to_the_app_host(app: Flask, workspace: dict[str, Any]) -> None:
     page = dashboard(app, "carol").get(f"/workspaces/{workspace['id']}").get_data(as_text=True)
     assert 'href="http://site--main--w1--carol.apps.test:3000/"' in page and "app-unavailable" not in page
+
+
+def test_an_import_warns_of_subdomain_apps_the_server_cannot_serve(app: Flask, personas: dict[str, Persona]) -> None:
+    app.config["SLIPWAY_SETTINGS"] = replace(app.config["SLIPWAY_SETTINGS"], wildcard_access_url="")
+    api = app.test_client()
+    daemon = FakeDaemon(api)
+    version = push_version(api, personas["bob"])
+    job_id = version["job"]["id"]
+    assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
+    resources = {"start": [{"name": "dev", "type": "terraform_data", "agents": [AGENT]}], "stop": []}
+    done = daemon.call(f"/jobs/{job_id}/complete", {"template_import": {"resources": resources}})
+    assert done.status_code == 204, done.json
+    logs = api.get(f"/api/v2/templateversions/{version['id']}/logs", headers=personas["bob"].auth).json
+    warnings = [line["output"] for line in logs if line["level"] == "warn"]
+    assert len(warnings) == 3 and all("--wildcard-access-url" in warning for warning in warnings)
+    assert any("'site'" in warning for warning in warnings)
