@@ -106,6 +106,7 @@ def test_the_wildcard_matches_one_label_under_it() -> None:
     pattern = Wildcard.parse("*.apps.test:3000", "https://dash.test")
     assert pattern is not None and pattern.host == "*.apps.test:3000"
     assert pattern.label_of("Site--Main--W1--Carol.apps.test:3000") == "site--main--w1--carol"
+    assert pattern.label_of("site--main--w1--carol.apps.test.:3000") == "site--main--w1--carol"
     assert pattern.label_of("a.b.apps.test") is None and pattern.label_of("apps.test") is None
     assert pattern.label_of("dash.test") is None
     assert pattern.url("x--a--b--c", "/p") == "https://x--a--b--c.apps.test:3000/p"

@@ -43,6 +43,7 @@ class Wildcard:
     def label_of(self, host: str) -> str | None:
         """The part of ``host`` (a Host header, port and all) the ``*`` matched; None when it is not one of ours."""
         name = host.lower().rsplit(":", 1)[0] if not host.endswith("]") else host.lower()
+        name = name.rstrip(".")  # "app.example.com." is the same name to DNS, and must not reach the dashboard
         if not name.endswith(self.suffix):
             return None
         label = name[: -len(self.suffix)]
