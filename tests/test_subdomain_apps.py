@@ -172,6 +172,12 @@ def test_over_https_the_dashboard_cookie_cannot_be_planted_by_a_subdomain(
     assert is_slipway_cookie("__Host-slipway_session")
 
 
+def test_the_trade_hands_back_the_address_as_sent(app: Flask, workspace: dict[str, Any]) -> None:
+    code = code_from(dashboard(app, "carol"), SITE)
+    traded = on_host(app.test_client(), SITE, f"/a%2Fb/c%3F?q=%20x&{app_tokens.CODE_PARAMETER}={code}&z=1")
+    assert traded.status_code == 302 and traded.headers["Location"] == "/a%2Fb/c%3F?q=%20x&z=1"
+
+
 def test_a_code_is_used_once(app: Flask, workspace: dict[str, Any]) -> None:
     browser = dashboard(app, "carol")
     code = code_from(browser, SITE)

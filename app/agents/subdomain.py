@@ -11,7 +11,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from flask import Flask, current_app, g, jsonify, redirect, request
 from flask.sessions import SecureCookieSessionInterface, SessionMixin
-from werkzeug.datastructures import MultiDict
 from werkzeug.wrappers import Response
 
 from app.agents import app_tokens, proxy
@@ -91,10 +90,10 @@ def _trade_code(code: str, label: str) -> Response:
         raise InvalidInput(
             "This sign-in link has expired or was used already.", detail="Open the app again from the dashboard."
         )
-    args = MultiDict(request.args)
-    args.pop(app_tokens.CODE_PARAMETER)
-    query = urlencode(list(args.items(multi=True)))
-    response = redirect(request.path + (f"?{query}" if query else ""))
+    # The address as the browser sent it (still percent-encoded), less the code: the app gets its own URL back.
+    requested = proxy.own_host_request_path(request.environ)
+    kept = [part for part in requested.query.split("&") if part and part.split("=", 1)[0] != app_tokens.CODE_PARAMETER]
+    response = redirect("/" + requested.rest + (f"?{'&'.join(kept)}" if kept else ""))
     pattern = wildcard()
     response.set_cookie(
         app_tokens.APP_SESSION_COOKIE,
