@@ -39,9 +39,9 @@ CREDENTIAL_HEADERS = frozenset(
 )
 SLIPWAY_HEADER_PREFIX = "slipway-"
 # Cookies Slipway sets or reads: the Flask session (SESSION_COOKIE_NAME, which also carries the CSRF token and
-# the OIDC state), Flask's default session name, Flask-Login's remember cookie and a subdomain app's sign-in
-# (app/agents/app_tokens.py). An app neither sees nor sets
-# them: a shared app that set its owner's session in a viewer's browser would sign the viewer in as its owner.
+# the OIDC state; __Host- prefixed over HTTPS), Flask's default session name, Flask-Login's remember cookie and
+# a subdomain app's sign-in (app/agents/app_tokens.py). An app neither sees nor sets them: a shared app that set
+# its owner's session in a viewer's browser would sign the viewer in as its owner.
 SLIPWAY_COOKIES = frozenset(
     {"slipway_session", "__host-slipway_session", "session", "remember_token", "slipway_app_session"}
 )
