@@ -32,6 +32,8 @@ from protocol.agentapi import (
     GitSSHKeyReply,
     LifecycleReport,
     LifecycleState,
+    ListeningPort,
+    ListeningPortsReport,
     Manifest,
     MetadataReport,
     Startup,
@@ -199,6 +201,8 @@ class AgentAPI:
 
     async def post_script_timing(self, timing: ScriptTiming) -> None:
         await self._request("POST", "/script-timings", timing)
+    async def post_listening_ports(self, ports: list[ListeningPort]) -> None:
+        await self._request("POST", "/listening-ports", ListeningPortsReport(ports=tuple(ports)))
 
     async def get_external_auth(
         self, *, match: str = "", provider_id: str = "", listen: bool = False

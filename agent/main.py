@@ -46,6 +46,7 @@ from agent.lifecycle import (
 )
 from agent.logs import LogSender, log_line
 from agent.metadata import MetadataCollector
+from agent.ports import PortReporter
 from agent.processes import ProcessGroups, make_undumpable, stop_passing_on_ignored_signals
 from agent.runtime_dir import make_log_dir, make_private_dir
 from agent.script_timings import ScriptTimingReporter
@@ -145,6 +146,7 @@ class Agent:
             start_task(self._logs.run(), "the log sender"),
             start_task(self._lifecycle.run(), "lifecycle"),
             start_task(self._script_timings.run(), "script timings"),
+            start_task(PortReporter(self._api.post_listening_ports).run(), "listening ports"),
         ]
         control = asyncio.create_task(self._control_loop())
         stop = asyncio.create_task(self._stop_requested.wait())

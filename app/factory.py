@@ -10,7 +10,7 @@ from flask import Flask
 from app import events, health, metrics
 from app.accounts import api as accounts_api
 from app.accounts import views as accounts_views
-from app.agents import agent_api, app_views, bootstrap
+from app.agents import agent_api, app_views, bootstrap, subdomain
 from app.agents import api as agents_api
 from app.agents import views as agent_views
 from app.auth import access, oidc, oidc_views
@@ -65,6 +65,8 @@ def create_app(settings: Settings | None = None) -> Flask:
     limits.init_app(app)
     events.init_app(app)
     access.init_app(app)
+    # Requests for an app's host (subdomain apps) go to the app before any of the dashboard's hooks.
+    subdomain.init_app(app)
     errors.init_app(app)
     security_headers.init_app(app, settings)
     templating.init_app(app)
@@ -113,6 +115,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         agents_api.bp,
         bootstrap.bp,
         app_views.bp,
+        subdomain.bp,
+        subdomain.api,
         agent_views.bp,
         provisioning_api.bp,
         provisioning_views.bp,
@@ -132,7 +136,7 @@ def configure(app: Flask, settings: Settings) -> None:
         SQLALCHEMY_DATABASE_URI=settings.database_url,
         SQLALCHEMY_ENGINE_OPTIONS=engine_options(settings.database_url),
         MAX_CONTENT_LENGTH=JSON_BODY_LIMIT,
-        SESSION_COOKIE_NAME="slipway_session",
+        SESSION_COOKIE_NAME=session_cookie_name(secure_cookies),
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=secure_cookies,
@@ -140,6 +144,13 @@ def configure(app: Flask, settings: Settings) -> None:
         WTF_CSRF_TIME_LIMIT=None,  # the token lives as long as the session; expiry is the session's job
     )
     logging.getLogger("slipway").setLevel(logging.INFO)
+
+
+def session_cookie_name(secure: bool) -> str:
+    """Over HTTPS the ``__Host-`` prefix: browsers then take a cookie of that name only from the dashboard's own
+    host, without a Domain, so no app host under the wildcard (a subdomain of the dashboard, often) can plant one
+    that the dashboard would read. Plain HTTP cannot have it (it requires Secure)."""
+    return "__Host-slipway_session" if secure else "slipway_session"
 
 
 def engine_options(database_url: str) -> dict[str, object]:

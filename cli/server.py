@@ -166,6 +166,12 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "Refuse /@owner/workspace/apps/… (apps served on the dashboard's own origin).",
     ),
     (
+        "--wildcard-access-url",
+        "SLIPWAY_WILDCARD_ACCESS_URL",
+        "Serve subdomain apps and port URLs on this pattern, e.g. '*.apps.example.com' or '*.localhost:3000' (a "
+        "wildcard DNS record and certificate point it at this server).",
+    ),
+    (
         "--secret-key",
         "SLIPWAY_SECRET_KEY",
         "Signs browser sessions (and derives the encryption key when none is given); also SLIPWAY_SECRET_KEY_FILE. "

@@ -32,6 +32,8 @@ class Validation:
     result: ImportResult | None
     problems: list[str] = field(default_factory=list)
     errors_logged: list[str] = field(default_factory=list)
+    # What works only on some deployments: shown, but the template is valid.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -97,7 +99,15 @@ def validate_template(
             check_declaration(parameter)
         except ParameterError as exc:
             problems.append(f"parameter {parameter.name!r}: {exc}")
-    return Validation(result, problems, errors)
+    warnings = [
+        f"app {app.slug!r} has subdomain = true: it opens only on a server with a wildcard access URL "
+        "(--wildcard-access-url); elsewhere it shows as unavailable"
+        for resource in result.resources.start
+        for agent in resource.agents
+        for app in agent.apps
+        if app.subdomain
+    ]
+    return Validation(result, problems, errors, warnings)
 
 
 def _diagnostics(error_lines: list[str]) -> list[str]:
@@ -151,6 +161,7 @@ def _as_json(found: Validation) -> JSON:
     return {
         "ok": found.ok,
         "problems": list(found.problems),
+        "warnings": list(found.warnings),
         "parameters": [parameter.to_json() for parameter in result.parameters] if result else [],
         "resources": [resource.to_json() for resource in result.resources.start] if result else [],
         "variables": [variable.to_json() for variable in result.variables] if result else [],
@@ -180,6 +191,8 @@ def _print(found: Validation) -> None:
             click.echo(f"Presets ({len(result.presets)}):")
             for preset in result.presets:
                 click.echo(f"  {_describe_preset(preset)}")
+    for warning in found.warnings:
+        click.echo(f"Warning: {warning}.", err=True)
     if found.ok:
         click.echo("No problems found: a push would import.")
         return

@@ -113,6 +113,22 @@ class AppHealthReport(Message):
     healths: dict[str, AppHealth] = field(default_factory=dict)
 
 
+MAX_LISTENING_PORTS = 256
+
+
+class ListeningPort(Message):
+    """A TCP port something listens on in the workspace (Coder's WorkspaceAgentListeningPort)."""
+
+    process_name: Annotated[str, MaxLength(64)] = ""
+    network: Literal["tcp"] = "tcp"
+    port: Annotated[int, Bounds(1, 65535)] = 1
+
+
+class ListeningPortsReport(Message):
+    # At most this many are kept: a workspace listening on more is one nobody reads a list of.
+    ports: Annotated[tuple[ListeningPort, ...], MaxLength(MAX_LISTENING_PORTS)] = ()
+
+
 DialService = Literal["tcp", "ssh", "pty"]
 
 

@@ -16,6 +16,7 @@ from protocol.codec import Bounds, Message
 Lifecycle = Literal["persistent", "ephemeral"]
 ResourceKind = Literal["computational", "peripheral"]
 ShareLevel = Literal["owner", "authenticated", "public"]
+SHARE_LEVELS: tuple[ShareLevel, ...] = ("owner", "authenticated", "public")  # narrowest first
 # Agent connection timeouts, script timeouts, intervals: seconds that fit every store (and a human lifetime).
 Seconds = Annotated[int, Bounds(0, 10 * 365 * 86400)]
 

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cli.main import cli
+from tests.support.site_template import local_with_site_app
 
 REPO = Path(__file__).resolve().parent.parent
 REQUIRED_PROVIDERS = """
@@ -93,3 +94,12 @@ data "coder_workspace_preset" "big" {
     assert "Presets (1):\n  Big (default): size=8\n" in result.output
     as_json = json.loads(validate(cache_home, "-d", str(tmp_path), "-o", "json").stdout)
     assert [(preset["name"], preset["default"]) for preset in as_json["presets"]] == [("Big", True)]
+
+
+def test_a_subdomain_app_is_valid_with_a_warning(cache_home: Path, tmp_path: Path) -> None:
+    directory = local_with_site_app(tmp_path / "site")
+    result = validate(cache_home, "-d", str(directory))
+    assert result.exit_code == 0, result.output
+    assert "Warning: app 'site' has subdomain = true" in result.output and "--wildcard-access-url" in result.output
+    found = json.loads(validate(cache_home, "-d", str(directory), "-o", "json").stdout)
+    assert found["ok"] is True and len(found["warnings"]) == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, g, request
 
-from app.agents import services, tunnels
+from app.agents import ports, services, tunnels
 from app.agents.control import ControlConnection
 from app.agents.manifest import build_manifest
 from app.core.config import Settings
@@ -26,6 +26,7 @@ from protocol.agentapi import (
     AppHealthReport,
     GitSSHKeyReply,
     LifecycleReport,
+    ListeningPortsReport,
     MetadataReport,
     Startup,
 )
@@ -97,6 +98,12 @@ def metadata() -> tuple[str, int]:
 @bp.post("/app-health")
 def app_health() -> tuple[str, int]:
     services.record_app_health(_agent(), message_body(AppHealthReport))
+    return "", 204
+
+
+@bp.post("/listening-ports")
+def listening_ports() -> tuple[str, int]:
+    ports.record_listening_ports(get_redis(), signer(), _agent().id, message_body(ListeningPortsReport))
     return "", 204
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from flask import Response, jsonify, request
 from werkzeug.datastructures import MultiDict
 
-from app.agents import services, tunnels
+from app.agents import port_sharing, ports, services, tunnels
 from app.agents.access import ensure_reachable, get_agent_for, tunnel_user
 from app.agents.models import AgentLog
 from app.agents.tunnels import DialRequest
@@ -21,6 +21,7 @@ from app.core.extensions import db
 from app.core.limits import live_connection
 from app.core.redis_client import get_redis
 from app.core.signing import signer
+from app.core.validation import json_body
 from app.core.websocket import WebSocket, serve_websocket
 from app.events import get_relay
 from app.events.relay import agent_key
@@ -29,7 +30,7 @@ from app.events.streams import follow_lines, line_event
 from app.lifecycle import activity
 from app.resources.models import WorkspaceAgent
 from app.resources.presenter import agent_json
-from app.workspaces.services import can_act
+from app.workspaces.services import can_act, get_workspace_for
 from protocol.values import parse_int
 
 # The tunnel authenticates itself: a bearer token, or the dashboard's cookie (the web terminal).
@@ -46,6 +47,36 @@ def get_agent(agent_id: str) -> Response:
     # The scripts' text only for whom may act on the workspace: a template may have written the owner's tokens
     # into it, and template admins read every workspace.
     return jsonify(agent_json(context.agent, script_text=can_act(user, context.workspace)))
+
+
+@bp.get("/workspaceagents/<agent_id>/listening-ports")
+def listening_ports(agent_id: str) -> Response:
+    """Coder's shape: the ports the agent last reported (none while it is not reporting)."""
+    context = get_agent_for(api_user(), agent_id)
+    found = ports.listening_ports(get_redis(), signer(), context.agent.id)
+    return jsonify({"err": "", "ports": [port.to_json() for port in found]})
+
+
+@bp.post("/workspaces/<workspace_id>/port-share")
+def share_port(workspace_id: str) -> Response:
+    """Coder's upsert of a port's share; the workspace's owner (or a deployment owner) only."""
+    workspace = get_workspace_for(api_user(), workspace_id, need="act")
+    share = port_sharing.share_port(workspace, port_sharing.parse_share_request(json_body()))
+    return jsonify(share.to_json())
+
+
+@bp.get("/workspaces/<workspace_id>/port-share")
+def list_port_shares(workspace_id: str) -> Response:
+    workspace = get_workspace_for(api_user(), workspace_id)
+    return jsonify({"shares": [share.to_json() for share in port_sharing.port_shares(workspace)]})
+
+
+@bp.delete("/workspaces/<workspace_id>/port-share")
+def unshare_port(workspace_id: str) -> tuple[str, int]:
+    workspace = get_workspace_for(api_user(), workspace_id, need="act")
+    wanted = port_sharing.parse_share_request(json_body(), with_level=False)
+    port_sharing.unshare_port(workspace, wanted.agent_name, wanted.port)
+    return "", 204
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from werkzeug.wrappers import Response
 
 from app.agents import proxy
 from app.agents.access import AgentContext, ensure_reachable
-from app.agents.apps import app_for
+from app.agents.apps import AppTarget, app_for
 from app.auth.access import api_user, bearer_token, page_user
 from app.core.errors import BadGateway, Conflict, Forbidden, NotFound
 from app.core.extensions import csrf, db
@@ -51,11 +51,17 @@ def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -
         target = app_for(person, owner, workspace_and_agent, slug)
     except Forbidden:
         return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
+    requested = proxy.app_request_path(request.environ, owner, workspace_and_agent, slug, rest)
+    return proxy_to_app(target, requested, own_origin=False)
+
+
+def proxy_to_app(target: AppTarget, requested: proxy.AppRequestPath, *, own_origin: bool) -> Response:
+    """Carry the request to the app, for path apps and subdomain apps alike. ``own_origin``: the app has a host
+    of its own (a subdomain app), so its pages need no sandbox to keep them from the dashboard."""
     try:
         ensure_reachable(AgentContext(target.agent, target.build, target.workspace))
     except Conflict as exc:
         raise BadGateway(f"App {target.name} is not reachable.", detail=exc.message) from exc
-    requested = proxy.app_request_path(request.environ, owner, workspace_and_agent, slug, rest)
     # App traffic counts as use (dormancy) but does not move the autostop (reference §2.4).
     activity.mark_used(target.workspace.id, connection=False)
     client, signing = get_redis(), signer()
@@ -65,7 +71,8 @@ def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -
         try:
             if is_websocket_request(request.environ):
                 return proxy.proxy_websocket(client, signing, target, request, requested)
-            return until_closed(proxy.proxy_http(client, signing, target, request, requested))
+            response = proxy.proxy_http(client, signing, target, request, requested, sandbox=not own_origin)
+            return until_closed(response)
         except proxy.AppUnavailable as exc:
             raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc
 

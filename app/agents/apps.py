@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
+from flask import current_app
 from sqlalchemy import func, select
 
+from app.agents.hosts import AppHost, Wildcard, app_url
+from app.agents.port_sharing import port_share_level
 from app.core.errors import Forbidden, NotFound
 from app.core.extensions import db
 from app.resources.models import WorkspaceAgent
@@ -50,6 +53,26 @@ def app_path(owner: str, workspace: str, agent: str, slug: str) -> str:
     return f"/@{owner}/{workspace}.{agent}/apps/{slug}/"
 
 
+def wildcard() -> Wildcard | None:
+    """The deployment's wildcard access URL, if it has one."""
+    settings = current_app.config["SLIPWAY_SETTINGS"]
+    return Wildcard.parse(settings.wildcard_access_url, settings.access_url)
+
+
+NO_WILDCARD = "it is a subdomain app and this server has no wildcard access URL (--wildcard-access-url)"
+
+
+def subdomain_url(owner: str, workspace: str, agent: str, slug: str) -> str | None:
+    """Where a subdomain app (or a port) opens; None without a wildcard access URL."""
+    pattern = wildcard()
+    host = (
+        AppHost(owner, workspace, agent, slug=slug)
+        if not slug.isdecimal()
+        else AppHost(owner, workspace, agent, port=int(slug))
+    )
+    return app_url(pattern, host) if pattern is not None else None
+
+
 def app_for(viewer: User | None, owner_name: str, workspace_and_agent: str, slug: str) -> AppTarget:
     """The app at /@owner/workspace[.agent]/apps/slug/, if ``viewer`` may open it.
 
@@ -57,11 +80,30 @@ def app_for(viewer: User | None, owner_name: str, workspace_and_agent: str, slug
     (:class:`Forbidden`) and anyone else gets one :class:`NotFound`, whether the workspace exists or not. Those who
     may see it (its owner, admins) are told what is missing."""
     workspace_name, _, agent_name = workspace_and_agent.partition(".")
+    return _checked(viewer, owner_name, workspace_name, agent_name, slug, on_subdomain=False)
+
+
+def app_for_host(viewer: User | None, host: AppHost) -> AppTarget:
+    """The app (or port) an app host names, if ``viewer`` may open it; the same answers as :func:`app_for`."""
+    slug = host.slug or str(host.port)
+    return _checked(viewer, host.owner, host.workspace, host.agent, slug, on_subdomain=True, tls=host.tls)
+
+
+def _checked(
+    viewer: User | None,
+    owner_name: str,
+    workspace_name: str,
+    agent_name: str,
+    slug: str,
+    *,
+    on_subdomain: bool,
+    tls: bool = False,
+) -> AppTarget:
     workspace = _find_workspace(owner_name, workspace_name)
     try:
         if workspace is None:
             raise NotFound(f"No workspace {owner_name}/{workspace_name}.")
-        target = find_app(workspace, agent_name, slug)
+        target = find_app(workspace, agent_name, slug, on_subdomain=on_subdomain, tls=tls)
         check_app_access(target, viewer)
         return target
     except (NotFound, Forbidden):
@@ -85,9 +127,14 @@ def _find_workspace(owner_name: str, workspace_name: str) -> Workspace | None:
     return workspace
 
 
-def find_app(workspace: Workspace, agent_name: str, slug: str) -> AppTarget:
-    """The app named ``slug`` of the workspace's current build (of its agent ``agent_name``, if named), or
-    NotFound saying what is missing."""
+def find_app(
+    workspace: Workspace, agent_name: str, slug: str, *, on_subdomain: bool = False, tls: bool = False
+) -> AppTarget:
+    """The app named ``slug`` of the workspace's current build (of its agent ``agent_name``, if named), or the
+    port ``slug`` names when no app has that slug, or NotFound saying what is missing.
+
+    A subdomain app is never served on the dashboard's origin (``on_subdomain`` false): it asked for an origin of
+    its own."""
     build = latest_build(workspace)
     agents = [agent for resource in job_resources(build.job_id) for agent in resource.agents]
     if agent_name:
@@ -102,6 +149,12 @@ def find_app(workspace: Workspace, agent_name: str, slug: str) -> AppTarget:
         )
     agent = agents[0]
     app = agent.definition.app(slug)
+    if app is None and slug.isdecimal() and 1 <= int(slug) <= 65535:
+        return port_target(workspace, build, agent, int(slug), tls=tls)
+    if app is not None and app.subdomain and not on_subdomain:
+        where = subdomain_url(workspace.owner.username, workspace.name, agent.name, app.slug)
+        reason = f"open it at {where}" if where else NO_WILDCARD
+        raise NotFound(f"App {app.name} is not served on this path: {reason}.")
     if app is None or not app.url or app.external:
         raise NotFound(f"Agent {agent.name} of {workspace.name} has no app {slug!r} to open here.")
     url = urlsplit(app.url)
@@ -112,6 +165,16 @@ def find_app(workspace: Workspace, agent_name: str, slug: str) -> AppTarget:
     except ValueError:
         raise NotFound(f"App {slug!r} has a URL Slipway cannot proxy ({app.url}).") from None
     return AppTarget(workspace, build, agent, app, url.scheme, url.hostname, port, url.path.rstrip("/"))
+
+
+def port_target(
+    workspace: Workspace, build: WorkspaceBuild, agent: WorkspaceAgent, port: int, *, tls: bool
+) -> AppTarget:
+    """A listening port of the agent, opened like an app at its sharing level."""
+    scheme = "https" if tls else "http"
+    share = port_share_level(workspace.id, agent.name, port)
+    app = App(slug=str(port), display_name=f"port {port}", url=f"{scheme}://127.0.0.1:{port}", share=share)
+    return AppTarget(workspace, build, agent, app, scheme, "127.0.0.1", port, "")
 
 
 def check_app_access(target: AppTarget, viewer: User | None) -> None:

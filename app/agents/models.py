@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.core.columns import UTCDateTime, rfc3339, utcnow
+from app.core.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
 from app.core.extensions import Model
 from protocol.codec import JsonObject
 
@@ -70,3 +70,28 @@ class AgentScriptTiming(Model):
     exit_code: Mapped[int] = mapped_column(Integer, default=0)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class WorkspacePortShare(Model):
+    """A listening port its workspace's owner opened to more people than themself (Coder's port sharing). The
+    template's ``max_port_share_level`` caps it when read, so lowering the cap takes effect at once."""
+
+    __tablename__ = "workspace_port_shares"
+    __table_args__ = (UniqueConstraint("workspace_id", "agent_name", "port"),)
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    agent_name: Mapped[str] = mapped_column(String(64))
+    port: Mapped[int] = mapped_column(Integer)
+    share_level: Mapped[str] = mapped_column(String(16))
+    protocol: Mapped[str] = mapped_column(String(8), default="http")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    def to_json(self) -> JsonObject:
+        return {
+            "workspace_id": self.workspace_id,
+            "agent_name": self.agent_name,
+            "port": self.port,
+            "share_level": self.share_level,
+            "protocol": self.protocol,
+        }

@@ -39,9 +39,12 @@ CREDENTIAL_HEADERS = frozenset(
 )
 SLIPWAY_HEADER_PREFIX = "slipway-"
 # Cookies Slipway sets or reads: the Flask session (SESSION_COOKIE_NAME, which also carries the CSRF token and
-# the OIDC state), Flask's default session name and Flask-Login's remember cookie. An app neither sees nor sets
-# them: a shared app that set its owner's session in a viewer's browser would sign the viewer in as its owner.
-SLIPWAY_COOKIES = frozenset({"slipway_session", "session", "remember_token"})
+# the OIDC state; __Host- prefixed over HTTPS), Flask's default session name, Flask-Login's remember cookie and
+# a subdomain app's sign-in (app/agents/app_tokens.py). An app neither sees nor sets them: a shared app that set
+# its owner's session in a viewer's browser would sign the viewer in as its owner.
+SLIPWAY_COOKIES = frozenset(
+    {"slipway_session", "__host-slipway_session", "session", "remember_token", "slipway_app_session"}
+)
 # Response headers that act on the whole origin, which path apps share with the dashboard: wiping its storage
 # and cookies (signing the viewer out), widening a service worker's scope to the dashboard's pages, or pinning
 # its transport policy. The deployment decides these, never an app.
@@ -91,6 +94,16 @@ def app_request_path(
     # prefix): encode again what was decoded, rather than hand the app a decoded "?".
     prefix = "/" + "/".join(quote(part, safe="@") for part in route) + "/"
     return AppRequestPath(prefix, quote(decoded_rest, safe="/"), _quoted(str(environ.get("QUERY_STRING") or "")))
+
+
+def own_host_request_path(environ: Mapping[str, Any]) -> AppRequestPath:
+    """The request target as the client sent it, for an app on a host of its own: all of the path is the app's."""
+    raw = str(environ.get("RAW_URI") or environ.get("REQUEST_URI") or "")
+    absolute = _ABSOLUTE_FORM.match(raw)
+    path, _, query = (raw[absolute.end() :] if absolute else raw).partition("?")
+    if not path.startswith("/"):  # another WSGI server: what it decoded, encoded again
+        path, query = quote(str(environ.get("PATH_INFO") or "/"), safe="/"), str(environ.get("QUERY_STRING") or "")
+    return AppRequestPath("/", _quoted(path[1:]), _quoted(query))
 
 
 def _decoded(segment: str) -> str:
@@ -182,6 +195,8 @@ def proxy_http(
     target: AppTarget,
     request: Request,
     requested: AppRequestPath,
+    *,
+    sandbox: bool = True,
 ) -> Response:
     connection = TunnelConnection(client, signer, target.agent.id, target)
     conn = http.client.HTTPConnection(target.host, target.port, timeout=300)
@@ -216,12 +231,14 @@ def proxy_http(
             conn.close()
             connection.close()
 
-    answer = _response_headers(upstream.getheaders(), target, requested.prefix)
+    answer = _response_headers(upstream.getheaders(), target, requested.prefix, sandbox=sandbox)
     # The app's own headers, not the dashboard's: its pages would break under the dashboard's policy.
     return ForeignResponse(stream_with_context(body_chunks()), status=upstream.status, headers=answer)
 
 
-def _response_headers(items: list[tuple[str, str]], target: AppTarget, prefix: str) -> list[tuple[str, str]]:
+def _response_headers(
+    items: list[tuple[str, str]], target: AppTarget, prefix: str, *, sandbox: bool
+) -> list[tuple[str, str]]:
     headers = []
     app_origins = {f"{target.scheme}://{target.host}:{target.port}", f"{target.scheme}://{target.host}"}
     for name, value in items:
@@ -236,7 +253,8 @@ def _response_headers(items: list[tuple[str, str]], target: AppTarget, prefix: s
                 continue
             value = scoped
         headers.append((name, value))
-    headers.append(("Content-Security-Policy", SANDBOX))
+    if sandbox:
+        headers.append(("Content-Security-Policy", SANDBOX))
     return headers
 
 

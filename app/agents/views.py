@@ -2,37 +2,42 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import urlsplit
 
-from flask import render_template, request, url_for
+from flask import current_app, redirect, render_template, request, url_for
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response
 
-from app.agents import services
+from app.agents import port_sharing, ports, services
 from app.agents.access import AgentContext, get_agent_for
 from app.agents.api import AgentLogView, read_agent_logs
-from app.agents.apps import app_path
+from app.agents.apps import app_path, subdomain_url
 from app.agents.models import CONNECTED, AgentConnectionEvent, AgentLog
+from app.agents.ports import PortLink
 from app.auth.access import page_user
 from app.auth.blueprints import page_blueprint
 from app.core.errors import NotFound
 from app.core.extensions import db
+from app.core.redis_client import get_redis
 from app.core.security_headers import allow_inline_styles
+from app.core.signing import signer
 from app.events import get_relay
+from app.events.notices import publish_agent_notice
 from app.events.relay import agent_key
 from app.events.sse import event_stream, sse_event, stream_cursor
 from app.events.streams import follow_lines
 from app.resources.models import WorkspaceAgent
-from app.resources.presenter import metadata_items, status_of
+from app.resources.presenter import metadata_items, status_of, subdomain_unavailable_reason
 from app.resources.status import agent_health
 from app.users.models import User
 from app.workspaces.models import Workspace
 from app.workspaces.sections import WorkspaceSection
 from app.workspaces.services import can_act
-from protocol.codec import JsonObject
+from protocol.codec import JSON, JsonObject
 
 bp = page_blueprint("agents", __name__)
 
@@ -46,6 +51,8 @@ class PanelApp:
     path: str
     health: str
     share: str
+    # Why the app cannot be opened (a subdomain app without a wildcard access URL); "" when it can.
+    unavailable: str = ""
     # The app a coder_ai_task shows its task in (Coder's Tasks sidebar).
     ai_task: bool = False
 
@@ -91,6 +98,10 @@ class AgentPanel:
     can_connect: bool
     ssh_command: str
     apps: list[PanelApp] = field(default_factory=list)
+    ports: list[PortLink] = field(default_factory=list)
+    # Each listed port's share level, and the levels its template lets the owner choose from.
+    port_shares: dict[int, str] = field(default_factory=dict)
+    share_levels: tuple[str, ...] = ()
     metadata: list[JsonObject] = field(default_factory=list)
     log_html: Markup = field(default_factory=Markup)
     last_log_id: int = 0
@@ -116,14 +127,26 @@ def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) ->
     panel.apps = [
         PanelApp(
             name=app.name,
-            path=app_path(owner, workspace.name, agent.name, app.slug),
+            path=(
+                (subdomain_url(owner, workspace.name, agent.name, app.slug) or "")
+                if app.subdomain
+                else app_path(owner, workspace.name, agent.name, app.slug)
+            ),
             health=agent.app_health_of(app.slug),
             share=app.share,
+            unavailable=subdomain_unavailable_reason() if app.subdomain else "",
             ai_task=app.ai_task,
         )
         for app in agent.apps
         if app.url and not app.external and not app.hidden
     ]
+    listening = ports.listening_ports(get_redis(), signer(), agent.id) if status == "connected" else []
+    path_apps = not current_app.config["SLIPWAY_SETTINGS"].disable_path_apps
+    panel.ports = ports.port_links(listening, owner, workspace.name, agent.name, path_apps=path_apps)
+    shares = {share.port: share.share_level for share in port_sharing.port_shares(workspace)
+              if share.agent_name == agent.name}  # fmt: skip
+    panel.port_shares = {port.port: shares.get(port.port, "owner") for port in panel.ports}
+    panel.share_levels = port_sharing.levels_up_to(workspace)
     if with_logs:
         lines = services.agent_logs(agent.id)[-PAGE_LOG_LINES:]
         panel.log_html = AgentLogHtml(agent).render(lines)
@@ -187,6 +210,21 @@ def panel(workspace_id: str, agent_id: str) -> str:
     return render_template("agents/_partials/live.html", panel=agent_panel(context, page_user(), with_logs=False))
 
 
+@bp.post("/workspaces/<workspace_id>/agents/<agent_id>/ports/<int:port>/share")
+def share_port(workspace_id: str, agent_id: str, port: int) -> Response:
+    """The panel's share control: the same rules as POST /api/v2/workspaces/{id}/port-share; owner unshares."""
+    context = _context(workspace_id, agent_id, need="connect")
+    level = request.form.get("share_level", "")
+    if level == "owner":
+        with contextlib.suppress(NotFound):  # not shared: nothing to undo
+            port_sharing.unshare_port(context.workspace, context.agent.name, port)
+    else:
+        body: dict[str, JSON] = {"agent_name": context.agent.name, "port": port, "share_level": level}
+        port_sharing.share_port(context.workspace, port_sharing.parse_share_request(body))
+    publish_agent_notice(context.agent.id)
+    return redirect(url_for("workspaces.show", workspace_id=workspace_id))
+
+
 @bp.get("/workspaces/<workspace_id>/agents/<agent_id>/logs/stream")
 def log_stream(workspace_id: str, agent_id: str) -> Response:
     context = _context(workspace_id, agent_id)
@@ -228,7 +266,8 @@ def _agent_states(workspace_id: str) -> dict[str, tuple[object, ...]]:
     agents = [agent for agent, _ in services.shown_agents(workspace)] if workspace is not None else []
     return {
         agent.id: (status_of(agent), agent.lifecycle_state, agent.version, agent.expanded_directory,
-                   repr(agent.metadata_results), repr(agent.app_health))
+                   repr(agent.metadata_results), repr(agent.app_health),
+                   repr(ports.listening_ports(get_redis(), signer(), agent.id)))
         for agent in agents
     }  # fmt: skip
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from flask import url_for
+from flask import current_app, url_for
 from sqlalchemy import select
 
 from app.catalog.models import Template, TemplateVersion
@@ -14,10 +14,12 @@ from app.core.errors import InvalidInput, NotFound
 from app.core.extensions import db
 from app.files.services import archive_bytes
 from app.provisioning.jobs import JobHandlers, JobSubject
-from app.provisioning.models import ProvisionerJob
+from app.provisioning.models import ProvisionerJob, ProvisionerJobLog
 from app.resources.services import store_resources
+from protocol.logs import STAGE_CLEANUP
 from protocol.parameters import ParameterError, RichParameter, check_declaration, check_value
 from protocol.provisionerd import AcquiredJob, ImportJob, JobCompletion, Preset
+from protocol.resources import App, Resource
 
 MAX_README_CHARS = 256 * 1024
 
@@ -63,7 +65,27 @@ def import_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
     version.presets = result.presets
     store_resources(job.id, "start", result.resources.start)
     store_resources(job.id, "stop", result.resources.stop)
+    warn_of_unavailable_apps(job, result.resources.start)
     publish_imported(version)
+
+
+def warn_of_unavailable_apps(job: ProvisionerJob, resources: Sequence[Resource]) -> None:
+    """A warning at the end of the import's log for each subdomain app this deployment cannot serve: it would
+    show as unavailable, never be served on a path (the page and the API say so too)."""
+    if current_app.config["SLIPWAY_SETTINGS"].wildcard_access_url:
+        return
+    for app in subdomain_apps(resources):
+        warning = f"Warning: app {app.slug!r} has subdomain = true and this server has no wildcard access URL "
+        warning += "(--wildcard-access-url): workspaces will show it as unavailable."
+        db.session.add(
+            ProvisionerJobLog(
+                job_id=job.id, source="provisioner_daemon", level="warn", stage=STAGE_CLEANUP, output=warning
+            )
+        )
+
+
+def subdomain_apps(resources: Sequence[Resource]) -> list[App]:
+    return [app for resource in resources for agent in resource.agents for app in agent.apps if app.subdomain]
 
 
 def check_presets(presets: Sequence[Preset], parameters: Sequence[RichParameter]) -> None:

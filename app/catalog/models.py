@@ -55,6 +55,8 @@ class Template(Model):
     # A start or stop whose plan destroys or replaces a persistent resource (a home volume) waits for a person
     # to confirm it. Deletes never ask.
     protect_persistent_resources: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    # The widest a workspace's owner may share a listening port: owner (no sharing), authenticated or public.
+    max_port_share_level: Mapped[str] = mapped_column(String(16), default="owner", server_default="owner")
 
     def to_json(self) -> JsonObject:
         return {
@@ -79,6 +81,7 @@ class Template(Model):
             "time_til_dormant_autodelete_ms": self.time_til_dormant_autodelete_ms,
             "require_active_version": self.require_active_version,
             "protect_persistent_resources": self.protect_persistent_resources,
+            "max_port_share_level": self.max_port_share_level,
             "created_at": rfc3339(self.created_at),
             "updated_at": rfc3339(self.updated_at),
         }

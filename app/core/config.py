@@ -8,6 +8,7 @@ wrong with it; nothing downstream has to second-guess a value.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -105,6 +106,9 @@ class Settings:
     agent_heartbeat_interval: int = 15
     # Path-based apps (/@owner/workspace.agent/apps/slug/) share the dashboard's origin; some operators refuse that.
     disable_path_apps: bool = False
+    # Subdomain apps and port URLs live under this pattern (``*.apps.example.com``, ``*.localhost:3000``): each app
+    # gets an origin of its own (app/agents/hosts.py). Empty: subdomain apps are unavailable.
+    wildcard_access_url: str = ""
     # Bytes of template archives each person may keep (their uploads and their versions' archives); 0: no limit.
     template_storage_quota: int = 1024**3
     # Notifications by email (SMTP, enabled by a smarthost) and by webhook (app/notifications/delivery.py).
@@ -235,6 +239,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         agent_wheelhouse=Path(_get(env, "AGENT_WHEELHOUSE") or default_agent_wheelhouse()).expanduser(),
         agent_heartbeat_interval=_duration(env, "AGENT_HEARTBEAT_INTERVAL", "15s"),
         disable_path_apps=_bool(env, "DISABLE_PATH_APPS", False),
+        wildcard_access_url=_parse_wildcard_access_url(_get(env, "WILDCARD_ACCESS_URL"), access_url),
         template_storage_quota=_size(env, "TEMPLATE_STORAGE_QUOTA", "1GiB"),
     )
     return _with_external_auth(_with_notifications(_with_oidc(settings, env), env), env)
@@ -452,6 +457,24 @@ def _parse_access_url(raw: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SettingsError(f"{PREFIX}ACCESS_URL must be an http:// or https:// URL, got {raw!r}")
     return raw.rstrip("/")
+
+
+_WILDCARD = re.compile(r"^\*(?P<suffix>[.-][a-z0-9.-]*[a-z0-9])(?::(?P<port>[0-9]{1,5}))?$")
+
+
+def _parse_wildcard_access_url(raw: str, access_url: str) -> str:
+    """``*.example.com`` or ``*--apps.example.com``, a port optional (Coder accepts a scheme too: it is dropped, the
+    access URL's is used). The dashboard's own host must not match it, or the dashboard would be an app."""
+    if not raw:
+        return ""
+    pattern = raw.lower().split("://", 1)[-1].rstrip("/")
+    match = _WILDCARD.match(pattern)
+    if match is None or (match["port"] and not 1 <= int(match["port"]) <= 65535):
+        raise SettingsError(f"{PREFIX}WILDCARD_ACCESS_URL must look like *.apps.example.com[:port], got {raw!r}")
+    dashboard = (urlsplit(access_url).hostname or "").lower()
+    if dashboard.endswith(match["suffix"]) and "." not in dashboard[: -len(match["suffix"])]:
+        raise SettingsError(f"{PREFIX}WILDCARD_ACCESS_URL {raw!r} covers the access URL's own host {dashboard!r}")
+    return pattern
 
 
 def _parse_database_url(raw: str) -> str:

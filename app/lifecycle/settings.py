@@ -22,6 +22,7 @@ from app.workspaces.models import Workspace
 from app.workspaces.schedule_rules import MINUTE_MS, invalid
 from app.workspaces.services import build_status, latest_build
 from protocol.codec import JSON
+from protocol.resources import SHARE_LEVELS
 
 # The longest any template duration may be: ten years is "never" in practice, and keeps datetimes in range.
 DURATION_MAX_MS = 10 * 365 * 24 * 3_600_000
@@ -123,7 +124,7 @@ def update_template(template: Template, body: Mapping[str, JSON]) -> Template:
     """``PATCH /api/v2/templates/{id}``: only the fields given change; all are checked before any is."""
     errors = FieldErrors()
     changes: dict[str, object] = {}
-    known = {*_DURATIONS, *_FLAGS, *_TEXTS, "autostop_requirement"}
+    known = {*_DURATIONS, *_FLAGS, *_TEXTS, "autostop_requirement", "max_port_share_level"}
     for unknown in sorted(set(body) - known):
         errors.add(unknown, "Not a template setting.")
     _texts(body, errors, changes)
@@ -136,6 +137,10 @@ def update_template(template: Template, body: Mapping[str, JSON]) -> Template:
                 changes[name] = body[name]
     if "autostop_requirement" in body:
         _requirement(body["autostop_requirement"], errors, changes)
+    if "max_port_share_level" in body and body["max_port_share_level"] not in SHARE_LEVELS:
+        errors.add("max_port_share_level", "Must be owner, authenticated or public.")
+    elif "max_port_share_level" in body:
+        changes["max_port_share_level"] = body["max_port_share_level"]
     errors.raise_if_any("Some template settings are invalid.")
     autodelete_changed = (
         "time_til_dormant_autodelete_ms" in changes

@@ -171,6 +171,7 @@ def template_settings(name: str) -> Response | str | tuple[str, int]:
         weeks = form.get("requirement_weeks", "1").strip()
         days: list[JSON] = [day for day in WEEKDAYS if form.get(f"requirement_{day}") == "on"]
         body["autostop_requirement"] = {"days_of_week": days, "weeks": int(weeks) if weeks.isdecimal() else 0}
+        body["max_port_share_level"] = form.get("max_port_share_level", "owner")
         if not errors:
             try:
                 settings.update_template(template, body)

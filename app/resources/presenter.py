@@ -18,6 +18,17 @@ def heartbeat_seconds() -> int:
     return seconds
 
 
+SUBDOMAIN_UNAVAILABLE = (
+    "This is a subdomain app and the server has no wildcard access URL (--wildcard-access-url), so it cannot be "
+    "opened. Ask the operator to set one."
+)
+
+
+def subdomain_unavailable_reason() -> str:
+    """Why subdomain apps cannot open on this deployment ("" when they can)."""
+    return "" if current_app.config["SLIPWAY_SETTINGS"].wildcard_access_url else SUBDOMAIN_UNAVAILABLE
+
+
 def status_of(agent: WorkspaceAgent, now: datetime | None = None) -> str:
     return connection_status(agent, heartbeat_seconds(), now)
 
@@ -97,6 +108,8 @@ def agent_json(agent: WorkspaceAgent, *, script_text: bool = True) -> JsonObject
                 "icon": safe_icon_url(app.icon),
                 "external": app.external,
                 "subdomain": app.subdomain,
+                # A subdomain app is never served on the dashboard's origin: without a wildcard URL it cannot open.
+                "unavailable_reason": subdomain_unavailable_reason() if app.subdomain else "",
                 "hidden": app.hidden,
                 "sharing_level": app.share,
                 "healthcheck": None if app.healthcheck is None else app.healthcheck.to_json(),
