@@ -35,6 +35,7 @@ from app.notifications import api as notifications_api
 from app.notifications import delivery
 from app.provisioning import api as provisioning_api
 from app.provisioning import daemon_api, jobs, maintenance
+from app.provisioning import sections as job_sections
 from app.provisioning import views as provisioning_views
 from app.timings import api as timings_api
 from app.timings import views as timings_views
@@ -89,8 +90,9 @@ def create_app(settings: Settings | None = None) -> Flask:
             diagnostics_checks.refresh_report,  # keeps the navigation's health dot current
         ],
     )
-    # What the workspace page shows besides the workspace itself: a panel per agent; and a build's page: its timings.
-    sections.init_app(app, [agent_views.AGENTS_SECTION], [timings_views.render_build_timings])
+    # What the workspace page shows besides the workspace itself: a panel per agent; and a job's page: its timings.
+    sections.init_app(app, [agent_views.AGENTS_SECTION])
+    job_sections.init_app(app, [timings_views.render_job_timings])
     for blueprint in (
         health.bp,
         auth_views.bp,

@@ -356,7 +356,7 @@ NOT_PAGES = {
     "provisioners.jobs_events": "an event stream",
     "provisioners.live_overview": "an htmx fragment of the provisioners page",
     "provisioners.queue_notice": "an htmx fragment of the build page",
-    "timings.build_timings": "an htmx fragment of the build page (its waterfall, drawn with the page itself)",
+    "timings.job_timings_fragment": "an htmx fragment of the build and import pages (drawn with the page itself)",
     "oidc.start": "redirects to the identity provider",
     "oidc.confirm_link": "needs a pending single sign-on link (tests/test_browser_oidc.py)",
     "externalauth.start": "redirects to the Git provider",

@@ -175,6 +175,13 @@ def test_a_template_imports_timings_are_for_template_admins(client: FlaskClient,
     assert [t["stage"] for t in reply.json["provisioner_timings"]] == ["init", "plan", "graph"]
     assert reply.json["agent_script_timings"] == []
     assert client.get(path, headers=personas["carol"].auth).status_code == 403
+    admin, member = client.application.test_client(), client.application.test_client()
+    sign_in(admin, personas["bob"].email, PASSWORD)
+    sign_in(member, personas["carol"].email, PASSWORD)
+    page = admin.get(f"/templates/versions/{version['id']}").get_data(as_text=True)
+    assert f"Waterfall of the import of {version['name']}" in page
+    assert admin.get(f"/jobs/{version['job']['id']}/timings").status_code == 200
+    assert member.get(f"/jobs/{version['job']['id']}/timings").status_code == 404  # as its page: not members'
 
 
 def _script_source(client: FlaskClient) -> str:
@@ -243,12 +250,12 @@ def test_the_build_page_draws_the_waterfall_with_its_critical_path(
     browser = client.application.test_client()
     sign_in(browser, personas["carol"].email, PASSWORD)
     running = browser.get(f"/builds/{build.id}").get_data(as_text=True)
-    assert "The timings appear here when the build ends" in running
-    assert f'hx-get="/builds/{build.id}/timings" hx-trigger="sse:end"' in running
+    assert "The timings appear here when the job ends" in running
+    assert f'hx-get="/jobs/{build.job_id}/timings" hx-trigger="sse:end"' in running
     job = client.get(f"/api/v2/workspacebuilds/{build.id}", headers=personas["carol"].auth).json["job"]
     build.complete(bars(datetime.fromisoformat(job["started_at"])))  # as a daemon would: after it took the job
 
-    page = browser.get(f"/builds/{build.id}/timings").get_data(as_text=True)
+    page = browser.get(f"/jobs/{build.job_id}/timings").get_data(as_text=True)
 
     assert re.search(r'<svg class="waterfall" role="img" aria-labelledby="waterfall-title waterfall-desc"', page)
     rows = re.findall(
@@ -261,7 +268,8 @@ def test_the_build_page_draws_the_waterfall_with_its_critical_path(
     assert browser.get(f"/builds/{build.id}").status_code == 200
     other = client.application.test_client()
     sign_in(other, personas["dave"].email, PASSWORD)
-    assert other.get(f"/builds/{build.id}/timings").status_code == 404
+    assert other.get(f"/jobs/{build.job_id}/timings").status_code == 404
+    assert "Waterfall of build #1" in browser.get(f"/builds/{build.id}").get_data(as_text=True)
 
 
 def timing_row(stage: str, start: float, end: float, resource: str = "") -> ProvisionerJobTiming:

@@ -26,6 +26,7 @@ from app.files.services import MAX_ARCHIVE_BYTES
 from app.provisioning import overview
 from app.provisioning.log_html import log_page_context, page_stream, retry_from_form
 from app.provisioning.models import ProvisionerJob
+from app.provisioning.sections import job_sections
 from app.resources.services import job_resources
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
 from protocol.provisionerd import NameValue
@@ -173,6 +174,7 @@ def version(version_id: str) -> str:
         retry_url=url_for("catalog.retry", version_id=found.id),
         template_name=request.args.get("template_name", ""),
         template=services.get_template(found.template_id) if found.template_id else None,
+        sections=job_sections(found.job, f"the import of {found.name}"),
     )
 
 

@@ -1,30 +1,59 @@
-"""The waterfall on a build's page: rendered with the page, and again (htmx) when a running build ends."""
+"""The waterfall on a build's and an import's page: rendered with the page, and again (htmx) when a running job
+ends."""
 
 from __future__ import annotations
 
 from flask import render_template
 from markupsafe import Markup
+from sqlalchemy import select
 
 from app.auth.access import page_user
 from app.auth.blueprints import page_blueprint
+from app.catalog.models import TemplateVersion
+from app.core.errors import NotFound
+from app.core.extensions import db
+from app.provisioning.models import ProvisionerJob
 from app.timings.services import job_timings
 from app.timings.waterfall import waterfall
-from app.users.models import User
+from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN, User
 from app.workspaces.models import WorkspaceBuild
 from app.workspaces.services import get_build_for
 
 bp = page_blueprint("timings", __name__)
-# While the build runs its page streams the log; the chart comes when the stream ends.
+# While the job runs its page streams the log; the chart comes when the stream ends.
 LIVE_STATUSES = ("pending", "running", "canceling")
 
 
-def render_build_timings(build: WorkspaceBuild, user: User) -> Markup:
-    """The build page's timings section (a BuildSection: the viewer already may read the build)."""
-    live = build.job.status in LIVE_STATUSES
-    chart = None if live else waterfall(job_timings(build.job, with_agents=True))
-    return Markup(render_template("timings/_partials/waterfall.html", build=build, chart=chart))  # noqa: S704
+def render_job_timings(job: ProvisionerJob, title: str) -> Markup:
+    """A job page's timings section (a JobSection: the viewer already may read the job). A build's has its agents'
+    connection and scripts too."""
+    live = job.status in LIVE_STATUSES
+    chart = None if live else waterfall(job_timings(job, with_agents=job.type == "workspace_build"))
+    page = render_template("timings/_partials/waterfall.html", job=job, title=title, chart=chart)
+    return Markup(page)  # noqa: S704 - the template's own output, escaped there
 
 
-@bp.get("/builds/<build_id>/timings")
-def build_timings(build_id: str) -> Markup:
-    return render_build_timings(get_build_for(page_user(), build_id), page_user())
+@bp.get("/jobs/<job_id>/timings")
+def job_timings_fragment(job_id: str) -> Markup:
+    return render_job_timings(*_readable_job(page_user(), job_id))
+
+
+def _readable_job(user: User, job_id: str) -> tuple[ProvisionerJob, str]:
+    """A build's job for whoever may read the build; an import's for owners and template admins (as its page);
+    with what its page calls it."""
+    build_id = db.session.scalar(select(WorkspaceBuild.id).where(WorkspaceBuild.job_id == job_id))
+    if build_id is not None:
+        build = get_build_for(user, build_id)
+        return build.job, build_title(build)
+    version = db.session.scalar(select(TemplateVersion).where(TemplateVersion.job_id == job_id))
+    if version is None or not user.has_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN):
+        raise NotFound("No such job.")
+    return version.job, import_title(version)
+
+
+def build_title(build: WorkspaceBuild) -> str:
+    return f"build #{build.build_number}"
+
+
+def import_title(version: TemplateVersion) -> str:
+    return f"the import of {version.name}"

@@ -1,6 +1,6 @@
-"""What other features add to a workspace's page (the agents feature adds a panel per agent) and to a build's page
-(the timings feature adds its waterfall), wired by ``create_app``: the workspace page renders each section and its
-live stream watches each section's state, without this package knowing what the sections are."""
+"""What other features add to a workspace's page (the agents feature adds a panel per agent), wired by
+``create_app``: the workspace page renders each section and its live stream watches each section's state, without
+this package knowing what the sections are."""
 
 from __future__ import annotations
 
@@ -11,12 +11,9 @@ from flask import Flask, current_app
 from markupsafe import Markup
 
 from app.users.models import User
-from app.workspaces.models import Workspace, WorkspaceBuild
+from app.workspaces.models import Workspace
 
 EXTENSION_KEY = "slipway_workspace_sections"
-BUILD_EXTENSION_KEY = "slipway_build_sections"
-# What a build's page shows above its log besides the build itself (the timings feature: its waterfall).
-BuildSection = Callable[[WorkspaceBuild, User], Markup]
 
 
 @dataclass(frozen=True)
@@ -30,16 +27,10 @@ class WorkspaceSection:
     watch_keys: Callable[[object], list[str]]
 
 
-def init_app(app: Flask, sections: Sequence[WorkspaceSection], build_sections: Sequence[BuildSection] = ()) -> None:
+def init_app(app: Flask, sections: Sequence[WorkspaceSection]) -> None:
     app.extensions[EXTENSION_KEY] = tuple(sections)
-    app.extensions[BUILD_EXTENSION_KEY] = tuple(build_sections)
 
 
 def workspace_sections() -> tuple[WorkspaceSection, ...]:
     sections: tuple[WorkspaceSection, ...] = current_app.extensions.get(EXTENSION_KEY, ())
-    return sections
-
-
-def build_sections() -> tuple[BuildSection, ...]:
-    sections: tuple[BuildSection, ...] = current_app.extensions.get(BUILD_EXTENSION_KEY, ())
     return sections

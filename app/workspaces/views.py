@@ -27,13 +27,14 @@ from app.provisioning.jobs import cancel_job
 from app.provisioning.log_html import log_page_context, page_stream, retry_from_form
 from app.provisioning.models import FAILED
 from app.provisioning.overview import daemons_serving
+from app.provisioning.sections import job_sections
 from app.resources.services import job_resources
 from app.users.models import User
 from app.workspaces import services
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import field_labels, form_parameters, form_values, shown_parameters
 from app.workspaces.search import searched, sorted_workspaces
-from app.workspaces.sections import build_sections, workspace_sections
+from app.workspaces.sections import workspace_sections
 from protocol.provisionerd import NameValue, Preset
 
 bp = page_blueprint("workspaces", __name__)
@@ -369,7 +370,7 @@ def build(build_id: str) -> str:
         status=services.build_status(found),
         can_confirm=can_confirm,
         retry_url=_retry_url(user, found),
-        sections=[render(found, user) for render in build_sections()],
+        sections=job_sections(found.job, f"build #{found.build_number}"),
         **context,
     )
 

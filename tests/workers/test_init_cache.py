@@ -69,6 +69,11 @@ class Log:
 
 def build(cache_dir: Path, files: dict[str, str], *, job_id: str = "job-1", cap: int = 1 << 30) -> str:
     """One start build of ``files`` run by the daemon's job flow; its log."""
+    return run_build(cache_dir, files, job_id=job_id, cap=cap)[0]
+
+
+def run_build(cache_dir: Path, files: dict[str, str], *, job_id: str, cap: int = 1 << 30) -> tuple[str, JobCompletion]:
+    """One start build of ``files`` run by the daemon's job flow; its log and its outcome."""
     job = AcquiredJob(
         id=job_id,
         type="workspace_build",
@@ -95,7 +100,7 @@ def build(cache_dir: Path, files: dict[str, str], *, job_id: str = "job-1", cap:
     assert outcome.workspace_build is not None
     homes = [resource for resource in outcome.workspace_build.resources if resource.name == "home"]
     assert len(homes) == 1, log.text  # applied, with the module's output: whatever init was, it was complete
-    return log.text
+    return log.text, outcome
 
 
 def entries(cache_dir: Path) -> list[str]:
@@ -110,6 +115,18 @@ def test_the_second_build_of_a_template_reuses_its_init_and_still_applies(tmp_pa
     assert REUSED in second and INIT_RAN not in second
     # The job's work dir is gone, the entry is not.
     assert not (tmp_path / "jobs" / "b").exists() and len(entries(tmp_path)) == 1
+
+
+def test_the_outcomes_timings_say_whether_init_ran_or_came_from_the_cache(tmp_path: Path) -> None:
+    _, first = run_build(tmp_path, TEMPLATE, job_id="a")
+    _, second = run_build(tmp_path, TEMPLATE, job_id="b")
+
+    def init(outcome: JobCompletion) -> list[str]:
+        return [timing.action for timing in outcome.timings if timing.stage == "init"]
+
+    assert init(first) == ["initializing terraform"] and init(second) == ["restoring the cached init"]
+    resources = {timing.resource for timing in second.timings}
+    assert {"data.coder_workspace.me", "terraform_data.home"} <= resources
 
 
 @pytest.mark.parametrize(
