@@ -201,6 +201,7 @@ class AgentAPI:
 
     async def post_script_timing(self, timing: ScriptTiming) -> None:
         await self._request("POST", "/script-timings", timing)
+
     async def post_listening_ports(self, ports: list[ListeningPort]) -> None:
         await self._request("POST", "/listening-ports", ListeningPortsReport(ports=tuple(ports)))
 
