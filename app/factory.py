@@ -9,12 +9,14 @@ from flask import Flask
 
 from app import events, health, metrics
 from app.accounts import api as accounts_api
+from app.accounts import groups_api, permissions_api
 from app.accounts import views as accounts_views
 from app.agents import agent_api, app_views, bootstrap
 from app.agents import api as agents_api
 from app.agents import views as agent_views
 from app.auth import access, oidc, oidc_views
 from app.auth import views as auth_views
+from app.catalog import acl_api as template_acl_api
 from app.catalog import api as catalog_api
 from app.catalog import storage
 from app.catalog import views as catalog_views
@@ -97,6 +99,9 @@ def create_app(settings: Settings | None = None) -> Flask:
         accounts_views.bp,
         accounts_api.bp,
         catalog_api.bp,
+        template_acl_api.bp,
+        groups_api.bp,
+        permissions_api.bp,
         workspaces_api.bp,
         lifecycle_api.bp,
         lifecycle_views.bp,
