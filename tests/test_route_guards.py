@@ -47,6 +47,8 @@ OWNER_ONLY_ENDPOINTS = {
     "users_api.get_user",
     "users_api.update_user",
 }
+# Reading people is also a user admin's (they put people in groups); frank is one.
+USER_ADMIN_READS = {"users_api.list_users", "users_api.get_user"}
 # Owners and template admins only; members get 403.
 ADMIN_ONLY_ENDPOINTS = {
     "provisioners.index",
@@ -90,6 +92,9 @@ TEMPLATE_ADMIN_ENDPOINTS = {
     "catalog.diff",
     "lifecycle.template_settings",
     "lifecycle_api.update_template",
+    "template_acl.show",
+    "template_acl.grant",
+    "template_acl.remove",
     "catalog_api.version_variables",
     "catalog_api.version_logs",
     "catalog_api.cancel_version",
@@ -109,6 +114,10 @@ GROUP_MANAGER_ENDPOINTS = {
     "groups_api.create_group",
     "groups_api.update_group",
     "groups_api.delete_group",
+    "groups.edit",
+    "groups.add_member",
+    "groups.remove_member",
+    "groups.delete",
 }
 # A person's own things only, whoever asks for someone else's (owners included): 403 for the path's other user.
 SELF_ONLY_ENDPOINTS = {
@@ -268,3 +277,13 @@ def test_a_templates_routes_follow_its_access_list(app: Flask, personas: dict[st
         if (expected == "allowed" and status in (401, 403, 404)) or (expected != "allowed" and status != expected):
             wrong.append(f"{method} {path}: {status}, expected {expected}")
     assert wrong == []
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "method", "path"), [r for r in ROUTES if r[0] in OWNER_ONLY_ENDPOINTS - USER_ADMIN_READS]
+)
+def test_user_admins_are_refused_what_only_owners_do(
+    app: Flask, personas: dict[str, Persona], endpoint: str, method: str, path: str
+) -> None:
+    people = more_personas(app, personas)
+    _refused(app, people, "frank", method, path)

@@ -9,7 +9,7 @@ from werkzeug.wrappers import Response
 
 from app.auth.access import page_user, require_role
 from app.auth.blueprints import page_blueprint
-from app.catalog import access, admin, services, storage
+from app.catalog import access, acl, admin, services, storage
 from app.catalog import source as catalog_source
 from app.catalog.models import Template, TemplateVersion
 from app.catalog.search import listed_templates
@@ -138,6 +138,8 @@ def show(name: str) -> str:
         resources=job_resources(active.job_id, "start") if active else [],
         readme=render_markdown(active.readme) if active and active.readme else None,
         external_auth=external_auth.needs_status(page_user(), active.external_auth) if active else [],
+        access_list=acl.template_acl(template),
+        may_admin=access.may(page_user(), template, "admin"),
     )
 
 
