@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import Select, or_, select
+from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload, selectinload, undefer
 
@@ -117,9 +117,13 @@ def visible_workspaces_query(user: User, *, only_mine: bool = False, name: str |
     if only_mine:
         query = query.where(Workspace.owner_id == user.id)
     elif not user.is_template_admin:
-        # Theirs, and the workspaces of the templates they administer: one statement whatever their groups.
+        # Theirs, and the workspaces of the templates they administer: one statement whatever their groups. Two
+        # arms of ids rather than an OR, which would read every workspace in name order to test each: the first arm
+        # reads the owner index, the second the template index (empty for most people).
         administered = select(Template.id).where(template_access.template_filter(user, "admin"))
-        query = query.where(or_(Workspace.owner_id == user.id, Workspace.template_id.in_(administered)))
+        theirs = select(Workspace.id).where(Workspace.owner_id == user.id)
+        looked_after = select(Workspace.id).where(Workspace.template_id.in_(administered))
+        query = query.where(Workspace.id.in_(theirs.union_all(looked_after)))
     if name is not None:
         query = query.where(Workspace.name_key == name.lower())
     return query
