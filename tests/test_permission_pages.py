@@ -70,7 +70,8 @@ def test_a_user_admin_builds_a_group_on_the_groups_pages(app: Flask, people: dic
 def test_the_permissions_tab_grants_and_the_template_page_says_who_may_use_it(
     app: Flask, client: FlaskClient, people: dict[str, Persona]
 ) -> None:
-    import_template(client, people, FakeDaemon(client), name="gpu")
+    daemon = FakeDaemon(client)
+    gpu_id = import_template(client, people, daemon, name="gpu")["id"]
     group = client.post("/api/v2/organizations/default/groups", json={"name": "ml"}, headers=people["alice"].auth)
     client.patch(f"/api/v2/groups/{group.json['id']}", json={"add_users": [people["dave"].id]},
                  headers=people["alice"].auth)  # fmt: skip
@@ -96,4 +97,13 @@ def test_the_permissions_tab_grants_and_the_template_page_says_who_may_use_it(
     assert 'id="tab-permissions"' not in dave_page and 'id="template-settings"' not in dave_page
     erin_page = signed_in(app, "erin").get("/templates/gpu").get_data(as_text=True)
     assert 'id="tab-permissions"' in erin_page and 'id="template-settings"' in erin_page
+    # Erin looks after gpu's workspaces' builds: she may stop dave's, not delete it (nor get into it).
+    body = {"template_id": gpu_id, "name": "ws", "rich_parameter_values": [{"name": "region", "value": "eu"}]}
+    workspace = client.post("/api/v2/workspaces", json=body, headers=people["dave"].auth).json
+    job_id = workspace["latest_build"]["job"]["id"]
+    assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
+    assert daemon.call(f"/jobs/{job_id}/complete", {"workspace_build": {"resources": []}}).status_code == 204
+    erin_view = signed_in(app, "erin").get(f"/workspaces/{workspace['id']}").get_data(as_text=True)
+    assert 'name="transition" value="stop"' in erin_view and f"/workspaces/{workspace['id']}/delete" not in erin_view
+    assert signed_in(app, "carol").get(f"/workspaces/{workspace['id']}").status_code == 404
     assert csrf_token(signed_in(app, "erin"), tab)

@@ -259,6 +259,8 @@ def show(workspace_id: str) -> str:
         resources=resources,
         sections=sections,
         can_act=services.can_act(user, workspace),
+        # Start and stop: also the template's own admins (they manage its workspaces' builds).
+        can_build=services.can_build(user, workspace),
         status_of=services.build_status,
         stream_seen=seen,
     )
