@@ -99,3 +99,11 @@ def test_a_member_sees_and_uses_the_template_only_through_the_group(server: Serv
         page.wait_for_selector(".flash-error")
         assert "no longer have permission to use template gpu" in page.locator(".flash-error").inner_text()
     api.close()
+    # The rest of `slipway groups`: rename, list, delete (what it granted goes with it).
+    cli(alice, "groups", "edit", "ml", "--name", "ml-team", "--avatar-url", "/icon/ml.svg")
+    listed_groups = cli(alice, "groups", "list", "-c", "name,members")
+    assert "ml-team" in listed_groups and "Everyone" in listed_groups
+    assert "ml-team" in cli(alice, "templates", "permissions", "list", "gpu")
+    cli(alice, "groups", "delete", "ml-team", "--yes")
+    assert "ml-team" not in cli(alice, "templates", "permissions", "list", "gpu")
+    assert "Only owners and user admins" in cli(carol, "groups", "create", "mine", ok=False)
