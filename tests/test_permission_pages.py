@@ -106,4 +106,7 @@ def test_the_permissions_tab_grants_and_the_template_page_says_who_may_use_it(
     erin_view = signed_in(app, "erin").get(f"/workspaces/{workspace['id']}").get_data(as_text=True)
     assert 'name="transition" value="stop"' in erin_view and f"/workspaces/{workspace['id']}/delete" not in erin_view
     assert signed_in(app, "carol").get(f"/workspaces/{workspace['id']}").status_code == 404
+    listed = signed_in(app, "erin").get("/workspaces").get_data(as_text=True)
+    assert "<th>Owner</th>" in listed and "<td>dave</td>" in listed
+    assert "<th>Owner</th>" not in signed_in(app, "dave").get("/workspaces").get_data(as_text=True)
     assert csrf_token(signed_in(app, "erin"), tab)
