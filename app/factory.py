@@ -9,12 +9,15 @@ from flask import Flask
 
 from app import events, health, metrics
 from app.accounts import api as accounts_api
+from app.accounts import groups_api, groups_views, permissions_api
 from app.accounts import views as accounts_views
 from app.agents import agent_api, app_views, bootstrap, subdomain
 from app.agents import api as agents_api
 from app.agents import views as agent_views
 from app.auth import access, oidc, oidc_views
 from app.auth import views as auth_views
+from app.catalog import acl_api as template_acl_api
+from app.catalog import acl_views as template_acl_views
 from app.catalog import api as catalog_api
 from app.catalog import storage
 from app.catalog import views as catalog_views
@@ -103,6 +106,11 @@ def create_app(settings: Settings | None = None) -> Flask:
         accounts_views.bp,
         accounts_api.bp,
         catalog_api.bp,
+        template_acl_api.bp,
+        template_acl_views.bp,
+        groups_views.bp,
+        groups_api.bp,
+        permissions_api.bp,
         workspaces_api.bp,
         lifecycle_api.bp,
         lifecycle_views.bp,

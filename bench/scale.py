@@ -35,11 +35,12 @@ from flask.testing import FlaskClient
 from flask_migrate import upgrade
 from sqlalchemy import insert
 
-from app.catalog.models import Template, TemplateVersion
+from app.catalog.models import Template, TemplateAcl, TemplateVersion
 from app.core.config import load_settings
 from app.core.extensions import db
 from app.factory import create_app
 from app.files.models import File
+from app.organizations.models import DEFAULT_ORGANIZATION_ID, OrganizationMember
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
@@ -80,6 +81,11 @@ class Deployment:
             others = [{"id": str(uuid.uuid4()), "username": f"user{n}", "email": f"user{n}@example.com",
                        "roles": [], "login_type": "password"} for n in range(users - 2)]  # fmt: skip
             db.session.execute(insert(User), others)
+            # A bulk insert skips the ORM's events: each person joins the default organisation here, as a user
+            # made one at a time does (app/users/models.py).
+            memberships = [{"organization_id": DEFAULT_ORGANIZATION_ID, "user_id": row["id"], "roles": [],
+                            "created_at": NOW, "updated_at": NOW} for row in others]  # fmt: skip
+            db.session.execute(insert(OrganizationMember), memberships)
             self.other_ids = [row["id"] for row in others]
             file = File(sha256="0" * 64, mimetype="application/x-tar", size=5, data=b"bench", created_by=owner.id)
             db.session.add(file)
@@ -98,6 +104,8 @@ class Deployment:
                 db.session.add(template)
                 db.session.flush()
                 version.template_id = template.id
+                # As every new template: Everyone may use it.
+                db.session.add(TemplateAcl(template_id=template.id, group_id=DEFAULT_ORGANIZATION_ID, role="use"))
                 self.templates.append((template.id, version.id))
             daemons = [{"id": str(uuid.uuid4()), "name": f"daemon{n}", "auth": "psk", "tags": {"region": f"r{n % 5}"},
                         "last_seen_at": NOW if n % 2 else NOW - timedelta(days=1)} for n in range(DAEMONS)]  # fmt: skip

@@ -115,7 +115,7 @@ def _user_row(user: User) -> dict[str, object]:
 @click.option("--username", prompt=True)
 @click.option("--email", prompt=True)
 @click.option("--password", prompt=True, hide_input=True, confirmation_prompt=True)
-@click.option("--role", "roles", multiple=True, type=click.Choice(["owner", "template-admin", "member"]))
+@click.option("--role", "roles", multiple=True, type=click.Choice(["owner", "template-admin", "user-admin", "member"]))
 def users_create(username: str, email: str, password: str, roles: tuple[str, ...]) -> None:
     """Create a user who signs in with a password."""
     user = authenticated_client().post(

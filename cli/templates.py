@@ -1,4 +1,4 @@
-"""`slipway templates push|list|edit|delete|pull|versions list|archive|unarchive`."""
+"""`slipway templates push|list|edit|delete|pull|versions list|archive|unarchive|permissions`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from cli.durations import parse_duration
 from cli.follow import follow_job, report
 from cli.output import ListOutput, list_options
 from protocol.codec import JSON
-from protocol.publicapi import ProvisionerDaemon, Template, TemplateVersion, UploadedFile
+from protocol.publicapi import AclAvailable, ProvisionerDaemon, Template, TemplateAcl, TemplateVersion, UploadedFile
 
 
 @click.group()
@@ -340,3 +340,83 @@ def pull(name: str, destination: Path | None, version_name: str, as_tar: bool, a
     except ArchiveError as exc:
         raise click.ClickException(f"cannot unpack version {version.name}: {exc}") from exc
     click.echo(f"Pulled version {version.name} of {name} into {target}.")
+
+
+@templates.group("permissions")
+def permissions() -> None:
+    """Who may use or administer a template (its admins, template admins and owners change it)."""
+
+
+@permissions.command("list")
+@click.argument("name")
+@list_options(available=["kind", "name", "role", "members", "id"], default=["kind", "name", "role", "members"])
+def permissions_list(name: str, listing: ListOutput) -> None:
+    """List template NAME's access list: people and groups, each with use or admin."""
+    client = authenticated_client()
+    path = f"/api/v2/templates/{_existing_template(client, name).id}/acl"
+    answer = client.get(path)
+
+    def rows() -> list[dict[str, object]]:
+        acl = decoded(TemplateAcl, answer, f"GET {path}")
+        people: list[dict[str, object]] = [
+            {"kind": "user", "name": u.username, "role": u.role, "members": "", "id": u.id} for u in acl.users
+        ]
+        groups: list[dict[str, object]] = [
+            {"kind": "group", "name": g.name, "role": g.role, "members": g.total_member_count, "id": g.id}
+            for g in acl.group
+        ]
+        return groups + people
+
+    listing.show(answer, rows)
+
+
+SUBJECT_HELP = "USERNAME=ROLE (use or admin); repeat for more."
+
+
+@permissions.command("set")
+@click.argument("name")
+@click.option("--user", "users", multiple=True, metavar="USERNAME=ROLE", help=SUBJECT_HELP)
+@click.option("--group", "groups", multiple=True, metavar="GROUP=ROLE", help="GROUP=ROLE (use or admin; Everyone too).")
+def permissions_set(name: str, users: tuple[str, ...], groups: tuple[str, ...]) -> None:
+    """Grant people and groups use or admin of template NAME (replacing what they had)."""
+    user_roles = key_value_pairs(users, "--user values")
+    group_roles = key_value_pairs(groups, "--group values")
+    if not user_roles and not group_roles:
+        raise click.UsageError("Give at least one --user USERNAME=ROLE or --group GROUP=ROLE.")
+    _change_acl(name, user_roles, group_roles)
+    click.echo(f"Updated who may use {name}.")
+
+
+@permissions.command("remove")
+@click.argument("name")
+@click.option("--user", "users", multiple=True, metavar="USERNAME", help="A person to take off the list.")
+@click.option("--group", "groups", multiple=True, metavar="GROUP", help="A group to take off the list.")
+def permissions_remove(name: str, users: tuple[str, ...], groups: tuple[str, ...]) -> None:
+    """Take people and groups off template NAME's access list."""
+    if not users and not groups:
+        raise click.UsageError("Give at least one --user or --group.")
+    _change_acl(name, dict.fromkeys(users, ""), dict.fromkeys(groups, ""))
+    click.echo(f"Updated who may use {name}.")
+
+
+def _change_acl(name: str, user_roles: dict[str, str], group_roles: dict[str, str]) -> None:
+    """Names become ids through ``/acl/available`` (open to whoever administers the template, unlike the users
+    list), then one PATCH."""
+    client = authenticated_client()
+    template = _existing_template(client, name)
+    base = f"/api/v2/templates/{template.id}/acl"
+    user_perms: dict[str, JSON] = {}
+    for username, role in user_roles.items():
+        found = client.get_one(AclAvailable, f"{base}/available?{urlencode({'q': username, 'limit': 1000})}").users
+        match = [user for user in found if user.username.lower() == username.lower()]
+        if not match:
+            raise click.ClickException(f"No person named {username!r} in the template's organisation.")
+        user_perms[match[0].id] = role
+    group_perms: dict[str, JSON] = {}
+    for group_name, role in group_roles.items():
+        found_groups = client.get_one(AclAvailable, f"{base}/available?{urlencode({'q': group_name, 'limit': 1000})}")
+        named = [group for group in found_groups.groups if group.name.lower() == group_name.lower()]
+        if not named:
+            raise click.ClickException(f"No group named {group_name!r} in the template's organisation.")
+        group_perms[named[0].id] = role
+    client.request("PATCH", base, json={"user_perms": user_perms, "group_perms": group_perms})

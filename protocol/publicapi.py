@@ -92,6 +92,53 @@ class Template(Message):
     created_at: str | None = None
 
 
+class GroupMember(Message):
+    """A person as a group or an access list shows them (Coder's ReducedUser)."""
+
+    id: str
+    username: str
+    email: str = ""
+
+
+class Group(Message):
+    id: str
+    name: str
+    display_name: str = ""
+    organization_id: str = ""
+    avatar_url: str = ""
+    quota_allowance: int = 0
+    # "user": people manage its members; "oidc": the identity provider does, at each sign-in.
+    source: str = "user"
+    total_member_count: int = 0
+    members: tuple[GroupMember, ...] = ()
+
+
+class AclUser(Message):
+    id: str
+    username: str
+    role: str
+
+
+class AclGroup(Message):
+    id: str
+    name: str
+    display_name: str = ""
+    role: str
+    total_member_count: int = 0
+
+
+class TemplateAcl(Message):
+    """``GET /templates/{id}/acl``: Coder's key for the groups is ``group``."""
+
+    users: tuple[AclUser, ...] = ()
+    group: tuple[AclGroup, ...] = ()
+
+
+class AclAvailable(Message):
+    users: tuple[GroupMember, ...] = ()
+    groups: tuple[Group, ...] = ()
+
+
 class TemplateVersion(Message):
     id: str
     name: str

@@ -294,3 +294,38 @@ def test_each_workspace_learns_its_newest_build_when_it_starts_keeping_it(empty_
         with db.engine.connect() as connection:
             rows = connection.execute(sa.text("SELECT id, latest_build_id FROM workspaces ORDER BY id")).all()
         assert [tuple(row) for row in rows] == [("w1", "w1-b3"), ("w2", "w2-b1")]
+
+
+def test_every_person_template_daemon_and_key_joins_the_default_organisation_and_templates_stay_open(
+    empty_database: Flask,
+) -> None:
+    """0038: nothing changes for anyone on upgrade. Every user is a member of the default organisation (and so of
+    its Everyone group, whose id is the organisation's), every template, daemon and key is the organisation's, and
+    every template, deleted or not, lets Everyone use it; the downgrade takes it all away again."""
+    with empty_database.app_context():
+        upgrade(revision="0037")
+        with db.engine.begin() as connection:
+            for name in ("alice", "bob"):
+                insert(connection, "users", id=name, username=name, email=f"{name}@example.com", roles=[])
+            insert(connection, "templates", id="t1", name="dev", created_by="alice")
+            insert(connection, "templates", id="t2", name="gone", created_by="alice", deleted_at=datetime.now(UTC))
+            insert(connection, "provisioner_keys", id="k", name="gpu", hashed_secret="0" * 64)
+            insert(connection, "provisioner_daemons", id="d", name="builtin-1", auth="builtin")
+        upgrade(revision="0038")
+        with db.engine.connect() as connection:
+            org = raw(connection, "SELECT id FROM organizations WHERE is_default")
+            assert raw(connection, "SELECT name FROM organizations") == "default"
+            assert raw(connection, "SELECT name FROM groups WHERE id = :org", org=org) == "Everyone"
+            members = connection.execute(sa.text("SELECT organization_id, user_id FROM organization_members")).all()
+            assert sorted(tuple(row) for row in members) == [(org, "alice"), (org, "bob")]
+            for table in ("templates", "provisioner_daemons", "provisioner_keys"):
+                owners = connection.execute(sa.text(f"SELECT DISTINCT organization_id FROM {table}")).scalars().all()  # noqa: S608
+                assert owners == [org], table
+            acl = connection.execute(sa.text("SELECT template_id, user_id, group_id, role FROM template_acl")).all()
+            assert sorted(tuple(row) for row in acl) == [("t1", None, org, "use"), ("t2", None, org, "use")]
+            assert raw(connection, "SELECT count(*) FROM group_members") == 0, "Everyone's members are not stored"
+        downgrade(revision="0037")
+        with db.engine.connect() as connection:
+            tables = sa.inspect(connection).get_table_names()
+            assert not {"organizations", "groups", "template_acl", "workspace_acl"} & set(tables)
+            assert raw(connection, "SELECT count(*) FROM templates") == 2

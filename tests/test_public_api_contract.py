@@ -11,11 +11,13 @@ from flask.testing import FlaskClient
 from protocol.codec import decode_list
 from protocol.logs import JobLog
 from protocol.publicapi import (
+    AclAvailable,
     AgentLog,
     ApiToken,
     AuthMethods,
     BuildParameter,
     ErrorBody,
+    Group,
     Job,
     NewApiToken,
     NewProvisionerKey,
@@ -23,6 +25,7 @@ from protocol.publicapi import (
     ProvisionerKey,
     SessionToken,
     Template,
+    TemplateAcl,
     TemplateVersion,
     User,
     Workspace,
@@ -151,3 +154,28 @@ def test_every_answer_the_cli_reads_decodes_into_its_public_api_type(
     stopping = WorkspaceBuild.from_json(stop.json)
     canceled = client.patch(f"/api/v2/provisionerjobs/{stopping.job.id}/cancel", headers=carol.auth)
     assert Job.from_json(canceled.json).status in ("canceled", "canceling")
+
+
+def test_groups_and_access_lists_decode_into_their_public_api_types(
+    client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    """`slipway groups` and `slipway templates permissions` read these."""
+    alice = personas["alice"]
+    template = Template.from_json(import_template(client, personas, FakeDaemon(client)))
+    created = Group.from_json(client.post("/api/v2/organizations/default/groups", json={"name": "ml"},
+                                          headers=alice.auth).json)  # fmt: skip
+    patched = client.patch(
+        f"/api/v2/groups/{created.id}", json={"add_users": [personas["carol"].id]}, headers=alice.auth
+    )
+    group = Group.from_json(patched.json)
+    assert group.total_member_count == 1 and [member.username for member in group.members] == ["carol"]
+    listed = decode_list(Group, client.get("/api/v2/organizations/default/groups", headers=alice.auth).json)
+    assert [item.name for item in listed] == ["Everyone", "ml"]
+    acl_url = f"/api/v2/templates/{template.id}/acl"
+    client.patch(acl_url, json={"group_perms": {group.id: "use"}, "user_perms": {personas["dave"].id: "admin"}},
+                 headers=alice.auth)  # fmt: skip
+    acl = TemplateAcl.from_json(client.get(acl_url, headers=alice.auth).json)
+    assert [(entry.name, entry.role) for entry in acl.group] == [("Everyone", "use"), ("ml", "use")]
+    assert [(entry.username, entry.role) for entry in acl.users] == [("dave", "admin")]
+    available = AclAvailable.from_json(client.get(f"{acl_url}/available?q=car", headers=alice.auth).json)
+    assert [user.username for user in available.users] == ["carol"]

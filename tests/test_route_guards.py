@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -12,6 +13,7 @@ from flask.testing import FlaskClient
 
 from app.factory import create_app
 from tests.conftest import Persona, make_settings
+from tests.support.permissions import more_personas, restricted_template
 
 pytestmark = pytest.mark.databases("sqlite")
 
@@ -46,6 +48,8 @@ OWNER_ONLY_ENDPOINTS = {
     "users_api.get_user",
     "users_api.update_user",
 }
+# Reading people is also a user admin's (they put people in groups); frank is one.
+USER_ADMIN_READS = {"users_api.list_users", "users_api.get_user"}
 # Owners and template admins only; members get 403.
 ADMIN_ONLY_ENDPOINTS = {
     "provisioners.index",
@@ -61,17 +65,61 @@ ADMIN_ONLY_ENDPOINTS = {
     "provisioners_api.list_keys",
     "provisioners_api.delete_key",
     "metrics.metrics",
-    "catalog.delete",
-    "catalog_api.delete_template",
-    "catalog.unarchive",
-    "catalog.retry",
-    "catalog.archive_failed",
-    "catalog_api.unarchive_version",
-    "catalog_api.archive_versions",
     "catalog_api.download_file",
+}
+# A template's own: those who may not use it get 404 (it does not exist for them); TEMPLATE_ADMIN_ENDPOINTS also
+# refuse (403) those who may use it but do not administer it. Proven on a real template (see below).
+TEMPLATE_USE_ENDPOINTS = {
+    "catalog.show",
+    "catalog.versions_events",
+    "catalog_api.get_template",
+    "catalog_api.list_versions",
+    "catalog_api.version_by_name",
+    "catalog_api.get_version",
+    "catalog_api.version_parameters",
+    "catalog_api.version_presets",
+    "catalog_api.version_external_auth",
+    "catalog_api.version_resources",
+}
+TEMPLATE_ADMIN_ENDPOINTS = {
+    "catalog.version",
+    "catalog.version_log_stream",
+    "catalog.retry",
+    "catalog.archive",
+    "catalog.unarchive",
+    "catalog.publish",
+    "catalog.archive_failed",
     "catalog.source",
     "catalog.diff",
     "timings_api.version_timings",
+    "lifecycle.template_settings",
+    "lifecycle_api.update_template",
+    "template_acl.show",
+    "template_acl.grant",
+    "template_acl.remove",
+    "catalog_api.version_variables",
+    "catalog_api.version_logs",
+    "catalog_api.cancel_version",
+    "catalog_api.archive_version",
+    "catalog_api.unarchive_version",
+    "catalog_api.promote_version",
+    "catalog_api.archive_versions",
+    "template_acl_api.get_acl",
+    "template_acl_api.update_acl",
+    "template_acl_api.available",
+    # Last: they delete the template.
+    "catalog.delete",
+    "catalog_api.delete_template",
+}
+# Owners and user admins only: template admins and members get 403.
+GROUP_MANAGER_ENDPOINTS = {
+    "groups_api.create_group",
+    "groups_api.update_group",
+    "groups_api.delete_group",
+    "groups.edit",
+    "groups.add_member",
+    "groups.remove_member",
+    "groups.delete",
 }
 # A person's own things only, whoever asks for someone else's (owners included): 403 for the path's other user.
 SELF_ONLY_ENDPOINTS = {
@@ -120,6 +168,7 @@ def test_public_list_is_exact() -> None:
     assert PUBLIC_ENDPOINTS - {"static"} <= endpoints
     assert OWNER_ONLY_ENDPOINTS <= endpoints
     assert ADMIN_ONLY_ENDPOINTS <= endpoints
+    assert TEMPLATE_USE_ENDPOINTS | TEMPLATE_ADMIN_ENDPOINTS | GROUP_MANAGER_ENDPOINTS <= endpoints
     assert SELF_ONLY_ENDPOINTS <= endpoints
 
 
@@ -168,3 +217,77 @@ def test_nobody_reaches_another_persons_own_routes(
     app: Flask, personas: dict[str, Persona], persona: str, endpoint: str, method: str, path: str
 ) -> None:
     _refused(app, personas, persona, method, path)
+
+
+@pytest.mark.parametrize(("endpoint", "method", "path"), [r for r in ROUTES if r[0] in GROUP_MANAGER_ENDPOINTS])
+@pytest.mark.parametrize("persona", ["bob", "carol"])
+def test_only_owners_and_user_admins_manage_groups(
+    app: Flask, personas: dict[str, Persona], persona: str, endpoint: str, method: str, path: str
+) -> None:
+    _refused(app, personas, persona, method, path)
+
+
+def _template_routes(template: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The template's own routes with its real id, name and active version in the path, deletes last."""
+    values = {
+        "template_id": template["id"],
+        "name": template["name"],
+        "version_id": template["active_version_id"],
+        "version_name": template["version_name"],
+    }
+    routes = []
+    settings = make_settings(Path(tempfile.gettempdir()), "sqlite://", "unix:///nonexistent")
+    for rule in create_app(settings).url_map.iter_rules():
+        if rule.endpoint not in TEMPLATE_USE_ENDPOINTS | TEMPLATE_ADMIN_ENDPOINTS:
+            continue
+        path = rule.rule
+        for argument in rule.arguments:
+            path = path.replace(f"<{argument}>", values[argument])
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            routes.append((rule.endpoint, method, path))
+    return sorted(routes, key=lambda route: "delete" in route[0])
+
+
+# What each of the cast gets on the template only the group ml may use and erin administers: carol (outside the
+# group), dave (in it), erin (its admin through the access list) and frank (a user admin: no template rights).
+EXPECTED = {
+    "carol": {"use": 404, "admin": 404},
+    "frank": {"use": 404, "admin": 404},
+    "dave": {"use": "allowed", "admin": 403},
+    "erin": {"use": "allowed", "admin": "allowed"},
+    "bob": {"use": "allowed", "admin": "allowed"},
+}
+
+
+@pytest.mark.parametrize("persona", sorted(EXPECTED))
+def test_a_templates_routes_follow_its_access_list(app: Flask, personas: dict[str, Persona], persona: str) -> None:
+    app.config["WTF_CSRF_ENABLED"] = False
+    api = app.test_client()
+    people = more_personas(app, personas)
+    template = restricted_template(api, people)
+    version = api.get(f"/api/v2/templateversions/{template['active_version_id']}", headers=people["bob"].auth)
+    template["version_name"] = version.json["name"]
+    page = app.test_client()
+    page.post("/login", data={"email": f"{persona}@example.com", "password": people[persona].password})
+    wrong = []
+    for endpoint, method, path in _template_routes(template):
+        expected = EXPECTED[persona]["admin" if endpoint in TEMPLATE_ADMIN_ENDPOINTS else "use"]
+        if path.startswith(PROGRAM_PATHS):
+            response = api.open(path, method=method, json={}, headers=people[persona].auth)
+        else:
+            response = page.open(path, method=method, data={})
+        status = response.status_code
+        response.close()
+        if (expected == "allowed" and status in (401, 403, 404)) or (expected != "allowed" and status != expected):
+            wrong.append(f"{method} {path}: {status}, expected {expected}")
+    assert wrong == []
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "method", "path"), [r for r in ROUTES if r[0] in OWNER_ONLY_ENDPOINTS - USER_ADMIN_READS]
+)
+def test_user_admins_are_refused_what_only_owners_do(
+    app: Flask, personas: dict[str, Persona], endpoint: str, method: str, path: str
+) -> None:
+    people = more_personas(app, personas)
+    _refused(app, people, "frank", method, path)

@@ -10,8 +10,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.catalog.models import Template
+from app.catalog.models import Template, TemplateAcl
+from app.core.columns import new_id
 from app.core.extensions import db
+from app.organizations.models import DEFAULT_ORGANIZATION_ID
 from tests.conftest import PASSWORD, Persona
 from tests.support.web import sign_in
 
@@ -34,12 +36,13 @@ def templates(app: Flask, personas: dict[str, Persona]) -> None:
     with app.app_context():
         for day, (name, display_name, deprecation) in enumerate(rows):
             when = START + timedelta(days=day)
-            db.session.add(
-                Template(
-                    name=name, display_name=display_name, deprecation_message=deprecation,
-                    created_by=personas["bob"].id, created_at=when, updated_at=when,
-                )
+            template = Template(
+                id=new_id(), name=name, display_name=display_name, deprecation_message=deprecation,
+                created_by=personas["bob"].id, created_at=when, updated_at=when,
             )  # fmt: skip
+            # As every new template: Everyone (the default organisation's group) may use it.
+            everyone = TemplateAcl(template_id=template.id, group_id=DEFAULT_ORGANIZATION_ID, role="use")
+            db.session.add_all([template, everyone])
         db.session.commit()
 
 

@@ -13,7 +13,7 @@ from app.core.errors import InvalidInput, NotFound
 from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, string_field, whole_number_field
 from app.users import services
-from app.users.models import ROLE_OWNER
+from app.users.models import ROLE_OWNER, ROLE_USER_ADMIN
 from app.users.search import listed_users
 from app.users.tokens import (
     api_tokens_query,
@@ -74,7 +74,7 @@ def me() -> Response:
 
 
 @bp.get("/users")
-@require_role(ROLE_OWNER)
+@require_role(ROLE_OWNER, ROLE_USER_ADMIN)
 def list_users() -> Response:
     """``?q=`` Coder's user filter (status: role: login_type: and a name), ``?sort=`` username, created, last_seen
     (``-`` for the newest first)."""
@@ -97,9 +97,10 @@ def create_user() -> tuple[Response, int]:
 
 
 @bp.get("/users/<user_id>")
-@require_role(ROLE_OWNER)
+@require_role(ROLE_OWNER, ROLE_USER_ADMIN)
 def get_user(user_id: str) -> Response:
-    return jsonify(services.get_user(user_id).to_json())
+    """By id or username; owners and user admins (who manage groups of people)."""
+    return jsonify(services.get_user_by_reference(user_id).to_json())
 
 
 @bp.patch("/users/<user_id>")

@@ -14,8 +14,10 @@ from app.core.errors import DomainError, InvalidInput
 from app.core.pagination import Page, page_of, requested_page
 from app.core.validation import FieldErrors
 from app.externalauth import services as external_auth
+from app.groups.services import groups_of_users
 from app.lifecycle import settings as lifecycle_settings
 from app.notifications import services as notifications
+from app.organizations.models import DEFAULT_ORGANIZATION_ID
 from app.users import services
 from app.users.browser_sessions import browser_sessions_query, end_browser_session_of
 from app.users.models import (
@@ -23,6 +25,7 @@ from app.users.models import (
     ROLE_MEMBER,
     ROLE_OWNER,
     ROLE_TEMPLATE_ADMIN,
+    ROLE_USER_ADMIN,
     STATUS_ACTIVE,
     STATUS_SUSPENDED,
     User,
@@ -71,13 +74,19 @@ def index() -> str | tuple[str, int] | Response:
             form=form,
             errors=errors,
             roles=ASSIGNABLE_ROLES,
+            user_groups=groups_of_users([user.id for user in page.rows], DEFAULT_ORGANIZATION_ID),
         ),
         status,
     )
 
 
 # How the confirmation and the message after it name each role.
-ROLE_PHRASES = {ROLE_OWNER: "an owner", ROLE_TEMPLATE_ADMIN: "a template admin", ROLE_MEMBER: "a member"}
+ROLE_PHRASES = {
+    ROLE_OWNER: "an owner",
+    ROLE_TEMPLATE_ADMIN: "a template admin",
+    ROLE_USER_ADMIN: "a user admin",
+    ROLE_MEMBER: "a member",
+}
 STATUS_OUTCOMES = {STATUS_SUSPENDED: "was suspended", STATUS_ACTIVE: "was activated"}
 
 

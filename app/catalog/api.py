@@ -8,7 +8,8 @@ from flask import Response, jsonify, request
 
 from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
-from app.catalog import admin, services, storage
+from app.catalog import access, admin, services, storage
+from app.catalog.access import TemplateNeed
 from app.catalog.models import TemplateVersion
 from app.catalog.presets import preset_json
 from app.catalog.search import listed_templates
@@ -30,8 +31,8 @@ ADMINS = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
 
 
 @bp.post("/files")
-@require_role(*ADMINS)
 def upload_file() -> tuple[Response, int]:
+    access.require_author(api_user())
     # A little headroom so an archive just over the limit gets our message rather than a bare 413.
     request.max_content_length = MAX_ARCHIVE_BYTES + 1024
     if request.content_length is not None and request.content_length > MAX_ARCHIVE_BYTES:
@@ -49,9 +50,9 @@ def download_file(file_id: str) -> Response:
 
 
 @bp.get("/users/me/template-storage")
-@require_role(*ADMINS)
 def template_storage() -> Response:
     """What the caller's template archives take of their quota (``quota_bytes`` 0: no limit)."""
+    access.require_author(api_user())
     return jsonify(storage.storage_usage(api_user(), storage.configured_quota()).to_json())
 
 
@@ -65,8 +66,9 @@ def version_json(version: TemplateVersion) -> JsonObject:
 
 
 @bp.post("/templateversions")
-@require_role(*ADMINS)
 def create_version() -> tuple[Response, int]:
+    """A template's own admins push to it; only owners and template admins push what becomes a new template."""
+    access.require_author(api_user())
     body, errors = json_body(), FieldErrors()
     file_id = string_field(body, "file_id", errors)
     template_id = string_field(body, "template_id", errors, required=False) or None
@@ -80,9 +82,10 @@ def create_version() -> tuple[Response, int]:
     return jsonify(version_json(version)), 201
 
 
-def _readable_version(version_id: str) -> TemplateVersion:
-    # Members build from templates but do not read their import internals.
-    return services.get_version(version_id)
+def _readable_version(version_id: str, need: TemplateNeed = "use") -> TemplateVersion:
+    """Those who may use its template read what they build from (parameters, resources); its import internals
+    (variables, logs) and changes need ``admin``."""
+    return services.get_version_for(api_user(), version_id, need)
 
 
 @bp.get("/templateversions/<version_id>")
@@ -107,9 +110,8 @@ def version_external_auth(version_id: str) -> Response:
 
 
 @bp.get("/templateversions/<version_id>/variables")
-@require_role(*ADMINS)
 def version_variables(version_id: str) -> Response:
-    return jsonify(services.public_variables(_readable_version(version_id)))
+    return jsonify(services.public_variables(_readable_version(version_id, "admin")))
 
 
 @bp.get("/templateversions/<version_id>/resources")
@@ -119,30 +121,26 @@ def version_resources(version_id: str) -> Response:
 
 
 @bp.get("/templateversions/<version_id>/logs")
-@require_role(*ADMINS)
 def version_logs(version_id: str) -> Response:
-    return logs_response(_readable_version(version_id).job)
+    return logs_response(_readable_version(version_id, "admin").job)
 
 
 @bp.patch("/templateversions/<version_id>/cancel")
-@require_role(*ADMINS)
 def cancel_version(version_id: str) -> Response:
-    version = _readable_version(version_id)
+    version = _readable_version(version_id, "admin")
     cancel_job(version.job)
     return jsonify(version_json(version))
 
 
 @bp.post("/templateversions/<version_id>/archive")
-@require_role(*ADMINS)
 def archive_version(version_id: str) -> Response:
-    return jsonify(version_json(storage.archive_version(_readable_version(version_id))))
+    return jsonify(version_json(storage.archive_version(_readable_version(version_id, "admin"))))
 
 
 @bp.post("/templateversions/<version_id>/unarchive")
-@require_role(*ADMINS)
 def unarchive_version(version_id: str) -> Response:
     """409 when its archive was freed meanwhile; 413 when it would take its creator over their storage quota."""
-    return jsonify(version_json(admin.unarchive_version(_readable_version(version_id))))
+    return jsonify(version_json(admin.unarchive_version(_readable_version(version_id, "admin"))))
 
 
 @bp.post("/templates")
@@ -163,52 +161,52 @@ def list_templates() -> Response:
     """``?q=`` Coder's template filter (a name, exact_name:, deprecated:), ``?sort=`` name, created, updated (``-``
     reverses), ``?name=`` the one template so called."""
     args = request.args
-    query = listed_templates(args.get("q", ""), args.get("sort", ""), name=args.get("name"))
+    query = listed_templates(api_user(), args.get("q", ""), args.get("sort", ""), name=args.get("name"))
     templates, total = PageRequest.from_args().rows(query)
     return with_total(jsonify([template.to_json() for template in templates]), total)
 
 
 @bp.get("/templates/<template_id>")
 def get_template(template_id: str) -> Response:
-    return jsonify(services.get_template(template_id).to_json())
+    return jsonify(services.get_template_for(api_user(), template_id).to_json())
 
 
 @bp.delete("/templates/<template_id>")
-@require_role(*ADMINS)
 def delete_template(template_id: str) -> tuple[str, int]:
     """204; 409 naming the workspaces while any uses the template."""
-    admin.delete_template(services.get_template(template_id))
+    admin.delete_template(services.get_template_for(api_user(), template_id, "admin"))
     return "", 204
 
 
 @bp.get("/templates/<template_id>/versions")
 def list_versions(template_id: str) -> Response:
-    versions, total = PageRequest.from_args().rows(services.versions_query(services.get_template(template_id)))
+    template = services.get_template_for(api_user(), template_id)
+    versions, total = PageRequest.from_args().rows(services.versions_query(template))
     return with_total(jsonify(versions_json(versions)), total)
 
 
 @bp.get("/templates/<template_id>/versions/<version_name>")
 def version_by_name(template_id: str, version_name: str) -> Response:
-    return jsonify(version_json(services.get_version_by_name(services.get_template(template_id), version_name)))
+    template = services.get_template_for(api_user(), template_id)
+    return jsonify(version_json(services.get_version_by_name(template, version_name)))
 
 
 @bp.post("/templates/<template_id>/versions/archive")
-@require_role(*ADMINS)
 def archive_versions(template_id: str) -> Response:
     """Coder's bulk archive: the failed versions, or with ``{"all": true}`` every unused one."""
     body = json_body()
     everything = body.get("all", False)
     if not isinstance(everything, bool):
         raise InvalidInput("Invalid request.", validations=[{"field": "all", "detail": "Must be true or false."}])
-    template = services.get_template(template_id)
+    template = services.get_template_for(api_user(), template_id, "admin")
     archived = admin.archive_unused_versions(template, everything_unused=everything)
     return jsonify({"template_id": template.id, "archived_ids": [version.id for version in archived]})
 
 
 @bp.patch("/templates/<template_id>/versions")
-@require_role(*ADMINS)
 def promote_version(template_id: str) -> Response:
+    template = services.get_template_for(api_user(), template_id, "admin")
     body, errors = json_body(), FieldErrors()
     version_id = string_field(body, "id", errors)
     errors.raise_if_any()
-    return jsonify(services.promote_version(services.get_template(template_id), version_id).to_json())
+    return jsonify(services.promote_version(template, version_id).to_json())

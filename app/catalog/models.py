@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, CheckConstraint, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 from sqlalchemy.sql.expression import false, true
 
@@ -10,6 +10,8 @@ from app.core.columns import IdColumn, MessageListColumn, UTCDateTime, new_id, r
 from app.core.encrypted_columns import EncryptedMessageListColumn
 from app.core.extensions import Model
 from app.core.schedules import weekdays_from_mask
+from app.groups.models import ONE_SUBJECT
+from app.organizations.models import DEFAULT_ORGANIZATION_ID
 from app.provisioning.models import ProvisionerJob
 from protocol.codec import JSON as JsonValue
 from protocol.codec import JsonObject
@@ -23,6 +25,11 @@ class Template(Model):
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(32), unique=True)
+    # Who may use it is its access list (TemplateAcl) within this organisation; until more organisations exist,
+    # every template is the default one's.
+    organization_id: Mapped[str] = mapped_column(
+        ForeignKey("organizations.id"), index=True, default=DEFAULT_ORGANIZATION_ID
+    )
     display_name: Mapped[str] = mapped_column(String(64), default="")
     description: Mapped[str] = mapped_column(Text, default="")
     icon: Mapped[str] = mapped_column(String(256), default="")
@@ -85,6 +92,28 @@ class Template(Model):
             "created_at": rfc3339(self.created_at),
             "updated_at": rfc3339(self.updated_at),
         }
+
+
+class TemplateAcl(Model):
+    """One entry of a template's access list: a person or a group (exactly one) may ``use`` or ``admin`` it.
+
+    The two unique indexes lead with the template, so "may U use T" probes them by key, and "which templates may
+    U use" is one query whatever the number of entries (app/catalog/access.py); the subject indexes serve the
+    reverse lookups (a group's templates, the cascade when a person or group is deleted)."""
+
+    __tablename__ = "template_acl"
+    __table_args__ = (
+        CheckConstraint(ONE_SUBJECT, name="one_subject"),
+        Index("uq_template_acl_template_id_user_id", "template_id", "user_id", unique=True),
+        Index("uq_template_acl_template_id_group_id", "template_id", "group_id", unique=True),
+    )
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    template_id: Mapped[str] = mapped_column(ForeignKey("templates.id", ondelete="CASCADE"))
+    user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    group_id: Mapped[str | None] = mapped_column(ForeignKey("groups.id", ondelete="CASCADE"), index=True)
+    role: Mapped[str] = mapped_column(String(8))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class TemplateVersion(Model):

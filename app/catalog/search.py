@@ -10,6 +10,7 @@ from sqlalchemy import Select, func, or_
 from app.catalog.models import Template
 from app.catalog.services import templates_query
 from app.core.filters import Orders, ordered, parse_terms, true_or_false
+from app.users.models import User
 
 _EXAMPLES = {"name": "docker", "exact_name": "docker", "deprecated": "true"}
 # ?sort= → the columns; "-" reads it the other way (the newest first).
@@ -23,10 +24,11 @@ SORTS: Orders = {
 }
 
 
-def listed_templates(text: str = "", sort: str = "", *, name: str | None = None) -> Select[Template]:
-    """Every template (or the one called ``name``) the filter ``text`` lets through, in the order ``sort`` names
-    (by name when blank): the API's list and the page's. A term it cannot read is a 400 that says what it takes."""
-    return ordered(searched_templates(templates_query(name), text), sort, SORTS, "name")
+def listed_templates(viewer: User, text: str = "", sort: str = "", *, name: str | None = None) -> Select[Template]:
+    """Every template ``viewer`` may use (or the one called ``name``) the filter ``text`` lets through, in the order
+    ``sort`` names (by name when blank): the API's list and the page's. A term it cannot read is a 400 that says
+    what it takes."""
+    return ordered(searched_templates(templates_query(viewer, name), text), sort, SORTS, "name")
 
 
 def searched_templates(query: Select[Template], text: str) -> Select[Template]:

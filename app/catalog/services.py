@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from flask import current_app
 from sqlalchemy import Select, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload
 
-from app.catalog.models import Template, TemplateVersion
+from app.catalog import access
+from app.catalog.access import TemplateNeed
+from app.catalog.models import Template, TemplateAcl, TemplateVersion
 from app.catalog.terraform_requirements import required_terraform
 from app.catalog.version_names import readable_name, version_name_problem
-from app.core.errors import Conflict, InvalidInput, NotFound
+from app.core.config import Settings
+from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
 from app.files.services import archive_bytes, usable_file
+from app.groups.models import ACL_USE
 from app.provisioning.jobs import dispatch, new_job
 from app.provisioning.models import CANCELED, DEBUG_LOGGING, FAILED, SUCCEEDED, ProvisionerJob
 from app.users.models import User
@@ -48,7 +53,9 @@ def create_version(
     :func:`publish_imported`); empty, it waits for someone to publish it. ``debug_logging``: its import runs
     Terraform with TF_LOG=debug."""
     stored = usable_file(file_id)
-    template = get_template(template_id) if template_id is not None else None
+    template = get_template_for(actor, template_id, "admin") if template_id is not None else None
+    if template is None:
+        _require_may_publish(actor, publish_as)
     name = new_version_name(template, name.strip())
     try:
         tags = normalise_tags(provisioner_tags or {}, actor.id)
@@ -77,6 +84,19 @@ def create_version(
     db.session.commit()
     dispatch(job)
     return version
+
+
+def _require_may_publish(actor: User, publish_as: str) -> None:
+    """A version of no template yet: only owners and template admins make new templates, while a template's own
+    admins may publish to it by name."""
+    if actor.is_template_admin:
+        return
+    existing = db.session.scalar(
+        select(Template).where(func.lower(Template.name) == publish_as.lower(), Template.deleted_at.is_(None))
+    )
+    if not publish_as or existing is None:
+        raise Forbidden("Only owners and template admins create templates: push a version to a template you manage.")
+    access.require(actor, existing, "admin")
 
 
 def retry_import(actor: User, failed: TemplateVersion, *, debug_logging: bool = False) -> TemplateVersion:
@@ -119,6 +139,19 @@ def get_version(version_id: str) -> TemplateVersion:
     return version
 
 
+def get_version_for(user: User, version_id: str, need: TemplateNeed = "use") -> TemplateVersion:
+    """The version if ``user`` may ``need`` its template. A version of no template yet (an upload waiting to be
+    published) is its uploader's and the site template admins' alone."""
+    version = get_version(version_id)
+    template = db.session.get(Template, version.template_id) if version.template_id else None
+    if template is not None:
+        # A deleted template's versions stay readable to its admins (their history), through the same rule.
+        access.require(user, template, need)
+    elif not (user.is_template_admin or version.created_by == user.id):
+        raise NotFound("No such template version.")
+    return version
+
+
 def create_template(actor: User, name: str, version_id: str, display_name: str = "", description: str = "") -> Template:
     name = check_template_name(name)
     version = get_version(version_id)
@@ -136,6 +169,7 @@ def create_template(actor: User, name: str, version_id: str, display_name: str =
     db.session.add(template)
     try:
         db.session.flush()
+        open_to_everyone(template)
         version.template_id = template.id
         template.active_version_id = version.id
         db.session.commit()
@@ -161,6 +195,7 @@ def publish_imported(version: TemplateVersion) -> Template | None:
                 db.session.add(template)
         except IntegrityError:
             return None
+        open_to_everyone(template)
     if version.template_id != template.id and version.name in _version_names(
         template.id
     ):  # a template of that name was made meanwhile, with a version of the same name
@@ -171,32 +206,53 @@ def publish_imported(version: TemplateVersion) -> Template | None:
     return template
 
 
-def templates_query(name: str | None = None) -> Select[Template]:
-    """Templates by name (then id, so that pages never overlap), or the one named ``name``."""
-    query = select(Template).where(Template.deleted_at.is_(None)).order_by(Template.name, Template.id)
+def open_to_everyone(template: Template) -> None:
+    """A new template's access list: Everyone in its organisation may use it, unless the deployment says new
+    templates start closed (SLIPWAY_NEW_TEMPLATES_FOR_EVERYONE=false). The caller commits."""
+    settings: Settings = current_app.config["SLIPWAY_SETTINGS"]
+    if settings.new_templates_for_everyone:
+        # The Everyone group's id is its organisation's.
+        db.session.add(TemplateAcl(template_id=template.id, group_id=template.organization_id, role=ACL_USE))
+
+
+def templates_query(viewer: User, name: str | None = None) -> Select[Template]:
+    """The templates ``viewer`` may use, by name (then id, so that pages never overlap), or the one named ``name``."""
+    query = (
+        select(Template)
+        .where(Template.deleted_at.is_(None), access.template_filter(viewer, "use"))
+        .order_by(Template.name, Template.id)
+    )
     if name:
         query = query.where(Template.name == name)
     return query
 
 
-def list_templates(name: str | None = None) -> list[Template]:
-    return list(db.session.scalars(templates_query(name)))
+def list_templates(viewer: User, name: str | None = None) -> list[Template]:
+    return list(db.session.scalars(templates_query(viewer, name)))
 
 
 def get_template(template_id: str) -> Template:
+    """The template, whoever asks: for the server's own work (an import's completion, the lifecycle executor).
+    Anything a person asks for goes through :func:`get_template_for`."""
     template = db.session.get(Template, template_id)
     if template is None or template.deleted_at is not None:
         raise NotFound("No such template.")
     return template
 
 
-def get_template_by_name(name: str) -> Template:
+def get_template_for(user: User, template_id: str, need: TemplateNeed = "use") -> Template:
+    """The template if ``user`` may ``need`` it; 404 when they may not use it (it does not exist for them), 403 when
+    they may use it but ``need`` admin."""
+    return access.require(user, get_template(template_id), need)
+
+
+def get_template_by_name_for(user: User, name: str, need: TemplateNeed = "use") -> Template:
     template: Template | None = db.session.scalar(
         select(Template).where(Template.name == name, Template.deleted_at.is_(None))
     )
-    if template is None:
+    if template is None or access.template_role(user, template) is None:
         raise NotFound(f"No template named {name!r}.")
-    return template
+    return access.require(user, template, need)
 
 
 def get_version_by_name(template: Template, name: str) -> TemplateVersion:

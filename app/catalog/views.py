@@ -9,11 +9,11 @@ from werkzeug.wrappers import Response
 
 from app.auth.access import page_user, require_role
 from app.auth.blueprints import page_blueprint
-from app.catalog import admin, services, storage
+from app.catalog import access, acl, admin, services, storage
 from app.catalog import source as catalog_source
 from app.catalog.models import Template, TemplateVersion
 from app.catalog.search import listed_templates
-from app.core.errors import DomainError, InvalidInput, NotFound
+from app.core.errors import DomainError, Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.markdown_render import render_markdown
 from app.core.pagination import Page, page_of, requested_page
@@ -49,7 +49,7 @@ def _index_context() -> dict[str, object]:
     usage = storage.storage_usage(user, storage.configured_quota()) if user.is_template_admin else None
     search, sort = request.args.get("q", "").strip(), request.args.get("sort", "")
     try:
-        page = page_of(listed_templates(search, sort), requested_page(), endpoint="catalog.index")
+        page = page_of(listed_templates(user, search, sort), requested_page(), endpoint="catalog.index")
         search_error = ""
     except InvalidInput as error:  # the box keeps what was typed, with what is wrong with it
         page, search_error = Page.empty(), error.message
@@ -72,9 +72,10 @@ def routing_check() -> str:
 
 
 @bp.post("/templates")
-@require_role(*ADMINS)
 def upload() -> Response | tuple[str, int]:
-    """One form for a new template or a new version: an archive, or the .tf files themselves."""
+    """One form for a new template or a new version: an archive, or the .tf files themselves (a template's own
+    admins may push to it; only owners and template admins make new ones)."""
+    access.require_author(page_user())
     form = {key: request.form.get(key, "") for key in ("name", "version_name", "tags", "variables", "publish")}
     request.max_content_length = MAX_ARCHIVE_BYTES + 1024 * 1024
     try:
@@ -85,7 +86,7 @@ def upload() -> Response | tuple[str, int]:
             variables = parse_tag_arguments([line for line in form["variables"].splitlines() if line.strip()])
         except TagError as exc:
             raise InvalidInput(str(exc)) from exc
-        existing = services.list_templates(name)
+        existing = services.list_templates(page_user(), name)
         version_name = _checked_version_name(existing[0] if existing else None, form["version_name"].strip())
         stored = storage.store_archive(page_user(), archive, storage.configured_quota())
         version = services.create_version(
@@ -124,7 +125,7 @@ def _uploaded_archive(files: list[FileStorage]) -> bytes:
 
 @bp.get("/templates/<name>")
 def show(name: str) -> str:
-    template = services.get_template_by_name(name)
+    template = services.get_template_by_name_for(page_user(), name)
     active = services.get_version(template.active_version_id) if template.active_version_id else None
     versions = page_of(services.versions_query(template), requested_page())
     return render_template(
@@ -138,6 +139,8 @@ def show(name: str) -> str:
         resources=job_resources(active.job_id, "start") if active else [],
         readme=render_markdown(active.readme) if active and active.readme else None,
         external_auth=external_auth.needs_status(page_user(), active.external_auth) if active else [],
+        access_list=acl.template_acl(template),
+        may_admin=access.may(page_user(), template, "admin"),
     )
 
 
@@ -145,7 +148,7 @@ def show(name: str) -> str:
 def versions_events(name: str) -> Response:
     """`refresh` when the template page's page of versions (?page=) changes. Checked on job notices (a version
     pushed, an import ending); a publish or an archive by someone else shows with the next one."""
-    template_id, number = services.get_template_by_name(name).id, requested_page()
+    template_id, number = services.get_template_by_name_for(page_user(), name).id, requested_page()
 
     def live_state() -> object:
         template = db.session.get(Template, template_id)
@@ -164,9 +167,8 @@ def _versions_state(template: Template, versions: Page) -> tuple[str | None, lis
 
 
 @bp.get("/templates/versions/<version_id>")
-@require_role(*ADMINS)
 def version(version_id: str) -> str:
-    found = services.get_version(version_id)
+    found = services.get_version_for(page_user(), version_id, "admin")
     return render_template(
         "catalog/version.html",
         version=found,
@@ -179,9 +181,9 @@ def version(version_id: str) -> str:
 
 
 @bp.get("/templates/versions/<version_id>/log/stream")
-@require_role(*ADMINS)
 def version_log_stream(version_id: str) -> Response:
     template_name, csrf = request.args.get("template_name", ""), generate_csrf()
+    watched = services.get_version_for(page_user(), version_id, "admin")
 
     def follow_up(job: ProvisionerJob) -> str:
         """As the import ends: published by its upload, or the Publish form (no reload, no extra step)."""
@@ -193,7 +195,7 @@ def version_log_stream(version_id: str) -> Response:
         )
 
     return page_stream(
-        services.get_version(version_id).job,
+        watched.job,
         lambda job: job.status,
         job_status=True,
         follow_up=follow_up,
@@ -202,10 +204,9 @@ def version_log_stream(version_id: str) -> Response:
 
 
 @bp.post("/templates/versions/<version_id>/retry")
-@require_role(*ADMINS)
 def retry(version_id: str) -> Response:
     """Import a failed version's files again as a new version; ``debug=1`` runs its Terraform with TF_LOG=debug."""
-    found = services.get_version(version_id)
+    found = services.get_version_for(page_user(), version_id, "admin")
 
     def retry_import(debug_logging: bool) -> str:
         retried = services.retry_import(page_user(), found, debug_logging=debug_logging)
@@ -215,10 +216,9 @@ def retry(version_id: str) -> Response:
 
 
 @bp.post("/templates/versions/<version_id>/archive")
-@require_role(*ADMINS)
 def archive(version_id: str) -> Response:
     """Archive a version from its template's page: it builds no new workspace and stops counting for storage."""
-    found = services.get_version(version_id)
+    found = services.get_version_for(page_user(), version_id, "admin")
     template = services.get_template(found.template_id) if found.template_id else None
     try:
         storage.archive_version(found)
@@ -231,9 +231,8 @@ def archive(version_id: str) -> Response:
 
 
 @bp.post("/templates/versions/<version_id>/unarchive")
-@require_role(*ADMINS)
 def unarchive(version_id: str) -> Response:
-    found = services.get_version(version_id)
+    found = services.get_version_for(page_user(), version_id, "admin")
     try:
         admin.unarchive_version(found)
         flash(f"Version {found.name} is no longer archived.", "success")
@@ -245,10 +244,9 @@ def unarchive(version_id: str) -> Response:
 
 
 @bp.post("/templates/<name>/versions/archive")
-@require_role(*ADMINS)
 def archive_failed(name: str) -> Response:
     """The Versions card's bulk action: archive every failed (or canceled) version at once."""
-    template = services.get_template_by_name(name)
+    template = services.get_template_by_name_for(page_user(), name, "admin")
     archived = admin.archive_unused_versions(template, everything_unused=False)
     if archived:
         names = ", ".join(version.name for version in archived)
@@ -259,10 +257,12 @@ def archive_failed(name: str) -> Response:
 
 
 @bp.post("/templates/versions/<version_id>/publish")
-@require_role(*ADMINS)
 def publish(version_id: str) -> Response | tuple[str, int]:
-    """Make a successfully imported version a new template, or the active version of its template."""
-    found = services.get_version(version_id)
+    """Make a successfully imported version a new template (owners and template admins), or the active version of
+    its template (its admins too)."""
+    found = services.get_version_for(page_user(), version_id, "admin")
+    if not found.template_id and not page_user().is_template_admin:
+        raise Forbidden("Only owners and template admins create templates.")
     try:
         if found.template_id:
             template = services.promote_version(services.get_template(found.template_id), found.id)
@@ -277,10 +277,9 @@ def publish(version_id: str) -> Response | tuple[str, int]:
 
 
 @bp.route("/templates/<name>/delete", methods=["GET", "POST"])
-@require_role(*ADMINS)
 def delete(name: str) -> Response | str | tuple[str, int]:
     """Deleting asks for the template's name first, and says which workspaces still use it when any does."""
-    template = services.get_template_by_name(name)
+    template = services.get_template_by_name_for(page_user(), name, "admin")
     if request.method == "POST":
         try:
             if request.form.get("name", "").strip() != template.name:
@@ -300,10 +299,9 @@ def _version_of(template: Template, name: str | None, default: TemplateVersion |
 
 
 @bp.get("/templates/<name>/source")
-@require_role(*ADMINS)
 def source(name: str) -> str:
     """The Source tab: a version's files (the active one unless ``?version=``) and one of them highlighted."""
-    template = services.get_template_by_name(name)
+    template = services.get_template_by_name_for(page_user(), name, "admin")
     versions = services.list_versions(template)
     active = next((item for item in versions if item.id == template.active_version_id), None)
     version = _version_of(template, request.args.get("version"), active or (versions[0] if versions else None))
@@ -324,10 +322,9 @@ def source(name: str) -> str:
 
 
 @bp.get("/templates/<name>/diff")
-@require_role(*ADMINS)
 def diff(name: str) -> str:
     """Compare versions: by default the active (or newest) version against the one before it."""
-    template = services.get_template_by_name(name)
+    template = services.get_template_by_name_for(page_user(), name, "admin")
     versions = services.list_versions(template)
     default_new = next((item for item in versions if item.id == template.active_version_id), None)
     default_new = default_new or (versions[0] if versions else None)

@@ -111,6 +111,9 @@ class Settings:
     wildcard_access_url: str = ""
     # Bytes of template archives each person may keep (their uploads and their versions' archives); 0: no limit.
     template_storage_quota: int = 1024**3
+    # A new template's access list starts with Everyone→use (anyone in its organisation may use it); false: it
+    # starts empty, and only its admins, owners and template admins see it until someone is granted access.
+    new_templates_for_everyone: bool = True
     # Notifications by email (SMTP, enabled by a smarthost) and by webhook (app/notifications/delivery.py).
     email_smarthost: str = ""
     email_from: str = ""
@@ -241,6 +244,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         disable_path_apps=_bool(env, "DISABLE_PATH_APPS", False),
         wildcard_access_url=_parse_wildcard_access_url(_get(env, "WILDCARD_ACCESS_URL"), access_url),
         template_storage_quota=_size(env, "TEMPLATE_STORAGE_QUOTA", "1GiB"),
+        new_templates_for_everyone=_bool(env, "NEW_TEMPLATES_FOR_EVERYONE", True),
     )
     return _with_external_auth(_with_notifications(_with_oidc(settings, env), env), env)
 

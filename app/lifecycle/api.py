@@ -7,7 +7,7 @@ from flask import Response, jsonify
 
 from app.auth.access import api_user, require_role
 from app.auth.blueprints import api_blueprint
-from app.catalog.services import get_template
+from app.catalog.services import get_template_for
 from app.core.columns import rfc3339
 from app.core.validation import json_body
 from app.lifecycle import settings
@@ -58,9 +58,9 @@ def set_dormant(workspace_id: str) -> Response:
 
 
 @bp.patch("/templates/<template_id>")
-@require_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
 def update_template(template_id: str) -> Response:
-    return jsonify(settings.update_template(get_template(template_id), json_body()).to_json())
+    template = get_template_for(api_user(), template_id, "admin")
+    return jsonify(settings.update_template(template, json_body()).to_json())
 
 
 @bp.get("/workspaces/lifecycle-upcoming")

@@ -10,7 +10,7 @@ from werkzeug.wrappers import Response
 
 from app.auth.access import page_user, require_role
 from app.auth.blueprints import page_blueprint
-from app.catalog.services import get_template_by_name, get_version
+from app.catalog.services import get_template_by_name_for, get_version
 from app.core.columns import rfc3339, utcnow
 from app.core.errors import DomainError
 from app.core.extensions import db
@@ -150,10 +150,9 @@ _FLAG_FIELDS = ("allow_user_autostart", "allow_user_autostop", "require_active_v
 
 
 @bp.route("/templates/<name>/settings", methods=["GET", "POST"])
-@require_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
 def template_settings(name: str) -> Response | str | tuple[str, int]:
     """A template's name, description, icon, schedule and policy (the same checks as PATCH /api/v2/templates)."""
-    template = get_template_by_name(name)
+    template = get_template_by_name_for(page_user(), name, "admin")
     errors: dict[str, str] = {}
     if request.method == "POST":
         form = request.form

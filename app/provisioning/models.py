@@ -26,6 +26,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Mapped, mapped_column
 
 from app.core.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
 from app.core.extensions import Model
+from app.organizations.models import DEFAULT_ORGANIZATION_ID
 from protocol.codec import JSON as JsonValue
 from protocol.codec import JsonObject
 from protocol.provisionerd import JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD
@@ -270,6 +271,10 @@ class ProvisionerDaemon(Model):
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
     # The label it registered under; two daemons may share it (hosts with one hostname, replicas' builtin-1).
     name: Mapped[str] = mapped_column(String(128))
+    # The organisation whose jobs it runs (the default one until there are more).
+    organization_id: Mapped[str] = mapped_column(
+        ForeignKey("organizations.id", ondelete="CASCADE"), index=True, default=DEFAULT_ORGANIZATION_ID
+    )
     # Who it is (workers/identity.py), which registering again matches on; None for daemons from before, which are
     # matched by name.
     instance_id: Mapped[str | None] = mapped_column(String(64), index=True)
@@ -310,6 +315,9 @@ class ProvisionerKey(Model):
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(64), unique=True)
+    organization_id: Mapped[str] = mapped_column(
+        ForeignKey("organizations.id", ondelete="CASCADE"), index=True, default=DEFAULT_ORGANIZATION_ID
+    )
     hashed_secret: Mapped[str] = mapped_column(String(64), unique=True)
     tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     created_by: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))

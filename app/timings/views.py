@@ -10,12 +10,13 @@ from sqlalchemy import select
 from app.auth.access import page_user
 from app.auth.blueprints import page_blueprint
 from app.catalog.models import TemplateVersion
+from app.catalog.services import get_version_for
 from app.core.errors import NotFound
 from app.core.extensions import db
 from app.provisioning.models import ProvisionerJob
 from app.timings.services import job_timings
 from app.timings.waterfall import waterfall
-from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN, User
+from app.users.models import User
 from app.workspaces.models import WorkspaceBuild
 from app.workspaces.services import get_build_for
 
@@ -39,15 +40,16 @@ def job_timings_fragment(job_id: str) -> Markup:
 
 
 def _readable_job(user: User, job_id: str) -> tuple[ProvisionerJob, str]:
-    """A build's job for whoever may read the build; an import's for owners and template admins (as its page);
-    with what its page calls it."""
+    """A build's job for whoever may read the build; an import's for those who administer its template (as its
+    page); with what its page calls it."""
     build_id = db.session.scalar(select(WorkspaceBuild.id).where(WorkspaceBuild.job_id == job_id))
     if build_id is not None:
         build = get_build_for(user, build_id)
         return build.job, build_title(build)
-    version = db.session.scalar(select(TemplateVersion).where(TemplateVersion.job_id == job_id))
-    if version is None or not user.has_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN):
+    version_id = db.session.scalar(select(TemplateVersion.id).where(TemplateVersion.job_id == job_id))
+    if version_id is None:
         raise NotFound("No such job.")
+    version = get_version_for(user, version_id, "admin")
     return version.job, import_title(version)
 
 

@@ -1,20 +1,24 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, String, UniqueConstraint
-from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy import JSON, Connection, ForeignKey, String, UniqueConstraint, event, insert
+from sqlalchemy.orm import Mapped, Mapper, mapped_column, relationship
 
 from app.core.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
 from app.core.extensions import Model
+from app.organizations.models import DEFAULT_ORGANIZATION_ID, OrganizationMember
 from protocol.codec import JsonObject
 
 ROLE_OWNER = "owner"
 ROLE_TEMPLATE_ADMIN = "template-admin"
+# Manages people and groups (create, suspend, roles below owner, group membership), not templates.
+ROLE_USER_ADMIN = "user-admin"
 ROLE_MEMBER = "member"
 # Every user is a member; the other roles are granted on top.
-ASSIGNABLE_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
-ALL_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_MEMBER)
+ASSIGNABLE_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN)
+ALL_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN, ROLE_MEMBER)
 
 STATUS_ACTIVE = "active"
 STATUS_SUSPENDED = "suspended"
@@ -78,6 +82,10 @@ class User(Model):
     def is_template_admin(self) -> bool:
         return self.has_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN)
 
+    @property
+    def is_user_admin(self) -> bool:
+        return self.has_role(ROLE_OWNER, ROLE_USER_ADMIN)
+
     def to_json(self) -> JsonObject:
         return {
             "id": self.id,
@@ -89,6 +97,18 @@ class User(Model):
             "created_at": rfc3339(self.created_at),
             "last_seen_at": rfc3339(self.last_seen_at),
         }
+
+
+@event.listens_for(User, "after_insert")
+def _join_default_organization(mapper: Mapper[Any], connection: Connection, user: User) -> None:
+    """Every person is a member of the default organisation (and so of its Everyone group), however the row was
+    made: the sign-up form, the API, OpenID sign-up, a test or a benchmark's seed. In the same flush, so a user
+    without a membership never exists."""
+    connection.execute(
+        insert(OrganizationMember).values(
+            organization_id=DEFAULT_ORGANIZATION_ID, user_id=user.id, roles=[], created_at=utcnow(), updated_at=utcnow()
+        )
+    )
 
 
 # A session token comes from signing in (CLI or API); an API token is one a user created by name.

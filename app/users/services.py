@@ -108,6 +108,16 @@ def get_user(user_id: str) -> User:
     return user
 
 
+def get_user_by_reference(reference: str) -> User:
+    """A person by id or username (as Coder's ``/users/{user}`` paths take them)."""
+    user = db.session.get(User, reference) or db.session.scalar(
+        select(User).where(func.lower(User.username) == reference.lower())
+    )
+    if user is None:
+        raise NotFound("No such user.")
+    return user
+
+
 def is_last_active_owner(user: User) -> bool:
     """Whether ``user`` is an active owner and no other active user is one (the deployment would have no owner)."""
     if ROLE_OWNER not in user.roles or user.status != STATUS_ACTIVE:

@@ -169,7 +169,7 @@ def create_build(workspace_id: str) -> tuple[Response, int]:
     preset_id = string_field(body, PRESET_FIELD, errors, required=False) or None
     errors.raise_if_any()
     user = api_user()
-    workspace = services.get_workspace_for(user, workspace_id, need="act")
+    workspace = services.get_workspace_for(user, workspace_id, need="build")
     values = parameter_values_field(body)
     build = services.create_build(user, workspace, transition, values, version_id, preset_id=preset_id)
     return jsonify(build_json(build, viewer=user)), 201

@@ -2,7 +2,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String, UniqueConstraint, text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship, validates
 
 from app.catalog.models import Template, TemplateVersion
@@ -10,6 +21,7 @@ from app.catalog.presets import find_preset
 from app.core.columns import IdColumn, MessageListColumn, UTCDateTime, new_id, utcnow
 from app.core.encrypted_columns import EncryptedBytes
 from app.core.extensions import Model
+from app.groups.models import ONE_SUBJECT
 from app.provisioning.models import ProvisionerJob
 from app.users.models import User
 from protocol.codec import JsonObject
@@ -74,6 +86,25 @@ class Workspace(Model):
     def _keep_name_key(self, key: str, name: str) -> str:
         self.name_key = name.lower()
         return name
+
+
+class WorkspaceAcl(Model):
+    """One entry of a workspace's sharing list: a person or a group (exactly one) may ``use`` it (connect, start,
+    stop) or ``admin`` it (also parameters, schedule, delete). Indexed as TemplateAcl, for the same queries."""
+
+    __tablename__ = "workspace_acl"
+    __table_args__ = (
+        CheckConstraint(ONE_SUBJECT, name="one_subject"),
+        Index("uq_workspace_acl_workspace_id_user_id", "workspace_id", "user_id", unique=True),
+        Index("uq_workspace_acl_workspace_id_group_id", "workspace_id", "group_id", unique=True),
+    )
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    group_id: Mapped[str | None] = mapped_column(ForeignKey("groups.id", ondelete="CASCADE"), index=True)
+    role: Mapped[str] = mapped_column(String(8))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class WorkspaceBuild(Model):

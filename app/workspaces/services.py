@@ -8,9 +8,10 @@ from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload, selectinload, undefer
 
+from app.catalog import access as template_access
 from app.catalog.models import Template, TemplateVersion
 from app.catalog.presets import with_preset
-from app.catalog.services import get_template, get_version
+from app.catalog.services import get_template_for, get_version
 from app.core.columns import new_id, utcnow
 from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
@@ -63,20 +64,34 @@ def check_workspace_name(name: str) -> str:
 
 
 def can_read(user: User, workspace: Workspace) -> bool:
-    return workspace.owner_id == user.id or user.is_template_admin
+    """Its owner, owners and template admins, and the admins of its template (who look after its workspaces)."""
+    if workspace.owner_id == user.id or user.is_template_admin:
+        return True
+    return template_access.may(user, workspace.template, "admin")
 
 
 def can_act(user: User, workspace: Workspace) -> bool:
     return workspace.owner_id == user.id or user.is_owner
 
 
+def can_build(user: User, workspace: Workspace) -> bool:
+    """Start, stop or delete it: who may act on it, and its template's own admins (they manage its workspaces'
+    builds, not the workspaces themselves: no terminal, no apps)."""
+    return can_act(user, workspace) or (
+        not user.is_template_admin and template_access.may(user, workspace.template, "admin")
+    )
+
+
 def get_workspace_for(user: User, workspace_id: str, need: str = "read") -> Workspace:
-    """The workspace, if this user may ``read`` it or ``act`` on it; others get 404 (it may as well not exist)."""
+    """The workspace, if this user may ``read`` it, ``act`` on it or ``build`` it; others get 404 (it may as well
+    not exist)."""
     workspace = db.session.get(Workspace, workspace_id)
     if workspace is None or workspace.deleted or not can_read(user, workspace):
         raise NotFound("No such workspace.")
     if need == "act" and not can_act(user, workspace):
         raise Forbidden("Only the workspace's owner (or a deployment owner) may do that.")
+    if need == "build" and not can_build(user, workspace):
+        raise Forbidden("Only the workspace's owner, a deployment owner or its template's admins may build it.")
     return workspace
 
 
@@ -99,8 +114,16 @@ def visible_workspaces_query(user: User, *, only_mine: bool = False, name: str |
         .options(joinedload(Workspace.owner), joinedload(Workspace.template))
         .order_by(Workspace.name_key, Workspace.id)
     )
-    if only_mine or not user.is_template_admin:
+    if only_mine:
         query = query.where(Workspace.owner_id == user.id)
+    elif not user.is_template_admin:
+        # Theirs, and the workspaces of the templates they administer: one statement whatever their groups. Two
+        # arms of ids rather than an OR, which would read every workspace in name order to test each: the first arm
+        # reads the owner index, the second the template index (empty for most people).
+        administered = select(Template.id).where(template_access.template_filter(user, "admin"))
+        theirs = select(Workspace.id).where(Workspace.owner_id == user.id)
+        looked_after = select(Workspace.id).where(Workspace.template_id.in_(administered))
+        query = query.where(Workspace.id.in_(theirs.union_all(looked_after)))
     if name is not None:
         query = query.where(Workspace.name_key == name.lower())
     return query
@@ -171,7 +194,8 @@ def create_workspace(
     """A new workspace and its first build; ``schedule`` holds the optional autostart_schedule, ttl_ms and
     automatic_updates of the request, checked like the lifecycle API checks them later; ``preset_id`` the version's
     preset whose parameter values it is built with."""
-    template = get_template(template_id)
+    # A template the owner may not use does not exist for them (404).
+    template = get_template_for(owner, template_id)
     if template.deprecation_message:
         raise Forbidden(
             f"Template {template.name} is deprecated and makes no new workspaces: {template.deprecation_message}"
@@ -284,6 +308,9 @@ def queue_build(
     previous = previous or latest_build(workspace)
     if previous.job.is_active:
         raise Conflict("A build of this workspace is already active; wait for it or cancel it.")
+    if transition == "start" and reason == REASON_INITIATOR:
+        # A person may keep, stop and delete a workspace of a template they lost access to, but not start it.
+        template_access.require_use_for_build(actor, workspace.template)
     if transition == "start" and workspace.dormant_at is not None:
         raise InvalidInput(
             "This workspace is dormant: it was unused too long. Activate it first (PUT .../dormant "
@@ -335,7 +362,7 @@ def version_for_build(
     active = template.active_version_id
     if active is None:
         return requested_version_id
-    held = template.require_active_version and not actor.is_template_admin
+    held = template.require_active_version and not template_access.may(actor, template, "admin")
     if transition != "start":
         if held and requested_version_id not in (None, active, previous_version_id):
             raise Forbidden(_REQUIRES_ACTIVE.format(name=template.name))

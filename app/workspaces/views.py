@@ -153,7 +153,7 @@ def _workspace_events(workspace_id: str, seen: str | None) -> Response:
 
 @bp.route("/workspaces/new", methods=["GET", "POST"])
 def new() -> str | Response | tuple[str, int]:
-    template = catalog.get_template_by_name(request.values.get("template", ""))
+    template = catalog.get_template_by_name_for(page_user(), request.values.get("template", ""))
     version = catalog.get_version(template.active_version_id) if template.active_version_id else None
     parameters = form_parameters(version.parameters) if version else []
     values: dict[str, str] = {}
@@ -220,7 +220,7 @@ def new_routing() -> str:
     """Where builds with the parameters chosen so far would go (templates whose coder_workspace_tags use them):
     said on the create form before anything is submitted."""
     user = page_user()
-    template = catalog.get_template_by_name(request.args.get("template", ""))
+    template = catalog.get_template_by_name_for(user, request.args.get("template", ""))
     version = catalog.get_version(template.active_version_id) if template.active_version_id else None
     if version is None or not version.workspace_tags:
         return ""
@@ -260,6 +260,8 @@ def show(workspace_id: str) -> str:
         resources=resources,
         sections=sections,
         can_act=services.can_act(user, workspace),
+        # Start and stop: also the template's own admins (they manage its workspaces' builds).
+        can_build=services.can_build(user, workspace),
         status_of=services.build_status,
         stream_seen=seen,
     )
@@ -329,7 +331,7 @@ def _schedule_form(workspace: Workspace) -> dict[str, str]:
 @bp.post("/workspaces/<workspace_id>/builds")
 def transition(workspace_id: str) -> Response:
     user = page_user()
-    workspace = services.get_workspace_for(user, workspace_id, need="act")
+    workspace = services.get_workspace_for(user, workspace_id, need="build")
     transition = request.form.get("transition", "")
     if transition == "delete":  # only through the page that asks for the name
         return redirect(url_for("workspaces.delete", workspace_id=workspace.id))

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from flask import Flask
 from sqlalchemy import func, inspect, select
 
-from app.catalog.models import Template, TemplateVersion
+from app.catalog.models import Template, TemplateAcl, TemplateVersion
 from app.core.columns import new_id, utcnow
 from app.core.extensions import Model, db
 from app.notifications.models import FAILED, Notification, NotificationDelivery
@@ -62,7 +62,16 @@ def add_tokens(app: Flask, owner_id: str, count: int) -> None:
 
 
 def add_templates(app: Flask, like_template_id: str, count: int) -> None:
-    add_copies(app, Template, like_template_id, count, lambda template, n: [copy_of(template, name=f"t{n:04}")])
+    """Copies with the original's access list (whoever may use it may use them)."""
+    with app.app_context():
+        entries = db.session.scalars(select(TemplateAcl).where(TemplateAcl.template_id == like_template_id)).all()
+        db.session.expunge_all()
+
+    def vary(template: Template, n: int) -> list[Model]:
+        copy = copy_of(template, name=f"t{n:04}", id=new_id())
+        return [copy, *(copy_of(entry, template_id=copy.id) for entry in entries)]
+
+    add_copies(app, Template, like_template_id, count, vary)
 
 
 def add_versions(app: Flask, like_version_id: str, count: int) -> None:

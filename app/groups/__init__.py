@@ -1,0 +1,1 @@
+"""Groups of people within an organisation, and the built-in Everyone group."""

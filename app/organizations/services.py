@@ -1,0 +1,37 @@
+"""Finding organisations and who belongs to them. Plain values in, rows or domain errors out."""
+
+from __future__ import annotations
+
+from sqlalchemy import Select, or_, select
+
+from app.core.errors import NotFound
+from app.core.extensions import db
+from app.organizations.models import (
+    DEFAULT_ORGANIZATION_ID,
+    DEFAULT_ORGANIZATION_NAME,
+    Organization,
+    OrganizationMember,
+)
+
+
+def get_organization(reference: str) -> Organization:
+    """The organisation given by id or name, as Coder's ``/organizations/{organization}`` paths take it;
+    ``default`` is the default organisation whatever it is called."""
+    if reference == DEFAULT_ORGANIZATION_NAME:
+        found = db.session.get(Organization, DEFAULT_ORGANIZATION_ID)
+    else:
+        found = db.session.scalar(
+            select(Organization).where(or_(Organization.id == reference, Organization.name == reference))
+        )
+    if found is None:
+        raise NotFound(f"No organisation {reference!r}.")
+    return found
+
+
+def organization_ids_of(user_id: str) -> Select[str]:
+    """The organisations ``user_id`` belongs to, as a subquery for access filters."""
+    return select(OrganizationMember.organization_id).where(OrganizationMember.user_id == user_id)
+
+
+def is_member(organization_id: str, user_id: str) -> bool:
+    return db.session.get(OrganizationMember, (organization_id, user_id)) is not None
