@@ -10,7 +10,7 @@ from flask import Flask
 from app import events, health, metrics
 from app.accounts import api as accounts_api
 from app.accounts import views as accounts_views
-from app.agents import agent_api, app_views, bootstrap
+from app.agents import agent_api, app_views, bootstrap, connections
 from app.agents import api as agents_api
 from app.agents import views as agent_views
 from app.auth import access, oidc, oidc_views
@@ -24,6 +24,7 @@ from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, htmx, migrate
 from app.diagnostics import checks as diagnostics_checks
 from app.diagnostics import views as diagnostics
+from app.events import access as access_events
 from app.externalauth import api as externalauth_api
 from app.externalauth import flows as externalauth_flows
 from app.externalauth import views as externalauth_views
@@ -38,7 +39,7 @@ from app.provisioning import daemon_api, jobs, maintenance
 from app.provisioning import views as provisioning_views
 from app.usersecrets import api as usersecrets_api
 from app.workspaces import api as workspaces_api
-from app.workspaces import sections
+from app.workspaces import sections, sharing_api, sharing_views
 from app.workspaces import services as workspace_services
 from app.workspaces import views as workspace_views
 from app.workspaces.jobs import build_handlers
@@ -87,17 +88,21 @@ def create_app(settings: Settings | None = None) -> Flask:
     )
     # What the workspace page shows besides the workspace itself: a panel per agent.
     sections.init_app(app, [agent_views.AGENTS_SECTION])
+    # Who holds open ways into workspaces, told when someone loses access (a share removed, a suspension).
+    access_events.init_app(app, [connections.close_lost])
     for blueprint in (
         health.bp,
         auth_views.bp,
         oidc_views.bp,
         oidc_views.api,
         workspace_views.bp,
+        sharing_views.bp,
         catalog_views.bp,
         accounts_views.bp,
         accounts_api.bp,
         catalog_api.bp,
         workspaces_api.bp,
+        sharing_api.bp,
         lifecycle_api.bp,
         lifecycle_views.bp,
         notifications_api.bp,

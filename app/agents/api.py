@@ -138,23 +138,23 @@ def tunnel(agent_id: str) -> Response:
     if wanted.reconnect:  # scoped to this user and agent, and only for a connection authorized above
         key = tunnels.terminal_session_key(signer(), user.id, context.agent.id, wanted.reconnect)
         wanted = replace(wanted, reconnect=key)
-    return open_tunnel(context.agent.id, context.workspace.id, wanted)
+    return open_tunnel(context.agent.id, tunnels.Holder(user.id, context.workspace.id), wanted)
 
 
-def open_tunnel(agent_id: str, workspace_id: str, wanted: DialRequest) -> Response:
+def open_tunnel(agent_id: str, holder: tunnels.Holder, wanted: DialRequest) -> Response:
     """Dial, then serve the request's WebSocket as the user's half (SSH, port forwards and the web terminal alike:
     while it is open, the workspace counts as used)."""
     client, signing = get_redis(), signer()
     db.session.remove()  # a tunnel may stay open for hours: hold no database connection
     with live_connection():  # before dialing: a refused tunnel must not have the agent dial back
-        half = tunnels.dial(client, signing, agent_id, wanted)
+        half = tunnels.dial(client, signing, agent_id, wanted, holder)
 
         def run(websocket: WebSocket) -> None:
             failure = tunnels.wait_open(half)
             if failure is not None:
                 websocket.close(*failure)
                 return
-            with activity.open_connection(workspace_id, client):
+            with activity.open_connection(holder.workspace_id, client):
                 tunnels.relay(websocket, half)
 
         return serve_websocket(run)

@@ -9,6 +9,7 @@ from werkzeug.wrappers import Response
 from app.agents import proxy
 from app.agents.access import AgentContext, ensure_reachable
 from app.agents.apps import app_for
+from app.agents.tunnels import Holder
 from app.auth.access import api_user, bearer_token, page_user
 from app.core.errors import BadGateway, Conflict, Forbidden, NotFound
 from app.core.extensions import csrf, db
@@ -59,13 +60,15 @@ def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -
     # App traffic counts as use (dormancy) but does not move the autostop (reference §2.4).
     activity.mark_used(target.workspace.id, connection=False)
     client, signing = get_redis(), signer()
+    # An app only its workspace's users may open is held by the viewer: removing their share closes it at once.
+    holder = Holder(person.id, target.workspace.id) if person is not None and target.share == "owner" else None
     db.session.remove()  # the response may stream for long: hold no database connection
     # A live connection (app/core/limits.py) until the app's answer has been passed on: it may stream for hours.
     with live_connection():
         try:
             if is_websocket_request(request.environ):
-                return proxy.proxy_websocket(client, signing, target, request, requested)
-            return until_closed(proxy.proxy_http(client, signing, target, request, requested))
+                return proxy.proxy_websocket(client, signing, target, request, requested, holder)
+            return until_closed(proxy.proxy_http(client, signing, target, request, requested, holder))
         except proxy.AppUnavailable as exc:
             raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc
 

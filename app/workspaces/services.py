@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload, selectinload, undefer
 
@@ -16,10 +17,11 @@ from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
 from app.externalauth import services as external_auth
+from app.groups.models import ACL_ADMIN
 from app.provisioning.jobs import confirm_job, dispatch, new_job
 from app.provisioning.models import DEBUG_LOGGING, FAILED, SUCCEEDED, ProvisionerJob
 from app.users.models import User
-from app.workspaces import schedule_rules
+from app.workspaces import schedule_rules, sharing
 from app.workspaces.models import REASON_INITIATOR, TRANSITIONS, Workspace, WorkspaceBuild
 from app.workspaces.parameters import resolve_parameters
 from protocol.codec import JSON, JsonObject
@@ -62,21 +64,63 @@ def check_workspace_name(name: str) -> str:
     return name
 
 
+# What a caller needs of a workspace: ``read`` it (its page, builds, logs), ``use`` it (connect in every way: SSH,
+# terminal, apps, port forwards; start and stop it) or ``act`` on it as its admin (parameters, schedule, delete).
+# ``share`` is changing whom it is shared with: its owner's (and deployment owners') alone, so that a share never
+# hands on more sharing.
+WorkspaceNeed = Literal["read", "use", "act", "share"]
+
+
 def can_read(user: User, workspace: Workspace) -> bool:
-    return workspace.owner_id == user.id or user.is_template_admin
+    """Its owner, owners and template admins, and whoever it is shared with."""
+    if workspace.owner_id == user.id or user.is_template_admin:
+        return True
+    return sharing.share_role(user, workspace) is not None
+
+
+def can_use(user: User, workspace: Workspace) -> bool:
+    """Connect to it, start and stop it: whoever may act on it, and whoever it is shared with (``use``): the one
+    rule of every way in (app/agents/access.py, app/agents/apps.py), re-checked when a share is removed."""
+    if workspace.owner_id == user.id or user.is_owner:
+        return True
+    return sharing.share_role(user, workspace) is not None
 
 
 def can_act(user: User, workspace: Workspace) -> bool:
+    """Everything its owner may do: its owner, deployment owners, and those it is shared with as ``admin``."""
+    if workspace.owner_id == user.id or user.is_owner:
+        return True
+    return sharing.share_role(user, workspace) == ACL_ADMIN
+
+
+def can_share(user: User, workspace: Workspace) -> bool:
     return workspace.owner_id == user.id or user.is_owner
 
 
-def get_workspace_for(user: User, workspace_id: str, need: str = "read") -> Workspace:
-    """The workspace, if this user may ``read`` it or ``act`` on it; others get 404 (it may as well not exist)."""
+def build_need(transition: str, parameters: Mapping[str, str], version_id: str | None) -> WorkspaceNeed:
+    """A start or stop with what the workspace already has is ``use``; a delete, new parameter values or another
+    version is an admin's (``act``)."""
+    if transition in ("start", "stop") and not parameters and version_id is None:
+        return "use"
+    return "act"
+
+
+_NEED_CHECKS = {"use": can_use, "act": can_act, "share": can_share}
+_REFUSALS = {
+    "use": "Only the workspace's owner, a deployment owner or those it is shared with may do that.",
+    "act": "Only the workspace's owner, a deployment owner or those it is shared with as admin may do that.",
+    "share": "Only the workspace's owner (or a deployment owner) may change whom it is shared with.",
+}
+
+
+def get_workspace_for(user: User, workspace_id: str, need: WorkspaceNeed = "read") -> Workspace:
+    """The workspace, if this user may ``read`` it, ``use`` it or ``act`` on it; whoever may not even read it gets
+    404 (it may as well not exist)."""
     workspace = db.session.get(Workspace, workspace_id)
     if workspace is None or workspace.deleted or not can_read(user, workspace):
         raise NotFound("No such workspace.")
-    if need == "act" and not can_act(user, workspace):
-        raise Forbidden("Only the workspace's owner (or a deployment owner) may do that.")
+    if need != "read" and not _NEED_CHECKS[need](user, workspace):
+        raise Forbidden(_REFUSALS[need])
     return workspace
 
 
@@ -99,8 +143,11 @@ def visible_workspaces_query(user: User, *, only_mine: bool = False, name: str |
         .options(joinedload(Workspace.owner), joinedload(Workspace.template))
         .order_by(Workspace.name_key, Workspace.id)
     )
-    if only_mine or not user.is_template_admin:
+    if only_mine:
         query = query.where(Workspace.owner_id == user.id)
+    elif not user.is_template_admin:
+        # Theirs, and those shared with them (directly or through a group): one statement whatever their groups.
+        query = query.where(or_(Workspace.owner_id == user.id, sharing.shared_with(user)))
     if name is not None:
         query = query.where(Workspace.name_key == name.lower())
     return query
