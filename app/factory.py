@@ -9,6 +9,7 @@ from flask import Flask
 
 from app import events, health, metrics
 from app.accounts import api as accounts_api
+from app.accounts import idpsync_api, idpsync_views
 from app.accounts import views as accounts_views
 from app.agents import agent_api, app_views, bootstrap, connections
 from app.agents import api as agents_api
@@ -100,6 +101,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         catalog_views.bp,
         accounts_views.bp,
         accounts_api.bp,
+        idpsync_api.bp,
+        idpsync_views.bp,
         catalog_api.bp,
         workspaces_api.bp,
         sharing_api.bp,

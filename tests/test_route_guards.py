@@ -45,6 +45,11 @@ OWNER_ONLY_ENDPOINTS = {
     "users_api.create_user",
     "users_api.get_user",
     "users_api.update_user",
+    "idpsync.page",
+    "idpsync_api.get_group_sync",
+    "idpsync_api.update_group_sync",
+    "idpsync_api.get_role_sync",
+    "idpsync_api.update_role_sync",
 }
 # Owners and template admins only; members get 403.
 ADMIN_ONLY_ENDPOINTS = {

@@ -156,6 +156,21 @@ def test_removing_a_share_closes_the_removed_persons_open_tunnels_only(app: Flas
         half.cleanup()
 
 
+def test_a_suspension_closes_the_persons_open_tunnels(app: Flask, world: World) -> None:
+    workspace_id, dave = world.workspace["id"], world.personas["dave"]
+    assert share(world, users={dave.id: "use"}).status_code == 204
+    client = get_redis_of(app)
+    daves = tunnels.TunnelHalf(client, "tunnel-suspended", "user", tunnels.Holder(dave.id, workspace_id))
+    daves.beat()
+    suspended = world.api.patch(
+        f"/api/v2/users/{dave.id}", json={"status": "suspended"}, headers=world.personas["alice"].auth
+    )
+    assert suspended.status_code == 200, suspended.json
+    closed = daves.pop(1)
+    assert closed is not None and tunnels.parse_close(closed.payload)[0] == CLOSE_ACCESS_REVOKED
+    daves.cleanup()
+
+
 def test_the_sharing_card_shares_by_name_and_removes(app: Flask, world: World) -> None:
     owner = app.test_client()
     sign_in(owner, "carol@example.com", PASSWORD)
