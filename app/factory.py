@@ -9,9 +9,9 @@ from flask import Flask
 
 from app import events, health, metrics
 from app.accounts import api as accounts_api
-from app.accounts import groups_api, groups_views, permissions_api
+from app.accounts import groups_api, groups_views, idpsync_api, idpsync_views, permissions_api
 from app.accounts import views as accounts_views
-from app.agents import agent_api, app_views, bootstrap, subdomain
+from app.agents import agent_api, app_views, bootstrap, connections, subdomain
 from app.agents import api as agents_api
 from app.agents import views as agent_views
 from app.auth import access, oidc, oidc_views
@@ -27,6 +27,7 @@ from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, htmx, migrate
 from app.diagnostics import checks as diagnostics_checks
 from app.diagnostics import views as diagnostics
+from app.events import access as access_events
 from app.externalauth import api as externalauth_api
 from app.externalauth import flows as externalauth_flows
 from app.externalauth import views as externalauth_views
@@ -44,7 +45,7 @@ from app.timings import api as timings_api
 from app.timings import views as timings_views
 from app.usersecrets import api as usersecrets_api
 from app.workspaces import api as workspaces_api
-from app.workspaces import sections
+from app.workspaces import sections, sharing_api, sharing_views
 from app.workspaces import services as workspace_services
 from app.workspaces import views as workspace_views
 from app.workspaces.jobs import build_handlers
@@ -96,15 +97,20 @@ def create_app(settings: Settings | None = None) -> Flask:
     # What the workspace page shows besides the workspace itself: a panel per agent; and a job's page: its timings.
     sections.init_app(app, [agent_views.AGENTS_SECTION])
     job_sections.init_app(app, [timings_views.render_job_timings])
+    # Who holds open ways into workspaces, told when someone loses access (a share removed, a suspension).
+    access_events.init_app(app, [connections.close_lost])
     for blueprint in (
         health.bp,
         auth_views.bp,
         oidc_views.bp,
         oidc_views.api,
         workspace_views.bp,
+        sharing_views.bp,
         catalog_views.bp,
         accounts_views.bp,
         accounts_api.bp,
+        idpsync_api.bp,
+        idpsync_views.bp,
         catalog_api.bp,
         template_acl_api.bp,
         template_acl_views.bp,
@@ -112,6 +118,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         groups_api.bp,
         permissions_api.bp,
         workspaces_api.bp,
+        sharing_api.bp,
         lifecycle_api.bp,
         lifecycle_views.bp,
         notifications_api.bp,

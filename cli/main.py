@@ -27,6 +27,7 @@ SECTIONS: dict[str, dict[str, str]] = {
         "delete": "cli.workspaces:delete",
         "logs": "cli.workspaces:logs",
         "schedule": "cli.lifecycle:schedule",
+        "sharing": "cli.sharing:sharing",
     },
     "Connect": {
         "ssh": "cli.ssh:ssh",

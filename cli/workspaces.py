@@ -26,9 +26,17 @@ from protocol.publicapi import (
 
 
 def find_workspace(client: SlipwayClient, name: str) -> Workspace:
-    found = client.get_list(Workspace, f"/api/v2/workspaces?owner=me&name={name}")
+    """Your workspace ``name``, or ``owner/name``: someone else's that is shared with you (Coder's spelling)."""
+    owner, slash, bare = name.rpartition("/")
+    if not slash:
+        found = client.get_list(Workspace, f"/api/v2/workspaces?{urlencode({'owner': 'me', 'name': name})}")
+        if not found:
+            raise click.ClickException(f"You have no workspace named {name!r} (see `slipway list`).")
+        return found[0]
+    query = urlencode({"name": bare, "q": f"owner:{owner}"})
+    found = client.get_list(Workspace, f"/api/v2/workspaces?{query}")
     if not found:
-        raise click.ClickException(f"You have no workspace named {name!r} (see `slipway list`).")
+        raise click.ClickException(f"No workspace {name!r} that you may see (see `slipway list`).")
     return found[0]
 
 

@@ -34,6 +34,7 @@ DEFAULT_LOG_LIMIT_BYTES = 1024 * 1024
 # Close codes of the control connection and of tunnels (agent/README.md).
 CLOSE_OUTDATED = 4001  # the agent no longer belongs to the workspace's current build
 CLOSE_SUPERSEDED = 4002  # a newer connection of the same agent took over
+CLOSE_ACCESS_REVOKED = 4403  # the person lost access to the workspace (a share removed) while the tunnel was open
 CLOSE_DIAL_FAILED = 4502  # the agent could not reach what the user asked for
 CLOSE_NO_ANSWER = 4504  # the agent (or the other half of a tunnel) did not answer
 

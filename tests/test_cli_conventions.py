@@ -28,6 +28,7 @@ LISTS = {
     ("provisioner", "list"): "tags",
     ("provisioner", "jobs", "list"): "priority",
     ("provisioner", "keys", "list"): "tags",
+    ("sharing", "list"): "id",
 }
 
 
@@ -81,7 +82,10 @@ def owner_env(live_server: ServerProcess, tmp_path_factory: pytest.TempPathFacto
     return env
 
 
-@pytest.mark.parametrize("path", [path for path in LISTS if path[:2] != ("templates", "versions")])
+# Lists of one thing's parts (a template's versions, a workspace's sharing list) need that thing named.
+@pytest.mark.parametrize(
+    "path", [path for path in LISTS if path[:2] not in (("templates", "versions"), ("sharing", "list"))]
+)
 def test_list_output_and_columns(path: tuple[str, ...], owner_env: dict[str, str]) -> None:
     as_json = run_cli(*path, "-o", "json", env=owner_env)
     assert as_json.returncode == 0, as_json.stderr

@@ -107,7 +107,7 @@ def test_bad_group_input_is_refused_with_what_to_fix(
         db.session.execute(update(Group).where(Group.id == group["id"]).values(source="oidc"))
         db.session.commit()
     synced = client.patch(url, json={"add_users": [people["carol"].id]}, headers=alice.auth)
-    assert synced.status_code == 400 and "identity provider" in synced.json["message"]
+    assert synced.status_code == 409 and "identity provider" in synced.json["message"]
 
 
 def test_only_owners_and_user_admins_manage_groups_and_members_see_their_own(

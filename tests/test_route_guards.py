@@ -14,6 +14,7 @@ from flask.testing import FlaskClient
 from app.factory import create_app
 from tests.conftest import Persona, make_settings
 from tests.support.permissions import more_personas, restricted_template
+from tests.support.web import csrf_token, sign_in
 
 pytestmark = pytest.mark.databases("sqlite")
 
@@ -47,6 +48,11 @@ OWNER_ONLY_ENDPOINTS = {
     "users_api.create_user",
     "users_api.get_user",
     "users_api.update_user",
+    "idpsync.page",
+    "idpsync_api.get_group_sync",
+    "idpsync_api.update_group_sync",
+    "idpsync_api.get_role_sync",
+    "idpsync_api.update_role_sync",
 }
 # Reading people is also a user admin's (they put people in groups); frank is one.
 USER_ADMIN_READS = {"users_api.list_users", "users_api.get_user"}
@@ -291,3 +297,114 @@ def test_user_admins_are_refused_what_only_owners_do(
 ) -> None:
     people = more_personas(app, personas)
     _refused(app, people, "frank", method, path)
+
+
+# Every route about one workspace (its id, one of its builds' or agents'), by what a shared-workspace user needs for
+# it: "read" (any share), "use" (any share: connect, start, stop), "act" (an admin share), "owner" (the
+# workspace's owner or a deployment owner, whatever the share). Page actions that answer with a flashed refusal
+# (retry, confirm, cancel) are guarded at "read" by their loader and decide the rest in their service.
+SHARED_WORKSPACE_NEEDS = {
+    "workspaces.show": "read",
+    "workspaces.change_parameters": "act",
+    "workspaces.transition": "use",
+    "workspaces.delete": "act",
+    "workspaces.build": "read",
+    "workspaces.build_log_stream": "read",
+    "workspaces.retry": "read",
+    "workspaces.confirm": "read",
+    "workspaces.cancel": "read",
+    "workspaces_api.get_workspace": "read",
+    "workspaces_api.list_builds": "read",
+    "workspaces_api.create_build": "use",
+    "workspaces_api.get_build": "read",
+    "workspaces_api.build_resources": "read",
+    "workspaces_api.build_parameters": "read",
+    "workspaces_api.build_logs": "read",
+    "workspaces_api.build_plan": "read",
+    "workspaces_api.confirm_build": "act",
+    "workspaces_api.cancel_build": "use",
+    "workspace_sharing_api.get_acl": "read",
+    "workspace_sharing_api.update_acl": "owner",
+    "workspace_sharing.update": "owner",
+    "lifecycle_api.set_autostart": "act",
+    "lifecycle_api.set_ttl": "act",
+    "lifecycle_api.set_automatic_updates": "act",
+    "lifecycle_api.extend": "act",
+    "lifecycle_api.set_dormant": "act",
+    "lifecycle.update": "act",
+    "lifecycle.schedule": "act",
+    "lifecycle.extend": "act",
+    "lifecycle.activate": "act",
+    "agents_api.get_agent": "read",
+    "agents_api.agent_connections": "read",
+    "agents_api.agent_logs": "read",
+    "agents_api.tunnel": "use",
+    "agents.panel": "read",
+    "agents.log_stream": "read",
+    "agents.terminal": "use",
+}
+SHARE_ALLOWS = {"use": {"read", "use"}, "admin": {"read", "use", "act"}}
+# What each route is sent, so that the request gets past its guard to something harmless.
+SHARED_BODIES = {"workspaces.transition": {"transition": "stop"}, "workspaces_api.create_build": {"transition": "stop"}}
+WORKSPACE_ARGUMENTS = ("workspace_id", "build_id", "agent_id")
+
+
+def _workspace_routes() -> list[tuple[str, str, str]]:
+    return [route for route in ROUTES if any(f"<{name}>" in _rule_of(route[0]) for name in WORKSPACE_ARGUMENTS)]
+
+
+def _rule_of(endpoint: str) -> str:
+    return RULES[endpoint]
+
+
+def _rules() -> dict[str, str]:
+    settings = make_settings(Path(tempfile.gettempdir()), "sqlite://", "unix:///nonexistent")
+    return {rule.endpoint: rule.rule for rule in create_app(settings).url_map.iter_rules()}
+
+
+RULES = _rules()
+
+
+def test_every_workspace_route_says_what_a_share_needs() -> None:
+    assert {endpoint for endpoint, _, _ in _workspace_routes()} == set(SHARED_WORKSPACE_NEEDS)
+
+
+@pytest.mark.parametrize("role", ["use", "admin"])
+def test_shared_workspace_users_reach_what_their_share_allows(
+    app: Flask, personas: dict[str, Persona], role: str
+) -> None:
+    from tests.test_agent_api import World  # a workspace with a build and an agent, made through the API
+
+    world = World(app, personas)
+    dave, carol = personas["dave"], personas["carol"]
+    ids = {
+        "workspace_id": world.workspace["id"],
+        "build_id": world.workspace["latest_build"]["id"],
+        "agent_id": world.agent()["id"],
+    }
+    shared = world.api.patch(
+        f"/api/v2/workspaces/{ids['workspace_id']}/acl", json={"user_roles": {dave.id: role}}, headers=carol.auth
+    )
+    assert shared.status_code == 204, shared.json
+    browser = app.test_client()
+    sign_in(browser, "dave@example.com", dave.password)
+    token = csrf_token(browser, "/workspaces")
+    for endpoint, method, _ in _workspace_routes():
+        path = _rule_of(endpoint)
+        for name, value in ids.items():
+            path = path.replace(f"<{name}>", value)
+        body = SHARED_BODIES.get(endpoint, {})
+        if path.startswith(PROGRAM_PATHS):
+            headers = {**dave.auth, **(UPGRADE_HEADERS if endpoint in WEBSOCKET_ENDPOINTS else {})}
+            response = world.api.open(path, method=method, json=body, headers=headers, buffered=False)
+        else:
+            data = {**body, "csrf_token": token} if method == "POST" else None
+            response = browser.open(path, method=method, data=data, buffered=False)
+        status = response.status_code
+        # A guard's 404 says the thing does not exist for them; a route's own 404 (no plan to review) says more.
+        refused_as_absent = status == 404 and "No such workspace" in response.get_data(as_text=True)
+        response.close()
+        if SHARED_WORKSPACE_NEEDS[endpoint] in SHARE_ALLOWS[role]:
+            assert status not in (401, 403) and not refused_as_absent, f"{role} share: {method} {path} -> {status}"
+        else:
+            assert status == 403, f"{role} share: {method} {path} -> {status}"

@@ -17,7 +17,7 @@ from app.resources.models import WorkspaceAgent
 from app.resources.presenter import status_of
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
-from app.workspaces.services import build_status, can_act, can_read, latest_build
+from app.workspaces.services import build_status, can_read, can_use, latest_build
 
 
 @dataclass(frozen=True)
@@ -28,14 +28,15 @@ class AgentContext:
 
 
 def get_agent_for(user: User, agent_id: str, need: str = "read") -> AgentContext:
-    """The agent, if ``user`` may ``read`` it (owner, admins) or ``connect`` to it (the workspace's owner and
-    deployment owners only: a way in is a shell as the workspace's owner). Others get 404, as if it did not exist."""
+    """The agent, if ``user`` may ``read`` it (owner, admins, those it is shared with) or ``connect`` to it (whoever
+    may use the workspace: its owner, deployment owners, those it is shared with; a way in is a shell as the
+    workspace's owner, so template admins get none). Others get 404, as if it did not exist."""
     agent = db.session.get(WorkspaceAgent, agent_id)
     build = build_of(agent) if agent is not None else None
     if agent is None or build is None or build.workspace.deleted or not can_read(user, build.workspace):
         raise NotFound("No such workspace agent.")
-    if need == "connect" and not can_act(user, build.workspace):
-        raise Forbidden("Only the workspace's owner (or a deployment owner) may connect to its agent.")
+    if need == "connect" and not can_use(user, build.workspace):
+        raise Forbidden("Only the workspace's owner, a deployment owner or those it is shared with may connect to it.")
     return AgentContext(agent, build, build.workspace)
 
 

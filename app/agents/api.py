@@ -60,7 +60,7 @@ def listening_ports(agent_id: str) -> Response:
 @bp.post("/workspaces/<workspace_id>/port-share")
 def share_port(workspace_id: str) -> Response:
     """Coder's upsert of a port's share; the workspace's owner (or a deployment owner) only."""
-    workspace = get_workspace_for(api_user(), workspace_id, need="act")
+    workspace = get_workspace_for(api_user(), workspace_id, need="share")
     share = port_sharing.share_port(workspace, port_sharing.parse_share_request(json_body()))
     return jsonify(share.to_json())
 
@@ -73,7 +73,7 @@ def list_port_shares(workspace_id: str) -> Response:
 
 @bp.delete("/workspaces/<workspace_id>/port-share")
 def unshare_port(workspace_id: str) -> tuple[str, int]:
-    workspace = get_workspace_for(api_user(), workspace_id, need="act")
+    workspace = get_workspace_for(api_user(), workspace_id, need="share")
     wanted = port_sharing.parse_share_request(json_body(), with_level=False)
     port_sharing.unshare_port(workspace, wanted.agent_name, wanted.port)
     return "", 204
@@ -169,23 +169,23 @@ def tunnel(agent_id: str) -> Response:
     if wanted.reconnect:  # scoped to this user and agent, and only for a connection authorized above
         key = tunnels.terminal_session_key(signer(), user.id, context.agent.id, wanted.reconnect)
         wanted = replace(wanted, reconnect=key)
-    return open_tunnel(context.agent.id, context.workspace.id, wanted)
+    return open_tunnel(context.agent.id, tunnels.Holder(user.id, context.workspace.id), wanted)
 
 
-def open_tunnel(agent_id: str, workspace_id: str, wanted: DialRequest) -> Response:
+def open_tunnel(agent_id: str, holder: tunnels.Holder, wanted: DialRequest) -> Response:
     """Dial, then serve the request's WebSocket as the user's half (SSH, port forwards and the web terminal alike:
     while it is open, the workspace counts as used)."""
     client, signing = get_redis(), signer()
     db.session.remove()  # a tunnel may stay open for hours: hold no database connection
     with live_connection():  # before dialing: a refused tunnel must not have the agent dial back
-        half = tunnels.dial(client, signing, agent_id, wanted)
+        half = tunnels.dial(client, signing, agent_id, wanted, holder)
 
         def run(websocket: WebSocket) -> None:
             failure = tunnels.wait_open(half)
             if failure is not None:
                 websocket.close(*failure)
                 return
-            with activity.open_connection(workspace_id, client):
+            with activity.open_connection(holder.workspace_id, client):
                 tunnels.relay(websocket, half)
 
         return serve_websocket(run)

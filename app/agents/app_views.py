@@ -9,6 +9,7 @@ from werkzeug.wrappers import Response
 from app.agents import proxy
 from app.agents.access import AgentContext, ensure_reachable
 from app.agents.apps import AppTarget, app_for
+from app.agents.tunnels import Holder
 from app.auth.access import api_user, bearer_token, page_user
 from app.core.errors import BadGateway, Conflict, Forbidden, NotFound
 from app.core.extensions import csrf, db
@@ -52,12 +53,15 @@ def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -
     except Forbidden:
         return redirect(url_for("auth.login", next=request.full_path.rstrip("?")))
     requested = proxy.app_request_path(request.environ, owner, workspace_and_agent, slug, rest)
-    return proxy_to_app(target, requested, own_origin=False)
+    return proxy_to_app(person, target, requested, own_origin=False)
 
 
-def proxy_to_app(target: AppTarget, requested: proxy.AppRequestPath, *, own_origin: bool) -> Response:
-    """Carry the request to the app, for path apps and subdomain apps alike. ``own_origin``: the app has a host
-    of its own (a subdomain app), so its pages need no sandbox to keep them from the dashboard."""
+def proxy_to_app(
+    person: User | None, target: AppTarget, requested: proxy.AppRequestPath, *, own_origin: bool
+) -> Response:
+    """Carry ``person``'s request (None: signed out, for a public app) to the app, for path apps and subdomain apps
+    alike. ``own_origin``: the app has a host of its own (a subdomain app), so its pages need no sandbox to keep
+    them from the dashboard."""
     try:
         ensure_reachable(AgentContext(target.agent, target.build, target.workspace))
     except Conflict as exc:
@@ -65,13 +69,15 @@ def proxy_to_app(target: AppTarget, requested: proxy.AppRequestPath, *, own_orig
     # App traffic counts as use (dormancy) but does not move the autostop (reference §2.4).
     activity.mark_used(target.workspace.id, connection=False)
     client, signing = get_redis(), signer()
+    # An app only its workspace's users may open is held by the viewer: removing their share closes it at once.
+    holder = Holder(person.id, target.workspace.id) if person is not None and target.share == "owner" else None
     db.session.remove()  # the response may stream for long: hold no database connection
     # A live connection (app/core/limits.py) until the app's answer has been passed on: it may stream for hours.
     with live_connection():
         try:
             if is_websocket_request(request.environ):
-                return proxy.proxy_websocket(client, signing, target, request, requested)
-            response = proxy.proxy_http(client, signing, target, request, requested, sandbox=not own_origin)
+                return proxy.proxy_websocket(client, signing, target, request, requested, holder)
+            response = proxy.proxy_http(client, signing, target, request, requested, holder, sandbox=not own_origin)
             return until_closed(response)
         except proxy.AppUnavailable as exc:
             raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc

@@ -16,7 +16,7 @@ from app.resources.models import WorkspaceAgent
 from app.resources.services import job_resources
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
-from app.workspaces.services import can_read, latest_build
+from app.workspaces.services import can_read, can_use, latest_build
 from protocol.resources import App
 
 SHARE_LEVELS = ("owner", "authenticated", "public")
@@ -178,7 +178,8 @@ def port_target(
 
 
 def check_app_access(target: AppTarget, viewer: User | None) -> None:
-    """``owner``: the workspace's owner and deployment owners; ``authenticated``: anyone signed in;
+    """``owner``: whoever may use the workspace (its owner, deployment owners, those it is shared with: the rule of
+    every way in); ``authenticated``: anyone signed in;
     ``public``: anyone. A viewer who may not see the workspace at all learns nothing of it (404)."""
     if target.share == "public":
         return
@@ -186,5 +187,5 @@ def check_app_access(target: AppTarget, viewer: User | None) -> None:
         raise Forbidden("Sign in to open this app.")
     if target.share == "authenticated":
         return
-    if viewer.id != target.workspace.owner_id and not viewer.is_owner:
+    if not can_use(viewer, target.workspace):
         raise NotFound(f"No app {target.slug!r} you may open here.")

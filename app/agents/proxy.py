@@ -122,8 +122,11 @@ class AppUnavailable(Exception):
 class TunnelConnection:
     """A socket to the app: one end of a socket pair whose other end is relayed through a tunnel."""
 
-    def __init__(self, client: redis.Redis, signer: Signer, agent_id: str, target: AppTarget) -> None:
-        half = tunnels.dial(client, signer, agent_id, DialRequest(service="tcp", host=target.host, port=target.port))
+    def __init__(
+        self, client: redis.Redis, signer: Signer, agent_id: str, target: AppTarget, holder: tunnels.Holder | None
+    ) -> None:
+        wanted = DialRequest(service="tcp", host=target.host, port=target.port)
+        half = tunnels.dial(client, signer, agent_id, wanted, holder)
         failure = tunnels.wait_open(half)
         if failure is not None:
             raise AppUnavailable(failure[1])
@@ -195,10 +198,11 @@ def proxy_http(
     target: AppTarget,
     request: Request,
     requested: AppRequestPath,
+    holder: tunnels.Holder | None = None,
     *,
     sandbox: bool = True,
 ) -> Response:
-    connection = TunnelConnection(client, signer, target.agent.id, target)
+    connection = TunnelConnection(client, signer, target.agent.id, target, holder)
     conn = http.client.HTTPConnection(target.host, target.port, timeout=300)
     conn.sock = connection.socket
     headers = upstream_headers(request, target, websocket=False)
@@ -289,13 +293,18 @@ def _rewrite_location(location: str, app_origins: set[str], base_path: str, pref
 
 
 def proxy_websocket(
-    client: redis.Redis, signer: Signer, target: AppTarget, request: Request, requested: AppRequestPath
+    client: redis.Redis,
+    signer: Signer,
+    target: AppTarget,
+    request: Request,
+    requested: AppRequestPath,
+    holder: tunnels.Holder | None = None,
 ) -> Response:
     """Forward the upgrade; once the app answers 101, splice the browser's socket and the tunnel."""
     browser: socket.socket | None = request.environ.get("gunicorn.socket")
     if browser is None:
         raise AppUnavailable("WebSocket apps need the slipway server (gunicorn)")
-    connection = TunnelConnection(client, signer, target.agent.id, target)
+    connection = TunnelConnection(client, signer, target.agent.id, target, holder)
     headers = upstream_headers(request, target, websocket=True)
     head = f"GET {upstream_path(target, requested)} HTTP/1.1\r\n"
     head += "".join(f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"

@@ -67,7 +67,7 @@ def route_app_host() -> Response | None:
     except Forbidden:
         return _sign_in(host)
     requested = proxy.own_host_request_path(request.environ)
-    return proxy_to_app(target, requested, own_origin=True)
+    return proxy_to_app(person, target, requested, own_origin=True)
 
 
 def _as_requester(person: User | None) -> None:

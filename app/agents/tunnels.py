@@ -66,10 +66,71 @@ def parse_close(payload: bytes) -> tuple[int, str]:
     return struct.unpack("!H", payload[:2])[0], payload[2:].decode(errors="replace")
 
 
-class TunnelHalf:
-    """One side ("user" or "agent") of a tunnel: pushes to the peer's list, pops its own."""
+@dataclass(frozen=True)
+class Holder:
+    """Who opened a tunnel into which workspace: what decides, when access changes, whether it may stay open
+    (app/agents/connections.py)."""
 
-    def __init__(self, client: redis.Redis, tunnel_id: str, side: str) -> None:
+    user_id: str
+    workspace_id: str
+
+
+def holders_key(workspace_id: str) -> str:
+    """A hash of the workspace's open tunnels: tunnel id → the person who opened it."""
+    return f"{PREFIX}holders:{workspace_id}"
+
+
+def held_key(user_id: str) -> str:
+    """A set of the workspaces the person has tunnels open into."""
+    return f"{PREFIX}held-by:{user_id}"
+
+
+def hold(client: redis.Redis, tunnel_id: str, holder: Holder) -> None:
+    """List (again: each beat renews it) the tunnel under its workspace and its workspace under its holder; both
+    expire unless renewed, so a process that died leaves nothing for long."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.hset(holders_key(holder.workspace_id), tunnel_id, holder.user_id)
+        pipe.expire(holders_key(holder.workspace_id), KEY_TTL_SECONDS)
+        pipe.sadd(held_key(holder.user_id), holder.workspace_id)
+        pipe.expire(held_key(holder.user_id), KEY_TTL_SECONDS)
+        pipe.execute()
+
+
+def release(client: redis.Redis, tunnel_id: str, holder: Holder) -> None:
+    client.hdel(holders_key(holder.workspace_id), tunnel_id)
+
+
+def open_tunnels(client: redis.Redis, workspace_id: str) -> dict[str, str]:
+    """The workspace's open tunnels: tunnel id → holder's user id."""
+    raw = client.hgetall(holders_key(workspace_id))
+    return {_text(key): _text(value) for key, value in raw.items()}
+
+
+def held_workspaces(client: redis.Redis, user_id: str) -> list[str]:
+    return sorted(_text(member) for member in client.smembers(held_key(user_id)))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def close_tunnel(client: redis.Redis, tunnel_id: str, workspace_id: str, code: int, reason: str) -> None:
+    """End a tunnel from outside it: both halves read a close from their lists, as if the other side had closed
+    it (the user's WebSocket or app connection closes with ``code``, the agent drops its end)."""
+    frame = CLOSE + close_item(code, reason)
+    with client.pipeline(transaction=False) as pipe:
+        for side in ("user", "agent"):
+            pipe.rpush(f"{PREFIX}{tunnel_id}:to-{side}", frame)
+            pipe.expire(f"{PREFIX}{tunnel_id}:to-{side}", KEY_TTL_SECONDS)
+        pipe.hdel(holders_key(workspace_id), tunnel_id)
+        pipe.execute()
+
+
+class TunnelHalf:
+    """One side ("user" or "agent") of a tunnel: pushes to the peer's list, pops its own. A user's half with a
+    ``holder`` is listed under its workspace while it beats, so that losing access closes it."""
+
+    def __init__(self, client: redis.Redis, tunnel_id: str, side: str, holder: Holder | None = None) -> None:
         other = "agent" if side == "user" else "user"
         self.client = client
         self.tunnel_id = tunnel_id
@@ -78,6 +139,7 @@ class TunnelHalf:
         self.alive_key = f"{PREFIX}{tunnel_id}:alive-{side}"
         self.peer_alive_key = f"{PREFIX}{tunnel_id}:alive-{other}"
         self._buffer: list[bytes] = []
+        self.holder = holder
 
     def push(self, *frames: bytes) -> None:
         """Frames (a kind byte, then the payload) for the peer, in one round trip however many."""
@@ -114,12 +176,16 @@ class TunnelHalf:
 
     def beat(self) -> None:
         self.client.set(self.alive_key, b"1", ex=ALIVE_TTL_SECONDS)
+        if self.holder is not None:
+            hold(self.client, self.tunnel_id, self.holder)
 
     def peer_alive(self) -> bool:
         return bool(self.client.exists(self.peer_alive_key))
 
     def cleanup(self) -> None:
         self.client.delete(self.inbound, self.alive_key)
+        if self.holder is not None:
+            release(self.client, self.tunnel_id, self.holder)
 
 
 class Endpoint(Protocol):
@@ -232,10 +298,13 @@ def terminal_session_key(signer: Signer, user_id: str, agent_id: str, client_id:
     return signer.sign("terminal-session", user_id, agent_id, client_id)
 
 
-def dial(client: redis.Redis, signer: Signer, agent_id: str, request: DialRequest) -> TunnelHalf:
+def dial(
+    client: redis.Redis, signer: Signer, agent_id: str, request: DialRequest, holder: Holder | None = None
+) -> TunnelHalf:
     """Ask the agent to dial back (whichever process holds its connection forwards the message, once it has
-    checked the signature: nobody else who can write to Redis can make an agent dial)."""
-    half = TunnelHalf(client, new_id(), "user")
+    checked the signature: nobody else who can write to Redis can make an agent dial). ``holder``: the person
+    whose access to the workspace the tunnel depends on."""
+    half = TunnelHalf(client, new_id(), "user", holder)
     half.beat()
     # Only the agent asked may take the tunnel's other half: the id alone must not be enough, nor a record that
     # someone else wrote.

@@ -36,7 +36,7 @@ from app.resources.status import agent_health
 from app.users.models import User
 from app.workspaces.models import Workspace
 from app.workspaces.sections import WorkspaceSection
-from app.workspaces.services import can_act
+from app.workspaces.services import can_use
 from protocol.codec import JSON, JsonObject
 
 bp = page_blueprint("agents", __name__)
@@ -113,14 +113,17 @@ def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) ->
     status = status_of(agent)
     health = agent_health(agent, status)
     owner = workspace.owner.username
+    can_connect = can_use(user, workspace)
+    # Someone else's workspace (shared with them) is named with its owner, as `slipway ssh` takes it.
+    named = workspace.name if user.id == workspace.owner_id else f"{owner}/{workspace.name}"
     panel = AgentPanel(
         agent=agent,
         workspace_id=workspace.id,
         status=status,
         healthy=health.healthy,
         health_reason=health.reason,
-        can_connect=can_act(user, workspace),
-        ssh_command=f"slipway ssh {workspace.name}" if user.id == workspace.owner_id else "",
+        can_connect=can_connect,
+        ssh_command=f"slipway ssh {named}" if can_connect else "",
         metadata=metadata_items(agent),
         connections=connection_spans(services.connection_history(agent.id)),
     )

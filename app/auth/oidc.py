@@ -21,6 +21,9 @@ from sqlalchemy.exc import IntegrityError
 from app.core.config import Settings
 from app.core.errors import DomainError
 from app.core.extensions import db
+from app.events.access import access_lost
+from app.groups.sync import claim_values, sync_groups, synced_roles
+from app.organizations.models import DEFAULT_ORGANIZATION_ID, Organization
 from app.users.models import ASSIGNABLE_ROLES, ROLE_OWNER, STATUS_ACTIVE, User
 from app.users.services import is_last_active_owner, user_count
 
@@ -149,7 +152,10 @@ def sign_in(settings: Settings, claims: dict[str, Any]) -> User:
         db.session.rollback()
         raise OidcError("Your account is suspended. Ask an owner to reactivate it.")
     sync_roles(settings, claims, user)
+    left = sync_groups_of(user, claims)
     db.session.commit()
+    if left:
+        access_lost(user_id=user.id)  # a workspace shared with a group they left is no longer theirs to enter
     return user
 
 
@@ -231,19 +237,39 @@ def unique_username(wanted: str) -> str:
     return candidate
 
 
+def default_organization() -> Organization:
+    organization = db.session.get(Organization, DEFAULT_ORGANIZATION_ID)
+    assert organization is not None  # noqa: S101 - the migration creates it, and nothing deletes it
+    return organization
+
+
 def sync_roles(settings: Settings, claims: dict[str, Any], user: User) -> None:
-    """Roles the mapping can grant follow the claim; other roles (given by hand) stay, and so does the last owner."""
-    if not settings.oidc_role_field or not settings.oidc_role_mapping:
+    """Roles the mapping can grant follow the claim; other roles (given by hand) stay, and so does the last owner.
+    The organisation's role sync (set by API or its admin page) wins over the deployment's --oidc-role-mapping."""
+    roles = synced_roles(default_organization(), claims, user.roles)
+    if roles is None:
+        roles = _roles_from_settings(settings, claims, user.roles)
+    if roles is None:
         return
-    raw = claims.get(settings.oidc_role_field) or []
-    values = {raw} if isinstance(raw, str) else {str(value) for value in raw} if isinstance(raw, list) else set()
-    mapped = {role for _, role in settings.oidc_role_mapping}
-    granted = {role for idp_value, role in settings.oidc_role_mapping if idp_value in values}
-    roles = (set(user.roles) - mapped) | granted
     if ROLE_OWNER not in roles and is_last_active_owner(user):
         # A provider group emptied by mistake must not leave the deployment without an owner.
         log.warning("OIDC role sync kept the owner role of %s: they are the last active owner", user.username)
-        roles.add(ROLE_OWNER)
+        roles.append(ROLE_OWNER)
     synced = [role for role in ASSIGNABLE_ROLES if role in roles]
     if synced != user.roles:
         user.roles = synced
+
+
+def _roles_from_settings(settings: Settings, claims: dict[str, Any], current: list[str]) -> list[str] | None:
+    if not settings.oidc_role_field or not settings.oidc_role_mapping:
+        return None
+    values = claim_values(claims, settings.oidc_role_field)
+    mapped = {role for _, role in settings.oidc_role_mapping}
+    granted = {role for idp_value, role in settings.oidc_role_mapping if idp_value in values}
+    return sorted((set(current) - mapped) | granted)
+
+
+def sync_groups_of(user: User, claims: dict[str, Any]) -> list[str]:
+    """The organisation's group sync for ``user`` (in the sign-in's transaction); the groups they left."""
+    change = sync_groups(default_organization(), user, claims)
+    return change.left if change else []

@@ -96,12 +96,14 @@ def require(user: User, template: Template, need: TemplateNeed) -> Template:
     return template
 
 
-def require_use_for_build(user: User, template: Template) -> None:
-    """A person starting a workspace they have from a template they may no longer use: refused, saying why and
-    whom to ask (they know the template exists: their workspace is built from it)."""
-    if template_role(user, template) is None:
+def require_use_for_build(owner: User, template: Template, actor: User) -> None:
+    """A workspace started by ``actor`` (its owner, or someone it is shared with) whose owner may no longer use its
+    template: refused, saying why and whom to ask (they know the template exists: the workspace is built from it).
+    The owner's permission counts, so that a share never lends its holder a template its owner lost."""
+    if template_role(owner, template) is None:
+        who = "You no longer have" if owner.id == actor.id else f"{owner.username} no longer has"
         raise Forbidden(
-            f"You no longer have permission to use template {template.name}, so this workspace cannot be started: "
+            f"{who} permission to use template {template.name}, so this workspace cannot be started: "
             + who_can_grant(template),
             detail="Stopping and deleting it remain possible.",
         )

@@ -17,7 +17,9 @@ from sqlalchemy.exc import IntegrityError
 from app.core.errors import Conflict, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.validation import FieldErrors
-from app.groups.models import EVERYONE, SOURCE_OIDC, SOURCE_USER, Group, GroupMember
+from app.events.access import access_lost
+from app.groups.models import EVERYONE, SOURCE_USER, Group, GroupMember
+from app.groups.sync import refuse_manual_change
 from app.organizations.models import Organization, OrganizationMember
 from app.organizations.services import organization_ids_of
 from app.users.models import User
@@ -166,10 +168,8 @@ def update_group(group: Group, changes: GroupChanges) -> Group:
             f"{EVERYONE} holds every member of the organisation: it cannot be renamed, and its members change only "
             "as people join or leave the organisation."
         )
-    if group.source == SOURCE_OIDC and (changes.add_users or changes.remove_users):
-        raise InvalidInput(
-            f"Group {group.name}'s members come from the identity provider (at each sign-in): change them there."
-        )
+    if changes.add_users or changes.remove_users:
+        refuse_manual_change(group)
     if changes.name is not None and changes.name.strip() != group.name:
         _refuse_taken(group.organization_id, changes.name.strip())
         group.name = changes.name.strip()
@@ -185,6 +185,9 @@ def update_group(group: Group, changes: GroupChanges) -> Group:
             delete(GroupMember).where(GroupMember.group_id == group.id, GroupMember.user_id.in_(changes.remove_users))
         )
     _commit(group.name)
+    # Whoever left may have held a workspace shared with the group open: those ways in close now.
+    for user_id in changes.remove_users:
+        access_lost(user_id=user_id)
     return group
 
 
@@ -192,8 +195,11 @@ def delete_group(group: Group) -> None:
     if group.is_everyone:
         raise InvalidInput(f"{EVERYONE} is built in: it cannot be deleted.")
     # Its members and its entries in access lists go with it (ON DELETE CASCADE).
+    members = list(db.session.scalars(select(GroupMember.user_id).where(GroupMember.group_id == group.id)))
     db.session.delete(group)
     db.session.commit()
+    for user_id in members:
+        access_lost(user_id=user_id)
 
 
 def set_members(group: Group, user_ids: Iterable[str]) -> None:

@@ -13,6 +13,7 @@ from app.core.columns import utcnow
 from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
 from app.core.extensions import db
 from app.core.validation import FieldErrors, check_email, check_password, check_username
+from app.events.access import access_lost
 from app.users.browser_sessions import delete_browser_sessions
 from app.users.models import (
     ASSIGNABLE_ROLES,
@@ -164,6 +165,8 @@ def update_user(actor: User, user_id: str, *, roles: list[str] | None = None, st
         user.status = status
     user.updated_at = utcnow()
     db.session.commit()
+    if status == STATUS_SUSPENDED:
+        access_lost(user_id=user.id)  # their open SSH sessions, terminals and apps end with their sign-ins
     return user
 
 

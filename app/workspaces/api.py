@@ -169,8 +169,10 @@ def create_build(workspace_id: str) -> tuple[Response, int]:
     preset_id = string_field(body, PRESET_FIELD, errors, required=False) or None
     errors.raise_if_any()
     user = api_user()
-    workspace = services.get_workspace_for(user, workspace_id, need="build")
     values = parameter_values_field(body)
+    # A share to use it starts and stops it as it is; a preset, new values or another version is an admin's.
+    need = services.build_need(transition, values, version_id) if preset_id is None else "build"
+    workspace = services.get_workspace_for(user, workspace_id, need=need)
     build = services.create_build(user, workspace, transition, values, version_id, preset_id=preset_id)
     return jsonify(build_json(build, viewer=user)), 201
 
@@ -225,7 +227,7 @@ def confirm_build(build_id: str) -> Response:
 def cancel_build(build_id: str) -> Response:
     user = api_user()
     build = services.get_build_for(user, build_id)
-    if not (services.can_act(user, build.workspace) or user.is_template_admin):
-        raise Forbidden("Only the workspace's owner or an admin may cancel its builds.")
+    if not (services.can_use(user, build.workspace) or user.is_template_admin):
+        raise Forbidden("Only those who may use the workspace (or an admin) may cancel its builds.")
     cancel_job(build.job)
     return jsonify(build_json(build, viewer=user))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
@@ -17,10 +18,11 @@ from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
 from app.externalauth import services as external_auth
+from app.groups.models import ACL_ADMIN
 from app.provisioning.jobs import confirm_job, dispatch, new_job
 from app.provisioning.models import DEBUG_LOGGING, FAILED, SUCCEEDED, ProvisionerJob
 from app.users.models import User
-from app.workspaces import schedule_rules
+from app.workspaces import schedule_rules, sharing
 from app.workspaces.models import REASON_INITIATOR, TRANSITIONS, Workspace, WorkspaceBuild
 from app.workspaces.parameters import resolve_parameters
 from protocol.codec import JSON, JsonObject
@@ -63,35 +65,89 @@ def check_workspace_name(name: str) -> str:
     return name
 
 
+# What a caller needs of a workspace: ``read`` it (its page, builds, logs), ``use`` it (connect in every way: SSH,
+# terminal, apps, port forwards), ``act`` on it as its admin (parameters, schedule, delete), ``start_stop`` it as it
+# is (those who use it, and its template's admins) or ``build`` it any way (those who act on it, and its template's
+# admins). ``share`` is changing whom it is shared with: its owner's (and deployment owners') alone, so that a share
+# never hands on more sharing.
+WorkspaceNeed = Literal["read", "use", "act", "share", "build", "start_stop"]
+
+
 def can_read(user: User, workspace: Workspace) -> bool:
-    """Its owner, owners and template admins, and the admins of its template (who look after its workspaces)."""
+    """Its owner, owners and template admins, the admins of its template (who look after its workspaces), and
+    whoever it is shared with."""
     if workspace.owner_id == user.id or user.is_template_admin:
         return True
-    return template_access.may(user, workspace.template, "admin")
+    return sharing.share_role(user, workspace) is not None or template_access.may(user, workspace.template, "admin")
+
+
+def can_use(user: User, workspace: Workspace) -> bool:
+    """Connect to it, start and stop it: whoever may act on it, and whoever it is shared with (``use``): the one
+    rule of every way in (app/agents/access.py, app/agents/apps.py), re-checked when a share is removed. Not its
+    template's admins: they manage its builds, not the workspace (no terminal, no apps)."""
+    if workspace.owner_id == user.id or user.is_owner:
+        return True
+    return sharing.share_role(user, workspace) is not None
 
 
 def can_act(user: User, workspace: Workspace) -> bool:
+    """Everything its owner may do: its owner, deployment owners, and those it is shared with as ``admin``."""
+    if workspace.owner_id == user.id or user.is_owner:
+        return True
+    return sharing.share_role(user, workspace) == ACL_ADMIN
+
+
+def can_share(user: User, workspace: Workspace) -> bool:
     return workspace.owner_id == user.id or user.is_owner
 
 
 def can_build(user: User, workspace: Workspace) -> bool:
-    """Start, stop or delete it: who may act on it, and its template's own admins (they manage its workspaces'
-    builds, not the workspaces themselves: no terminal, no apps)."""
+    """Build it any way (start, stop, delete, new parameters or version): who may act on it, and its template's own
+    admins (they manage its workspaces' builds, not the workspaces themselves: no terminal, no apps)."""
     return can_act(user, workspace) or (
         not user.is_template_admin and template_access.may(user, workspace.template, "admin")
     )
 
 
-def get_workspace_for(user: User, workspace_id: str, need: str = "read") -> Workspace:
-    """The workspace, if this user may ``read`` it, ``act`` on it or ``build`` it; others get 404 (it may as well
-    not exist)."""
+def can_start_stop(user: User, workspace: Workspace) -> bool:
+    """Start or stop it as it is: who may use it (a share to ``use``) or build it."""
+    return can_use(user, workspace) or can_build(user, workspace)
+
+
+def build_need(transition: str, parameters: Mapping[str, str], version_id: str | None) -> WorkspaceNeed:
+    """A start or stop with what the workspace already has is ``start_stop``; a delete, new parameter values or
+    another version is ``build``."""
+    if transition in ("start", "stop") and not parameters and version_id is None:
+        return "start_stop"
+    return "build"
+
+
+_NEED_CHECKS = {
+    "use": can_use,
+    "act": can_act,
+    "share": can_share,
+    "build": can_build,
+    "start_stop": can_start_stop,
+}
+_REFUSALS = {
+    "use": "Only the workspace's owner, a deployment owner or those it is shared with may do that.",
+    "act": "Only the workspace's owner, a deployment owner or those it is shared with as admin may do that.",
+    "share": "Only the workspace's owner (or a deployment owner) may change whom it is shared with.",
+    "build": "Only the workspace's owner, a deployment owner, those it is shared with as admin or its template's "
+    "admins may build it that way.",
+    "start_stop": "Only the workspace's owner, a deployment owner, those it is shared with or its template's admins "
+    "may start or stop it.",
+}
+
+
+def get_workspace_for(user: User, workspace_id: str, need: WorkspaceNeed = "read") -> Workspace:
+    """The workspace, if this user may ``read`` it or has the ``need``; whoever may not even read it gets 404 (it
+    may as well not exist), whoever may read it but not more gets 403 saying who may."""
     workspace = db.session.get(Workspace, workspace_id)
     if workspace is None or workspace.deleted or not can_read(user, workspace):
         raise NotFound("No such workspace.")
-    if need == "act" and not can_act(user, workspace):
-        raise Forbidden("Only the workspace's owner (or a deployment owner) may do that.")
-    if need == "build" and not can_build(user, workspace):
-        raise Forbidden("Only the workspace's owner, a deployment owner or its template's admins may build it.")
+    if need != "read" and not _NEED_CHECKS[need](user, workspace):
+        raise Forbidden(_REFUSALS[need])
     return workspace
 
 
@@ -117,13 +173,14 @@ def visible_workspaces_query(user: User, *, only_mine: bool = False, name: str |
     if only_mine:
         query = query.where(Workspace.owner_id == user.id)
     elif not user.is_template_admin:
-        # Theirs, and the workspaces of the templates they administer: one statement whatever their groups. Two
-        # arms of ids rather than an OR, which would read every workspace in name order to test each: the first arm
-        # reads the owner index, the second the template index (empty for most people).
+        # Theirs, those shared with them (directly or through a group), and the workspaces of the templates they
+        # administer: one statement whatever their groups. Arms of ids rather than an OR, which would read every
+        # workspace in name order to test each: each arm reads its own index (empty for most people).
         administered = select(Template.id).where(template_access.template_filter(user, "admin"))
         theirs = select(Workspace.id).where(Workspace.owner_id == user.id)
+        shared = select(Workspace.id).where(sharing.shared_with(user))
         looked_after = select(Workspace.id).where(Workspace.template_id.in_(administered))
-        query = query.where(Workspace.id.in_(theirs.union_all(looked_after)))
+        query = query.where(Workspace.id.in_(theirs.union_all(shared, looked_after)))
     if name is not None:
         query = query.where(Workspace.name_key == name.lower())
     return query
@@ -310,7 +367,7 @@ def queue_build(
         raise Conflict("A build of this workspace is already active; wait for it or cancel it.")
     if transition == "start" and reason == REASON_INITIATOR:
         # A person may keep, stop and delete a workspace of a template they lost access to, but not start it.
-        template_access.require_use_for_build(actor, workspace.template)
+        template_access.require_use_for_build(workspace.owner, workspace.template, actor)
     if transition == "start" and workspace.dormant_at is not None:
         raise InvalidInput(
             "This workspace is dormant: it was unused too long. Activate it first (PUT .../dormant "

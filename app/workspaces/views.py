@@ -30,7 +30,7 @@ from app.provisioning.overview import daemons_serving
 from app.provisioning.sections import job_sections
 from app.resources.services import job_resources
 from app.users.models import User
-from app.workspaces import services
+from app.workspaces import services, sharing, sharing_views
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import field_labels, form_parameters, form_values, shown_parameters
 from app.workspaces.search import searched, sorted_workspaces
@@ -260,11 +260,25 @@ def show(workspace_id: str) -> str:
         resources=resources,
         sections=sections,
         can_act=services.can_act(user, workspace),
+        can_use=services.can_use(user, workspace),
         # Start and stop: also the template's own admins (they manage its workspaces' builds).
-        can_build=services.can_build(user, workspace),
+        can_start_stop=services.can_start_stop(user, workspace),
+        **_sharing_context(user, workspace),
         status_of=services.build_status,
         stream_seen=seen,
     )
+
+
+def _sharing_context(user: User, workspace: Workspace) -> dict[str, object]:
+    """The Sharing card's: the list, and for its owner the picker's names."""
+    can_share = services.can_share(user, workspace)
+    users, groups = sharing_views.picker_names(workspace) if can_share else ([], [])
+    return {
+        "sharing": sharing.sharing_list(workspace),
+        "can_share": can_share,
+        "picker_users": users,
+        "picker_groups": groups,
+    }
 
 
 @bp.route("/workspaces/<workspace_id>/parameters", methods=["GET", "POST"])
@@ -331,8 +345,8 @@ def _schedule_form(workspace: Workspace) -> dict[str, str]:
 @bp.post("/workspaces/<workspace_id>/builds")
 def transition(workspace_id: str) -> Response:
     user = page_user()
-    workspace = services.get_workspace_for(user, workspace_id, need="build")
     transition = request.form.get("transition", "")
+    workspace = services.get_workspace_for(user, workspace_id, need=services.build_need(transition, {}, None))
     if transition == "delete":  # only through the page that asks for the name
         return redirect(url_for("workspaces.delete", workspace_id=workspace.id))
     try:
@@ -434,8 +448,8 @@ def confirm(build_id: str) -> Response:
 def cancel(build_id: str) -> Response:
     user = page_user()
     found = services.get_build_for(user, build_id)
-    if not (services.can_act(user, found.workspace) or user.is_template_admin):
-        flash("Only the workspace's owner or an admin may cancel its builds.", "error")
+    if not (services.can_use(user, found.workspace) or user.is_template_admin):
+        flash("Only those who may use the workspace (or an admin) may cancel its builds.", "error")
     else:
         try:
             cancel_job(found.job)

@@ -1,10 +1,13 @@
 // A real OpenID provider (npm oidc-provider) for Slipway's tests, configured by one JSON environment variable:
 //   OIDC_TEST_CONFIG = {port, clients: [{client_id, client_secret, redirect_uris, post_logout_redirect_uris}],
 //                       accounts: {<login>: {sub, email, email_verified, preferred_username, name, groups}},
-//                       claims_in_id_token: bool, access_token_ttl: seconds}
+//                       claims_in_id_token: bool, access_token_ttl: seconds, accounts_file: path?}
+// accounts_file (optional) holds more accounts as JSON, read again at each sign-in: a test changes a person's
+// claims (their groups) between two sign-ins by rewriting it.
 // A client whose grant_types include refresh_token gets refresh tokens (Git provider tests refresh with them);
 // revocation and introspection are on (unlinking revokes; the test Git server checks tokens at userinfo).
 // Sign-in uses the provider's own development login form (any password); consent is granted automatically.
+import fs from 'node:fs';
 import http from 'node:http';
 import Provider from 'oidc-provider';
 
@@ -13,8 +16,13 @@ const port = config.port;
 const issuer = `http://127.0.0.1:${port}`;
 const accounts = config.accounts || {};
 
+function changingAccounts() {
+  if (!config.accounts_file || !fs.existsSync(config.accounts_file)) return {};
+  return JSON.parse(fs.readFileSync(config.accounts_file, 'utf8'));
+}
+
 function claimsOf(login) {
-  const known = accounts[login];
+  const known = changingAccounts()[login] || accounts[login];
   if (known) return { sub: login, ...known };
   return { sub: login, email: `${login}@example.com`, email_verified: true, preferred_username: login };
 }
@@ -30,7 +38,7 @@ const provider = new Provider(issuer, {
   claims: {
     openid: ['sub'],
     email: ['email', 'email_verified'],
-    profile: ['name', 'preferred_username', 'groups'],
+    profile: ['name', 'preferred_username', 'groups', 'roles'],
   },
   // true: profile and email claims in the ID token as well; false: only from the userinfo endpoint.
   conformIdTokenClaims: !config.claims_in_id_token,
@@ -54,7 +62,7 @@ const provider = new Provider(issuer, {
       accountId: ctx.oidc.session.accountId,
     });
     grant.addOIDCScope('openid email profile');
-    grant.addOIDCClaims(['sub', 'email', 'email_verified', 'name', 'preferred_username', 'groups']);
+    grant.addOIDCClaims(['sub', 'email', 'email_verified', 'name', 'preferred_username', 'groups', 'roles']);
     await grant.save();
     return grant;
   },

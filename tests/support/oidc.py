@@ -47,6 +47,7 @@ class OidcProvider:
         log_path: Path,
         extra_clients: list[dict[str, Any]] | None = None,
         access_token_ttl: int = 3600,
+        accounts_file: Path | None = None,
     ) -> None:
         assert NODE.exists(), "the test OpenID provider is not installed: run `make oidc-deps`"
         self.port = free_port()
@@ -65,6 +66,8 @@ class OidcProvider:
             "access_token_ttl": access_token_ttl,
             "accounts": accounts or {},
             "claims_in_id_token": claims_in_id_token,
+            # Accounts read again at each sign-in (a test rewrites it to change someone's claims).
+            **({"accounts_file": str(accounts_file)} if accounts_file is not None else {}),
         }
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
