@@ -29,6 +29,8 @@ LISTS = {
     ("provisioner", "jobs", "list"): "priority",
     ("provisioner", "keys", "list"): "tags",
     ("sharing", "list"): "id",
+    ("groups", "list"): "id",
+    ("templates", "permissions", "list"): "id",
 }
 
 

@@ -342,6 +342,12 @@ SHARED_WORKSPACE_NEEDS = {
     "agents.panel": "read",
     "agents.log_stream": "read",
     "agents.terminal": "use",
+    "agents_api.listening_ports": "read",
+    "timings_api.build_timings": "read",
+    "agents_api.list_port_shares": "read",
+    "agents_api.share_port": "owner",
+    "agents_api.unshare_port": "owner",
+    "agents.share_port": "owner",
 }
 SHARE_ALLOWS = {"use": {"read", "use"}, "admin": {"read", "use", "act"}}
 # What each route is sent, so that the request gets past its guard to something harmless.

@@ -20,7 +20,7 @@ from app.agents.models import CONNECTED, AgentConnectionEvent, AgentLog
 from app.agents.ports import PortLink
 from app.auth.access import page_user
 from app.auth.blueprints import page_blueprint
-from app.core.errors import NotFound
+from app.core.errors import Forbidden, NotFound
 from app.core.extensions import db
 from app.core.redis_client import get_redis
 from app.core.security_headers import allow_inline_styles
@@ -36,7 +36,7 @@ from app.resources.status import agent_health
 from app.users.models import User
 from app.workspaces.models import Workspace
 from app.workspaces.sections import WorkspaceSection
-from app.workspaces.services import can_use
+from app.workspaces.services import can_share, can_use
 from protocol.codec import JSON, JsonObject
 
 bp = page_blueprint("agents", __name__)
@@ -97,6 +97,8 @@ class AgentPanel:
     health_reason: str
     can_connect: bool
     ssh_command: str
+    # Whether the viewer may open ports to more people: the workspace's owner (or a deployment owner) alone.
+    can_share: bool = False
     apps: list[PanelApp] = field(default_factory=list)
     ports: list[PortLink] = field(default_factory=list)
     # Each listed port's share level, and the levels its template lets the owner choose from.
@@ -123,6 +125,7 @@ def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) ->
         healthy=health.healthy,
         health_reason=health.reason,
         can_connect=can_connect,
+        can_share=can_share(user, workspace),
         ssh_command=f"slipway ssh {named}" if can_connect else "",
         metadata=metadata_items(agent),
         connections=connection_spans(services.connection_history(agent.id)),
@@ -217,6 +220,8 @@ def panel(workspace_id: str, agent_id: str) -> str:
 def share_port(workspace_id: str, agent_id: str, port: int) -> Response:
     """The panel's share control: the same rules as POST /api/v2/workspaces/{id}/port-share; owner unshares."""
     context = _context(workspace_id, agent_id, need="connect")
+    if not can_share(page_user(), context.workspace):  # a share never hands on more sharing
+        raise Forbidden("Only the workspace's owner (or a deployment owner) may share its ports.")
     level = request.form.get("share_level", "")
     if level == "owner":
         with contextlib.suppress(NotFound):  # not shared: nothing to undo
