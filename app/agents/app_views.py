@@ -8,7 +8,7 @@ from werkzeug.wrappers import Response
 
 from app.agents import proxy
 from app.agents.access import AgentContext, ensure_reachable
-from app.agents.apps import app_for
+from app.agents.apps import app_for, sandboxed_for
 from app.auth.access import api_user, bearer_token, page_user
 from app.core.errors import BadGateway, Conflict, Forbidden, NotFound
 from app.core.extensions import csrf, db
@@ -58,6 +58,8 @@ def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -
     requested = proxy.app_request_path(request.environ, owner, workspace_and_agent, slug, rest)
     # App traffic counts as use (dormancy) but does not move the autostop (reference §2.4).
     activity.mark_used(target.workspace.id, connection=False)
+    settings = current_app.config["SLIPWAY_SETTINGS"]
+    sandbox = sandboxed_for(target, person, owner_same_origin=settings.dangerous_allow_path_app_same_origin)
     client, signing = get_redis(), signer()
     db.session.remove()  # the response may stream for long: hold no database connection
     # A live connection (app/core/limits.py) until the app's answer has been passed on: it may stream for hours.
@@ -65,7 +67,7 @@ def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -
         try:
             if is_websocket_request(request.environ):
                 return proxy.proxy_websocket(client, signing, target, request, requested)
-            return until_closed(proxy.proxy_http(client, signing, target, request, requested))
+            return until_closed(proxy.proxy_http(client, signing, target, request, requested, sandbox=sandbox))
         except proxy.AppUnavailable as exc:
             raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc
 

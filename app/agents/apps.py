@@ -125,3 +125,10 @@ def check_app_access(target: AppTarget, viewer: User | None) -> None:
         return
     if viewer.id != target.workspace.owner_id and not viewer.is_owner:
         raise NotFound(f"No app {target.slug!r} you may open here.")
+
+
+def sandboxed_for(target: AppTarget, viewer: User | None, *, owner_same_origin: bool) -> bool:
+    """Whether the app's pages run in the proxy's sandbox for ``viewer``: always, unless the deployment lets
+    workspace owners open their own path apps on the dashboard's origin and ``viewer`` is this workspace's owner
+    (nobody else: not a deployment owner, not whoever the app is shared with)."""
+    return not (owner_same_origin and viewer is not None and viewer.id == target.workspace.owner_id)

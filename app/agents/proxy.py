@@ -38,6 +38,13 @@ CREDENTIAL_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "slipway-session-token", "coder-session-token", "slipway-agent-token"}
 )
 SLIPWAY_HEADER_PREFIX = "slipway-"
+FORWARDING_HEADERS = frozenset({"forwarded", "x-real-ip"})
+# RFC 6455 spells these with a capital S in WebSocket; the WSGI environ gives "Sec-Websocket-Key", and some apps
+# read header names case-sensitively (Coder sends them as RFC 6455 spells them for the same reason).
+_CANONICAL_CASE = {
+    name.lower(): name
+    for name in ("Sec-WebSocket-Key", "Sec-WebSocket-Version", "Sec-WebSocket-Protocol", "Sec-WebSocket-Extensions")
+}
 # Cookies Slipway sets or reads: the Flask session (SESSION_COOKIE_NAME, which also carries the CSRF token and
 # the OIDC state), Flask's default session name and Flask-Login's remember cookie. An app neither sees nor sets
 # them: a shared app that set its owner's session in a viewer's browser would sign the viewer in as its owner.
@@ -52,7 +59,8 @@ CHUNK = 64 * 1024
 # Every page an app serves runs in a sandbox, whoever opens it, the workspace's owner included: path apps share the
 # dashboard's origin, and without allow-same-origin the page gets an opaque origin of its own, so its scripts can
 # read neither the dashboard's cookies and CSRF tokens nor its API with the viewer's session (issue 34, H2). An
-# app that needs its own origin waits for subdomain apps.
+# app that needs its own origin needs a subdomain app; a deployment may instead let workspace owners open their own
+# path apps unsandboxed, as Coder does (--dangerous-allow-path-app-same-origin, app/agents/apps.py).
 SANDBOX = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
 
 
@@ -151,8 +159,15 @@ def upstream_headers(request: Request, target: AppTarget, *, websocket: bool) ->
     headers.pop("Cookie", None)
     if cookies:
         headers["Cookie"] = "; ".join(cookies)
-    default_port = 443 if target.scheme == "https" else 80
-    headers["Host"] = target.host if target.port == default_port else f"{target.host}:{target.port}"
+    # The browser's Host, as Coder's proxy keeps it: an app compares its requests' Origin with their Host (Jupyter,
+    # Vite, webpack's dev server) and builds its absolute links from it, both of which must name the dashboard's
+    # address the browser used, not the app's own. The forwarding headers are the proxy's word alone.
+    headers = {
+        _CANONICAL_CASE.get(name.lower(), name): value
+        for name, value in headers.items()
+        if not is_forwarding_header(name)
+    }
+    headers["Host"] = request.host
     headers["X-Forwarded-Host"] = request.host
     headers["X-Forwarded-Proto"] = request.scheme
     headers["X-Forwarded-For"] = request.remote_addr or ""
@@ -160,6 +175,13 @@ def upstream_headers(request: Request, target: AppTarget, *, websocket: bool) ->
         headers["Connection"] = "Upgrade"
         headers["Upgrade"] = "websocket"
     return headers
+
+
+def is_forwarding_header(name: str) -> bool:
+    """Headers that tell an app where a request came from: a client may not write them (Coder drops them unless a
+    trusted proxy sent them; behind one, Slipway's own view of the request already reflects them)."""
+    lowered = name.lower()
+    return lowered in FORWARDING_HEADERS or lowered.startswith("x-forwarded-")
 
 
 def is_credential_header(name: str) -> bool:
@@ -182,6 +204,8 @@ def proxy_http(
     target: AppTarget,
     request: Request,
     requested: AppRequestPath,
+    *,
+    sandbox: bool = True,
 ) -> Response:
     connection = TunnelConnection(client, signer, target.agent.id, target)
     conn = http.client.HTTPConnection(target.host, target.port, timeout=300)
@@ -216,12 +240,14 @@ def proxy_http(
             conn.close()
             connection.close()
 
-    answer = _response_headers(upstream.getheaders(), target, requested.prefix)
+    answer = _response_headers(upstream.getheaders(), target, requested.prefix, sandbox=sandbox)
     # The app's own headers, not the dashboard's: its pages would break under the dashboard's policy.
     return ForeignResponse(stream_with_context(body_chunks()), status=upstream.status, headers=answer)
 
 
-def _response_headers(items: list[tuple[str, str]], target: AppTarget, prefix: str) -> list[tuple[str, str]]:
+def _response_headers(
+    items: list[tuple[str, str]], target: AppTarget, prefix: str, *, sandbox: bool
+) -> list[tuple[str, str]]:
     headers = []
     app_origins = {f"{target.scheme}://{target.host}:{target.port}", f"{target.scheme}://{target.host}"}
     for name, value in items:
@@ -236,7 +262,8 @@ def _response_headers(items: list[tuple[str, str]], target: AppTarget, prefix: s
                 continue
             value = scoped
         headers.append((name, value))
-    headers.append(("Content-Security-Policy", SANDBOX))
+    if sandbox:
+        headers.append(("Content-Security-Policy", SANDBOX))
     return headers
 
 

@@ -105,6 +105,10 @@ class Settings:
     agent_heartbeat_interval: int = 15
     # Path-based apps (/@owner/workspace.agent/apps/slug/) share the dashboard's origin; some operators refuse that.
     disable_path_apps: bool = False
+    # The workspace's owner gets its path apps without the sandbox, on the dashboard's own origin, as in Coder: what
+    # apps such as JupyterLab need (cookies read by script, storage, same-origin requests), at the cost that
+    # whatever answers on the app's port runs script as its owner on the dashboard (app/agents/proxy.py SANDBOX).
+    dangerous_allow_path_app_same_origin: bool = False
     # Bytes of template archives each person may keep (their uploads and their versions' archives); 0: no limit.
     template_storage_quota: int = 1024**3
     # Notifications by email (SMTP, enabled by a smarthost) and by webhook (app/notifications/delivery.py).
@@ -235,6 +239,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         agent_wheelhouse=Path(_get(env, "AGENT_WHEELHOUSE") or default_agent_wheelhouse()).expanduser(),
         agent_heartbeat_interval=_duration(env, "AGENT_HEARTBEAT_INTERVAL", "15s"),
         disable_path_apps=_bool(env, "DISABLE_PATH_APPS", False),
+        dangerous_allow_path_app_same_origin=_bool(env, "DANGEROUS_ALLOW_PATH_APP_SAME_ORIGIN", False),
         template_storage_quota=_size(env, "TEMPLATE_STORAGE_QUOTA", "1GiB"),
     )
     return _with_external_auth(_with_notifications(_with_oidc(settings, env), env), env)

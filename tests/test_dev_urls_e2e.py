@@ -1,0 +1,124 @@
+"""Dev URLs end to end (issue 35): real apps nobody here wrote behind the path proxy, Coder's URLs, `ssh -R`, and a
+workspace updated while it runs. One deployment serves the module, with one workspace of the `local` example and
+one of a template that runs JupyterLab (PyPI) the way Coder's jupyterlab module does.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
+from tests.support.deployment import EXAMPLE, Deployment, running_deployment
+from tests.support.net import free_port
+
+WAIT = 90_000  # ms: a kernel starting on a busy machine
+JUPYTER = "/@alice/jws.main/apps/jupyterlab/"
+
+
+def jupyter_template(port: int) -> str:
+    """The `local` example plus Coder's jupyterlab module as it runs for a path app: no token, no password, the
+    app's path as its base URL, and no ``allow_origin`` (the browser's Host must be enough). It listens on loopback
+    rather than Coder's ``ip='*'``: the test machine is shared, and the Host it sees is the dashboard's."""
+    flags = (
+        f"--no-browser --ServerApp.base_url={JUPYTER.rstrip('/')} --ServerApp.ip=127.0.0.1 "
+        f"--ServerApp.port={port} --ServerApp.token='' --ServerApp.password=''"
+    )
+    return (
+        (EXAMPLE / "main.tf").read_text()
+        + f"""
+resource "coder_script" "jupyterlab" {{
+  agent_id     = coder_agent.main.id
+  display_name = "jupyterlab"
+  run_on_start = true
+  script       = "{sys.executable} -m jupyterlab {flags} > jupyterlab.log 2>&1 &"
+}}
+
+resource "coder_app" "jupyterlab" {{
+  agent_id     = coder_agent.main.id
+  slug         = "jupyterlab"
+  display_name = "JupyterLab"
+  url          = "http://localhost:{port}{JUPYTER.rstrip("/")}"
+  share        = "owner"
+  healthcheck {{
+    url       = "http://localhost:{port}{JUPYTER}api"
+    interval  = 5
+    threshold = 6
+  }}
+}}
+"""
+    )
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    # Workspace owners open their path apps on the dashboard's origin, as in Coder: JupyterLab reads its XSRF cookie
+    # and keeps state in storage, which the sandbox's opaque origin refuses.
+    tmp = tmp_path_factory.mktemp("dev-urls")
+    with running_deployment(tmp, "--dangerous-allow-path-app-same-origin") as deployment:
+        deployment.push_local()
+        template = deployment.tmp / "template-jupyter"
+        template.mkdir()
+        (template / "main.tf").write_text(jupyter_template(free_port()))
+        pushed = deployment.cli(
+            "alice", "templates", "push", "jupyter", "-d", str(template),
+            "--variable", f"workspaces_root={deployment.workspaces_root}",
+        )  # fmt: skip
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        created = deployment.cli("alice", "create", "jws", "-t", "jupyter")
+        assert created.returncode == 0, created.stdout + created.stderr
+        deployment.wait_agent("alice", "jws", jupyter_healthy, 120, "serving JupyterLab")
+        yield deployment
+
+
+def jupyter_healthy(agent: dict[str, Any]) -> bool:
+    return any(app["slug"] == "jupyterlab" and app["health"] == "healthy" for app in agent["apps"])
+
+
+@pytest.fixture
+def page() -> Iterator[Page]:
+    with browser_page() as opened:
+        yield opened
+
+
+@pytest.mark.browser
+def test_jupyterlab_runs_a_notebook_as_a_path_app_and_reconnects_after_a_reload(
+    deployment: Deployment, page: Page
+) -> None:
+    """Jupyter refuses API writes and WebSockets whose Origin does not match their Host: with the app's own Host
+    in place of the browser's, the notebook opens but no kernel ever runs a cell."""
+    problems = watch_for_problems(page.context, deployment.url)
+    sign_in_page(page, deployment.url)
+    expect(page).to_have_url(f"{deployment.url}/workspaces")
+    page.goto(f"{deployment.url}{JUPYTER}")
+    page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click(timeout=WAIT)
+    run_cell(page, "answer = 6*7\nprint(answer)")
+    answers = page.locator(".jp-OutputArea-output", has_text="42")
+    expect(answers).to_have_count(1, timeout=WAIT)
+    page.get_by_role("button", name="Save and create checkpoint (Ctrl+S)").click()
+    page.get_by_role("button", name="Rename and Save").click(timeout=WAIT)  # JupyterLab asks on a first save
+    expect(page.locator(".lm-TabBar-tab.jp-mod-dirty")).to_have_count(0, timeout=WAIT)
+    page.screenshot(path=str(ARTIFACTS / "jupyterlab-path-app.png"))
+
+    # A reload opens the notebook again and reconnects to the same kernel (its WebSocket through the proxy again):
+    # the variable is still there.
+    page.reload()
+    expect(answers).to_have_count(1, timeout=WAIT)  # the saved output
+    run_cell(page, "print(answer)")
+    expect(answers).to_have_count(2, timeout=WAIT)
+    page.screenshot(path=str(ARTIFACTS / "jupyterlab-path-app-reconnected.png"))
+    assert not [problem for problem in problems if "Failed to load resource" in problem or "403" in problem], problems
+
+
+def run_cell(page: Page, code: str) -> None:
+    """Type ``code`` into the notebook's last cell and run it (Shift+Enter), as a person would, once the notebook's
+    kernel is connected and idle (the status bar says so)."""
+    expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=WAIT)
+    cell = page.locator(".jp-Notebook .jp-Cell .cm-content").last
+    cell.click(timeout=WAIT)
+    cell.type(code)
+    page.keyboard.press("Shift+Enter")
