@@ -122,3 +122,22 @@ def run_cell(page: Page, code: str) -> None:
     cell.click(timeout=WAIT)
     cell.type(code)
     page.keyboard.press("Shift+Enter")
+
+
+def test_a_workspace_updated_while_running_restarts_with_its_new_agent(deployment: Deployment) -> None:
+    """A changed startup script replaces the agent (new id, new token): the `local` example's process restarts
+    with it rather than keep running the old agent, which the server no longer accepts."""
+    deployment.create("alice", "upd", "greeting=first")
+    before = deployment.wait_ready("alice", "upd")
+    deployment.push_local()  # a new active version to update to
+    updated = deployment.cli("alice", "update", "upd", "-p", "greeting=second")
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    after = deployment.wait_agent(
+        "alice",
+        "upd",
+        lambda agent: agent["id"] != before["id"] and agent["lifecycle_state"] == "ready",
+        120,
+        "replaced by a connected, ready agent",
+    )
+    assert after["status"] == "connected"
+    assert (deployment.directory("alice", "upd") / "greeting").read_text().strip() == "second"

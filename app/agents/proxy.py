@@ -124,11 +124,9 @@ class TunnelConnection:
             raise AppUnavailable(failure[1])
         ours, theirs = socket.socketpair()
         self.socket: socket.socket = ours
-        self._relay = threading.Thread(
-            target=tunnels.relay, args=(tunnels.SocketEndpoint(theirs), half), name="app-proxy", daemon=True
-        )
+        self._endpoint = tunnels.SocketEndpoint(theirs)
+        self._relay = threading.Thread(target=tunnels.relay, args=(self._endpoint, half), name="app-proxy", daemon=True)
         self._relay.start()
-        self._theirs = theirs
         if target.scheme == "https":
             # The app is reached inside the workspace (often with a self-signed certificate): the tunnel, not
             # TLS, is what authenticates it.
@@ -138,11 +136,13 @@ class TunnelConnection:
             self.socket = context.wrap_socket(ours, server_hostname=target.host)
 
     def close(self) -> None:
-        for sock in (self.socket, self._theirs):
-            try:
-                sock.close()
-            except OSError:
-                pass
+        try:
+            self.socket.close()
+        except OSError:
+            pass
+        # The relay's end is its socket: closed by the endpoint once its reader is not using it (a plain close here
+        # raced the reader's next select on fd -1).
+        self._endpoint.release()
 
 
 def upstream_headers(request: Request, target: AppTarget, *, websocket: bool) -> dict[str, str]:
