@@ -6,6 +6,7 @@ one of a template that runs JupyterLab (PyPI) the way Coder's jupyterlab module 
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -141,3 +142,34 @@ def test_a_workspace_updated_while_running_restarts_with_its_new_agent(deploymen
     )
     assert after["status"] == "connected"
     assert (deployment.directory("alice", "upd") / "greeting").read_text().strip() == "second"
+
+
+@pytest.mark.browser
+def test_coder_s_urls_open_the_workspace_page_and_its_terminal_for_those_who_may(
+    deployment: Deployment, page: Page
+) -> None:
+    url = deployment.url
+    workspace_id, agent_id = deployment.workspace("alice", "jws")["id"], deployment.agent("alice", "jws")["id"]
+    signed_out = page.request.get(f"{url}/@alice/jws", max_redirects=0)
+    assert signed_out.status == 302 and "/login" in signed_out.headers["location"]
+
+    sign_in_page(page, url)
+    expect(page).to_have_url(f"{url}/workspaces")
+    for path in ("/@alice/jws", "/@alice/jws.main", "/@Alice/JWS.Main"):
+        page.goto(f"{url}{path}")
+        expect(page).to_have_url(f"{url}/workspaces/{workspace_id}")
+    session = str(uuid.uuid4())  # the terminal's query carries over
+    page.goto(f"{url}/@alice/jws.main/terminal?session={session}")
+    expect(page).to_have_url(f"{url}/workspaces/{workspace_id}/agents/{agent_id}/terminal?session={session}")
+    expect(page.locator(".xterm")).to_be_visible(timeout=WAIT)
+    page.screenshot(path=str(ARTIFACTS / "coder-url-terminal.png"))
+    for missing in ("/@alice/jws.nope/terminal", "/@alice/ghost", "/@nobody/jws", "/@alice/ghost/terminal"):
+        assert page.request.get(f"{url}{missing}", max_redirects=0).status == 404, missing
+
+    # Another member may neither see alice's workspace nor learn that it exists.
+    assert page.context.browser is not None
+    carol = page.context.browser.new_context().new_page()
+    sign_in_page(carol, url, "carol@example.com")
+    expect(carol).to_have_url(f"{url}/workspaces")
+    for path in ("/@alice/jws", "/@alice/jws.main/terminal", "/@alice/ghost"):
+        assert carol.request.get(f"{url}{path}", max_redirects=0).status == 404, path

@@ -57,7 +57,7 @@ def app_for(viewer: User | None, owner_name: str, workspace_and_agent: str, slug
     (:class:`Forbidden`) and anyone else gets one :class:`NotFound`, whether the workspace exists or not. Those who
     may see it (its owner, admins) are told what is missing."""
     workspace_name, _, agent_name = workspace_and_agent.partition(".")
-    workspace = _find_workspace(owner_name, workspace_name)
+    workspace = find_workspace(owner_name, workspace_name)
     try:
         if workspace is None:
             raise NotFound(f"No workspace {owner_name}/{workspace_name}.")
@@ -72,7 +72,8 @@ def app_for(viewer: User | None, owner_name: str, workspace_and_agent: str, slug
         raise NotFound(f"There is no app {slug!r} here, or you may not open it.") from None
 
 
-def _find_workspace(owner_name: str, workspace_name: str) -> Workspace | None:
+def find_workspace(owner_name: str, workspace_name: str) -> Workspace | None:
+    """The workspace named so (case-insensitively) by its owner's username, whoever asks: callers check access."""
     workspace: Workspace | None = db.session.scalar(
         select(Workspace)
         .join(User, User.id == Workspace.owner_id)
