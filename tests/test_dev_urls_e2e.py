@@ -5,9 +5,15 @@ one of a template that runs JupyterLab (PyPI) the way Coder's jupyterlab module 
 
 from __future__ import annotations
 
+import socket
+import socketserver
+import subprocess
 import sys
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -173,3 +179,85 @@ def test_coder_s_urls_open_the_workspace_page_and_its_terminal_for_those_who_may
     expect(carol).to_have_url(f"{url}/workspaces")
     for path in ("/@alice/jws", "/@alice/jws.main/terminal", "/@alice/ghost"):
         assert carol.request.get(f"{url}{path}", max_redirects=0).status == 404, path
+
+
+GREETING = b"hello from the laptop\n"
+
+
+class _Greeter(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.request.sendall(GREETING)
+
+
+def read_greeting(connect: Callable[[], socket.socket], what: str, timeout: float = 30) -> bytes:
+    """What a connection made by ``connect`` reads, retried until the forward is up (ssh sets it up after its
+    handshake) or ``timeout``."""
+    deadline, failure = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        try:
+            with connect() as sock:
+                sock.settimeout(10)
+                data = b""
+                while chunk := sock.recv(1024):
+                    data += chunk
+                if data:
+                    return data
+                failure = "closed without a byte"
+        except OSError as exc:
+            failure = str(exc)
+        time.sleep(0.1)
+    raise AssertionError(f"{what} never answered: {failure}")
+
+
+def unix_connection(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(path))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def test_openssh_forwards_remote_ports_and_unix_sockets_and_local_ports(deployment: Deployment, tmp_path: Path) -> None:
+    """`ssh -R` (a TCP port, and a unix socket: streamlocal-forward@openssh.com) and `ssh -L` with OpenSSH's own
+    client through `slipway config-ssh`. The `local` workspace shares this machine's loopback, so the test reaches
+    the workspace's end directly."""
+    config = tmp_path / "ssh_config"
+    written = deployment.cli("alice", "config-ssh", "--ssh-config-file", str(config), "-y")
+    assert written.returncode == 0, written.stderr
+    laptop = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Greeter)
+    threading.Thread(target=laptop.serve_forever, daemon=True).start()
+    target = f"127.0.0.1:{laptop.server_address[1]}"
+    remote, local = free_port(), free_port()
+    unix_path = deployment.directory("alice", "jws") / "forwarded.sock"
+    command = [
+        "ssh", "-F", str(config), "-N", "-o", "ExitOnForwardFailure=yes",
+        "-R", f"{remote}:{target}", "-R", f"{unix_path}:{target}", "-L", f"{local}:{target}", "slipway.jws",
+    ]  # fmt: skip
+    env = deployment.cli_env("alice")
+    with subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True) as ssh:
+        try:
+            workspace_port = read_greeting(lambda: socket.create_connection(("127.0.0.1", remote)), "ssh -R port")
+            assert workspace_port == GREETING
+            assert read_greeting(lambda: unix_connection(unix_path), "ssh -R socket") == GREETING
+            assert read_greeting(lambda: socket.create_connection(("127.0.0.1", local)), "ssh -L") == GREETING
+            assert ssh.poll() is None, ssh.stderr.read() if ssh.stderr else ""
+        finally:
+            ssh.terminate()
+            ssh.wait(timeout=30)
+            laptop.shutdown()
+            laptop.server_close()
+
+    # The workspace's listeners end with the connection.
+    def refused() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", remote), timeout=5).close()
+        except OSError:
+            return True
+        return False
+
+    deadline = time.monotonic() + 30
+    while not refused():
+        assert time.monotonic() < deadline, "the workspace still listens after ssh quit"
+        time.sleep(0.1)
