@@ -51,8 +51,9 @@ resource "coder_app" "jupyterlab" {{
   display_name = "JupyterLab"
   url          = "http://localhost:{port}{JUPYTER.rstrip("/")}"
   share        = "owner"
+  # Coder's module checks GET /api; a WebSocket check also catches refused WebSockets (README "App health").
   healthcheck {{
-    url       = "http://localhost:{port}{JUPYTER}api"
+    url       = "ws://localhost:{port}{JUPYTER}api/events/subscribe"
     interval  = 5
     threshold = 6
   }}
