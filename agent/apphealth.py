@@ -1,6 +1,8 @@
 """App health checks (README "App health", reference §1.7).
 
-Every ``interval`` seconds the app's healthcheck URL is fetched (5 s timeout); a status below 500 is a success.
+Every ``interval`` seconds the app's healthcheck URL is fetched (5 s timeout); a status below 500 is a success,
+as in Coder. A ``ws://`` or ``wss://`` URL asks for more: a WebSocket upgrade there must be accepted (101), so an
+app whose pages load while its WebSockets are refused counts as unhealthy.
 ``threshold`` consecutive failures make the app ``unhealthy``, one success makes it ``healthy``, and it stays
 ``initializing`` until one of those happens. The states of all apps go to ``POST /app-health`` when one changes.
 """
@@ -10,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from urllib.parse import urlsplit
 
 import httpx
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidHandshake
 
 from agent.api import AgentAPIError, Backoff, ServerUnavailable
 from protocol.agentapi import AppHealth
@@ -20,6 +25,7 @@ from protocol.resources import App, Healthcheck
 log = logging.getLogger(__name__)
 
 CHECK_TIMEOUT = 5.0
+WEBSOCKET_SCHEMES = ("ws", "wss")
 INITIALIZING: AppHealth = "initializing"
 HEALTHY: AppHealth = "healthy"
 UNHEALTHY: AppHealth = "unhealthy"
@@ -28,12 +34,25 @@ PostHealths = Callable[[dict[str, AppHealth]], Awaitable[None]]
 
 
 async def probe(client: httpx.AsyncClient, url: str) -> bool:
+    if urlsplit(url).scheme in WEBSOCKET_SCHEMES:
+        return await probe_websocket(url, client.timeout.connect or CHECK_TIMEOUT)
     try:
         response = await client.get(url)
     except httpx.HTTPError as exc:
         log.debug("health check of %s failed: %s", url, exc)
         return False
     return response.status_code < 500
+
+
+async def probe_websocket(url: str, timeout: float) -> bool:
+    """Whether the app accepts a WebSocket at ``url``: the upgrade answered 101 within ``timeout`` (then closed)."""
+    try:
+        # No proxy from the environment: the checked service is the workspace's own.
+        async with connect(url, open_timeout=timeout, close_timeout=1, proxy=None):
+            return True
+    except (OSError, InvalidHandshake, TimeoutError) as exc:
+        log.debug("WebSocket health check of %s failed: %s", url, exc)
+        return False
 
 
 class HealthTracker:

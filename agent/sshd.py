@@ -2,8 +2,9 @@
 
 There is no client authentication: the server checked who may dial before the tunnel existed. Sessions get a
 shell or run a command (exit status or exit signal reported), on a PTY when asked (window changes follow), with
-the client's environment requests; SFTP and scp are served from the user's home directory as OpenSSH does, and
-``direct-tcpip`` channels (``ssh -L``) are forwarded. The host key is generated once per agent process.
+the client's environment requests; SFTP and scp are served from the user's home directory as OpenSSH does,
+``direct-tcpip`` channels (``ssh -L``) are forwarded, and so are remote forwards (``ssh -R``, to a TCP port or a
+unix socket). The host key is generated once per agent process.
 """
 
 from __future__ import annotations
@@ -52,6 +53,18 @@ class _AgentSSHServer(asyncssh.SSHServer):
     def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> bool:
         log.debug("ssh: forwarding a connection to %s:%d", dest_host, dest_port)
         return True  # asyncssh connects dest_host:dest_port and relays the channel
+
+    # `ssh -R`, as Coder's agent allows it: asyncssh listens inside the workspace (where the client asked: OpenSSH
+    # asks for loopback unless given an address) and opens a channel back to the client for each connection; the
+    # listeners end with the connection.
+    def server_requested(self, listen_host: str, listen_port: int) -> bool:
+        log.debug("ssh: remote forwarding from %s:%d", listen_host, listen_port)
+        return True
+
+    def unix_server_requested(self, listen_path: str) -> bool:
+        """OpenSSH's streamlocal-forward@openssh.com: ``ssh -R /path/in/workspace.sock:…``."""
+        log.debug("ssh: remote forwarding from %s", listen_path)
+        return True
 
 
 class _HomeSFTPServer(asyncssh.SFTPServer):

@@ -172,6 +172,12 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "wildcard DNS record and certificate point it at this server).",
     ),
     (
+        "--dangerous-allow-path-app-same-origin",
+        "SLIPWAY_DANGEROUS_ALLOW_PATH_APP_SAME_ORIGIN",
+        "Serve a workspace's owner its path apps unsandboxed, on the dashboard's origin, as Coder does (JupyterLab "
+        'needs it; see README "Apps").',
+    ),
+    (
         "--secret-key",
         "SLIPWAY_SECRET_KEY",
         "Signs browser sessions (and derives the encryption key when none is given); also SLIPWAY_SECRET_KEY_FILE. "
@@ -242,6 +248,7 @@ SWITCHES = {
     "--oidc-ignore-email-verified",
     "--disable-password-auth",
     "--disable-path-apps",
+    "--dangerous-allow-path-app-same-origin",
     "--email-tls",
     "--email-starttls",
     "--provisioner-grant-access",

@@ -97,6 +97,28 @@ def test_slipway_credentials_never_reach_the_app(deployment: Deployment) -> None
     assert reply.status_code == 200 and carol not in reply.text
 
 
+def test_the_app_gets_the_browser_s_host_and_the_proxy_s_forwarding_headers(deployment: Deployment) -> None:
+    """As behind Coder's proxy: an app checking Origin against Host (Jupyter, Vite) sees the dashboard's address the
+    browser used, and where the request came from is the proxy's word, never the client's. (X-Forwarded-Proto is
+    left out: gunicorn takes it from a trusted proxy, and loopback is one by default.)"""
+    host = urlsplit(deployment.url).netloc
+    spoofed = {
+        "X-Forwarded-For": "203.0.113.9",
+        "X-Forwarded-Host": "evil.example",
+        "X-Forwarded-Port": "443",
+        "Forwarded": "for=203.0.113.9;host=evil.example",
+        "X-Real-IP": "203.0.113.9",
+    }
+    reply = httpx.get(f"{deployment.url}{APP}headers", headers=spoofed, timeout=30)
+    assert reply.status_code == 200, reply.text
+    received = {name.lower(): value for name, value in reply.json()}
+    assert received["host"] == host
+    assert received["x-forwarded-host"] == host and received["x-forwarded-proto"] == "http"
+    assert received["x-forwarded-for"] == "127.0.0.1"
+    assert not {"x-forwarded-port", "forwarded", "x-real-ip"} & set(received), received
+    assert "evil.example" not in reply.text and "203.0.113.9" not in reply.text
+
+
 def test_the_app_gets_its_path_and_query_as_the_client_sent_them(deployment: Deployment) -> None:
     status, body = raw_get(deployment, f"{APP}a%3Fb/%2e%2e/c?x=%20y&z=%3F")
     assert status == 200 and body == "dev server ok path=/a%3Fb/%2e%2e/c?x=%20y&z=%3F cookie=", body

@@ -3,10 +3,15 @@ itself runs end to end in test_app_proxy_e2e.py)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import cast
+
 import pytest
 from flask import Flask
 
+from app.agents.apps import AppTarget, sandboxed_for
 from app.agents.proxy import SLIPWAY_COOKIES, AppRequestPath, app_request_path, is_credential_header, scoped_cookie
+from app.users.models import User
 from tests.conftest import PASSWORD
 from tests.support.web import CSRF_PATTERN
 
@@ -107,3 +112,13 @@ def test_every_cookie_slipway_sets_is_one_an_app_neither_sees_nor_sets(app: Flas
     assert names and names <= SLIPWAY_COOKIES, names
     assert app.config["SESSION_COOKIE_NAME"] in SLIPWAY_COOKIES
     assert app.config.get("REMEMBER_COOKIE_NAME", "remember_token") in SLIPWAY_COOKIES
+
+
+def test_only_the_workspace_s_owner_leaves_the_sandbox_and_only_when_the_deployment_allows_it() -> None:
+    # Plain stand-ins: the rule reads the workspace's owner id and the viewer's id, nothing else.
+    target = cast(AppTarget, SimpleNamespace(workspace=SimpleNamespace(owner_id="alice-id")))
+    alice, carol = cast(User, SimpleNamespace(id="alice-id")), cast(User, SimpleNamespace(id="carol-id"))
+    assert sandboxed_for(target, alice, owner_same_origin=False)
+    assert not sandboxed_for(target, alice, owner_same_origin=True)
+    for viewer in (carol, None):  # whoever the app is shared with, signed in or not
+        assert sandboxed_for(target, viewer, owner_same_origin=True)

@@ -8,7 +8,8 @@ from urllib.parse import urlsplit
 from flask import current_app, request
 from flask_login import current_user
 
-from app.agents.services import build_of
+from app.agents.apps import find_workspace
+from app.agents.services import build_of, shown_agents
 from app.auth.access import api_user, bearer_token, page_user
 from app.core.errors import Conflict, Forbidden, NotFound, Unauthorized
 from app.core.extensions import db
@@ -38,6 +39,33 @@ def get_agent_for(user: User, agent_id: str, need: str = "read") -> AgentContext
     if need == "connect" and not can_use(user, build.workspace):
         raise Forbidden("Only the workspace's owner, a deployment owner or those it is shared with may connect to it.")
     return AgentContext(agent, build, build.workspace)
+
+
+def workspace_at(user: User, owner_name: str, workspace_and_agent: str) -> Workspace:
+    """The workspace of Coder's ``/@owner/workspace[.agent]`` URL, if ``user`` may read it; 404 otherwise, the same
+    whether it does not exist or may not be seen."""
+    workspace = find_workspace(owner_name, workspace_and_agent.partition(".")[0])
+    if workspace is None or not can_read(user, workspace):
+        raise NotFound("No such workspace.")
+    return workspace
+
+
+def agent_at(user: User, owner_name: str, workspace_and_agent: str, need: str = "read") -> AgentContext:
+    """The agent of ``/@owner/workspace[.agent]``: the one named after the dot, or the workspace's only agent."""
+    workspace = workspace_at(user, owner_name, workspace_and_agent)
+    agent_name = workspace_and_agent.partition(".")[2]
+    agents = [agent for agent, _ in shown_agents(workspace)]
+    if agent_name:
+        agents = [agent for agent in agents if agent.name.lower() == agent_name.lower()]
+    if not agents:
+        named = f" named {agent_name}" if agent_name else ""
+        raise NotFound(f"Workspace {workspace.name} has no agent{named}.")
+    if len(agents) > 1:
+        names = ", ".join(sorted(agent.name for agent in agents))
+        raise NotFound(
+            f"Workspace {workspace.name} has several agents ({names}): name one, as {workspace.name}.<agent>."
+        )
+    return get_agent_for(user, agents[0].id, need)
 
 
 def ensure_reachable(context: AgentContext) -> None:

@@ -8,7 +8,7 @@ from werkzeug.wrappers import Response
 
 from app.agents import proxy
 from app.agents.access import AgentContext, ensure_reachable
-from app.agents.apps import AppTarget, app_for
+from app.agents.apps import AppTarget, app_for, sandboxed_for
 from app.agents.tunnels import Holder
 from app.auth.access import api_user, bearer_token, page_user
 from app.core.errors import BadGateway, Conflict, Forbidden, NotFound
@@ -68,6 +68,11 @@ def proxy_to_app(
         raise BadGateway(f"App {target.name} is not reachable.", detail=exc.message) from exc
     # App traffic counts as use (dormancy) but does not move the autostop (reference §2.4).
     activity.mark_used(target.workspace.id, connection=False)
+    settings = current_app.config["SLIPWAY_SETTINGS"]
+    # An app on a host of its own needs no sandbox; a path app shares the dashboard's origin and gets one.
+    sandbox = not own_origin and sandboxed_for(
+        target, person, owner_same_origin=settings.dangerous_allow_path_app_same_origin
+    )
     client, signing = get_redis(), signer()
     # An app only its workspace's users may open is held by the viewer: removing their share closes it at once.
     holder = Holder(person.id, target.workspace.id) if person is not None and target.share == "owner" else None
@@ -77,7 +82,7 @@ def proxy_to_app(
         try:
             if is_websocket_request(request.environ):
                 return proxy.proxy_websocket(client, signing, target, request, requested, holder)
-            response = proxy.proxy_http(client, signing, target, request, requested, holder, sandbox=not own_origin)
+            response = proxy.proxy_http(client, signing, target, request, requested, holder, sandbox=sandbox)
             return until_closed(response)
         except proxy.AppUnavailable as exc:
             raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc

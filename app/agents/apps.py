@@ -99,7 +99,7 @@ def _checked(
     on_subdomain: bool,
     tls: bool = False,
 ) -> AppTarget:
-    workspace = _find_workspace(owner_name, workspace_name)
+    workspace = find_workspace(owner_name, workspace_name)
     try:
         if workspace is None:
             raise NotFound(f"No workspace {owner_name}/{workspace_name}.")
@@ -114,7 +114,8 @@ def _checked(
         raise NotFound(f"There is no app {slug!r} here, or you may not open it.") from None
 
 
-def _find_workspace(owner_name: str, workspace_name: str) -> Workspace | None:
+def find_workspace(owner_name: str, workspace_name: str) -> Workspace | None:
+    """The workspace named so (case-insensitively) by its owner's username, whoever asks: callers check access."""
     workspace: Workspace | None = db.session.scalar(
         select(Workspace)
         .join(User, User.id == Workspace.owner_id)
@@ -189,3 +190,10 @@ def check_app_access(target: AppTarget, viewer: User | None) -> None:
         return
     if not can_use(viewer, target.workspace):
         raise NotFound(f"No app {target.slug!r} you may open here.")
+
+
+def sandboxed_for(target: AppTarget, viewer: User | None, *, owner_same_origin: bool) -> bool:
+    """Whether the app's pages run in the proxy's sandbox for ``viewer``: always, unless the deployment lets
+    workspace owners open their own path apps on the dashboard's origin and ``viewer`` is this workspace's owner
+    (nobody else: not a deployment owner, not whoever the app is shared with)."""
+    return not (owner_same_origin and viewer is not None and viewer.id == target.workspace.owner_id)

@@ -38,6 +38,13 @@ CREDENTIAL_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "slipway-session-token", "coder-session-token", "slipway-agent-token"}
 )
 SLIPWAY_HEADER_PREFIX = "slipway-"
+FORWARDING_HEADERS = frozenset({"forwarded", "x-real-ip"})
+# RFC 6455 spells these with a capital S in WebSocket; the WSGI environ gives "Sec-Websocket-Key", and some apps
+# read header names case-sensitively (Coder sends them as RFC 6455 spells them for the same reason).
+_CANONICAL_CASE = {
+    name.lower(): name
+    for name in ("Sec-WebSocket-Key", "Sec-WebSocket-Version", "Sec-WebSocket-Protocol", "Sec-WebSocket-Extensions")
+}
 # Cookies Slipway sets or reads: the Flask session (SESSION_COOKIE_NAME, which also carries the CSRF token and
 # the OIDC state; __Host- prefixed over HTTPS), Flask's default session name, Flask-Login's remember cookie and
 # a subdomain app's sign-in (app/agents/app_tokens.py). An app neither sees nor sets them: a shared app that set
@@ -55,7 +62,8 @@ CHUNK = 64 * 1024
 # Every page an app serves runs in a sandbox, whoever opens it, the workspace's owner included: path apps share the
 # dashboard's origin, and without allow-same-origin the page gets an opaque origin of its own, so its scripts can
 # read neither the dashboard's cookies and CSRF tokens nor its API with the viewer's session (issue 34, H2). An
-# app that needs its own origin waits for subdomain apps.
+# app that needs its own origin needs a subdomain app; a deployment may instead let workspace owners open their own
+# path apps unsandboxed, as Coder does (--dangerous-allow-path-app-same-origin, app/agents/apps.py).
 SANDBOX = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
 
 
@@ -132,11 +140,9 @@ class TunnelConnection:
             raise AppUnavailable(failure[1])
         ours, theirs = socket.socketpair()
         self.socket: socket.socket = ours
-        self._relay = threading.Thread(
-            target=tunnels.relay, args=(tunnels.SocketEndpoint(theirs), half), name="app-proxy", daemon=True
-        )
+        self._endpoint = tunnels.SocketEndpoint(theirs)
+        self._relay = threading.Thread(target=tunnels.relay, args=(self._endpoint, half), name="app-proxy", daemon=True)
         self._relay.start()
-        self._theirs = theirs
         if target.scheme == "https":
             # The app is reached inside the workspace (often with a self-signed certificate): the tunnel, not
             # TLS, is what authenticates it.
@@ -146,11 +152,13 @@ class TunnelConnection:
             self.socket = context.wrap_socket(ours, server_hostname=target.host)
 
     def close(self) -> None:
-        for sock in (self.socket, self._theirs):
-            try:
-                sock.close()
-            except OSError:
-                pass
+        try:
+            self.socket.close()
+        except OSError:
+            pass
+        # The relay's end is its socket: closed by the endpoint once its reader is not using it (a plain close here
+        # raced the reader's next select on fd -1).
+        self._endpoint.release()
 
 
 def upstream_headers(request: Request, target: AppTarget, *, websocket: bool) -> dict[str, str]:
@@ -167,8 +175,15 @@ def upstream_headers(request: Request, target: AppTarget, *, websocket: bool) ->
     headers.pop("Cookie", None)
     if cookies:
         headers["Cookie"] = "; ".join(cookies)
-    default_port = 443 if target.scheme == "https" else 80
-    headers["Host"] = target.host if target.port == default_port else f"{target.host}:{target.port}"
+    # The browser's Host, as Coder's proxy keeps it: an app compares its requests' Origin with their Host (Jupyter,
+    # Vite, webpack's dev server) and builds its absolute links from it, both of which must name the dashboard's
+    # address the browser used, not the app's own. The forwarding headers are the proxy's word alone.
+    headers = {
+        _CANONICAL_CASE.get(name.lower(), name): value
+        for name, value in headers.items()
+        if not is_forwarding_header(name)
+    }
+    headers["Host"] = request.host
     headers["X-Forwarded-Host"] = request.host
     headers["X-Forwarded-Proto"] = request.scheme
     headers["X-Forwarded-For"] = request.remote_addr or ""
@@ -176,6 +191,13 @@ def upstream_headers(request: Request, target: AppTarget, *, websocket: bool) ->
         headers["Connection"] = "Upgrade"
         headers["Upgrade"] = "websocket"
     return headers
+
+
+def is_forwarding_header(name: str) -> bool:
+    """Headers that tell an app where a request came from: a client may not write them (Coder drops them unless a
+    trusted proxy sent them; behind one, Slipway's own view of the request already reflects them)."""
+    lowered = name.lower()
+    return lowered in FORWARDING_HEADERS or lowered.startswith("x-forwarded-")
 
 
 def is_credential_header(name: str) -> bool:

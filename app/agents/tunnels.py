@@ -382,19 +382,27 @@ class SocketEndpoint:
         self._read_closed = False
         self._write_closed = False
         self._closed = threading.Event()
+        # Held while the relay's reader waits on the socket and reads it: the socket is closed only under it
+        # (release), never between the reader's select and its recv nor before its next select, which on a closed
+        # socket (fd -1) raises ValueError in the reader thread instead of ending the tunnel.
+        self._in_use = threading.Lock()
+        self._released = False
 
     def receive(self, timeout: float | None = None) -> bytes | str | None:
         if self._read_closed:
             if self._closed.wait(timeout):
                 raise WebSocketClosed(CLOSE_NORMAL)
             return None
-        readable, _, _ = select.select([self.sock], [], [], timeout)
-        if not readable:
-            return None
-        try:
-            data = self.sock.recv(256 * 1024)
-        except OSError:
-            data = b""
+        with self._in_use:
+            if self._released:
+                raise WebSocketClosed(CLOSE_NORMAL, "local connection closed")
+            readable, _, _ = select.select([self.sock], [], [], timeout)
+            if not readable:
+                return None
+            try:
+                data = self.sock.recv(256 * 1024)
+            except OSError:
+                data = b""
         if data:
             return data
         self._read_closed = True
@@ -424,3 +432,11 @@ class SocketEndpoint:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+    def release(self) -> None:
+        """Close the socket for good, from any thread: shut down first, which wakes a reader waiting on it, then
+        closed once no read is under way; the relay then ends as if the local side had closed."""
+        self.close()
+        with self._in_use:
+            self._released = True
+            self.sock.close()

@@ -13,7 +13,7 @@ from markupsafe import Markup, escape
 from werkzeug.wrappers import Response
 
 from app.agents import port_sharing, ports, services
-from app.agents.access import AgentContext, get_agent_for
+from app.agents.access import AgentContext, agent_at, get_agent_for, workspace_at
 from app.agents.api import AgentLogView, read_agent_logs
 from app.agents.apps import app_path, subdomain_url
 from app.agents.models import CONNECTED, AgentConnectionEvent, AgentLog
@@ -259,6 +259,22 @@ def terminal(workspace_id: str, agent_id: str) -> str:
     return render_template(
         "agents/terminal.html", context=context, socket_path=socket_path, status=status_of(context.agent)
     )
+
+
+# Coder's URLs: a workspace (and its agent) by its owner's and its own name, as people link to them.
+@bp.get("/@<owner>/<workspace_and_agent>")
+def workspace_by_name(owner: str, workspace_and_agent: str) -> Response:
+    workspace = workspace_at(page_user(), owner, workspace_and_agent)
+    return redirect(url_for("workspaces.show", workspace_id=workspace.id))
+
+
+@bp.get("/@<owner>/<workspace_and_agent>/terminal")
+def terminal_by_name(owner: str, workspace_and_agent: str) -> Response:
+    context = agent_at(page_user(), owner, workspace_and_agent, need="connect")
+    # The terminal's own query (?session=, ?command=) carries over.
+    target = url_for("agents.terminal", workspace_id=context.workspace.id, agent_id=context.agent.id)
+    query = request.query_string.decode("latin-1")
+    return redirect(f"{target}?{query}" if query else target)
 
 
 def _render_agent_panels(workspace: Workspace, user: User) -> Markup:

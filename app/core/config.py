@@ -109,6 +109,10 @@ class Settings:
     # Subdomain apps and port URLs live under this pattern (``*.apps.example.com``, ``*.localhost:3000``): each app
     # gets an origin of its own (app/agents/hosts.py). Empty: subdomain apps are unavailable.
     wildcard_access_url: str = ""
+    # The workspace's owner gets its path apps without the sandbox, on the dashboard's own origin, as in Coder: what
+    # apps such as JupyterLab need (cookies read by script, storage, same-origin requests), at the cost that
+    # whatever answers on the app's port runs script as its owner on the dashboard (app/agents/proxy.py SANDBOX).
+    dangerous_allow_path_app_same_origin: bool = False
     # Bytes of template archives each person may keep (their uploads and their versions' archives); 0: no limit.
     template_storage_quota: int = 1024**3
     # A new template's access list starts with Everyone→use (anyone in its organisation may use it); false: it
@@ -243,6 +247,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         agent_heartbeat_interval=_duration(env, "AGENT_HEARTBEAT_INTERVAL", "15s"),
         disable_path_apps=_bool(env, "DISABLE_PATH_APPS", False),
         wildcard_access_url=_parse_wildcard_access_url(_get(env, "WILDCARD_ACCESS_URL"), access_url),
+        dangerous_allow_path_app_same_origin=_bool(env, "DANGEROUS_ALLOW_PATH_APP_SAME_ORIGIN", False),
         template_storage_quota=_size(env, "TEMPLATE_STORAGE_QUOTA", "1GiB"),
         new_templates_for_everyone=_bool(env, "NEW_TEMPLATES_FOR_EVERYONE", True),
     )

@@ -161,6 +161,9 @@ resource "terraform_data" "process" {
     dir   = local.dir
     shell = data.coder_parameter.shell.value
   }
+  # A build that replaces the agent (a changed startup script, parameter or template while the workspace runs)
+  # gives it a new id and token: the process restarts with them, or the old agent, refused, would be stranded.
+  triggers_replace = [coder_agent.main.id]
 
   provisioner "local-exec" {
     environment = {

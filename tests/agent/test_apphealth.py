@@ -7,9 +7,12 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
+from websockets.http11 import Request, Response
+from websockets.sync.server import ServerConnection, serve
 
-from agent.apphealth import AppHealthReporter, HealthTracker
+from agent.apphealth import AppHealthReporter, HealthTracker, probe
 from protocol.resources import App, Healthcheck
 from tests.agent.support import run
 
@@ -86,3 +89,48 @@ def test_health_follows_the_app_and_changes_are_posted(app_server: AppServer) ->
     assert posted[0] == {"web": "initializing", "nothing-listens": "initializing"}
     assert {"web": "healthy", "nothing-listens": "unhealthy"} in posted
     assert [healths["web"] for healths in posted].count("unhealthy") == 1
+
+
+class WebSocketApp:
+    """A real WebSocket server whose plain GETs always answer 200, and whose upgrades it accepts or refuses (403,
+    as Jupyter refuses a WebSocket whose Origin does not match its Host): what only a ws:// check can tell."""
+
+    def __init__(self) -> None:
+        self.accept = True
+
+        def process_request(connection: ServerConnection, request: Request) -> Response | None:
+            if request.headers.get("Upgrade", "").lower() != "websocket":
+                return connection.respond(200, "page ok\n")
+            return None if self.accept else connection.respond(403, "refused\n")
+
+        self.server = serve(lambda websocket: websocket.close(), "127.0.0.1", 0, process_request=process_request)
+        port = self.server.socket.getsockname()[1]
+        self.http_url, self.ws_url = f"http://127.0.0.1:{port}/api", f"ws://127.0.0.1:{port}/api/events"
+
+
+@pytest.fixture
+def websocket_app() -> Iterator[WebSocketApp]:
+    app = WebSocketApp()
+    thread = threading.Thread(target=app.server.serve_forever, daemon=True)
+    thread.start()
+    yield app
+    app.server.shutdown()
+    thread.join()
+
+
+def test_a_ws_healthcheck_counts_a_refused_upgrade_that_a_get_cannot_see(websocket_app: WebSocketApp) -> None:
+    async def probes() -> tuple[bool, bool]:
+        async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
+            return await probe(client, websocket_app.http_url), await probe(client, websocket_app.ws_url)
+
+    assert run(probes()) == (True, True)
+    websocket_app.accept = False
+    # The page still answers, so a GET check stays healthy; the WebSocket check fails.
+    assert run(probes()) == (True, False)
+
+    # Nothing listening at all fails both.
+    async def nothing() -> tuple[bool, bool]:
+        async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
+            return await probe(client, "http://127.0.0.1:9/"), await probe(client, "ws://127.0.0.1:9/")
+
+    assert run(nothing()) == (False, False)

@@ -1,0 +1,264 @@
+"""Dev URLs end to end (issue 35): real apps nobody here wrote behind the path proxy, Coder's URLs, `ssh -R`, and a
+workspace updated while it runs. One deployment serves the module, with one workspace of the `local` example and
+one of a template that runs JupyterLab (PyPI) the way Coder's jupyterlab module does.
+"""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
+from tests.support.deployment import EXAMPLE, Deployment, running_deployment
+from tests.support.net import free_port
+
+WAIT = 90_000  # ms: a kernel starting on a busy machine
+JUPYTER = "/@alice/jws.main/apps/jupyterlab/"
+
+
+def jupyter_template(port: int) -> str:
+    """The `local` example plus Coder's jupyterlab module as it runs for a path app: no token, no password, the
+    app's path as its base URL, and no ``allow_origin`` (the browser's Host must be enough). It listens on loopback
+    rather than Coder's ``ip='*'``: the test machine is shared, and the Host it sees is the dashboard's."""
+    flags = (
+        f"--no-browser --ServerApp.base_url={JUPYTER.rstrip('/')} --ServerApp.ip=127.0.0.1 "
+        f"--ServerApp.port={port} --ServerApp.token='' --ServerApp.password=''"
+    )
+    return (
+        (EXAMPLE / "main.tf").read_text()
+        + f"""
+resource "coder_script" "jupyterlab" {{
+  agent_id     = coder_agent.main.id
+  display_name = "jupyterlab"
+  run_on_start = true
+  script       = "{sys.executable} -m jupyterlab {flags} > jupyterlab.log 2>&1 &"
+}}
+
+resource "coder_app" "jupyterlab" {{
+  agent_id     = coder_agent.main.id
+  slug         = "jupyterlab"
+  display_name = "JupyterLab"
+  url          = "http://localhost:{port}{JUPYTER.rstrip("/")}"
+  share        = "owner"
+  # Coder's module checks GET /api; a WebSocket check also catches refused WebSockets (README "App health").
+  healthcheck {{
+    url       = "ws://localhost:{port}{JUPYTER}api/events/subscribe"
+    interval  = 5
+    threshold = 6
+  }}
+}}
+"""
+    )
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    # Workspace owners open their path apps on the dashboard's origin, as in Coder: JupyterLab reads its XSRF cookie
+    # and keeps state in storage, which the sandbox's opaque origin refuses.
+    tmp = tmp_path_factory.mktemp("dev-urls")
+    with running_deployment(tmp, "--dangerous-allow-path-app-same-origin") as deployment:
+        deployment.push_local()
+        template = deployment.tmp / "template-jupyter"
+        template.mkdir()
+        (template / "main.tf").write_text(jupyter_template(free_port()))
+        pushed = deployment.cli(
+            "alice", "templates", "push", "jupyter", "-d", str(template),
+            "--variable", f"workspaces_root={deployment.workspaces_root}",
+        )  # fmt: skip
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        created = deployment.cli("alice", "create", "jws", "-t", "jupyter")
+        assert created.returncode == 0, created.stdout + created.stderr
+        deployment.wait_agent("alice", "jws", jupyter_healthy, 120, "serving JupyterLab")
+        yield deployment
+
+
+def jupyter_healthy(agent: dict[str, Any]) -> bool:
+    return any(app["slug"] == "jupyterlab" and app["health"] == "healthy" for app in agent["apps"])
+
+
+@pytest.fixture
+def page() -> Iterator[Page]:
+    with browser_page() as opened:
+        yield opened
+
+
+@pytest.mark.browser
+def test_jupyterlab_runs_a_notebook_as_a_path_app_and_reconnects_after_a_reload(
+    deployment: Deployment, page: Page
+) -> None:
+    """Jupyter refuses API writes and WebSockets whose Origin does not match their Host: with the app's own Host
+    in place of the browser's, the notebook opens but no kernel ever runs a cell."""
+    problems = watch_for_problems(page.context, deployment.url)
+    sign_in_page(page, deployment.url)
+    expect(page).to_have_url(f"{deployment.url}/workspaces")
+    page.goto(f"{deployment.url}{JUPYTER}")
+    page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click(timeout=WAIT)
+    run_cell(page, "answer = 6*7\nprint(answer)")
+    answers = page.locator(".jp-OutputArea-output", has_text="42")
+    expect(answers).to_have_count(1, timeout=WAIT)
+    page.get_by_role("button", name="Save and create checkpoint (Ctrl+S)").click()
+    page.get_by_role("button", name="Rename and Save").click(timeout=WAIT)  # JupyterLab asks on a first save
+    expect(page.locator(".lm-TabBar-tab.jp-mod-dirty")).to_have_count(0, timeout=WAIT)
+    page.screenshot(path=str(ARTIFACTS / "jupyterlab-path-app.png"))
+
+    # A reload opens the notebook again and reconnects to the same kernel (its WebSocket through the proxy again):
+    # the variable is still there.
+    page.reload()
+    expect(answers).to_have_count(1, timeout=WAIT)  # the saved output
+    run_cell(page, "print(answer)")
+    expect(answers).to_have_count(2, timeout=WAIT)
+    page.screenshot(path=str(ARTIFACTS / "jupyterlab-path-app-reconnected.png"))
+    assert not [problem for problem in problems if "Failed to load resource" in problem or "403" in problem], problems
+
+
+def run_cell(page: Page, code: str) -> None:
+    """Type ``code`` into the notebook's last cell and run it (Shift+Enter), as a person would, once the notebook's
+    kernel is connected and idle (the status bar says so)."""
+    expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=WAIT)
+    cell = page.locator(".jp-Notebook .jp-Cell .cm-content").last
+    cell.click(timeout=WAIT)
+    cell.type(code)
+    page.keyboard.press("Shift+Enter")
+
+
+def test_a_workspace_updated_while_running_restarts_with_its_new_agent(deployment: Deployment) -> None:
+    """A changed startup script replaces the agent (new id, new token): the `local` example's process restarts
+    with it rather than keep running the old agent, which the server no longer accepts."""
+    deployment.create("alice", "upd", "greeting=first")
+    before = deployment.wait_ready("alice", "upd")
+    deployment.push_local()  # a new active version to update to
+    updated = deployment.cli("alice", "update", "upd", "-p", "greeting=second")
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    after = deployment.wait_agent(
+        "alice",
+        "upd",
+        lambda agent: agent["id"] != before["id"] and agent["lifecycle_state"] == "ready",
+        120,
+        "replaced by a connected, ready agent",
+    )
+    assert after["status"] == "connected"
+    assert (deployment.directory("alice", "upd") / "greeting").read_text().strip() == "second"
+
+
+@pytest.mark.browser
+def test_coder_s_urls_open_the_workspace_page_and_its_terminal_for_those_who_may(
+    deployment: Deployment, page: Page
+) -> None:
+    url = deployment.url
+    workspace_id, agent_id = deployment.workspace("alice", "jws")["id"], deployment.agent("alice", "jws")["id"]
+    signed_out = page.request.get(f"{url}/@alice/jws", max_redirects=0)
+    assert signed_out.status == 302 and "/login" in signed_out.headers["location"]
+
+    sign_in_page(page, url)
+    expect(page).to_have_url(f"{url}/workspaces")
+    for path in ("/@alice/jws", "/@alice/jws.main", "/@Alice/JWS.Main"):
+        page.goto(f"{url}{path}")
+        expect(page).to_have_url(f"{url}/workspaces/{workspace_id}")
+    session = str(uuid.uuid4())  # the terminal's query carries over
+    page.goto(f"{url}/@alice/jws.main/terminal?session={session}")
+    expect(page).to_have_url(f"{url}/workspaces/{workspace_id}/agents/{agent_id}/terminal?session={session}")
+    expect(page.locator(".xterm")).to_be_visible(timeout=WAIT)
+    page.screenshot(path=str(ARTIFACTS / "coder-url-terminal.png"))
+    for missing in ("/@alice/jws.nope/terminal", "/@alice/ghost", "/@nobody/jws", "/@alice/ghost/terminal"):
+        assert page.request.get(f"{url}{missing}", max_redirects=0).status == 404, missing
+
+    # Another member may neither see alice's workspace nor learn that it exists.
+    assert page.context.browser is not None
+    carol = page.context.browser.new_context().new_page()
+    sign_in_page(carol, url, "carol@example.com")
+    expect(carol).to_have_url(f"{url}/workspaces")
+    for path in ("/@alice/jws", "/@alice/jws.main/terminal", "/@alice/ghost"):
+        assert carol.request.get(f"{url}{path}", max_redirects=0).status == 404, path
+
+
+GREETING = b"hello from the laptop\n"
+
+
+class _Greeter(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.request.sendall(GREETING)
+
+
+def read_greeting(connect: Callable[[], socket.socket], what: str, timeout: float = 30) -> bytes:
+    """What a connection made by ``connect`` reads, retried until the forward is up (ssh sets it up after its
+    handshake) or ``timeout``."""
+    deadline, failure = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        try:
+            with connect() as sock:
+                sock.settimeout(10)
+                data = b""
+                while chunk := sock.recv(1024):
+                    data += chunk
+                if data:
+                    return data
+                failure = "closed without a byte"
+        except OSError as exc:
+            failure = str(exc)
+        time.sleep(0.1)
+    raise AssertionError(f"{what} never answered: {failure}")
+
+
+def unix_connection(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(path))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def test_openssh_forwards_remote_ports_and_unix_sockets_and_local_ports(deployment: Deployment, tmp_path: Path) -> None:
+    """`ssh -R` (a TCP port, and a unix socket: streamlocal-forward@openssh.com) and `ssh -L` with OpenSSH's own
+    client through `slipway config-ssh`. The `local` workspace shares this machine's loopback, so the test reaches
+    the workspace's end directly."""
+    config = tmp_path / "ssh_config"
+    written = deployment.cli("alice", "config-ssh", "--ssh-config-file", str(config), "-y")
+    assert written.returncode == 0, written.stderr
+    laptop = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Greeter)
+    threading.Thread(target=laptop.serve_forever, daemon=True).start()
+    target = f"127.0.0.1:{laptop.server_address[1]}"
+    remote, local = free_port(), free_port()
+    unix_path = deployment.directory("alice", "jws") / "forwarded.sock"
+    command = [
+        "ssh", "-F", str(config), "-N", "-o", "ExitOnForwardFailure=yes",
+        "-R", f"{remote}:{target}", "-R", f"{unix_path}:{target}", "-L", f"{local}:{target}", "slipway.jws",
+    ]  # fmt: skip
+    env = deployment.cli_env("alice")
+    with subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True) as ssh:
+        try:
+            workspace_port = read_greeting(lambda: socket.create_connection(("127.0.0.1", remote)), "ssh -R port")
+            assert workspace_port == GREETING
+            assert read_greeting(lambda: unix_connection(unix_path), "ssh -R socket") == GREETING
+            assert read_greeting(lambda: socket.create_connection(("127.0.0.1", local)), "ssh -L") == GREETING
+            assert ssh.poll() is None, ssh.stderr.read() if ssh.stderr else ""
+        finally:
+            ssh.terminate()
+            ssh.wait(timeout=30)
+            laptop.shutdown()
+            laptop.server_close()
+
+    # The workspace's listeners end with the connection.
+    def refused() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", remote), timeout=5).close()
+        except OSError:
+            return True
+        return False
+
+    deadline = time.monotonic() + 30
+    while not refused():
+        assert time.monotonic() < deadline, "the workspace still listens after ssh quit"
+        time.sleep(0.1)
