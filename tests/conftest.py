@@ -56,9 +56,12 @@ BROWSER_SUPPORT = ("tests.support.browser", "playwright.")
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Marks each test for the slices a developer runs (``-m "not e2e"``, ``-m browser``, ``-m faults``)."""
+    """Marks each test for the slices a developer runs (``-m "not e2e"``, ``-m browser``, ``-m faults``,
+    ``-m terraform``)."""
     module = item.path.stem
     uses = _support_used_by(item)
+    if "terraform" in getattr(item, "fixturenames", ()):  # tests/workers/conftest.py's real Terraform
+        item.add_marker(pytest.mark.terraform)
     if module in FAULTS:
         item.add_marker(pytest.mark.faults)
     if "browser" in uses:
