@@ -63,7 +63,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     ``-m terraform``)."""
     module = item.path.stem
     uses = _support_used_by(item)
-    if "terraform" in getattr(item, "fixturenames", ()):  # tests/workers/conftest.py's real Terraform
+    # Real Terraform runs with our provider: tests/workers/conftest.py's `terraform`, or its provider install.
+    if {"terraform", "coder_cli_config"} & set(getattr(item, "fixturenames", ())):
         item.add_marker(pytest.mark.terraform)
     if module in FAULTS:
         item.add_marker(pytest.mark.faults)
