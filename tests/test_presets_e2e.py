@@ -5,13 +5,12 @@ the create form in a real browser under the strict CSP (choosing a preset shows 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.support.browser import browser_page, sign_in_page, watch_for_problems
-from tests.support.deployment import Deployment, running_deployment
+from tests.support.deployment import Deployment, shared_deployment
 
 TEMPLATE = """
 terraform {
@@ -63,10 +62,10 @@ def _values(deployment: Deployment, owner: str, name: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    with running_deployment(tmp_path_factory.mktemp("presets")) as deployment:
-        deployment.push_template("presets", TEMPLATE)
-        yield deployment
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Deployment:
+    deployment = shared_deployment(tmp_path_factory)  # its template and workspaces are named for this module
+    deployment.push_template("presets", TEMPLATE)
+    return deployment
 
 
 def test_create_chooses_a_preset_by_name_by_default_or_none(deployment: Deployment) -> None:

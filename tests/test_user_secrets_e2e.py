@@ -5,13 +5,13 @@ Terraform (and into the build log only masked)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+import pytest
 from playwright.sync_api import expect
 
 from tests.support.accessibility import severe_violations
 from tests.support.browser import browser_page, sign_in_page, watch_for_problems
-from tests.support.deployment import running_deployment
+from tests.support.deployment import shared_deployment
 
 VALUE = "slipway-e2e-token-42"
 TEMPLATE = """
@@ -40,42 +40,45 @@ resource "terraform_data" "uses_token" {
 """
 
 
-def test_a_start_needs_the_owners_secret_and_gets_it_masked_in_the_log(tmp_path: Path) -> None:
-    with running_deployment(tmp_path) as deployment:
-        deployment.push_template("secrets", TEMPLATE)
-        # Another person's secret of the same variable is no use to carol.
-        with deployment.api("dave") as api:
-            body = {"name": "gh", "value": "dave-token", "env_name": "GITHUB_TOKEN"}
-            assert api.post("/users/me/secrets", json=body).status_code == 201
+def test_a_start_needs_the_owners_secret_and_gets_it_masked_in_the_log(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # The shared deployment (tests/conftest.py): the template, carol's workspace and the secrets are this test's own.
+    deployment = shared_deployment(tmp_path_factory)
+    deployment.push_template("secrets", TEMPLATE)
+    # Another person's secret of the same variable is no use to carol.
+    with deployment.api("dave") as api:
+        body = {"name": "gh", "value": "dave-token", "env_name": "GITHUB_TOKEN"}
+        assert api.post("/users/me/secrets", json=body).status_code == 201
 
-        refused = deployment.cli("carol", "create", "w", "-t", "secrets", timeout=300)
-        assert refused.returncode != 0, refused.stdout + refused.stderr
-        first_log = deployment.cli("carol", "logs", "w")
-        assert 'Missing required secret: environment variable "GITHUB_TOKEN"' in first_log.stdout + first_log.stderr
-        assert "Add a secret named for GITHUB_TOKEN on your Account page." in first_log.stdout + first_log.stderr
+    refused = deployment.cli("carol", "create", "w", "-t", "secrets", timeout=300)
+    assert refused.returncode != 0, refused.stdout + refused.stderr
+    first_log = deployment.cli("carol", "logs", "w")
+    assert 'Missing required secret: environment variable "GITHUB_TOKEN"' in first_log.stdout + first_log.stderr
+    assert "Add a secret named for GITHUB_TOKEN on your Account page." in first_log.stdout + first_log.stderr
 
-        stored = deployment.cli(
-            "carol", "secrets", "create", "gh", "--value-file", "-", "--env", "GITHUB_TOKEN", input_text=VALUE + "\n"
-        )
-        assert stored.returncode == 0, stored.stdout + stored.stderr
-        listed = deployment.cli("carol", "secrets", "list", "-o", "json")
-        assert [(row["name"], row["env_name"]) for row in json.loads(listed.stdout)] == [("gh", "GITHUB_TOKEN")]
-        assert VALUE not in listed.stdout
-        table = deployment.cli("carol", "secrets", "list", "-c", "name,env_name").stdout.splitlines()
-        assert table[0].split() == ["NAME", "ENV_NAME"] and table[1].split() == ["gh", "GITHUB_TOKEN"]
-        clash = deployment.cli("carol", "secrets", "create", "again", "--value", "x", "--env", "GITHUB_TOKEN")
-        assert clash.returncode != 0 and "already provides the variable GITHUB_TOKEN" in clash.stderr
-        started = deployment.cli("carol", "start", "w", timeout=300)
-        assert started.returncode == 0, started.stdout + started.stderr
-        log = deployment.cli("carol", "logs", "w")
-        assert log.returncode == 0, log.stdout + log.stderr
-        assert ".".join(VALUE) in log.stdout, log.stdout
-        assert "token=" in log.stdout and VALUE not in log.stdout + started.stdout
-        assert "dave-token" not in log.stdout
-        deleted = deployment.cli("dave", "secrets", "delete", "gh")
-        assert deleted.returncode == 0 and "Deleted secret gh." in deleted.stdout
-        assert deployment.cli("dave", "secrets", "list", "-o", "json").stdout.strip() == "[]"
-        _account_page_on_a_phone(deployment.url)
+    stored = deployment.cli(
+        "carol", "secrets", "create", "gh", "--value-file", "-", "--env", "GITHUB_TOKEN", input_text=VALUE + "\n"
+    )
+    assert stored.returncode == 0, stored.stdout + stored.stderr
+    listed = deployment.cli("carol", "secrets", "list", "-o", "json")
+    assert [(row["name"], row["env_name"]) for row in json.loads(listed.stdout)] == [("gh", "GITHUB_TOKEN")]
+    assert VALUE not in listed.stdout
+    table = deployment.cli("carol", "secrets", "list", "-c", "name,env_name").stdout.splitlines()
+    assert table[0].split() == ["NAME", "ENV_NAME"] and table[1].split() == ["gh", "GITHUB_TOKEN"]
+    clash = deployment.cli("carol", "secrets", "create", "again", "--value", "x", "--env", "GITHUB_TOKEN")
+    assert clash.returncode != 0 and "already provides the variable GITHUB_TOKEN" in clash.stderr
+    started = deployment.cli("carol", "start", "w", timeout=300)
+    assert started.returncode == 0, started.stdout + started.stderr
+    log = deployment.cli("carol", "logs", "w")
+    assert log.returncode == 0, log.stdout + log.stderr
+    assert ".".join(VALUE) in log.stdout, log.stdout
+    assert "token=" in log.stdout and VALUE not in log.stdout + started.stdout
+    assert "dave-token" not in log.stdout
+    deleted = deployment.cli("dave", "secrets", "delete", "gh")
+    assert deleted.returncode == 0 and "Deleted secret gh." in deleted.stdout
+    assert deployment.cli("dave", "secrets", "list", "-o", "json").stdout.strip() == "[]"
+    _account_page_on_a_phone(deployment.url)
 
 
 def _account_page_on_a_phone(url: str) -> None:

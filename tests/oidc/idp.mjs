@@ -6,6 +6,7 @@
 // claims (their groups) between two sign-ins by rewriting it.
 // A client whose grant_types include refresh_token gets refresh tokens (Git provider tests refresh with them);
 // revocation and introspection are on (unlinking revokes; the test Git server checks tokens at userinfo).
+// More clients register at /reg (a server of a test that shares the provider).
 // Sign-in uses the provider's own development login form (any password); consent is granted automatically.
 import fs from 'node:fs';
 import http from 'node:http';
@@ -54,6 +55,8 @@ const provider = new Provider(issuer, {
     revocation: { enabled: true },
     introspection: { enabled: true },
     deviceFlow: { enabled: true },
+    // Open dynamic client registration (RFC 7591): one provider serves several test servers, each its own client.
+    registration: { enabled: true },
   },
   // No consent page: the tests are about Slipway, not about clicking "Continue".
   loadExistingGrant: async (ctx) => {

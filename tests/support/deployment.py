@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import psutil
+import pytest
 
 from tests.conftest import PASSWORD, PERSONA_ROLES, run_cli
 from tests.support.daemon_user import daemon_writable_dir
@@ -280,3 +281,28 @@ def running_deployment(
     finally:
         deployment.server.stop()
         stop_workspaces(deployment.workspaces_root)
+
+
+# One deployment that the modules of tests/conftest.py's SHARED_DEPLOYMENT share: each uses templates, workspaces and
+# secrets of its own names and never asserts on "all of them", so none needs a server of its own. They run one after
+# the other in one test process, which stops it before a test of any other module.
+_shared: Deployment | None = None
+
+
+def shared_deployment(tmp_path_factory: pytest.TempPathFactory) -> Deployment:
+    """This process's shared deployment (the personas signed up, no template pushed), started on first use."""
+    global _shared
+    if _shared is None:
+        _shared = start_deployment(tmp_path_factory.mktemp("shared-deployment"))
+    return _shared
+
+
+def close_shared_deployment() -> None:
+    """Stop the shared deployment, if started, and whatever ran in its workspaces."""
+    global _shared
+    running, _shared = _shared, None
+    if running is not None:
+        try:
+            running.server.stop()
+        finally:
+            stop_workspaces(running.workspaces_root)

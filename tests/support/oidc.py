@@ -98,6 +98,25 @@ class OidcProvider:
             **extra,
         }
 
+    def client_env(self, rp_url: str, **extra: str) -> dict[str, str]:
+        """The `slipway server` environment for a Slipway at ``rp_url`` that shares this provider: a client of its
+        own, registered now (dynamic registration), with its own redirect URIs."""
+        reply = httpx.post(
+            f"{self.issuer}/reg",
+            json={
+                "redirect_uris": [f"{rp_url}/api/v2/users/oidc/callback"],
+                "post_logout_redirect_uris": [f"{rp_url}/login"],
+            },
+        )
+        assert reply.status_code == 201, reply.text
+        client = reply.json()
+        return {
+            "SLIPWAY_OIDC_ISSUER_URL": self.issuer,
+            "SLIPWAY_OIDC_CLIENT_ID": client["client_id"],
+            "SLIPWAY_OIDC_CLIENT_SECRET": client["client_secret"],
+            **extra,
+        }
+
     def __enter__(self) -> OidcProvider:
         return self.start()
 
