@@ -84,10 +84,12 @@ def owner_env(live_server: ServerProcess, tmp_path_factory: pytest.TempPathFacto
     return env
 
 
-# Lists of one thing's parts (a template's versions, a workspace's sharing list) need that thing named.
-@pytest.mark.parametrize(
-    "path", [path for path in LISTS if path[:2] not in (("templates", "versions"), ("sharing", "list"))]
-)
+# Lists of one thing's parts (a template's versions or access list, a workspace's sharing list) need that thing
+# named.
+PARTS_OF_ONE = (("templates", "versions"), ("templates", "permissions"), ("sharing", "list"))
+
+
+@pytest.mark.parametrize("path", [path for path in LISTS if path[:2] not in PARTS_OF_ONE])
 def test_list_output_and_columns(path: tuple[str, ...], owner_env: dict[str, str]) -> None:
     as_json = run_cli(*path, "-o", "json", env=owner_env)
     assert as_json.returncode == 0, as_json.stderr

@@ -399,6 +399,7 @@ def test_shared_workspace_users_reach_what_their_share_allows(
         path = _rule_of(endpoint)
         for name, value in ids.items():
             path = path.replace(f"<{name}>", value)
+        path = path.replace("<int:port>", "8000")
         body = SHARED_BODIES.get(endpoint, {})
         if path.startswith(PROGRAM_PATHS):
             headers = {**dave.auth, **(UPGRADE_HEADERS if endpoint in WEBSOCKET_ENDPOINTS else {})}
