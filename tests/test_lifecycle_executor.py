@@ -15,6 +15,7 @@ from sqlalchemy import select
 from app.core.extensions import db
 from app.lifecycle.executor import TickReport, run_tick
 from app.notifications.models import Notification
+from app.organizations.models import DEFAULT_ORGANIZATION_ID
 from app.users.models import STATUS_SUSPENDED, User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from tests.conftest import Persona
@@ -160,6 +161,24 @@ def test_no_autostart_for_a_suspended_owner_a_forbidding_template_or_a_running_w
     world.set_template(allow_user_autostart=False)
     world.update(Workspace, suspended, next_start_at=due + timedelta(minutes=2))
     assert world.tick(due + timedelta(minutes=3)).queued == []
+
+
+def test_no_autostart_once_the_owner_may_no_longer_use_the_template(world: World) -> None:
+    workspace_id = world.create()
+    world.finish(world.build(workspace_id, "stop"))
+    due = world.clock
+    world.update(Workspace, workspace_id, autostart_schedule="CRON_TZ=UTC 0 9 * * *", next_start_at=due)
+    # Everyone loses the template (its access list emptied by its admin): carol's schedule starts nothing.
+    emptied = world.client.patch(
+        f"/api/v2/templates/{world.template['id']}/acl",
+        json={"group_perms": {DEFAULT_ORGANIZATION_ID: ""}},
+        headers=world.personas["bob"].auth,
+    )
+    assert emptied.status_code in (200, 204), emptied.json
+    report = world.tick(due + timedelta(minutes=1))
+    assert report.queued == []
+    assert report.skipped == [(workspace_id, "autostart skipped: the owner may no longer use template dev")]
+    assert world.latest(workspace_id)["latest_build"]["transition"] == "stop"
 
 
 def test_a_failed_start_is_cleaned_up_after_the_failure_ttl_and_never_again(world: World) -> None:

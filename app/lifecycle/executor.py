@@ -5,7 +5,7 @@ builds), then queues one build per workspace with its ``reason``:
 
 - ``autostop``: a running workspace whose build ``deadline`` passed;
 - ``autostart`` (``autoupdate`` when the start moves it to the active version): a stopped workspace whose
-  ``next_start_at`` passed, if its template allows autostart and its owner is not suspended;
+  ``next_start_at`` passed, if its template allows autostart, its owner is not suspended and may still use it;
 - ``failure_cleanup``: a workspace whose start failed ``failure_ttl_ms`` ago is stopped (once: a failed cleanup
   is a failed stop, which nothing retries);
 - ``dormancy``: a workspace unused for ``time_til_dormant_ms`` is marked dormant and stopped if running;
@@ -28,6 +28,7 @@ from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload
 
+from app.catalog import access as template_access
 from app.catalog.models import Template
 from app.core.columns import utcnow
 from app.core.errors import DomainError
@@ -288,6 +289,13 @@ def _autostart(
         return None
     if workspace.owner.status != STATUS_ACTIVE:
         report.skipped.append((workspace.id, "autostart skipped: the owner is suspended"))
+        return None
+    if template_access.template_role(workspace.owner, workspace.template) is None:
+        # As a person's own start is refused (app/catalog/access.py): the schedule lends no template permission.
+        # One statement, and only for a workspace whose start is due.
+        report.skipped.append(
+            (workspace.id, f"autostart skipped: the owner may no longer use template {workspace.template.name}")
+        )
         return None
     if now - due > AUTOSTART_MISS_LIMIT:
         log.warning(
