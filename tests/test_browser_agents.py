@@ -274,7 +274,7 @@ def test_only_the_owner_gets_a_terminal_and_members_see_nothing(deployment: Depl
         assert response is not None and response.status == 403
         expect(bob.locator(".error-code")).to_have_text("403")
         expect(bob.locator("h1")).to_have_text(
-            "Only the workspace's owner (or a deployment owner) may connect to its agent."
+            "Only the workspace's owner, a deployment owner or those it is shared with may connect to it."
         )
         expect(bob.locator("#terminal")).to_have_count(0)
 

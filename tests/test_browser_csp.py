@@ -20,6 +20,7 @@ import pytest
 from playwright.sync_api import Dialog, Page, Response, expect
 
 from app.factory import create_app
+from app.organizations.models import DEFAULT_ORGANIZATION_ID
 from tests.conftest import make_settings
 from tests.support import bulk
 from tests.support.accessibility import severe_violations
@@ -401,6 +402,10 @@ def dashboard_pages(deployment: Deployment, agent: dict[str, Any]) -> dict[str, 
         "users.index": "/users",
         "users.account": "/account",
         "oidc.cli_auth": "/cli-auth",
+        "groups.index": "/groups",
+        "groups.show": f"/groups/{DEFAULT_ORGANIZATION_ID}",  # Everyone: its id is the organisation's
+        "idpsync.page": "/admin/idp-sync",
+        "template_acl.show": "/templates/local/permissions",
     }
 
 
@@ -566,6 +571,7 @@ def test_template_tabs_work_under_the_policy(deployment: Deployment, page: Page,
 MEMBER_PAGES = {
     "workspaces.index", "workspaces.show", "workspaces.delete", "lifecycle.update", "agents.terminal",
     "workspaces.build", "workspaces.new", "catalog.index", "catalog.show", "users.account", "oidc.cli_auth",
+    "groups.index", "groups.show",  # her own groups (Everyone among them)
 }  # fmt: skip
 
 
@@ -593,6 +599,8 @@ def member_pages(deployment: Deployment, member_agent: dict[str, Any]) -> dict[s
         "catalog.show": "/templates/local",
         "users.account": "/account",
         "oidc.cli_auth": "/cli-auth",
+        "groups.index": "/groups",
+        "groups.show": f"/groups/{DEFAULT_ORGANIZATION_ID}",
     }
 
 
