@@ -4,7 +4,6 @@ is app/catalog/access.py; this module reads and changes the entries."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from sqlalchemy import delete, func, or_, select
 
@@ -12,6 +11,7 @@ from app.catalog.models import Template, TemplateAcl
 from app.core.errors import InvalidInput
 from app.core.extensions import db
 from app.groups.models import ACL_ROLES, Group
+from app.groups.services import AccessList, read_access_list
 from app.organizations.models import OrganizationMember
 from app.users.models import STATUS_ACTIVE, User
 
@@ -20,27 +20,11 @@ REMOVE = ""
 AVAILABLE_LIMIT = 50
 
 
-@dataclass(frozen=True)
-class AccessList:
-    users: list[tuple[User, str]]
-    groups: list[tuple[Group, str]]
-
-
 def template_acl(template: Template) -> AccessList:
     """The template's entries: people by username, groups by name (Everyone first). Two queries."""
-    users = db.session.execute(
-        select(User, TemplateAcl.role)
-        .join(TemplateAcl, TemplateAcl.user_id == User.id)
-        .where(TemplateAcl.template_id == template.id)
-        .order_by(User.username)
-    ).all()
-    groups = db.session.execute(
-        select(Group, TemplateAcl.role)
-        .join(TemplateAcl, TemplateAcl.group_id == Group.id)
-        .where(TemplateAcl.template_id == template.id)
-        .order_by(Group.id != Group.organization_id, func.lower(Group.name))
-    ).all()
-    return AccessList([(user, role) for user, role in users], [(group, role) for group, role in groups])
+    return read_access_list(
+        TemplateAcl.user_id, TemplateAcl.group_id, TemplateAcl.role, TemplateAcl.template_id == template.id
+    )
 
 
 def update_template_acl(template: Template, user_perms: Mapping[str, str], group_perms: Mapping[str, str]) -> None:

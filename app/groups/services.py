@@ -11,8 +11,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import CompoundSelect, Select, delete, func, insert, or_, select
+from sqlalchemy import ColumnElement, CompoundSelect, Select, delete, func, insert, or_, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import QueryableAttribute
 
 from app.core.errors import Conflict, InvalidInput, NotFound
 from app.core.extensions import db
@@ -283,3 +284,32 @@ def _commit(name: str) -> None:
     except IntegrityError as exc:  # a concurrent request took the name, or a member went away meanwhile
         db.session.rollback()
         raise Conflict(f"Group {name!r} changed meanwhile (its name was taken, or a member left): try again.") from exc
+
+
+@dataclass(frozen=True)
+class AccessList:
+    """An access list's entries (a template's or a workspace's): people by username, groups by name, Everyone
+    first; each with its role."""
+
+    users: list[tuple[User, str]]
+    groups: list[tuple[Group, str]]
+
+
+def read_access_list(
+    user_id: QueryableAttribute[str | None],
+    group_id: QueryableAttribute[str | None],
+    role: QueryableAttribute[str],
+    of: ColumnElement[bool],
+) -> AccessList:
+    """The entries of one access list table (``user_id``, ``group_id`` and ``role`` are its columns) that ``of``
+    keeps. Two queries."""
+    users = db.session.execute(
+        select(User, role).join_from(User, role.class_, user_id == User.id).where(of).order_by(User.username)
+    ).all()
+    groups = db.session.execute(
+        select(Group, role)
+        .join_from(Group, role.class_, group_id == Group.id)
+        .where(of)
+        .order_by(Group.id != Group.organization_id, func.lower(Group.name))
+    ).all()
+    return AccessList([(user, entry) for user, entry in users], [(group, entry) for group, entry in groups])

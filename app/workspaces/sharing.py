@@ -9,7 +9,6 @@ This module answers "what does this person's share give them" (:func:`share_role
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, delete, func, or_, select
 
@@ -17,7 +16,7 @@ from app.core.errors import InvalidInput
 from app.core.extensions import db
 from app.events.access import access_lost
 from app.groups.models import ACL_ADMIN, ACL_ROLES, ACL_USE, AclRole, Group
-from app.groups.services import group_ids_of
+from app.groups.services import AccessList, group_ids_of, read_access_list
 from app.organizations.models import OrganizationMember
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceAcl
@@ -79,27 +78,11 @@ def _group_ids(organization_id: str, keys: list[str]) -> dict[str, str]:
     return {key: found[key] for key in keys if key in found}
 
 
-@dataclass(frozen=True)
-class SharingList:
-    users: list[tuple[User, str]]
-    groups: list[tuple[Group, str]]
-
-
-def sharing_list(workspace: Workspace) -> SharingList:
+def sharing_list(workspace: Workspace) -> AccessList:
     """The workspace's entries: people by username, groups by name (Everyone first). Two queries."""
-    users = db.session.execute(
-        select(User, WorkspaceAcl.role)
-        .join(WorkspaceAcl, WorkspaceAcl.user_id == User.id)
-        .where(WorkspaceAcl.workspace_id == workspace.id)
-        .order_by(User.username)
-    ).all()
-    groups = db.session.execute(
-        select(Group, WorkspaceAcl.role)
-        .join(WorkspaceAcl, WorkspaceAcl.group_id == Group.id)
-        .where(WorkspaceAcl.workspace_id == workspace.id)
-        .order_by(Group.id != Group.organization_id, func.lower(Group.name))
-    ).all()
-    return SharingList([(user, role) for user, role in users], [(group, role) for group, role in groups])
+    return read_access_list(
+        WorkspaceAcl.user_id, WorkspaceAcl.group_id, WorkspaceAcl.role, WorkspaceAcl.workspace_id == workspace.id
+    )
 
 
 def update_sharing(workspace: Workspace, user_roles: Mapping[str, str], group_roles: Mapping[str, str]) -> None:
