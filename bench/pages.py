@@ -6,31 +6,40 @@ that only the server's work is timed: routing, SQL, rendering), after --warmup u
 Measured at 1,000 and at 10,000 workspaces: a page's time must follow its page size, not the number of rows
 (target p99 <= 100 ms at both sizes, and the growth column near 1).
 
+Deep pages (issue 43): page 40 of the workspaces, jobs and users lists two ways, as a bookmark of ``?page=40``
+(read by offset) and as the Next link of page 39 names it (``?page=40&after=<id>``, read by key from that row), each
+against page 1 of the same list in the same run (target: page 40 by key within 1.1x of page 1 at 10,000 rows).
+Users grow with the workspaces here (to 10,000), so that their deep page is measured at that size too.
+
     .venv/bin/python bench/pages.py [--requests 100] [--warmup 5] [--sizes 1000,10000]
 """
 
 from __future__ import annotations
 
 import argparse
+import html
 import re
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from flask.testing import FlaskClient
 from flask_migrate import upgrade
-from sqlalchemy import select
+from sqlalchemy import func, insert, select
 
 from app.catalog.models import Template
 from app.core.config import load_settings
 from app.core.extensions import db
 from app.factory import create_app
+from app.organizations.models import DEFAULT_ORGANIZATION_ID, OrganizationMember
+from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from bench._harness import percentile, postgres_and_redis
-from bench.scale import PASSWORD, Deployment
+from bench.scale import NOW, PASSWORD, Deployment, psycopg_connection
 
 USERS, TEMPLATES = 2000, 200
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -43,6 +52,53 @@ def signed_in(deployment: Deployment, who: str) -> FlaskClient:
     form = {"email": f"{who}@example.com", "password": PASSWORD, "csrf_token": token.group(1)}
     assert client.post("/login", data=form).status_code == 302
     return client
+
+
+def next_link(client: FlaskClient, path: str) -> str | None:
+    """Where a list page's Next link goes (the page after it, named by the row it continues from); None on the
+    last page."""
+    found = re.search(r'rel="next" href="([^"]+)"', client.get(path).get_data(as_text=True))
+    return html.unescape(found.group(1)) if found else None
+
+
+DEEP_LISTS = {
+    "/workspaces": "/workspaces?",
+    "/workspaces?q=status:stopped": "/workspaces?q=status%3Astopped&",
+    "/provisioners/jobs": "/provisioners/jobs?",
+    "/users": "/users?",
+}
+
+
+def deep_pages(deployment: Deployment) -> dict[str, tuple[str, str]]:
+    """Each long list's page 1, its page 40 by offset (a bookmark) and by key (the Next link of page 39), as the
+    owner."""
+    owner = signed_in(deployment, "owner")
+    rows = {}
+    for label, path in DEEP_LISTS.items():
+        keyed = next_link(owner, f"{path}page=39")
+        if keyed is None:  # fewer than 40 pages at this size (the filtered list at 1,000)
+            continue
+        rows[f"{label}, page 1 (deep)"] = (path.rstrip("?&"), "owner")
+        rows[f"{label}, page 40 by offset"] = (f"{path}page=40", "owner")
+        rows[f"{label}, page 40 by key"] = (keyed, "owner")
+    return rows
+
+
+def grow_users_to(deployment: Deployment, total: int) -> None:
+    """Bulk-added people (each in the default organisation, as one made at a time would be) up to ``total``."""
+    with deployment.app.app_context():
+        have = db.session.scalar(select(func.count()).select_from(User)) or 0
+        people = [{"id": str(uuid.uuid4()), "username": f"person{n}", "email": f"person{n}@example.com",
+                   "roles": [], "login_type": "password"} for n in range(have, total)]  # fmt: skip
+        if not people:
+            return
+        db.session.execute(insert(User), people)
+        memberships = [{"organization_id": DEFAULT_ORGANIZATION_ID, "user_id": row["id"], "roles": [],
+                        "created_at": NOW, "updated_at": NOW} for row in people]  # fmt: skip
+        db.session.execute(insert(OrganizationMember), memberships)
+        db.session.commit()
+    with psycopg_connection(deployment.cluster, deployment.database) as connection:
+        connection.execute("ANALYZE")
 
 
 def pages(deployment: Deployment) -> dict[str, tuple[str, str]]:
@@ -82,6 +138,7 @@ def pages(deployment: Deployment) -> dict[str, tuple[str, str]]:
     return {
         **{f"{label}, owner": (path, "owner") for label, path in (listed | owner_only).items()},
         **{f"{label}, member": (path, "member") for label, path in listed.items()},
+        **deep_pages(deployment),
     }
 
 
@@ -121,8 +178,10 @@ def main() -> None:
         timings = {}
         for size in sizes:
             deployment.grow_to(size)
+            grow_users_to(deployment, size)
             timings[size] = time_pages(deployment, args.requests, args.warmup)
     report(sizes, timings)
+    report_deep(sizes, timings)
 
 
 def report(sizes: list[int], timings: dict[int, dict[str, tuple[float, float, int]]]) -> None:
@@ -131,6 +190,8 @@ def report(sizes: list[int], timings: dict[int, dict[str, tuple[float, float, in
     print("-" * len(header))
     worst = 0.0
     for label in timings[sizes[0]]:
+        if "(deep)" in label or "page 40 by" in label:
+            continue  # in report_deep, against page 1 of the same size
         row = f"{label:36}"
         for size in sizes:
             p50, p99, size_bytes = timings[size][label]
@@ -139,6 +200,27 @@ def report(sizes: list[int], timings: dict[int, dict[str, tuple[float, float, in
         growth = timings[sizes[-1]][label][0] / max(timings[sizes[0]][label][0], 0.001)
         print(f"{row} | {growth:5.2f}x")
     print(f"slowest p99: {worst:.1f} ms (target <= 100 ms); growth = p50 at {sizes[-1]:,} / p50 at {sizes[0]:,}")
+
+
+def report_deep(sizes: list[int], timings: dict[int, dict[str, tuple[float, float, int]]]) -> None:
+    """Page 40 against page 1 of the same list, by offset and by key (p50s of the same run)."""
+    header = f"{'deep pages (p50 ms)':32}" + "".join(
+        f" | {size:>6,}: page 1  p40 offset  p40 key  key/p1" for size in sizes
+    )
+    print()
+    print(header)
+    print("-" * len(header))
+    for label in DEEP_LISTS:
+        row = f"{label:32}"
+        for size in sizes:
+            if f"{label}, page 1 (deep)" not in timings[size]:
+                row += f" | {'(fewer than 40 pages)':>42}"
+                continue
+            first, offset, key = (timings[size][f"{label}, {which}"][0] for which in
+                                  ("page 1 (deep)", "page 40 by offset", "page 40 by key"))  # fmt: skip
+            row += f" | {'':7}{first:6.1f}  {offset:10.1f}  {key:7.1f}  {key / max(first, 0.001):5.2f}x"
+        print(row)
+    print("target: page 40 by key within 1.10x of page 1 at the largest size")
 
 
 if __name__ == "__main__":

@@ -231,7 +231,8 @@ def test_the_workspaces_page_shows_one_page_at_a_time(
         return re.findall(r"<strong>(w\d+)</strong>", page)
 
     first = pages.get("/workspaces").get_data(as_text=True)
-    assert len(names(first)) == 25 and "1–25 of 30" in first and 'rel="next" href="/workspaces?page=2"' in first
+    assert len(names(first)) == 25 and "1–25 of 30" in first
+    assert 'rel="next" href="/workspaces?page=2&amp;after=' in first  # read by key from page 1's last row
     second = pages.get("/workspaces?page=2").get_data(as_text=True)
     assert len(names(second)) == 5 and "26–30 of 30" in second and 'rel="prev"' in second
     assert set(names(first)) | set(names(second)) == {f"w{number}" for number in range(30)}
@@ -274,7 +275,8 @@ def test_the_users_and_templates_pages_show_one_page_at_a_time(
     sign_in(pages, "alice@example.com", PASSWORD)
     for path, total in (("/users", 34), ("/templates", 30)):
         first = pages.get(path).get_data(as_text=True)
-        assert f"1–25 of {total}" in first and f'rel="next" href="{path}?page=2"' in first, path
+        # The users list's Next names the row it continues from (app/core/keyset.py); the templates list's does not.
+        assert f"1–25 of {total}" in first and f'rel="next" href="{path}?page=2' in first, path
         last = pages.get(f"{path}?page=2").get_data(as_text=True)
         assert f"26–{total} of {total}" in last and 'rel="prev"' in last, path
     # A template's versions too, newest first, on its page.

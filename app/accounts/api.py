@@ -79,7 +79,7 @@ def list_users() -> Response:
     """``?q=`` Coder's user filter (status: role: login_type: and a name), ``?sort=`` username, created, last_seen
     (``-`` for the newest first)."""
     query = listed_users(request.args.get("q", ""), request.args.get("sort", ""))
-    users, total = PageRequest.from_args().rows(query)
+    users, total = PageRequest.from_args(after_id=True).rows(query)
     return with_total(jsonify([user.to_json() for user in users]), total)
 
 

@@ -11,7 +11,7 @@ from werkzeug.wrappers import Response
 from app.auth.access import current_browser_session_id, page_user, require_role, sign_in_browser
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
-from app.core.pagination import Page, page_of, requested_page
+from app.core.pagination import Page, page_of, requested_page, requested_position
 from app.core.validation import FieldErrors
 from app.externalauth import services as external_auth
 from app.groups.services import groups_of_users
@@ -60,7 +60,7 @@ def index() -> str | tuple[str, int] | Response:
             return redirect(url_for("users.index"))
     search, sort = request.args.get("q", "").strip(), request.args.get("sort", "")
     try:
-        page = page_of(listed_users(search, sort), requested_page(), endpoint="users.index")
+        page = page_of(listed_users(search, sort), requested_position(), endpoint="users.index")
         search_error = ""
     except InvalidInput as error:  # the box keeps what was typed, with what is wrong with it
         page, search_error, status = Page.empty(), error.message, 400

@@ -181,7 +181,7 @@ def delete_template(template_id: str) -> tuple[str, int]:
 @bp.get("/templates/<template_id>/versions")
 def list_versions(template_id: str) -> Response:
     template = services.get_template_for(api_user(), template_id)
-    versions, total = PageRequest.from_args().rows(services.versions_query(template))
+    versions, total = PageRequest.from_args(after_id=True).rows(services.versions_query(template))
     return with_total(jsonify(versions_json(versions)), total)
 
 

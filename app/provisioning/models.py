@@ -64,6 +64,9 @@ class ProvisionerJob(Model):
         ),
         # A daemon's latest finished job (the Provisioners page), and the jobs to unlink when a daemon is deleted.
         Index("ix_provisioner_jobs_worker_id_completed_at", "worker_id", "completed_at"),
+        # The jobs page's order (newest first, then id): page 40 is read from here after its previous page's last
+        # row (app/core/keyset.py), not sorted from every job.
+        Index("ix_provisioner_jobs_created_at_id", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
@@ -81,7 +84,7 @@ class ProvisionerJob(Model):
     file_id: Mapped[str] = mapped_column(ForeignKey("files.id"), index=True)
     initiator_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
     worker_id: Mapped[str | None] = mapped_column(ForeignKey("provisioner_daemons.id", ondelete="SET NULL"))
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # Bumped by every report from the daemon: the heartbeat the reaper watches.
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -14,7 +14,7 @@ from werkzeug.wrappers import Response
 from app.auth.access import page_user, require_role
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
-from app.core.pagination import Page, page_of, requested_page
+from app.core.pagination import Page, PagePosition, page_of, requested_page, requested_position
 from app.events import get_relay
 from app.events.sse import event_stream
 from app.events.streams import follow_statuses, seen_token
@@ -74,7 +74,7 @@ def jobs() -> tuple[str, int]:
     """Every job, newest first, a page at a time; ``?status=`` picks one status (the jobs API's filter)."""
     status = request.args.get("status", "").strip()
     try:
-        page, error = _jobs_page(overview.parse_statuses([status]), requested_page()), ""
+        page, error = _jobs_page(overview.parse_statuses([status]), requested_position()), ""
     except InvalidInput as exc:  # a hand-edited address: the page says which statuses there are
         page, error = Page.empty(), exc.message
     context = {"page": page, "views": overview.views_of(page.rows), "status": status, "error": error}
@@ -87,17 +87,17 @@ def jobs() -> tuple[str, int]:
 def jobs_events() -> Response:
     """`refresh` when a job on the jobs page's page (?page=, ?status=) changes status, or the list moves on."""
     # A status that does not parse is refused here (400), before the stream starts.
-    statuses, number = overview.parse_statuses([request.args.get("status", "").strip()]), requested_page()
+    statuses, position = overview.parse_statuses([request.args.get("status", "").strip()]), requested_position()
 
     def live_state() -> object:
-        return _jobs_state(_jobs_page(statuses, number))
+        return _jobs_state(_jobs_page(statuses, position))
 
     return event_stream(follow_statuses(get_relay(), live_state, seen=request.args.get("seen")))
 
 
-def _jobs_page(statuses: Sequence[str], number: int) -> Page:
+def _jobs_page(statuses: Sequence[str], position: PagePosition) -> Page:
     # Counted only ten pages ahead: every build and import is a job, and an exact count would grow with all of them.
-    return page_of(overview.all_jobs_query(statuses), number, pages_ahead=10)
+    return page_of(overview.all_jobs_query(statuses), position, pages_ahead=10)
 
 
 def _jobs_state(page: Page) -> tuple[list[tuple[str, str]], int]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Connection, ForeignKey, String, UniqueConstraint, event, insert
+from sqlalchemy import JSON, Connection, ForeignKey, Index, String, UniqueConstraint, event, insert
 from sqlalchemy.orm import Mapped, Mapper, mapped_column, relationship
 
 from app.core.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
@@ -26,6 +26,8 @@ STATUS_SUSPENDED = "suspended"
 
 class User(Model):
     __tablename__ = "users"
+    # The users list's order (username, then id, as every list ends): a deep page is read from here by key.
+    __table_args__ = (Index("ix_users_username_id", "username", "id"),)
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
     username: Mapped[str] = mapped_column(String(32), unique=True)

@@ -157,7 +157,7 @@ def get_workspace(workspace_id: str) -> Response:
 @bp.get("/workspaces/<workspace_id>/builds")
 def list_builds(workspace_id: str) -> Response:
     workspace = services.get_workspace_for(api_user(), workspace_id)
-    builds, total = PageRequest.from_args().rows(services.builds_query(workspace))
+    builds, total = PageRequest.from_args(after_id=True).rows(services.builds_query(workspace))
     return with_total(jsonify(builds_json(builds, viewer=api_user())), total)
 
 

@@ -17,7 +17,7 @@ from app.catalog.models import TemplateVersion
 from app.catalog.presets import PRESET_FIELD, default_preset, find_preset, preset_id
 from app.core.errors import DomainError, InvalidInput
 from app.core.extensions import db
-from app.core.pagination import Page, page_of, requested_page
+from app.core.pagination import Page, page_of, requested_position
 from app.events import get_relay
 from app.events.sse import event_stream
 from app.events.streams import follow_changes, follow_statuses, seen_token
@@ -64,7 +64,7 @@ def index() -> str | tuple[str, int]:
             "stream_seen": "",
         }
         return render_template("workspaces/index.html", status_of=services.build_status, **context), 400
-    page = page_of(query, requested_page(), pages_ahead=_pages_counted(search))
+    page = page_of(query, requested_position(), pages_ahead=_pages_counted(search))
     latest = services.latest_builds(page.rows)
     rows = [(workspace, latest[workspace.id]) for workspace in page.rows]
     seen = seen_token({"refresh": _list_state(rows)})
@@ -113,11 +113,11 @@ def status_events() -> Response:
     seen = request.args.get("seen")
     if only:
         return _workspace_events(services.get_workspace_for(user, only).id, seen)
-    number, search = requested_page(), request.args.get("q", "").strip()
+    position, search = requested_position(), request.args.get("q", "").strip()
     listed = _listed(user, search, request.args.get("sort", ""))
 
     def statuses() -> list[tuple[str, int, str]]:
-        workspaces = page_of(listed, number, pages_ahead=_pages_counted(search)).rows
+        workspaces = page_of(listed, position, pages_ahead=_pages_counted(search)).rows
         latest = services.latest_builds(workspaces)
         return _list_state([(workspace, latest[workspace.id]) for workspace in workspaces])
 
@@ -241,7 +241,7 @@ def show(workspace_id: str) -> str:
     # Read before the page: a change while it renders makes the stream refresh it rather than be missed.
     seen = seen_token({name: read() for name, read in _workspace_readers(workspace.id).items()})
     latest = services.latest_build(workspace)
-    timeline = page_of(services.timeline_query(workspace), requested_page())
+    timeline = page_of(services.timeline_query(workspace), requested_position())
     resources = job_resources(latest.job_id)
     sections = [section.render(workspace, user) for section in workspace_sections()]
     active = workspace.template.active_version_id
