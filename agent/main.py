@@ -51,7 +51,7 @@ from agent.processes import ProcessGroups, make_undumpable, stop_passing_on_igno
 from agent.runtime_dir import make_log_dir, make_private_dir
 from agent.script_timings import ScriptTimingReporter
 from agent.scripts import OUTPUT_CLOSE_WAIT, ScriptResult, ScriptRunner
-from agent.sshd import SSHService
+from agent.ssh_service import SSHService
 from agent.tunnels import TunnelDialer, control_dial
 from protocol.agentapi import LifecycleState, Manifest
 from protocol.codec import ProtocolError
@@ -66,6 +66,10 @@ LOG_FILE_NAME = "slipway-agent.log"
 LOG_FILE_MAX_BYTES = 5 * 1000 * 1000
 # A control connection that stayed up this long was healthy: the next reconnect starts the back-off afresh.
 STABLE_CONNECTION = 30.0
+# The first retries of the control connection come soon (Coder's agent: 100 ms, doubling to 10 s). A new workspace's
+# agent often starts while its build is still finishing, refused (401) until the server has recorded it; waiting
+# the usual half second then would add that to every workspace's time to ready.
+CONNECT_FIRST_RETRY = 0.1
 STOP_LEFTOVERS_GRACE = 5.0
 FLUSH_TIMEOUT = 5.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -112,6 +116,7 @@ class Agent:
         self._cron: asyncio.Task[None] | None = None
         self._metadata: asyncio.Task[None] | None = None
         self._app_health: asyncio.Task[None] | None = None
+        self._ssh_warm_up: asyncio.Task[None] | None = None
         self._stop_requested = asyncio.Event()
         self._git_helper = GitHelperServer(self._api, git.socket_path_for(config.log_dir))
 
@@ -190,7 +195,9 @@ class Agent:
         backoff = Backoff()
         while True:
             try:
-                websocket = await retry(self._api.connect_control, self._problems)
+                websocket = await retry(
+                    self._api.connect_control, self._problems, backoff=Backoff(initial=CONNECT_FIRST_RETRY)
+                )
             except AgentAPIError as exc:  # e.g. 404 from a server being upgraded: keep trying, never give up
                 self._problems.report(str(exc))
                 await asyncio.sleep(backoff.next_delay())
@@ -297,6 +304,8 @@ class Agent:
         await self._logs.flush(FLUSH_TIMEOUT)
         await self._script_timings.flush(FLUSH_TIMEOUT)
         self._lifecycle.report(outcome(results, START_TIMEOUT, START_ERROR, READY))
+        # Only now: loading SSH before this would have made the workspace's owner wait for it.
+        self._ssh_warm_up = start_task(self._ssh.warm(), "the SSH service's warm-up")
         if manifest.cron_scripts:
             self._cron = start_task(self._run_cron_scripts(manifest.cron_scripts, runner), "the cron scheduler")
 

@@ -18,7 +18,7 @@ from websockets.exceptions import ConnectionClosed
 
 from agent.api import AgentAPI, AgentAPIError, ServerUnavailable
 from agent.environment import SessionContext, shell_invocation
-from agent.sshd import SSHService
+from agent.ssh_service import SSHService
 from agent.terminal import PtyProcess
 from agent.terminal_sessions import TerminalSessions, TooManySessions
 from protocol.agentapi import EOF_MESSAGE, Dial, TunnelControl

@@ -18,6 +18,8 @@ from agent.lifecycle import OFF, READY, SHUTDOWN_ERROR, START_ERROR, START_TIMEO
 from agent.main import outcome
 from agent.runtime_dir import default_runtime_dir
 from agent.scripts import ScriptResult
+from agent.ssh_service import SSHService
+from tests.agent.support import run, session_context, ssh_over_socketpair
 from tests.agent.test_config import REPOSITORY
 
 
@@ -90,6 +92,42 @@ print("imported")
         [sys.executable, "-c", probe], cwd=REPOSITORY, capture_output=True, text=True, timeout=60, check=False
     )
     assert result.stdout.strip() == "imported", result.stderr
+
+
+def test_the_agent_starts_without_loading_ssh_or_httpxs_command_line_client(tmp_path: Path) -> None:
+    """Issue 43: what a new workspace waits for. ``python -m agent`` (here stopped by a missing token, after all its
+    start-up imports) loads neither asyncssh nor httpx's command line client (click, rich: installed here, as in a
+    daemon's environment); the first SSH session loads asyncssh then (test below)."""
+    agent = subprocess.run(
+        [sys.executable, "-X", "importtime", "-P", "-m", "agent"],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SLIPWAY_AGENT_URL": "http://127.0.0.1:1/"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in agent.stderr.splitlines() if line.startswith("import")}
+    assert agent.returncode == 2 and "agent.main" in imported and "websockets" in imported, agent.stderr[-2000:]
+    assert not {name for name in imported if name.split(".")[0] in ("asyncssh", "cryptography", "rich", "click")}
+
+
+def test_ssh_is_loaded_by_its_first_session_or_by_the_warm_up_once_ready(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+
+    async def scenario() -> tuple[bool, str, bool]:
+        service = SSHService(lambda: session_context(tmp_path, home))
+        await service.close_all(1.0)  # nothing served yet: nothing to close, nothing loaded
+        loaded_before = service._service is not None
+        async with ssh_over_socketpair(service) as connection:  # type: ignore[arg-type]
+            result = await connection.run("echo hello", check=True)
+        warmed = SSHService(lambda: session_context(tmp_path, home))
+        await warmed.warm()
+        return loaded_before, str(result.stdout), warmed._service is not None
+
+    loaded_before, output, warmed = run(scenario())
+    assert not loaded_before and output == "hello\n" and warmed
 
 
 def _log_says(path: Path, text: str, agent: subprocess.Popen[str], timeout: float = 30) -> str:
