@@ -300,9 +300,8 @@ class Agent:
         if self._stop_requested.is_set():
             return  # shutdown reports the lifecycle from here on
         # Send the scripts' output and timings first: a workspace shown as ready then has its startup log (and its
-        # build's waterfall its scripts) on the page.
-        await self._logs.flush(FLUSH_TIMEOUT)
-        await self._script_timings.flush(FLUSH_TIMEOUT)
+        # build's waterfall its scripts) on the page. Both at once: two requests in a row would add one's round trip.
+        await asyncio.gather(self._logs.flush(FLUSH_TIMEOUT), self._script_timings.flush(FLUSH_TIMEOUT))
         self._lifecycle.report(outcome(results, START_TIMEOUT, START_ERROR, READY))
         # Only now: loading SSH before this would have made the workspace's owner wait for it.
         self._ssh_warm_up = start_task(self._ssh.warm(), "the SSH service's warm-up")
