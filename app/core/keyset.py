@@ -105,6 +105,18 @@ def key_values(query: Select[Any], keys: Sequence[SortKey], row_id: str) -> tupl
     return None if row is None else tuple(row[1:])
 
 
+def row_keys(query: Select[Any], keys: Sequence[SortKey], row_id: str) -> list[ColumnElement[Any]] | None:
+    """The sort keys of the row ``row_id`` as subqueries of the statement that uses them (the row read by its
+    primary key, and only if the list has it), so that a page by key is one statement, as a first page is; None
+    when a key may be NULL (what to compare then depends on the value: ``key_values`` reads it first). A row the
+    list does not have gives no keys, so no rows: the caller tells that from the end of the list by finding none."""
+    if any(key.nullable for key in keys):
+        return None
+    (id_column,) = inspect(query.column_descriptions[0]["entity"]).primary_key
+    found = query.order_by(None).where(id_column == row_id).correlate(None)
+    return [found.with_only_columns(key.column).scalar_subquery() for key in keys]
+
+
 def rows_after(query: Select[Any], keys: Sequence[SortKey], values: Sequence[Any], limit: int) -> list[Any]:
     return list(db.session.scalars(query.where(after(keys, values)).limit(limit)).unique())
 

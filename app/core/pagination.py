@@ -201,9 +201,14 @@ def _keyed_page(
 ) -> tuple[list[Any], int, int, bool] | None:
     """(rows, number, total, more) of the page next to the position's row, or None when the list no longer has
     that row or the page would not be a whole one from it (rows came or went before it): the caller then finds
-    the page by its number."""
+    the page by its number. As many statements as a first page (its rows and its count) when the sort keys cannot
+    be NULL: the row's keys are read inside them."""
     keys = keyset.sort_keys(query)
-    values = keyset.key_values(query, keys, position.after or position.before)
+
+    def keys_of(row_id: str) -> Sequence[Any] | None:
+        return keyset.row_keys(query, keys, row_id) or keyset.key_values(query, keys, row_id)
+
+    values = keys_of(position.after or position.before)
     if values is None:
         return None
     if position.after:
@@ -216,9 +221,10 @@ def _keyed_page(
     if pages_ahead is None:
         total = count_rows(query)
         return rows, min(position.number, max(1, -(-total // size))), max(total, before + len(rows)), False
-    # Counted only so far past this page, as the offset path does: from this page's last row, not the list's start.
+    # Counted only so far past this page, as the offset path does: from this page's first row, not the list's start.
     at_most = pages_ahead * size + 1
-    last = keyset.key_values(query, keys, rows[-1].id) or values
-    beyond = count_rows(query.where(keyset.after(keys, last)), at_most=at_most)
+    first = keys_of(rows[0].id) or values
+    counted = count_rows(query.where(keyset.after(keys, first)), at_most=len(rows) - 1 + at_most)
+    beyond = counted - (len(rows) - 1)
     more = beyond == at_most
     return rows, position.number, before + len(rows) + beyond - int(more), more
