@@ -121,6 +121,7 @@ class _Toolchain:
     cli_config_file: Path
     init_cache: CachedInit | None
     timings: TimingRecorder
+    provider_zygote: Path | None = None
 
     @classmethod
     def of(cls, settings: RunnerSettings, workdir: Path, timings: TimingRecorder) -> _Toolchain:
@@ -134,7 +135,8 @@ class _Toolchain:
             # The plugin cache too: an entry's providers are links into the cache of the daemon that made it.
             toolchain = f"{terraform}\0{provider_digest(cli_config_file)}\0{settings.plugin_cache}"
             init_cache = CachedInit(cache, cache.key(workdir, toolchain))
-        return cls(settings, binary, cli_config_file, init_cache, timings)
+        zygote = settings.provider_zygote.socket_for_job() if settings.provider_zygote is not None else None
+        return cls(settings, binary, cli_config_file, init_cache, timings, zygote)
 
 
 def _executor(
@@ -148,8 +150,9 @@ def _executor(
 ) -> TerraformExecutor:
     settings = toolchain.settings
     env = terraform_environment(
-        os.environ, coder_env, plugin_cache=settings.plugin_cache, cli_config_file=toolchain.cli_config_file
-    )
+        os.environ, coder_env, plugin_cache=settings.plugin_cache, cli_config_file=toolchain.cli_config_file,
+        provider_zygote=toolchain.provider_zygote,
+    )  # fmt: skip
     if debug_logging:  # this job only; its lines reach the server like any other and are masked there
         env = {**env, "TF_LOG": "debug"}
     executor = TerraformExecutor(

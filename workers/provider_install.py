@@ -55,10 +55,13 @@ def host_target() -> str:
 
 
 def launcher_script(python: str = sys.executable, home: Path | None = None) -> str:
-    """The plugin executable: the daemon's own interpreter running workers.coder_provider from this checkout.
+    """The plugin executable: the daemon's own interpreter running workers.provider_launch from this checkout,
+    which asks the daemon's provider zygote for a provider or serves workers.coder_provider itself.
 
     `-I` (isolated) keeps Terraform's working directory, which holds the template's files, and PYTHON* variables
-    out of the import path; the project root is put on the path explicitly instead. `home`: the provider's HOME,
+    out of the import path; the project root is put on the path explicitly instead. `-S` skips site-packages, which
+    a launch through the zygote does not need (the launcher adds them when it serves the provider itself).
+    `home`: the provider's HOME,
     where the `tf` package caches its TLS certificate (~/.cache/tf-python-provider); a sandboxed daemon may not
     write to the user's own home.
     """
@@ -68,14 +71,14 @@ def launcher_script(python: str = sys.executable, home: Path | None = None) -> s
         "import sys\n"
         f"{set_home}"
         f"sys.path.insert(0, {json.dumps(str(_PROJECT_ROOT))})\n"
-        "from workers.coder_provider import main\n"
+        "from workers.provider_launch import main\n"
         "main()\n"
     )
-    shebang = f"#!{python} -I"
+    shebang = f"#!{python} -IS"
     if len(shebang) <= _SHEBANG_LIMIT and " " not in python:
         return f"{shebang}\n{body}"
     # The polyglot pip uses for long paths: sh runs the exec line, Python sees a string literal and moves on.
-    return f"#!/bin/sh\n'''exec' {json.dumps(python)} -I \"$0\" \"$@\"\n' '''\n{body}"
+    return f"#!/bin/sh\n'''exec' {json.dumps(python)} -IS \"$0\" \"$@\"\n' '''\n{body}"
 
 
 def cli_config(mirror: Path) -> str:
