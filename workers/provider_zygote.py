@@ -29,6 +29,24 @@ _STOP_TIMEOUT = 5.0
 _STRIPPED_PREFIXES = ("SLIPWAY_", "CODER_")
 
 
+# A unix socket's path must fit in sun_path (108 bytes on Linux), with room for the zygote's "z.new".
+_SOCKET_PATH_LIMIT = 100
+
+
+def _socket_directory() -> Path | None:
+    """A fresh private directory for the socket: in the temp dir (a built-in daemon's is its cache dir's, where its
+    sandbox lets it write), else in /tmp when that path is too long for a socket."""
+    for parent in dict.fromkeys((tempfile.gettempdir(), "/tmp")):  # noqa: S108 - a private mkdtemp inside
+        if len(parent) + len("/pz________/z.new") > _SOCKET_PATH_LIMIT:
+            continue
+        try:
+            return Path(tempfile.mkdtemp(prefix="pz", dir=parent))
+        except OSError:
+            continue  # not writable here (a sandbox's /tmp): the next, or none
+    log.warning("no directory for the provider zygote's socket: Terraform starts the coder provider each time")
+    return None
+
+
 class ProviderZygote:
     """One warm provider process for one daemon; `socket_for_job()` before each job, `stop()` at the end."""
 
@@ -38,9 +56,9 @@ class ProviderZygote:
         self.home = home
         self.answer_timeout = answer_timeout
         self._host_env = dict(os.environ if host_env is None else host_env)
-        # Unix socket paths are short (108 bytes): a fresh directory of the temp dir, not the (deep) cache dir.
-        self._directory = Path(tempfile.mkdtemp(prefix="slipway-provider-"))
-        self.socket = self._directory / "zygote.sock"
+        self._directory = _socket_directory()
+        # None: no directory where a socket path fits; every launcher then serves the provider itself.
+        self.socket = self._directory / "z" if self._directory is not None else None
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self.restarts = 0
@@ -55,6 +73,8 @@ class ProviderZygote:
             self._start()
 
     def _start(self) -> None:
+        if self.socket is None:
+            return
         # A killed zygote leaves its socket: gone now, launchers serve themselves until the new one listens.
         self.socket.unlink(missing_ok=True)
         env = {key: value for key, value in self._host_env.items() if not key.upper().startswith(_STRIPPED_PREFIXES)}
@@ -73,8 +93,10 @@ class ProviderZygote:
             start_new_session=True,
         )
 
-    def socket_for_job(self) -> Path:
+    def socket_for_job(self) -> Path | None:
         """The socket for this job's Terraform, after making sure a zygote is running and answering."""
+        if self.socket is None:
+            return None
         with self._lock:
             process = self._process
             if process is None or process.poll() is not None:
@@ -109,11 +131,11 @@ class ProviderZygote:
         except (OSError, ValueError):
             return None
 
-    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+    @staticmethod
+    def _kill(process: subprocess.Popen[bytes]) -> None:
         process.kill()
         process.wait()
-        self._close_pipes(process)
-        self.socket.unlink(missing_ok=True)
+        ProviderZygote._close_pipes(process)
 
     @staticmethod
     def _close_pipes(process: subprocess.Popen[bytes]) -> None:
@@ -135,4 +157,5 @@ class ProviderZygote:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
-            shutil.rmtree(self._directory, ignore_errors=True)
+            if self._directory is not None:
+                shutil.rmtree(self._directory, ignore_errors=True)

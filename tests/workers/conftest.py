@@ -86,7 +86,7 @@ class TemplateDir:
             if not key.startswith(("CODER_", "SLIPWAY_", "TF_", "CHECKPOINT_"))
         }
         self.base_env.update(TF_CLI_CONFIG_FILE=str(cli_config), CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1")
-        if zygote is not None:
+        if zygote is not None and zygote.socket is not None:
             self.base_env[ZYGOTE_ENV] = str(zygote.socket)
 
     def run(self, *arguments: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:

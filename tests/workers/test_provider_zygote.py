@@ -17,6 +17,8 @@ import pytest
 
 from protocol.provider_zygote import TIMEOUT_ENV, ZYGOTE_ENV
 from tests.workers.conftest import TemplateDir
+from tests.workers.test_init_cache import TEMPLATE, run_build
+from workers.job_control import RunnerSettings
 from workers.provider_zygote import ProviderZygote
 from workers.terraform import build_coder_env
 
@@ -52,6 +54,7 @@ def seen(workspace: TemplateDir, env: dict[str, str]) -> str:
 def wait_listening(zygote: ProviderZygote) -> None:
     """Until the zygote listens (it imports the provider first): a bound, not a sleep that guesses."""
     deadline = time.monotonic() + 120
+    assert zygote.socket is not None
     while not zygote.socket.exists():
         assert time.monotonic() < deadline, "the provider zygote did not come up"
         time.sleep(0.05)
@@ -142,3 +145,12 @@ def test_a_killed_launcher_takes_its_child_with_it(coder_cli_config: Path, zygot
     children[0].wait(timeout=30)  # the zygote reaps it; this only waits for it to be gone
     assert not children[0].is_running()
     process.stdout.close()
+
+
+def test_the_daemons_job_flow_hands_terraform_its_zygote(tmp_path: Path, zygote: ProviderZygote) -> None:
+    before = zygote.children_forked() or 0
+    settings = RunnerSettings(tmp_path / "cache", provider_zygote=zygote)
+
+    run_build(tmp_path / "cache", TEMPLATE, job_id="job-z", settings=settings)
+
+    assert (zygote.children_forked() or 0) - before >= 2  # its plan and its apply

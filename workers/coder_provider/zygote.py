@@ -48,7 +48,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     Path(path).unlink(missing_ok=True)  # a socket left by a zygote that was killed
-    listener.bind(path + ".new")
+    listener.bind(path + ".new")  # within sun_path: workers/provider_zygote.py leaves room for the suffix
     os.chmod(path + ".new", 0o600)
     listener.listen(128)
     os.replace(path + ".new", path)  # the socket appears only once it is listening
