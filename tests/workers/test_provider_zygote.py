@@ -47,7 +47,8 @@ def build_env(index: int, transition: str = "start") -> dict[str, str]:
 
 
 def seen(workspace: TemplateDir, env: dict[str, str]) -> str:
-    workspace.apply(env)
+    """What the provider answered this build (one apply: it plans too)."""
+    workspace.must("apply", "-input=false", "-auto-approve", env=env)
     return workspace.must("output", "-raw", "seen", env=env)
 
 
@@ -88,7 +89,7 @@ def test_concurrent_builds_on_one_zygote_each_see_only_their_own_values(
 
     assert outputs == [f"ws{index} start owner{index} token-{index}" for index in range(3)]
     forked = provider_zygote.children_forked()
-    assert forked is not None and forked - before >= 3 * 2  # a plan and an apply each: none served by a launcher
+    assert forked is not None and forked - before >= 3 * 2  # an apply plans and applies: none served by a launcher
     # The next build of the same workspace gets the next values, not the ones a child saw before.
     assert seen(workspaces[0], build_env(7, "stop")) == "ws7 stop owner7 token-7"
 
