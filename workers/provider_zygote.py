@@ -19,6 +19,8 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from workers.terraform.process import BUILD_NICENESS
+
 log = logging.getLogger(__name__)
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -92,6 +94,11 @@ class ProviderZygote:
             # Out of the daemon's process group: a terminal's Ctrl-C is the daemon's; the stdin pipe ends it.
             start_new_session=True,
         )
+        try:
+            # Its children serve builds: below the control plane, as Terraform and what it starts are.
+            os.setpriority(os.PRIO_PROCESS, self._process.pid, BUILD_NICENESS)
+        except OSError:
+            pass  # it already exited, or the platform does not allow it: priority is a nicety
 
     def socket_for_job(self) -> Path | None:
         """The socket for this job's Terraform, after making sure a zygote is running and answering."""

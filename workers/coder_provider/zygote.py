@@ -112,11 +112,13 @@ def _child(connection: socket.socket) -> None:
     environment = json.loads(_read_exactly(connection, decode_header(_read_exactly(connection, HEADER_SIZE))))
     connection.sendall(f"{os.getpid()}\n".encode())
     _, fds, _, _ = socket.recv_fds(connection, 1, 1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    for fd in fds[:1]:
-        os.dup2(fd, 1)  # nothing is printed after the handshake; should anything be, it lands in Terraform's log
-        os.dup2(fd, 2)
+    if len(fds) != 1:
+        raise ConnectionError("the launcher sent no stderr")
+    # Off the zygote's pipes to the daemon: nothing is printed after the handshake, and should anything be, it
+    # lands in Terraform's log.
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(fds[0], 1)
+    os.dup2(fds[0], 2)
     os.environ.clear()
     os.environ.update({str(name): str(value) for name, value in environment.items()})
     connection.settimeout(None)
