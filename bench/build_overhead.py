@@ -114,6 +114,14 @@ class SlipwayDeployment:
             if proc.cmdline()[1:3] == ["-m", "workers"] or proc.cmdline()[1:4] == ["-I", "-m", "workers"]
         ]
 
+    def zygote_rss(self) -> list[float]:
+        """The daemons' warm providers (workers/provider_zygote.py): the memory the speed costs."""
+        return [
+            proc.memory_info().rss / 1e6
+            for proc in psutil.Process(self.server.process.pid).children(recursive=True)  # type: ignore[union-attr]
+            if any("workers.coder_provider.zygote" in part for part in proc.cmdline())
+        ]
+
     def pickups(self, jobs: int) -> list[float]:
         """Milliseconds from creation to start of ``jobs`` empty imports, one at a time."""
         tiny = self.scratch / f"tiny-{self.label}"
@@ -230,7 +238,7 @@ def main() -> None:
             breakdown: dict[str, list[dict[str, float]]] = {"warm": [], "cold": []}
             try:
                 time.sleep(2.0)  # let the daemons settle (and be measured idle)
-                rss = warm.daemon_rss()
+                rss, zygote_rss = warm.daemon_rss(), warm.zygote_rss()
                 for index in range(args.builds):  # interleaved, so that the machine's drift favours none of them
                     for key, deployment in (("warm", warm), ("cold", cold)):
                         took, where = deployment.build(index)
@@ -254,6 +262,7 @@ def main() -> None:
                 print(f"  queue pickup over {len(pickups)} jobs: p50 {p50:.0f} ms, p95 {p95:.0f} ms   "
                       "(target p95 <= 100 ms)")  # fmt: skip
                 print(f"  idle daemon RSS: {', '.join(f'{r:.0f} MB' for r in rss)}   (target <= 100 MB)")
+                print(f"  its provider zygote's RSS: {', '.join(f'{r:.0f} MB' for r in zygote_rss)}")
     finally:
         git_server.terminate()
         git_server.wait(timeout=10)
