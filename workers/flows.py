@@ -6,6 +6,7 @@ parameters and resources. Builds plan and apply one transition against the works
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -255,7 +256,9 @@ def _build(
     )
     variables = {item.name: item.value for item in body.variable_values}
     executor = _executor(workdir, toolchain, coder_env, log, control, debug_logging=body.debug_logging)
-    if body.protect_persistent and transition != "destroy":
+    # A build whose state holds no resources (a workspace's first) cannot destroy one: no review to hold it for,
+    # so one `terraform apply` does, instead of plan, show and apply (two Terraform runs and provider starts fewer).
+    if body.protect_persistent and transition != "destroy" and (body.confirmed_plan or _holds_resources(body.state)):
         reviewed = _plan_then_apply(executor, transition, body, variables, log)
         if isinstance(reviewed, PlanReview):
             return JobCompletion(workspace_build=BuildResult(state=body.state, review=reviewed))
@@ -264,6 +267,17 @@ def _build(
         result = executor.run_build(transition, state=body.state, variables=variables)
     resources = parse_show_json(result.state_json or {}).resources
     return JobCompletion(workspace_build=BuildResult(state=result.state, resources=tuple(resources)))
+
+
+def _holds_resources(state: bytes) -> bool:
+    """Whether a Terraform state has resources; a state that does not read as one counts as having some."""
+    if not state.strip():
+        return False
+    try:
+        resources = json.loads(state).get("resources")
+    except (ValueError, AttributeError):
+        return True
+    return bool(resources) or not isinstance(resources, list)
 
 
 def _plan_then_apply(

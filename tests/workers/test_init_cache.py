@@ -73,8 +73,9 @@ def build(cache_dir: Path, files: dict[str, str], *, job_id: str = "job-1", cap:
 
 
 def run_build(
-    cache_dir: Path, files: dict[str, str], *, job_id: str, cap: int = 1 << 30, settings: RunnerSettings | None = None
-) -> tuple[str, JobCompletion]:
+    cache_dir: Path, files: dict[str, str], *, job_id: str, cap: int = 1 << 30, settings: RunnerSettings | None = None,
+    protect_persistent: bool = False, state: bytes = b"",
+) -> tuple[str, JobCompletion]:  # fmt: skip
     """One start build of ``files`` run by the daemon's job flow (``settings``: the daemon's, else a plain one's
     with ``cache_dir`` and ``cap``); its log and its outcome."""
     job = AcquiredJob(
@@ -87,6 +88,8 @@ def run_build(
             transition="start",
             archive=tar_of(files),
             parameters=(NameValue(name="unused", value="x"),),
+            protect_persistent=protect_persistent,
+            state=state,
             metadata=BuildMetadata(
                 workspace_name="dev",
                 workspace_id="w1",

@@ -1,6 +1,7 @@
-"""The daemon's warm coder provider (workers/provider_zygote.py): builds that share one zygote each see only their
-own values, and a zygote that dies or hangs costs a build nothing (the launcher serves the provider itself) and is
-replaced before the next job. Real Terraform (the bundled one), real processes."""
+"""What a build costs (issue 43). The daemon's warm coder provider (workers/provider_zygote.py): builds that share
+one zygote each see only their own values, and a zygote that dies or hangs costs a build nothing (the launcher
+serves the provider itself) and is replaced before the next job. A workspace's first build, which has nothing to
+destroy, is one `terraform apply`. Real Terraform (the bundled one), real processes."""
 
 from __future__ import annotations
 
@@ -155,3 +156,16 @@ def test_the_daemons_job_flow_hands_terraform_its_zygote(tmp_path: Path, zygote:
     run_build(tmp_path / "cache", TEMPLATE, job_id="job-z", settings=settings)
 
     assert (zygote.children_forked() or 0) - before >= 2  # its plan and its apply
+
+
+def test_a_first_build_applies_at_once_and_a_later_one_still_plans_for_review(tmp_path: Path) -> None:
+    """Protected persistent resources need a plan to review only when there is something to destroy: never in a
+    build whose state holds no resources."""
+    cache = tmp_path / "cache"
+    _, first = run_build(cache, TEMPLATE, job_id="job-1", protect_persistent=True)
+    assert first.workspace_build is not None
+    assert [timing.stage for timing in first.timings if timing.resource == ""] == ["init", "plan", "apply"]
+
+    _, second = run_build(cache, TEMPLATE, job_id="job-2", protect_persistent=True, state=first.workspace_build.state)
+
+    assert "graph" in [timing.stage for timing in second.timings if timing.resource == ""]  # plan, show, apply
