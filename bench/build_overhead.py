@@ -4,9 +4,12 @@ up, and what an idle daemon costs in memory.
 - K workspace builds through the API (from sending the request to the job's completed_at) with the daemon's init
   cache warm (issue 18: the import prepared the template's init; builds copy it and only apply) and with the cache
   off (every build runs `terraform init`), and K bare `terraform init` + `apply` of the same files in a temp dir
-  with the same Terraform and provider, interleaved in one run: medians and ratios (targets: warm / bare < 1.0,
-  cold / bare <= 1.1). Twice: examples/local, and examples/local with a module `terraform init` fetches from Git
-  (as registry modules are fetched).
+  with the same Terraform and provider, interleaved in one run: medians and ratios (issue 43's targets: warm / bare
+  <= 0.7, cold / bare <= 1.0), and each build's phases (request, queue pickup, setup, each Terraform stage, between
+  stages, finish) from the server's job record and the daemon's stage timings. Twice: examples/local, and
+  examples/local with a module `terraform init` fetches from Git (as registry modules are fetched).
+  The bare runs start the provider as Terraform always does; Slipway's daemons hand Terraform their warm provider
+  zygote (workers/provider_zygote.py).
 - Queue pickup (created -> started) p50/p95 over N jobs with an idle daemon (target p95 <= 100 ms).
 - A built-in daemon's idle RSS (target <= 100 MB).
 Run: .venv/bin/python bench/build_overhead.py [--builds 5] [--jobs 50]
@@ -23,6 +26,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -93,19 +97,29 @@ class SlipwayDeployment:
             raise RuntimeError(f"creating the template failed: {template.text}")
         self.template_id = template.json()["id"]
 
-    def build(self, index: int) -> float:
-        """Seconds from sending the create request to the build's completed_at."""
+    def build(self, index: int) -> tuple[float, dict[str, float]]:
+        """Seconds from sending the create request to the build's completed_at, and where they went (phases)."""
         began = time.time()  # wall clock, as the server's timestamps are (same machine)
         workspace = self.client.post("/workspaces", json={"template_id": self.template_id, "name": f"ws{index}"})
         self.workspace_ids.append(workspace.json()["id"])
-        job = wait_job(self.client, f"/workspacebuilds/{workspace.json()['latest_build']['id']}")
-        return parse_time(job["completed_at"]).timestamp() - began
+        build_id = workspace.json()["latest_build"]["id"]
+        job = wait_job(self.client, f"/workspacebuilds/{build_id}")
+        timings = self.client.get(f"/workspacebuilds/{build_id}/timings").json()
+        return parse_time(job["completed_at"]).timestamp() - began, phases(began, timings)
 
     def daemon_rss(self) -> list[float]:
         return [
             proc.memory_info().rss / 1e6
             for proc in psutil.Process(self.server.process.pid).children(recursive=True)  # type: ignore[union-attr]
             if proc.cmdline()[1:3] == ["-m", "workers"] or proc.cmdline()[1:4] == ["-I", "-m", "workers"]
+        ]
+
+    def zygote_rss(self) -> list[float]:
+        """The daemons' warm providers (workers/provider_zygote.py): the memory the speed costs."""
+        return [
+            proc.memory_info().rss / 1e6
+            for proc in psutil.Process(self.server.process.pid).children(recursive=True)  # type: ignore[union-attr]
+            if any("workers.coder_provider.zygote" in part for part in proc.cmdline())
         ]
 
     def pickups(self, jobs: int) -> list[float]:
@@ -132,6 +146,43 @@ class SlipwayDeployment:
         finally:
             self.client.close()
             self.server.stop()
+
+
+def phases(began: float, timings: dict[str, Any]) -> dict[str, float]:
+    """Seconds of each phase of one build, from the server's job record and the daemon's stage bars (the
+    /timings API): the request, queue pickup (created to started: the queue and the acquire), setup (started to
+    the first stage: archive unpack, provider install, the init cache's key), each Terraform stage (init is the
+    init cache's link when it is warm), what ran between stages, and the finish (the last stage's end to
+    completed: state and resources parsed, logs flushed, the outcome reported)."""
+    job = timings["job"]
+    created, started = parse_time(job["queued_at"]).timestamp(), parse_time(job["started_at"]).timestamp()
+    completed = parse_time(job["completed_at"]).timestamp()
+    bars = sorted(
+        (parse_time(bar["started_at"]).timestamp(), parse_time(bar["ended_at"]).timestamp(), bar["stage"])
+        for bar in timings["provisioner_timings"]
+        if bar["resource"] == ""
+    )
+    result = {"request": created - began, "queue pickup": started - created}
+    cursor = started
+    for start, end, stage in bars:
+        key = "setup" if cursor == started else "between stages"
+        result[key] = result.get(key, 0.0) + max(0.0, start - cursor)
+        result[stage] = result.get(stage, 0.0) + (end - start)
+        cursor = end
+    result["finish"] = completed - cursor
+    return result
+
+
+def print_phases(runs: dict[str, list[dict[str, float]]]) -> None:
+    """Each phase's median per case, in the order the phases happen."""
+    order: list[str] = []
+    for per_build in runs.values():
+        for build in per_build:
+            order.extend(name for name in build if name not in order)
+    print(f"  {'phase (median s)':<32} " + " ".join(f"{case:>7}" for case in runs))
+    for name in order:
+        cells = [median([build.get(name, 0.0) for build in per_build]) for per_build in runs.values()]
+        print(f"  {name:<32} " + " ".join(f"{cell:7.3f}" for cell in cells))
 
 
 def with_git_module(scratch: Path) -> tuple[Path, subprocess.Popen[bytes]]:
@@ -184,12 +235,15 @@ def main() -> None:
             warm = SlipwayDeployment(scratch, template, "1GiB")
             bare = BareTerraform(scratch, template)
             runs: dict[str, list[float]] = {"warm": [], "cold": [], "bare": []}
+            breakdown: dict[str, list[dict[str, float]]] = {"warm": [], "cold": []}
             try:
                 time.sleep(2.0)  # let the daemons settle (and be measured idle)
-                rss = warm.daemon_rss()
+                rss, zygote_rss = warm.daemon_rss(), warm.zygote_rss()
                 for index in range(args.builds):  # interleaved, so that the machine's drift favours none of them
-                    runs["warm"].append(warm.build(index))
-                    runs["cold"].append(cold.build(index))
+                    for key, deployment in (("warm", warm), ("cold", cold)):
+                        took, where = deployment.build(index)
+                        runs[key].append(took)
+                        breakdown[key].append(where)
                     runs["bare"].append(bare.build(index))
                 pickups = warm.pickups(args.jobs) if template == EXAMPLE else []
             finally:
@@ -200,13 +254,15 @@ def main() -> None:
                               ("bare terraform init + apply", "bare")):  # fmt: skip
                 times = runs[key]
                 print(f"  {case + ':':<32} median {median(times):.2f} s  ({', '.join(f'{t:.2f}' for t in times)})")
-            print(f"  warm / bare: {median(runs['warm']) / median(runs['bare']):.2f}   (target < 1.0)")
-            print(f"  cold / bare: {median(runs['cold']) / median(runs['bare']):.2f}   (target <= 1.1)", flush=True)
+            print(f"  warm / bare: {median(runs['warm']) / median(runs['bare']):.2f}   (target <= 0.7)")
+            print(f"  cold / bare: {median(runs['cold']) / median(runs['bare']):.2f}   (target <= 1.0)", flush=True)
+            print_phases(breakdown)
             if pickups:
                 p50, p95 = percentile(pickups, 0.5), percentile(pickups, 0.95)
                 print(f"  queue pickup over {len(pickups)} jobs: p50 {p50:.0f} ms, p95 {p95:.0f} ms   "
                       "(target p95 <= 100 ms)")  # fmt: skip
                 print(f"  idle daemon RSS: {', '.join(f'{r:.0f} MB' for r in rss)}   (target <= 100 MB)")
+                print(f"  its provider zygote's RSS: {', '.join(f'{r:.0f} MB' for r in zygote_rss)}")
     finally:
         git_server.terminate()
         git_server.wait(timeout=10)

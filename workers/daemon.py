@@ -33,6 +33,7 @@ from workers.client import ProvisionerClient, ServerRefused
 from workers.identity import claim_identity
 from workers.job_control import RunnerSettings
 from workers.metrics import JobMetrics
+from workers.provider_zygote import ProviderZygote
 from workers.rq_adapter import ProvisionerWorker, RedisJobSource
 from workers.runner import JobRunner
 from workers.terraform import TerraformNotFoundError, find_terraform
@@ -302,6 +303,7 @@ def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
     client = ProvisionerClient(config.url, credential=config.credential)
     stop_heartbeats = threading.Event()
     connection: redis.Redis | None = None
+    zygote: ProviderZygote | None = None
     identity = claim_identity(config.cache_dir, config.name)
     try:
         try:
@@ -312,10 +314,13 @@ def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
         metrics = JobMetrics()
         if config.prometheus_address:
             metrics.serve(config.prometheus_address)
+        # Started now, ready well before most first jobs; a job that comes sooner starts its provider as before.
+        zygote = ProviderZygote(config.cache_dir / "coder-provider" / "home")
+        zygote.start()
         settings = RunnerSettings(
             config.cache_dir, config.terraform_path, float(registration.force_cancel_seconds), config.init_cache_bytes,
             plugin_cache_dir=config.cache_dir / "plugins" / identity.id,
-            outbox_dir=config.cache_dir / "outbox" / identity.id,
+            outbox_dir=config.cache_dir / "outbox" / identity.id, provider_zygote=zygote,
         )  # fmt: skip
         runner = JobRunner(client, settings, metrics=metrics)
         signals = DaemonSignals(runner)
@@ -346,6 +351,8 @@ def run_daemon(config: DaemonConfig, *, burst: bool = False) -> int:
     finally:
         stop_heartbeats.set()
         client.close()
+        if zygote is not None:
+            zygote.stop()
         identity.release()
         if connection is not None:
             connection.close()

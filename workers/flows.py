@@ -6,6 +6,7 @@ parameters and resources. Builds plan and apply one transition against the works
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -121,6 +122,7 @@ class _Toolchain:
     cli_config_file: Path
     init_cache: CachedInit | None
     timings: TimingRecorder
+    provider_zygote: Path | None = None
 
     @classmethod
     def of(cls, settings: RunnerSettings, workdir: Path, timings: TimingRecorder) -> _Toolchain:
@@ -134,7 +136,8 @@ class _Toolchain:
             # The plugin cache too: an entry's providers are links into the cache of the daemon that made it.
             toolchain = f"{terraform}\0{provider_digest(cli_config_file)}\0{settings.plugin_cache}"
             init_cache = CachedInit(cache, cache.key(workdir, toolchain))
-        return cls(settings, binary, cli_config_file, init_cache, timings)
+        zygote = settings.provider_zygote.socket_for_job() if settings.provider_zygote is not None else None
+        return cls(settings, binary, cli_config_file, init_cache, timings, zygote)
 
 
 def _executor(
@@ -148,8 +151,9 @@ def _executor(
 ) -> TerraformExecutor:
     settings = toolchain.settings
     env = terraform_environment(
-        os.environ, coder_env, plugin_cache=settings.plugin_cache, cli_config_file=toolchain.cli_config_file
-    )
+        os.environ, coder_env, plugin_cache=settings.plugin_cache, cli_config_file=toolchain.cli_config_file,
+        provider_zygote=toolchain.provider_zygote,
+    )  # fmt: skip
     if debug_logging:  # this job only; its lines reach the server like any other and are masked there
         env = {**env, "TF_LOG": "debug"}
     executor = TerraformExecutor(
@@ -252,7 +256,9 @@ def _build(
     )
     variables = {item.name: item.value for item in body.variable_values}
     executor = _executor(workdir, toolchain, coder_env, log, control, debug_logging=body.debug_logging)
-    if body.protect_persistent and transition != "destroy":
+    # A build whose state holds no resources (a workspace's first) cannot destroy one: no review to hold it for,
+    # so one `terraform apply` does, instead of plan, show and apply (two Terraform runs and provider starts fewer).
+    if body.protect_persistent and transition != "destroy" and (body.confirmed_plan or _holds_resources(body.state)):
         reviewed = _plan_then_apply(executor, transition, body, variables, log)
         if isinstance(reviewed, PlanReview):
             return JobCompletion(workspace_build=BuildResult(state=body.state, review=reviewed))
@@ -261,6 +267,17 @@ def _build(
         result = executor.run_build(transition, state=body.state, variables=variables)
     resources = parse_show_json(result.state_json or {}).resources
     return JobCompletion(workspace_build=BuildResult(state=result.state, resources=tuple(resources)))
+
+
+def _holds_resources(state: bytes) -> bool:
+    """Whether a Terraform state has resources; a state that does not read as one counts as having some."""
+    if not state.strip():
+        return False
+    try:
+        resources = json.loads(state).get("resources")
+    except (ValueError, AttributeError):
+        return True
+    return bool(resources) or not isinstance(resources, list)
 
 
 def _plan_then_apply(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.provider_zygote import ProviderZygote
 from workers.terraform.init_cache import DEFAULT_MAX_BYTES
 
 
@@ -25,6 +26,9 @@ class RunnerSettings:
 
     # Where outcomes wait until the server acknowledges them (workers/outbox.py), this daemon's own.
     outbox_dir: Path | None = None
+
+    # The daemon's warm coder provider (workers/provider_zygote.py); None: Terraform starts it each time.
+    provider_zygote: ProviderZygote | None = None
 
     @property
     def plugin_cache(self) -> Path:

@@ -55,10 +55,13 @@ def host_target() -> str:
 
 
 def launcher_script(python: str = sys.executable, home: Path | None = None) -> str:
-    """The plugin executable: the daemon's own interpreter running workers.coder_provider from this checkout.
+    """The plugin executable: the daemon's own interpreter running workers.provider_launch from this checkout,
+    which asks the daemon's provider zygote for a provider or serves workers.coder_provider itself.
 
     `-I` (isolated) keeps Terraform's working directory, which holds the template's files, and PYTHON* variables
-    out of the import path; the project root is put on the path explicitly instead. `home`: the provider's HOME,
+    out of the import path; the project root is put on the path explicitly instead. `-S` skips site-packages, which
+    a launch through the zygote does not need (the launcher adds them when it serves the provider itself).
+    `home`: the provider's HOME,
     where the `tf` package caches its TLS certificate (~/.cache/tf-python-provider); a sandboxed daemon may not
     write to the user's own home.
     """
@@ -68,14 +71,14 @@ def launcher_script(python: str = sys.executable, home: Path | None = None) -> s
         "import sys\n"
         f"{set_home}"
         f"sys.path.insert(0, {json.dumps(str(_PROJECT_ROOT))})\n"
-        "from workers.coder_provider import main\n"
+        "from workers.provider_launch import main\n"
         "main()\n"
     )
-    shebang = f"#!{python} -I"
+    shebang = f"#!{python} -IS"
     if len(shebang) <= _SHEBANG_LIMIT and " " not in python:
         return f"{shebang}\n{body}"
     # The polyglot pip uses for long paths: sh runs the exec line, Python sees a string literal and moves on.
-    return f"#!/bin/sh\n'''exec' {json.dumps(python)} -I \"$0\" \"$@\"\n' '''\n{body}"
+    return f"#!/bin/sh\n'''exec' {json.dumps(python)} -IS \"$0\" \"$@\"\n' '''\n{body}"
 
 
 def cli_config(mirror: Path) -> str:
@@ -110,22 +113,55 @@ def _write_if_changed(path: Path, content: str, mode: int) -> None:
         raise
 
 
+# Files this process checked or wrote, by CLI config: their stat signature then, and the mirror's digest. A job
+# whose files still have that signature neither reads the 120-odd launchers again nor hashes them (every job used
+# to, in its setup); a file rewritten or removed since (another daemon's install, a person) changes the signature.
+_VERIFIED: dict[Path, tuple[tuple[tuple[int, int, int, int], ...], str]] = {}
+
+
+def _installed_files(base: Path) -> list[Path]:
+    package = base / "mirror" / PROVIDER_SOURCE
+    launchers = [package / v / host_target() / f"terraform-provider-coder_v{v}" for v in MIRRORED_VERSIONS]
+    return [base / "terraform.rc", *launchers]
+
+
+def _signature(files: list[Path]) -> tuple[tuple[int, int, int, int], ...] | None:
+    try:
+        stats = [path.stat() for path in files]
+    except OSError:
+        return None
+    return tuple((stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_mode) for stat in stats)
+
+
 def install_coder_provider(cache_dir: Path) -> Path:
     """Install (or confirm) the provider mirror under `cache_dir`; return the CLI config for TF_CLI_CONFIG_FILE."""
     base = Path(cache_dir).resolve() / "coder-provider"
+    config = base / "terraform.rc"
+    files = _installed_files(base)
+    verified = _VERIFIED.get(config)
+    if verified is not None and verified[0] == _signature(files):
+        return config
     mirror = base / "mirror"
     script = launcher_script(home=base / "home")
-    package = mirror / PROVIDER_SOURCE
-    for version in MIRRORED_VERSIONS:
-        _write_if_changed(package / version / host_target() / f"terraform-provider-coder_v{version}", script, 0o755)
-    config = base / "terraform.rc"
+    for launcher in files[1:]:
+        _write_if_changed(launcher, script, 0o755)
     _write_if_changed(config, cli_config(mirror), 0o644)
+    signature = _signature(files)
+    if signature is not None:
+        _VERIFIED[config] = (signature, _digest(config))
     return config
 
 
 def provider_digest(cli_config_file: Path) -> str:
     """The SHA-256 of the installed mirror and its CLI config: a different provider (or interpreter behind it)
     means different lock-file hashes, so a prepared init made with another cannot be reused."""
+    verified = _VERIFIED.get(cli_config_file)
+    if verified is not None and verified[0] == _signature(_installed_files(cli_config_file.parent)):
+        return verified[1]
+    return _digest(cli_config_file)
+
+
+def _digest(cli_config_file: Path) -> str:
     digest = hashlib.sha256(cli_config_file.read_bytes())
     mirror = cli_config_file.parent / "mirror"
     for path in sorted(mirror.rglob("*")):

@@ -6,13 +6,15 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from protocol.provider_zygote import ZYGOTE_ENV
 from workers.provider_install import install_coder_provider
+from workers.provider_zygote import ProviderZygote
 from workers.terraform import TerraformBinary, bundled_terraform, find_terraform
 
 REQUIRED_PROVIDERS = """
@@ -55,6 +57,16 @@ def coder_cli_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return install_coder_provider(tmp_path_factory.mktemp("provider-cache"))
 
 
+@pytest.fixture(scope="session")
+def provider_zygote(coder_cli_config: Path) -> Iterator[ProviderZygote]:
+    """A warm provider, as every daemon keeps one: the provider tests run through it, as builds do (the launcher
+    serves the provider itself while it starts, and tests/workers/test_provider_zygote.py covers that path)."""
+    zygote = ProviderZygote(coder_cli_config.parent / "home")
+    zygote.start()
+    yield zygote
+    zygote.stop()
+
+
 class TerraformFailedError(AssertionError):
     pass
 
@@ -62,7 +74,9 @@ class TerraformFailedError(AssertionError):
 class TemplateDir:
     """A template in a directory of its own, driven by real Terraform, offline."""
 
-    def __init__(self, binary: TerraformBinary, directory: Path, cli_config: Path) -> None:
+    def __init__(
+        self, binary: TerraformBinary, directory: Path, cli_config: Path, zygote: ProviderZygote | None = None
+    ) -> None:
         self.binary = binary
         self.directory = directory
         # Like the daemon: none of the caller's CODER_* or SLIPWAY_* variables leak in; each run adds its own.
@@ -72,6 +86,8 @@ class TemplateDir:
             if not key.startswith(("CODER_", "SLIPWAY_", "TF_", "CHECKPOINT_"))
         }
         self.base_env.update(TF_CLI_CONFIG_FILE=str(cli_config), CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1")
+        if zygote is not None and zygote.socket is not None:
+            self.base_env[ZYGOTE_ENV] = str(zygote.socket)
 
     def run(self, *arguments: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -113,14 +129,16 @@ class TemplateDir:
 
 
 @pytest.fixture
-def template(tmp_path: Path, terraform: TerraformBinary, coder_cli_config: Path) -> Callable[[str], TemplateDir]:
+def template(
+    tmp_path: Path, terraform: TerraformBinary, coder_cli_config: Path, provider_zygote: ProviderZygote
+) -> Callable[[str], TemplateDir]:
     """Write `main.tf` (with the coder provider required) and run `terraform init` on it."""
 
     def make(source: str, *, name: str = "template") -> TemplateDir:
         directory = tmp_path / name
         directory.mkdir()
         (directory / "main.tf").write_text(REQUIRED_PROVIDERS + source)
-        return TemplateDir(terraform, directory, coder_cli_config).init()
+        return TemplateDir(terraform, directory, coder_cli_config, provider_zygote).init()
 
     return make
 

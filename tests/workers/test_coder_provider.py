@@ -413,7 +413,7 @@ def test_install_is_idempotent_and_launches_the_daemons_interpreter(tmp_path: Pa
     assert install_coder_provider(tmp_path) == config
     assert [path.stat().st_mtime_ns for path in [config, *launchers]] == stamps
     assert len(launchers) == len(MIRRORED_VERSIONS)
-    assert all(path.read_text().startswith(f"#!{sys.executable} -I\n") for path in launchers)
+    assert all(path.read_text().startswith(f"#!{sys.executable} -IS\n") for path in launchers)
     assert 'include = ["registry.terraform.io/coder/coder"]' in config.read_text()
 
 

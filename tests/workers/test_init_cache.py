@@ -72,8 +72,12 @@ def build(cache_dir: Path, files: dict[str, str], *, job_id: str = "job-1", cap:
     return run_build(cache_dir, files, job_id=job_id, cap=cap)[0]
 
 
-def run_build(cache_dir: Path, files: dict[str, str], *, job_id: str, cap: int = 1 << 30) -> tuple[str, JobCompletion]:
-    """One start build of ``files`` run by the daemon's job flow; its log and its outcome."""
+def run_build(
+    cache_dir: Path, files: dict[str, str], *, job_id: str, cap: int = 1 << 30, settings: RunnerSettings | None = None,
+    protect_persistent: bool = False, state: bytes = b"",
+) -> tuple[str, JobCompletion]:  # fmt: skip
+    """One start build of ``files`` run by the daemon's job flow (``settings``: the daemon's, else a plain one's
+    with ``cache_dir`` and ``cap``); its log and its outcome."""
     job = AcquiredJob(
         id=job_id,
         type="workspace_build",
@@ -84,6 +88,8 @@ def run_build(cache_dir: Path, files: dict[str, str], *, job_id: str, cap: int =
             transition="start",
             archive=tar_of(files),
             parameters=(NameValue(name="unused", value="x"),),
+            protect_persistent=protect_persistent,
+            state=state,
             metadata=BuildMetadata(
                 workspace_name="dev",
                 workspace_id="w1",
@@ -95,7 +101,8 @@ def run_build(cache_dir: Path, files: dict[str, str], *, job_id: str, cap: int =
         ),
     )
     log = Log()
-    outcome = run_job(job, RunnerSettings(cache_dir, init_cache_bytes=cap), log, JobControl(job_id))
+    settings = settings or RunnerSettings(cache_dir, init_cache_bytes=cap)
+    outcome = run_job(job, settings, log, JobControl(job_id))
     assert isinstance(outcome, JobCompletion), log.text
     assert outcome.workspace_build is not None
     homes = [resource for resource in outcome.workspace_build.resources if resource.name == "home"]

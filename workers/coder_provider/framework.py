@@ -22,7 +22,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent import futures
 from typing import Any
 
@@ -194,8 +194,16 @@ def read_refined_unknowns() -> None:
     tf_utils._msgpack_ext_hook = read_extension
 
 
-def serve(provider: Provider) -> None:
-    """Serve `provider` over go-plugin's gRPC handshake, as `tf.runner.run_provider` does (production mode)."""
+def _print_handshake(line: str) -> None:
+    sys.stdout.write(line)
+    sys.stdout.flush()
+
+
+def serve(provider: Provider, announce: Callable[[str], None] | None = None) -> None:
+    """Serve `provider` over go-plugin's gRPC handshake, as `tf.runner.run_provider` does (production mode).
+
+    `announce`: where the handshake line goes (default: stdout, which Terraform reads); a child of the provider
+    zygote hands it to its launcher instead."""
     read_refined_unknowns()
     import grpc  # type: ignore[import-untyped]  # no stubs installed
     from tf.gen import grpc_controller_pb2 as controller_pb
@@ -227,8 +235,7 @@ def serve(provider: Provider) -> None:
         server.start()
         # go-plugin handshake: core protocol 1, plugin protocol 6, where to dial, and our certificate.
         certificate = base64.b64encode(chain).decode().rstrip("=")
-        sys.stdout.write(f"1|6|unix|{socket_path}|grpc|{certificate}\n")
-        sys.stdout.flush()
+        (announce or _print_handshake)(f"1|6|unix|{socket_path}|grpc|{certificate}\n")
         try:
             # Short waits: Terraform stops many providers per run and a long wait would add up.
             while server.wait_for_termination(0.05):

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from protocol.provider_zygote import ZYGOTE_ENV
+
 # Variables with these prefixes configure Slipway itself (database URL, secret key, daemon credentials) or are
 # Coder's; a template's local-exec can print its whole environment, so none of them may reach Terraform.
 _STRIPPED_PREFIXES = ("SLIPWAY_", "CODER_")
@@ -103,12 +105,14 @@ def terraform_environment(
     *,
     plugin_cache: Path,
     cli_config_file: Path | None = None,
+    provider_zygote: Path | None = None,
 ) -> dict[str, str]:
     """The environment for every Terraform command of a job.
 
     The host environment without SLIPWAY_* and CODER_* variables, then SLIPWAY_AGENT_PYTHON when this interpreter
     has the agent, then `extra` (normally `build_coder_env(...)`), then the Terraform settings. Creates the plugin
-    cache directory.
+    cache directory. `provider_zygote`: the socket of the daemon's warm coder provider (workers/provider_zygote.py),
+    which the plugin launcher asks for a provider instead of starting one.
     """
     env = {key: value for key, value in host_env.items() if not key.upper().startswith(_STRIPPED_PREFIXES)}
     env.update(agent_python_env())
@@ -120,4 +124,6 @@ def terraform_environment(
     env["CHECKPOINT_DISABLE"] = "1"
     if cli_config_file is not None:
         env["TF_CLI_CONFIG_FILE"] = str(cli_config_file)
+    if provider_zygote is not None:
+        env[ZYGOTE_ENV] = str(provider_zygote)
     return env
