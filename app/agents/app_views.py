@@ -74,10 +74,11 @@ def proxy_to_app(
         target, person, owner_same_origin=settings.dangerous_allow_path_app_same_origin
     )
     client, signing = get_redis(), signer()
-    connections.app_used(client, person, target)
     # An app only its workspace's users may open is held by the viewer: removing their share closes it at once.
     holder = Holder(person.id, target.workspace.id) if person is not None and target.share == "owner" else None
     db.session.remove()  # the response may stream for long: hold no database connection
+    # After the remove: its commit must not expire the rows the proxy reads below (they are detached now).
+    connections.app_used(client, person, target)
     # A live connection (app/core/limits.py) until the app's answer has been passed on: it may stream for hours.
     with live_connection():
         try:

@@ -90,11 +90,15 @@ def request_origin() -> connlog.Origin:
 
 def app_used(client: Redis, person: User | None, target: AppTarget) -> None:
     """Each app request keeps its viewer's session of the app open in the connection log (a port reached through
-    its own host is a port forward, as Coder logs it)."""
+    its own host is a port forward, as Coder logs it). Called with the request's session removed, ``target`` and
+    ``person`` detached: it writes in a session of its own."""
     kind = TYPE_PORT_FORWARDING if target.slug.isdecimal() else TYPE_WORKSPACE_APP
     way = connlog.Way(kind, target.agent.name, target.slug, via=VIA_HTTP)
     app_key = f"{target.agent.id}/{target.slug}"
-    connlog.touch_app_session(client, person, target.workspace, way, request_origin(), app_key)
+    try:
+        connlog.touch_app_session(client, person, target.workspace, way, request_origin(), app_key)
+    finally:
+        db.session.remove()  # the request's session ended before this call; so does this one
 
 
 def tunnel_way(wanted: tunnels.DialRequest, agent_name: str) -> connlog.Way:

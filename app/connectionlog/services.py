@@ -138,12 +138,15 @@ def touch_app_session(
     key = app_session_key(user, origin, app_key)
     idle = int(APP_SESSION_IDLE.total_seconds())
     candidate = new_id()
+    seen_every = int(SEEN_EVERY.total_seconds())
     if client.set(key, candidate, nx=True, ex=idle):
+        # Marked seen first: a request that comes while the row is being inserted must not look for it yet.
+        client.set(f"{key}:seen", b"1", ex=seen_every)
         return open_connection(user, workspace, way, origin, candidate)
     existing = client.get(key)
     row_id = existing.decode() if isinstance(existing, bytes) else str(existing or "")
     client.expire(key, idle)
-    if not client.set(f"{key}:seen", b"1", nx=True, ex=int(SEEN_EVERY.total_seconds())):
+    if not client.set(f"{key}:seen", b"1", nx=True, ex=seen_every):
         return row_id
     seen = db.session.execute(
         update(ConnectionLog)
