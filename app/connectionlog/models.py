@@ -34,6 +34,7 @@ class ConnectionLog(Model):
         Index("ix_connection_logs_connect_time", "connect_time"),
         Index("ix_connection_logs_workspace_id_connect_time", "workspace_id", "connect_time"),
         Index("ix_connection_logs_user_id_connect_time", "user_id", "connect_time"),
+        Index("ix_connection_logs_workspace_owner_id_connect_time", "workspace_owner_id", "connect_time"),
         # The sweep reads the open ones only.
         Index("ix_connection_logs_disconnect_time", "disconnect_time"),
     )

@@ -11,6 +11,7 @@ from sqlalchemy import Select, func, select
 from app.connectionlog.models import TYPES, ConnectionLog
 from app.core.columns import parse_rfc3339
 from app.core.filters import bad_filter, one_of, parse_terms
+from app.users.models import User
 
 STATUSES = ("ongoing", "completed")
 _EXAMPLES = {
@@ -28,10 +29,11 @@ def log_query(text: str) -> Select[ConnectionLog]:
     """The rows ``text`` asks for, newest first; all of them when it is blank. A term it cannot read is a 400."""
     query = select(ConnectionLog)
     terms = parse_terms(text, _EXAMPLES, bare="username") if text.strip() else {}
+    # People by their id (an index serves it, and a renamed person's older rows still count as theirs).
     if "username" in terms:
-        query = query.where(func.lower(ConnectionLog.username) == terms["username"].lower())
+        query = query.where(ConnectionLog.user_id.in_(_people_named(terms["username"])))
     if "workspace_owner" in terms:
-        query = query.where(func.lower(ConnectionLog.workspace_owner_username) == terms["workspace_owner"].lower())
+        query = query.where(ConnectionLog.workspace_owner_id.in_(_people_named(terms["workspace_owner"])))
     if "workspace_id" in terms:
         query = query.where(ConnectionLog.workspace_id == terms["workspace_id"])
     kind = one_of(terms, "type", TYPES)
@@ -47,6 +49,10 @@ def log_query(text: str) -> Select[ConnectionLog]:
     if "connected_before" in terms:
         query = query.where(ConnectionLog.connect_time < _moment(terms, "connected_before"))
     return query.order_by(ConnectionLog.connect_time.desc(), ConnectionLog.id.desc())
+
+
+def _people_named(name: str) -> Select[str]:
+    return select(User.id).where(func.lower(User.username) == name.lower())
 
 
 def _moment(terms: dict[str, str], key: str) -> datetime:

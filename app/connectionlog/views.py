@@ -35,7 +35,8 @@ assert set(TYPE_NAMES) == set(TYPES) and set(REASON_NAMES) == set(REASONS)  # no
 def index() -> tuple[str, int] | str:
     text = request.args.get("q", "")
     try:
-        page = page_of(log_query(text), requested_page())
+        # Counted ten pages ahead at most ("1–25 of more than 250"): a year of connections is millions of rows.
+        page = page_of(log_query(text), requested_page(), pages_ahead=10)
         error = ""
     except InvalidInput as exc:
         page, error = Page.empty(), exc.message
