@@ -22,6 +22,8 @@ from app.catalog import api as catalog_api
 from app.catalog import storage
 from app.catalog import views as catalog_views
 from app.catalog.jobs import IMPORT_HANDLERS
+from app.connectionlog import api as connectionlog_api
+from app.connectionlog import views as connectionlog_views
 from app.core import encryption_keys, errors, limits, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, htmx, migrate
@@ -92,6 +94,7 @@ def create_app(settings: Settings | None = None) -> Flask:
             activity.flush_activity,
             delivery.enqueue_due,
             diagnostics_checks.refresh_report,  # keeps the navigation's health dot current
+            connections.sweep_connection_log,  # ends the log's rows whose holder died or went idle
         ],
     )
     # What the workspace page shows besides the workspace itself: a panel per agent; and a job's page: its timings.
@@ -139,6 +142,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         provisioning_views.bp,
         timings_api.bp,
         timings_views.bp,
+        connectionlog_api.bp,
+        connectionlog_views.bp,
         metrics.bp,
     ):
         app.register_blueprint(blueprint)

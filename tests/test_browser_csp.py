@@ -406,6 +406,7 @@ def dashboard_pages(deployment: Deployment, agent: dict[str, Any]) -> dict[str, 
         "groups.show": f"/groups/{DEFAULT_ORGANIZATION_ID}",  # Everyone: its id is the organisation's
         "idpsync.page": "/admin/idp-sync",
         "template_acl.show": "/templates/local/permissions",
+        "connectionlog.index": "/connectionlog",
     }
 
 

@@ -5,6 +5,7 @@ one of a template that runs JupyterLab (PyPI) the way Coder's jupyterlab module 
 
 from __future__ import annotations
 
+import signal
 import socket
 import socketserver
 import subprocess
@@ -22,6 +23,8 @@ from playwright.sync_api import Page, expect
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
 from tests.support.deployment import EXAMPLE, Deployment, running_deployment
 from tests.support.net import free_port
+from tests.support.server import SLIPWAY
+from tests.support.waiting import wait_until
 
 WAIT = 90_000  # ms: a kernel starting on a busy machine
 JUPYTER = "/@alice/jws.main/apps/jupyterlab/"
@@ -262,3 +265,75 @@ def test_openssh_forwards_remote_ports_and_unix_sockets_and_local_ports(deployme
     while not refused():
         assert time.monotonic() < deadline, "the workspace still listens after ssh quit"
         time.sleep(0.1)
+
+
+def _connections(deployment: Deployment, q: str) -> list[dict[str, Any]]:
+    with deployment.api("alice") as api:
+        reply = api.get("/connectionlog", params={"q": f"workspace_owner:alice {q}"})
+    assert reply.status_code == 200, reply.text
+    rows: list[dict[str, Any]] = reply.json()["connection_logs"]
+    return rows
+
+
+def _ended(deployment: Deployment, q: str) -> dict[str, Any]:
+    """The newest row ``q`` matches, once it has ended."""
+    found: list[dict[str, Any]] = []
+
+    def ended() -> bool:
+        found[:] = _connections(deployment, q)
+        return bool(found) and found[0]["disconnect_time"] is not None
+
+    wait_until(ended, 30, f"a connection matching {q!r} to end")
+    return found[0]
+
+
+@pytest.mark.browser
+def test_the_connection_log_has_an_ssh_session_a_port_forward_and_a_browsers_app_session(
+    deployment: Deployment, page: Page, tmp_path: Path
+) -> None:
+    """Each way in is one row, with who, where from and how it ended; an app session is one row however many
+    requests the page makes."""
+    before = {row["id"] for row in _connections(deployment, "")}
+    config = tmp_path / "ssh_config"
+    assert deployment.cli("alice", "config-ssh", "--ssh-config-file", str(config), "-y").returncode == 0
+    ssh = subprocess.run(
+        ["ssh", "-F", str(config), "slipway.jws", "exit 0"],
+        env=deployment.cli_env("alice"), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert ssh.returncode == 0, ssh.stderr
+    session = _ended(deployment, "type:ssh")
+    assert session["id"] not in before and session["agent_name"] == "main" and session["workspace_name"] == "jws"
+    assert session["user"]["username"] == "alice" and session["ip"] == "127.0.0.1"
+    assert session["ssh_info"]["disconnect_reason"] == "closed"
+
+    laptop = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Greeter)  # the workspace shares this loopback
+    threading.Thread(target=laptop.serve_forever, daemon=True).start()
+    local = free_port()
+    command = [SLIPWAY, "port-forward", "jws", "--tcp", f"{local}:{laptop.server_address[1]}"]
+    with subprocess.Popen(command, env=deployment.cli_env("alice"), stdout=subprocess.PIPE, text=True) as forward:
+        try:
+            assert forward.stdout is not None and f"127.0.0.1:{local}" in forward.stdout.readline()
+            assert read_greeting(lambda: socket.create_connection(("127.0.0.1", local)), "port-forward") == GREETING
+        finally:
+            forward.send_signal(signal.SIGINT)
+            forward.wait(timeout=30)
+            laptop.shutdown()
+            laptop.server_close()
+    forwarded = _ended(deployment, "type:port_forwarding")
+    assert forwarded["ssh_info"]["port"] == str(laptop.server_address[1])
+    assert forwarded["disconnect_reason"] == "closed"
+
+    sign_in_page(page, deployment.url)
+    expect(page).to_have_url(f"{deployment.url}/workspaces")
+    page.goto(f"{deployment.url}{JUPYTER}")
+    expect(page.locator(".jp-LauncherCard").first).to_be_visible(timeout=WAIT)  # dozens of requests, one session
+    user_agent = page.evaluate("navigator.userAgent")
+    # (The same browser's earlier visit in this module, if any, is the same session.)
+    apps = _connections(deployment, "type:workspace_app status:ongoing")
+    assert len(apps) == 1, apps
+    assert apps[0]["web_info"]["slug_or_port"] == "jupyterlab" and apps[0]["web_info"]["user_agent"] == user_agent
+    assert apps[0]["disconnect_time"] is None  # open until idle (its end reasons: tests/test_connection_log.py)
+
+    page.goto(f"{deployment.url}/connectionlog")
+    expect(page.locator("#connection-log tr[data-type='ssh']").first).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "connection-log.png"))

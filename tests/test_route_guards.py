@@ -53,6 +53,9 @@ OWNER_ONLY_ENDPOINTS = {
     "idpsync_api.update_group_sync",
     "idpsync_api.get_role_sync",
     "idpsync_api.update_role_sync",
+    # Auditors too (tests/test_connection_log.py).
+    "connectionlog.index",
+    "connectionlog_api.connection_log",
 }
 # Reading people is also a user admin's (they put people in groups); frank is one.
 USER_ADMIN_READS = {"users_api.list_users", "users_api.get_user"}

@@ -173,4 +173,8 @@ def tunnel(tunnel_id: str) -> Response:
         half = tunnels.agent_half(client, tunnel_id, error)
         if error:
             return serve_websocket(lambda websocket: websocket.close(1000, "The dial failure was passed on."))
-        return serve_websocket(lambda websocket: tunnels.relay(websocket, half))
+
+        def run(websocket: WebSocket) -> None:
+            tunnels.relay(websocket, half)  # the agent's end: the user's half logs the connection
+
+        return serve_websocket(run)

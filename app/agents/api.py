@@ -10,12 +10,13 @@ from dataclasses import dataclass, replace
 from flask import Response, jsonify, request
 from werkzeug.datastructures import MultiDict
 
-from app.agents import port_sharing, ports, services, tunnels
+from app.agents import connections, port_sharing, ports, services, tunnels
 from app.agents.access import ensure_reachable, get_agent_for, tunnel_user
 from app.agents.models import AgentLog
 from app.agents.tunnels import DialRequest
 from app.auth.access import api_user
 from app.auth.blueprints import api_blueprint
+from app.connectionlog.services import Way
 from app.core.errors import InvalidInput
 from app.core.extensions import db
 from app.core.limits import live_connection
@@ -169,13 +170,16 @@ def tunnel(agent_id: str) -> Response:
     if wanted.reconnect:  # scoped to this user and agent, and only for a connection authorized above
         key = tunnels.terminal_session_key(signer(), user.id, context.agent.id, wanted.reconnect)
         wanted = replace(wanted, reconnect=key)
-    return open_tunnel(context.agent.id, tunnels.Holder(user.id, context.workspace.id), wanted)
+    way = connections.tunnel_way(wanted, context.agent.name)
+    return open_tunnel(context.agent.id, tunnels.Holder(user.id, context.workspace.id), wanted, way)
 
 
-def open_tunnel(agent_id: str, holder: tunnels.Holder, wanted: DialRequest) -> Response:
+def open_tunnel(agent_id: str, holder: tunnels.Holder, wanted: DialRequest, way: Way) -> Response:
     """Dial, then serve the request's WebSocket as the user's half (SSH, port forwards and the web terminal alike:
-    while it is open, the workspace counts as used)."""
+    while it is open, the workspace counts as used). The connection log has it from the agent's answer to its
+    end."""
     client, signing = get_redis(), signer()
+    origin = connections.request_origin()
     db.session.remove()  # a tunnel may stay open for hours: hold no database connection
     with live_connection():  # before dialing: a refused tunnel must not have the agent dial back
         half = tunnels.dial(client, signing, agent_id, wanted, holder)
@@ -185,7 +189,12 @@ def open_tunnel(agent_id: str, holder: tunnels.Holder, wanted: DialRequest) -> R
             if failure is not None:
                 websocket.close(*failure)
                 return
-            with activity.open_connection(holder.workspace_id, client):
-                tunnels.relay(websocket, half)
+            connections.tunnel_opened(half.tunnel_id, holder, way, origin)
+            end = tunnels.TunnelEnd(broken=True)
+            try:
+                with activity.open_connection(holder.workspace_id, client):
+                    end = tunnels.relay(websocket, half)
+            finally:
+                connections.tunnel_closed(half.tunnel_id, holder.workspace_id, end)
 
         return serve_websocket(run)

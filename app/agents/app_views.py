@@ -6,7 +6,7 @@ from flask import Blueprint, current_app, redirect, request, url_for
 from flask_login import current_user
 from werkzeug.wrappers import Response
 
-from app.agents import proxy
+from app.agents import connections, proxy
 from app.agents.access import AgentContext, ensure_reachable
 from app.agents.apps import AppTarget, app_for, sandboxed_for
 from app.agents.tunnels import Holder
@@ -77,6 +77,8 @@ def proxy_to_app(
     # An app only its workspace's users may open is held by the viewer: removing their share closes it at once.
     holder = Holder(person.id, target.workspace.id) if person is not None and target.share == "owner" else None
     db.session.remove()  # the response may stream for long: hold no database connection
+    # After the remove: its commit must not expire the rows the proxy reads below (they are detached now).
+    connections.app_used(client, person, target)
     # A live connection (app/core/limits.py) until the app's answer has been passed on: it may stream for hours.
     with live_connection():
         try:

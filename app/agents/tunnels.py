@@ -198,11 +198,25 @@ class Endpoint(Protocol):
     def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None: ...
 
 
-def relay(endpoint: Endpoint, half: TunnelHalf) -> None:
+@dataclass
+class TunnelEnd:
+    """How a relay ended, for the connection log: its own end closed (``by_endpoint``), the peer sent a close
+    (``peer_code``), or neither (the peer went silent, Redis failed: ``broken``). The first to happen wins."""
+
+    by_endpoint: bool = False
+    peer_code: int | None = None
+    broken: bool = False
+
+    def settled(self) -> bool:
+        return self.by_endpoint or self.peer_code is not None or self.broken
+
+
+def relay(endpoint: Endpoint, half: TunnelHalf) -> TunnelEnd:
     """Pump until either side closes: the endpoint's frames to the peer, the peer's frames to the endpoint."""
+    end = TunnelEnd()
     finished = threading.Event()
     reader = threading.Thread(
-        target=_forward, args=(endpoint, half, finished), name=f"tunnel-{half.tunnel_id[:8]}", daemon=True
+        target=_forward, args=(endpoint, half, finished, end), name=f"tunnel-{half.tunnel_id[:8]}", daemon=True
     )
     reader.start()
     last_beat = time.monotonic()
@@ -211,20 +225,31 @@ def relay(endpoint: Endpoint, half: TunnelHalf) -> None:
             if time.monotonic() - last_beat > ALIVE_EVERY_SECONDS:
                 last_beat = time.monotonic()
                 if not _beat(endpoint, half):
+                    _settle(end, broken=True)
                     break
             item = half.pop(POP_TIMEOUT_SECONDS)
+            if item is not None and item.kind == CLOSE:  # before delivering it: closing the endpoint is ours
+                _settle(end, peer_code=parse_close(item.payload)[0])
             if item is not None and not _deliver(endpoint, item):
                 break
-    except (WebSocketClosed, redis.RedisError, OSError):
-        pass
+    except WebSocketClosed:
+        _settle(end, by_endpoint=True)
+    except (redis.RedisError, OSError):
+        _settle(end, broken=True)
     finally:
         finished.set()
         endpoint.close(CLOSE_NORMAL)
         reader.join(timeout=POP_TIMEOUT_SECONDS * 2)
         half.cleanup()
+    return end
 
 
-def _forward(endpoint: Endpoint, half: TunnelHalf, finished: threading.Event) -> None:
+def _settle(end: TunnelEnd, *, by_endpoint: bool = False, peer_code: int | None = None, broken: bool = False) -> None:
+    if not end.settled():
+        end.by_endpoint, end.peer_code, end.broken = by_endpoint, peer_code, broken
+
+
+def _forward(endpoint: Endpoint, half: TunnelHalf, finished: threading.Event, end: TunnelEnd) -> None:
     """The endpoint's frames to the peer, those already arrived together; when it closes, the peer is told how."""
     frames: list[bytes] = []
     try:
@@ -239,11 +264,25 @@ def _forward(endpoint: Endpoint, half: TunnelHalf, finished: threading.Event) ->
                 half.push(*frames)
                 frames = []
     except WebSocketClosed as closed:
+        if not finished.is_set():  # closed by the relay itself (the peer's close) is not the endpoint's doing
+            _settle(end, by_endpoint=True)
         half.push(*frames, CLOSE + close_item(closed.code or CLOSE_NORMAL, closed.reason))
     except (TunnelBroken, redis.RedisError) as exc:
+        _settle(end, broken=True)
         endpoint.close(CLOSE_NO_ANSWER, str(exc))
     finally:
         finished.set()
+
+
+def alive_user_halves(client: redis.Redis, tunnel_ids: list[str]) -> set[str]:
+    """Which of these tunnels' user halves still beat (a replica that died stops beating: its key expires)."""
+    if not tunnel_ids:
+        return set()
+    with client.pipeline(transaction=False) as pipe:
+        for tunnel_id in tunnel_ids:
+            pipe.exists(f"{PREFIX}{tunnel_id}:alive-user")
+        found = pipe.execute()
+    return {tunnel_id for tunnel_id, alive in zip(tunnel_ids, found, strict=True) if alive}
 
 
 def _beat(endpoint: Endpoint, half: TunnelHalf) -> bool:

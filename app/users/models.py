@@ -15,10 +15,12 @@ ROLE_OWNER = "owner"
 ROLE_TEMPLATE_ADMIN = "template-admin"
 # Manages people and groups (create, suspend, roles below owner, group membership), not templates.
 ROLE_USER_ADMIN = "user-admin"
+# Reads everything an owner reads (audit, connection log, insights) and changes nothing.
+ROLE_AUDITOR = "auditor"
 ROLE_MEMBER = "member"
 # Every user is a member; the other roles are granted on top.
-ASSIGNABLE_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN)
-ALL_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN, ROLE_MEMBER)
+ASSIGNABLE_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN, ROLE_AUDITOR)
+ALL_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN, ROLE_AUDITOR, ROLE_MEMBER)
 
 STATUS_ACTIVE = "active"
 STATUS_SUSPENDED = "suspended"
