@@ -1,7 +1,7 @@
 """connection log: one row per SSH session, web terminal, port forward and app session, with why it ended
 
 Revision ID: 0040
-Revises: 0038
+Revises: 0039
 Create Date: 2026-11-28 02:44:38.738614
 
 """
