@@ -25,7 +25,6 @@ from types import FrameType
 from urllib.parse import urlsplit
 
 import redis
-from flask_migrate import upgrade
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
@@ -372,16 +371,18 @@ def open_listener(settings: Settings) -> socket.socket:
 
 
 def migrate_database(settings: Settings) -> bool:
-    """Apply migrations; returns True when the database has no user yet."""
+    """Create a new database from the models or apply migrations to an existing one (app/server/schema.py);
+    returns True when the database has no user yet."""
     from app.core.crypto import current_keyring
     from app.core.encryption_keys import KeyProblem, check_keys
     from app.factory import create_app
+    from app.server.schema import bring_schema_to_head
     from app.users.services import user_count
 
     app = create_app(settings)
     try:
         with app.app_context(), migration_lock(settings.database_url):
-            upgrade()
+            bring_schema_to_head()
             # Before serving: no row may be encrypted with a key this server lacks.
             check_keys(current_keyring())
             return user_count() == 0
