@@ -44,7 +44,7 @@ def modules_imported_by(arguments: list[str], home: Path) -> set[str]:
     # Port 9 (discard) on loopback: nothing answers, so the command fails at its first request, as fast as it can.
     env.update(SLIPWAY_URL="http://127.0.0.1:9", SLIPWAY_SESSION_TOKEN="x" * 32, HOME=str(home))
     env["XDG_CONFIG_HOME"] = str(home / "config")
-    done = subprocess.run(  # noqa: S603 - our own interpreter and arguments
+    done = subprocess.run(
         [sys.executable, "-c", REPORT, *arguments], env=env, capture_output=True, text=True, timeout=120
     )
     last = done.stderr.strip().splitlines()[-1]
