@@ -36,7 +36,8 @@ from app.server.embedded_redis import (
     EmbeddedRedisError,
     embedded_redis_password,
     embedded_redis_url,
-    start_embedded_redis,
+    launch_embedded_redis,
+    wait_for_embedded_redis,
 )
 from app.server.processes import interrupt, spawn, stop
 
@@ -95,6 +96,7 @@ class Supervisor:
             redis_port = self._plan_daemons()
             self._start_redis(redis_port)
             first_user_needed = migrate_database(self.settings)
+            self._wait_for_redis()
             self._start_web(listener)
             self.daemons = [BuiltinDaemon(f"builtin-{n + 1}") for n in range(self.settings.provisioner_daemons)]
             self._announce(first_user_needed)
@@ -139,14 +141,10 @@ class Supervisor:
 
     def _start_redis(self, tcp_port: int | None) -> None:
         if self.settings.embedded_redis:
-            try:
-                self.redis_process = start_embedded_redis(
-                    self.settings.data_dir,
-                    password=embedded_redis_password(self.settings.data_dir),
-                    tcp_port=tcp_port,
-                )
-            except EmbeddedRedisError as exc:
-                raise StartupError(str(exc)) from exc
+            # Not waited for here: it starts while the database is migrated (_wait_for_redis, before the web).
+            self.redis_process = launch_embedded_redis(
+                self.settings.data_dir, password=embedded_redis_password(self.settings.data_dir), tcp_port=tcp_port
+            )
             return
         client = redis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=5)
         try:
@@ -155,6 +153,16 @@ class Supervisor:
             raise StartupError(f"cannot reach Redis at {self.settings.redis_url}: {exc}") from exc
         finally:
             client.close()
+
+    def _wait_for_redis(self) -> None:
+        if self.redis_process is None:
+            return
+        try:
+            wait_for_embedded_redis(
+                self.redis_process, self.settings.data_dir, password=embedded_redis_password(self.settings.data_dir)
+            )
+        except EmbeddedRedisError as exc:
+            raise StartupError(str(exc)) from exc
 
     def _start_web(self, listener: socket.socket) -> None:
         env = child_environment(self.settings)
