@@ -115,7 +115,12 @@ def main() -> None:
             def fresh_database() -> dict[str, str]:
                 name = f"startup_{uuid.uuid4().hex[:12]}"
                 cluster.execute(f"CREATE DATABASE {name}")
-                return {**external, "SLIPWAY_DATABASE_URL": cluster.url(name)}
+                # Run as root, the daemons' user must reach the external Redis's socket (in a private temporary dir).
+                return {
+                    **external,
+                    "SLIPWAY_DATABASE_URL": cluster.url(name),
+                    "SLIPWAY_PROVISIONER_GRANT_ACCESS": "true",
+                }
 
             server_starts(args.runs, fresh_database, "PostgreSQL")
 
