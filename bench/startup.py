@@ -115,11 +115,11 @@ def main() -> None:
             def fresh_database() -> dict[str, str]:
                 name = f"startup_{uuid.uuid4().hex[:12]}"
                 cluster.execute(f"CREATE DATABASE {name}")
-                # Run as root, the daemons' user must reach the external Redis's socket (in a private temporary dir).
+                # No built-in daemons: run as root, their user cannot reach the external Redis's socket (mode 0700).
                 return {
                     **external,
                     "SLIPWAY_DATABASE_URL": cluster.url(name),
-                    "SLIPWAY_PROVISIONER_GRANT_ACCESS": "true",
+                    "SLIPWAY_PROVISIONER_DAEMONS": "0",
                 }
 
             server_starts(args.runs, fresh_database, "PostgreSQL")
