@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import protocol  # noqa: F401 - first: it keeps httpx from importing its command-line client (see there)
+
 
 @functools.cache
 def _version() -> str:

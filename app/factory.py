@@ -26,7 +26,7 @@ from app.connectionlog import api as connectionlog_api
 from app.connectionlog import views as connectionlog_views
 from app.core import encryption_keys, errors, limits, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
-from app.core.extensions import csrf, db, htmx, migrate
+from app.core.extensions import csrf, db, engine_options, htmx, migrate
 from app.diagnostics import checks as diagnostics_checks
 from app.diagnostics import views as diagnostics
 from app.events import access as access_events
@@ -173,10 +173,3 @@ def session_cookie_name(secure: bool) -> str:
     host, without a Domain, so no app host under the wildcard (a subdomain of the dashboard, often) can plant one
     that the dashboard would read. Plain HTTP cannot have it (it requires Secure)."""
     return "__Host-slipway_session" if secure else "slipway_session"
-
-
-def engine_options(database_url: str) -> dict[str, object]:
-    if database_url.startswith("sqlite"):
-        # Several gevent greenlets and processes share one file: wait for locks instead of failing at once.
-        return {"connect_args": {"timeout": 30}}
-    return {"pool_pre_ping": True, "pool_size": 10, "max_overflow": 20}

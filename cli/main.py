@@ -7,7 +7,6 @@ workspace's `GIT_ASKPASS` or `slipway --version` must not pay for the server or 
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 
 import click
 from click.shell_completion import CompletionItem
@@ -119,6 +118,9 @@ class LazyGroup(click.Group):
 def _print_version(ctx: click.Context, _: click.Parameter, wanted: bool) -> None:
     if not wanted or ctx.resilient_parsing:
         return
+    # Here, not at the top: importlib.metadata costs every command ~30 ms of start-up, and only this one needs it.
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         number = version("slipway")
     except PackageNotFoundError:  # running from a checkout that was never installed

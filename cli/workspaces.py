@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 import click
@@ -13,7 +14,6 @@ from cli.follow import follow_job, print_log_line, report
 from cli.output import ListOutput, list_options
 from protocol.codec import JSON
 from protocol.logs import JobLog, LogStreamEnd
-from protocol.provisionerd import PlanReview
 from protocol.publicapi import (
     AgentLog,
     BuildParameter,
@@ -23,6 +23,9 @@ from protocol.publicapi import (
     WorkspaceBuild,
     WorkspaceResource,
 )
+
+if TYPE_CHECKING:
+    from protocol.provisionerd import PlanReview
 
 
 def find_workspace(client: SlipwayClient, name: str) -> Workspace:
@@ -53,6 +56,10 @@ def parse_parameters(values: tuple[str, ...]) -> list[JSON]:
 def follow_build(client: SlipwayClient, build: WorkspaceBuild, what: str, *, assume_yes: bool = False) -> None:
     """Follow the build's log to its end; a plan held for confirmation is shown and confirmed (``--yes``, or yes
     at the prompt) and then followed, or declined (the build is canceled)."""
+    # Here, not at the top: protocol.provisionerd brings the parameter rules and RE2, which `list` and `show` (which
+    # import this module) never need, and a CLI command must start at once (tests/test_cli_imports.py).
+    from protocol.provisionerd import PlanReview
+
     logs = f"/api/v2/workspacebuilds/{build.id}/logs"
     end = follow_job(client, logs, build.job)
     while end.status == "awaiting_confirmation":

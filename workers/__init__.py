@@ -1,0 +1,3 @@
+"""The provisioner daemon."""
+
+import protocol  # noqa: F401 - first: it keeps httpx from importing its command-line client (see there)

@@ -32,7 +32,7 @@ class Template(Model):
     )
     display_name: Mapped[str] = mapped_column(String(64), default="")
     description: Mapped[str] = mapped_column(Text, default="")
-    icon: Mapped[str] = mapped_column(String(256), default="")
+    icon: Mapped[str] = mapped_column(String(256), default="", server_default="")
     # Not empty: the template is deprecated (no new workspace; existing ones keep building) and this says why.
     deprecation_message: Mapped[str] = mapped_column(Text, default="", server_default="")
     # A deleted template stays for the history of its deleted workspaces, renamed so its name is free again.
@@ -149,7 +149,9 @@ class TemplateVersion(Model):
     variables: Mapped[tuple[TemplateVariable, ...]] = mapped_column(MessageListColumn(TemplateVariable), default=())
     parameters: Mapped[tuple[RichParameter, ...]] = mapped_column(MessageListColumn(RichParameter), default=())
     # The Git providers (``data "coder_external_auth"``) its workspaces need linked.
-    external_auth: Mapped[tuple[ExternalAuth, ...]] = mapped_column(MessageListColumn(ExternalAuth), default=())
+    external_auth: Mapped[tuple[ExternalAuth, ...]] = mapped_column(
+        MessageListColumn(ExternalAuth), default=(), server_default="[]"
+    )
     # The owner's secrets its builds may read (``data "coder_secret"``): every import records them; None for a
     # version imported before they were recorded, whose builds get all of the owner's secrets as they did then.
     secrets: Mapped[tuple[SecretRequirement, ...] | None] = mapped_column(

@@ -55,3 +55,10 @@ def _tune_sqlite(dbapi_connection: Any, connection_record: Any) -> None:
 def rows_changed(result: Result[Any]) -> int:
     """How many rows an UPDATE or DELETE changed (what every claim by conditional UPDATE checks)."""
     return cast(CursorResult[Any], result).rowcount
+
+
+def engine_options(database_url: str) -> dict[str, object]:
+    if database_url.startswith("sqlite"):
+        # Several gevent greenlets and processes share one file: wait for locks instead of failing at once.
+        return {"connect_args": {"timeout": 30}}
+    return {"pool_pre_ping": True, "pool_size": 10, "max_overflow": 20}

@@ -23,6 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.hybrid import hybrid_property
 from sqlalchemy.orm import InstrumentedAttribute, Mapped, mapped_column
+from sqlalchemy.sql.expression import false
 
 from app.core.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
 from app.core.extensions import Model
@@ -291,7 +292,7 @@ class ProvisionerDaemon(Model):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # Registered by a run-once or idle-exit daemon (an autoscaler's): offline is its normal end, not a loss.
-    ephemeral: Mapped[bool] = mapped_column(Boolean, default=False)
+    ephemeral: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # The Terraform it runs ("terraform" or "tofu", and its version), as it said when it registered.
     terraform_binary: Mapped[str] = mapped_column(String(16), default="", server_default="")
     terraform_version: Mapped[str] = mapped_column(String(32), default="", server_default="")

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy.sql.expression import false
 
 from app.core.columns import IdColumn, MessageListColumn, UTCDateTime, new_id, rfc3339, utcnow
 from app.core.encrypted_columns import EncryptedMessageColumn
@@ -62,19 +63,19 @@ class WorkspaceAgent(Model):
     lifecycle_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     ready_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    version: Mapped[str] = mapped_column(String(64), default="")
-    expanded_directory: Mapped[str] = mapped_column(Text, default="")
+    version: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    expanded_directory: Mapped[str] = mapped_column(Text, default="", server_default="")
     first_connected_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_connected_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     disconnected_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # The control connection that counts: a replica closing an older one must not mark a reconnected agent gone.
     connection_id: Mapped[str | None] = mapped_column(String(36))
-    logs_length: Mapped[int] = mapped_column(Integer, default=0)
-    logs_overflowed: Mapped[bool] = mapped_column(Boolean, default=False)
+    logs_length: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    logs_overflowed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # {key: {"value", "error", "collected_at"}}: the latest result of each of the definition's metadata blocks.
-    metadata_results: Mapped[dict[str, dict[str, str]]] = mapped_column(JSON, default=dict)
+    metadata_results: Mapped[dict[str, dict[str, str]]] = mapped_column(JSON, default=dict, server_default="{}")
     # {app slug: "initializing" | "healthy" | "unhealthy"} for apps with a healthcheck.
-    app_health: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    app_health: Mapped[dict[str, str]] = mapped_column(JSON, default=dict, server_default="{}")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     log_sources: Mapped[list[AgentLogSource]] = relationship(

@@ -46,6 +46,16 @@ def embedded_redis_url(data_dir: Path, password: str) -> str:
 def start_embedded_redis(
     data_dir: Path, *, password: str | None = None, tcp_port: int | None = None, timeout: float = 10.0
 ) -> subprocess.Popen[bytes]:
+    process = launch_embedded_redis(data_dir, password=password, tcp_port=tcp_port)
+    wait_for_embedded_redis(process, data_dir, password=password, timeout=timeout)
+    return process
+
+
+def launch_embedded_redis(
+    data_dir: Path, *, password: str | None = None, tcp_port: int | None = None
+) -> subprocess.Popen[bytes]:
+    """Start redis-server without waiting for it (see :func:`wait_for_embedded_redis`), so that the server's own
+    start-up (the database's migrations) goes on meanwhile."""
     socket_path = data_dir / "redis.sock"
     socket_path.unlink(missing_ok=True)
     # The password goes in through stdin ("-": read the configuration from it), never on the command line,
@@ -67,6 +77,14 @@ def start_embedded_redis(
         ],
         stdin_data=config.encode(),
     )  # fmt: skip
+    return process
+
+
+def wait_for_embedded_redis(
+    process: subprocess.Popen[bytes], data_dir: Path, *, password: str | None = None, timeout: float = 10.0
+) -> None:
+    """Return once the embedded Redis answers a PING; raise EmbeddedRedisError (the process killed) otherwise."""
+    socket_path = data_dir / "redis.sock"
     client = redis.Redis(unix_socket_path=str(socket_path), password=password, socket_connect_timeout=1)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -74,7 +92,7 @@ def start_embedded_redis(
             raise EmbeddedRedisError(f"embedded redis-server exited at start; see {data_dir / 'redis.log'}")
         try:
             client.ping()
-            return process
+            return
         except (redis.ConnectionError, FileNotFoundError):
             time.sleep(0.02)
         finally:

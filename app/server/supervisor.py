@@ -7,6 +7,7 @@ signal), so one Ctrl-C leaves no process behind.
 from __future__ import annotations
 
 import errno
+import http.client
 import logging
 import os
 import secrets
@@ -25,7 +26,6 @@ from types import FrameType
 from urllib.parse import urlsplit
 
 import redis
-from flask_migrate import upgrade
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
@@ -36,7 +36,8 @@ from app.server.embedded_redis import (
     EmbeddedRedisError,
     embedded_redis_password,
     embedded_redis_url,
-    start_embedded_redis,
+    launch_embedded_redis,
+    wait_for_embedded_redis,
 )
 from app.server.processes import interrupt, spawn, stop
 
@@ -75,6 +76,9 @@ class Supervisor:
     daemons: list[BuiltinDaemon] = field(default_factory=list)
     redis_process: subprocess.Popen[bytes] | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
+    # Set once the web server has answered its first /healthz: the daemons and the notifier start then.
+    serving: threading.Event = field(default_factory=threading.Event)
+    notifier_started: bool = False
     # Set by the signal handlers, read by the watch loop: a plain flag, because the handlers must take no lock.
     signalled: bool = False
     daemon_launch: DaemonLaunch | None = None
@@ -92,14 +96,14 @@ class Supervisor:
             redis_port = self._plan_daemons()
             self._start_redis(redis_port)
             first_user_needed = migrate_database(self.settings)
+            self._wait_for_redis()
             self._start_web(listener)
-            self._start_notifier()
             self.daemons = [BuiltinDaemon(f"builtin-{n + 1}") for n in range(self.settings.provisioner_daemons)]
             self._announce(first_user_needed)
-            maintenance = threading.Thread(target=self._maintain, name="maintenance", daemon=True)
-            maintenance.start()
-            if self.settings.lifecycle_interval:
-                threading.Thread(target=self._run_lifecycle, name="lifecycle", daemon=True).start()
+            # The rest waits until the web server answers: on a small machine, the daemons', the notifier's and the
+            # loops' own start-up would otherwise take the CPU the web workers need to boot, and none of them has
+            # anything to do before the web server serves (the daemons register with it over HTTP).
+            threading.Thread(target=self._start_when_serving, name="after-start", daemon=True).start()
             return self._watch()
         finally:
             if listener is not None:
@@ -137,14 +141,10 @@ class Supervisor:
 
     def _start_redis(self, tcp_port: int | None) -> None:
         if self.settings.embedded_redis:
-            try:
-                self.redis_process = start_embedded_redis(
-                    self.settings.data_dir,
-                    password=embedded_redis_password(self.settings.data_dir),
-                    tcp_port=tcp_port,
-                )
-            except EmbeddedRedisError as exc:
-                raise StartupError(str(exc)) from exc
+            # Not waited for here: it starts while the database is migrated (_wait_for_redis, before the web).
+            self.redis_process = launch_embedded_redis(
+                self.settings.data_dir, password=embedded_redis_password(self.settings.data_dir), tcp_port=tcp_port
+            )
             return
         client = redis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=5)
         try:
@@ -153,6 +153,16 @@ class Supervisor:
             raise StartupError(f"cannot reach Redis at {self.settings.redis_url}: {exc}") from exc
         finally:
             client.close()
+
+    def _wait_for_redis(self) -> None:
+        if self.redis_process is None:
+            return
+        try:
+            wait_for_embedded_redis(
+                self.redis_process, self.settings.data_dir, password=embedded_redis_password(self.settings.data_dir)
+            )
+        except EmbeddedRedisError as exc:
+            raise StartupError(str(exc)) from exc
 
     def _start_web(self, listener: socket.socket) -> None:
         env = child_environment(self.settings)
@@ -170,6 +180,17 @@ class Supervisor:
             "app.factory:create_app()",
         ]  # fmt: skip
         self.children.append(spawn(argv, env=env, pass_fds=[listener.fileno()]))
+
+    def _start_when_serving(self) -> None:
+        """Wait for the web server, then start the loops (threads); the watch loop starts the processes, because a
+        child's parent-death signal fires when the *thread* that started it ends, and this one ends now."""
+        wait_until_serving(self.settings, self.stopping)
+        if self.stopping.is_set():
+            return
+        threading.Thread(target=self._maintain, name="maintenance", daemon=True).start()
+        if self.settings.lifecycle_interval:
+            threading.Thread(target=self._run_lifecycle, name="lifecycle", daemon=True).start()
+        self.serving.set()
 
     def _start_notifier(self) -> None:
         """The worker that sends notification emails and webhooks (app/server/notifier.py)."""
@@ -203,6 +224,11 @@ class Supervisor:
         )
 
     def _tend_daemons(self) -> None:
+        if not self.serving.is_set():
+            return
+        if not self.notifier_started:
+            self.notifier_started = True
+            self._start_notifier()
         now = time.monotonic()
         for daemon in self.daemons:
             if daemon.process is not None and daemon.process.poll() is None:
@@ -372,16 +398,16 @@ def open_listener(settings: Settings) -> socket.socket:
 
 
 def migrate_database(settings: Settings) -> bool:
-    """Apply migrations; returns True when the database has no user yet."""
+    """Create a new database from the models or apply migrations to an existing one (app/server/schema.py);
+    returns True when the database has no user yet."""
     from app.core.crypto import current_keyring
     from app.core.encryption_keys import KeyProblem, check_keys
-    from app.factory import create_app
-    from app.users.services import user_count
+    from app.server.schema import bring_schema_to_head, schema_app, user_count
 
-    app = create_app(settings)
+    app = schema_app(settings)
     try:
         with app.app_context(), migration_lock(settings.database_url):
-            upgrade()
+            bring_schema_to_head()
             # Before serving: no row may be encrypted with a key this server lacks.
             check_keys(current_keyring())
             return user_count() == 0
@@ -414,6 +440,28 @@ def migration_lock(database_url: str) -> Iterator[None]:
                 connection.commit()
     finally:
         engine.dispose()
+
+
+def wait_until_serving(settings: Settings, stopping: threading.Event, *, limit: float = 120.0) -> None:
+    """Return once the web server answers GET /healthz with 200 (or `stopping` is set, or after `limit` seconds, so
+    that the daemons start even when the health check fails for a reason of its own).
+
+    One request waits for the workers while gunicorn holds it in its listen queue; only before gunicorn listens is
+    the connection refused, and then it is tried again shortly."""
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host  # noqa: S104 - a comparison
+    host = "::1" if host == "::" else host
+    deadline = time.monotonic() + limit
+    while not stopping.is_set() and time.monotonic() < deadline:
+        connection = http.client.HTTPConnection(host, settings.port, timeout=max(deadline - time.monotonic(), 0.1))
+        try:
+            connection.request("GET", "/healthz")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        finally:
+            connection.close()
+        stopping.wait(0.05)
 
 
 def child_environment(settings: Settings) -> dict[str, str]:

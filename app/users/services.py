@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from datetime import timedelta
 
@@ -26,8 +27,14 @@ from app.users.models import (
     User,
 )
 
-# Checked against when the email is unknown, so a wrong email costs the same time as a wrong password.
-_DUMMY_HASH = generate_password_hash("slipway-timing-equaliser")
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Checked against when the email is unknown, so a wrong email costs the same time as a wrong password. Made at
+    first use, not at import: hashing costs every web worker and the server ~100 ms of start-up otherwise."""
+    return generate_password_hash("slipway-timing-equaliser")
+
+
 BAD_CREDENTIALS = "Incorrect email or password."
 # How long an owner's "Allow single sign-on linking" stays open: long enough to tell the person, short enough that
 # a forgotten permission does not lie around for ever.
@@ -88,7 +95,7 @@ def authenticate(email: str, password: str) -> User:
     """The active user with this email and password, or :class:`Unauthorized` that never says which part failed."""
     user: User | None = db.session.scalar(select(User).where(User.email == email.strip().lower()))
     if user is None or user.password_hash is None:
-        check_password_hash(_DUMMY_HASH, password)
+        check_password_hash(_dummy_hash(), password)
         raise Unauthorized(BAD_CREDENTIALS)
     if not check_password_hash(user.password_hash, password):
         raise Unauthorized(BAD_CREDENTIALS)

@@ -1,0 +1,94 @@
+"""Bringing the database to the current schema: a new database in one step, an existing one by its migrations.
+
+Walking a new database through every migration (38 and counting, several of which rebuild SQLite tables by copy)
+took most of a first start. A database with no tables is instead created from the models at once and stamped at
+the migrations' head, with the rows the migrations seed; tests/test_schema_from_models.py proves that this gives
+the same schema as the migrations, on SQLite and PostgreSQL. A database with tables is always upgraded by its
+migrations, which alone know how to carry its rows along.
+
+`slipway server` does this in a small app of its own (:func:`schema_app`: the database, the keyring, Alembic) rather
+than the whole dashboard: an existing database at the head then costs the server start none of the views' imports,
+which the web workers make anyway.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flask import Flask
+from flask_migrate import stamp, upgrade
+from sqlalchemy import func, inspect, select, table
+
+from app.core import encryption_keys
+from app.core.columns import utcnow
+from app.core.config import Settings
+from app.core.extensions import db, engine_options, migrate
+from app.groups.models import EVERYONE, Group
+from app.organizations.models import DEFAULT_ORGANIZATION_ID, DEFAULT_ORGANIZATION_NAME, Organization
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def schema_app(settings: Settings) -> Flask:
+    """An app with what migrating and the start-up checks need, and nothing of the dashboard."""
+    app = Flask(__name__)
+    app.config.update(
+        SLIPWAY_SETTINGS=settings,
+        SECRET_KEY=settings.secret_key,
+        SQLALCHEMY_DATABASE_URI=settings.database_url,
+        SQLALCHEMY_ENGINE_OPTIONS=engine_options(settings.database_url),
+    )
+    db.init_app(app)
+    encryption_keys.init_app(app, settings)
+    migrate.init_app(app, db, directory=str(MIGRATIONS_DIR))
+    return app
+
+
+def user_count() -> int:
+    """How many people have accounts, read without the users' model (and so without every model it relates to)."""
+    return db.session.scalar(select(func.count()).select_from(table("users"))) or 0
+
+
+def bring_schema_to_head() -> bool:
+    """Create or upgrade the database of the current app; returns True when it was created from the models."""
+    if inspect(db.engine).get_table_names():
+        upgrade()
+        return False
+    create_schema_from_models()
+    return True
+
+
+def create_schema_from_models() -> None:
+    """Create every table of an empty database from the models, seed what the migrations seed, and stamp it at the
+    head, so that later migrations apply to it as to any other."""
+    import app.factory  # noqa: F401 - every feature's models, so that the metadata holds every table
+
+    db.create_all()
+    seed_rows()
+    db.session.commit()
+    stamp()
+
+
+def seed_rows() -> None:
+    """The rows migrations insert into an empty database (0038): the default organisation and its Everyone group."""
+    now = utcnow()
+    db.session.add(
+        Organization(
+            id=DEFAULT_ORGANIZATION_ID,
+            name=DEFAULT_ORGANIZATION_NAME,
+            display_name="Default",
+            is_default=True,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    db.session.flush()  # the group refers to it, and the unit of work does not order rows by foreign keys alone
+    db.session.add(
+        Group(
+            id=DEFAULT_ORGANIZATION_ID,
+            organization_id=DEFAULT_ORGANIZATION_ID,
+            name=EVERYONE,
+            created_at=now,
+            updated_at=now,
+        )
+    )
