@@ -1,8 +1,8 @@
 """two encrypted columns lose the empty default 0009 left behind on SQLite (PostgreSQL's was dropped then), so that a
 database created from the models and one built by the migrations are the same
 
-Revision ID: 0039
-Revises: 0038
+Revision ID: 0041
+Revises: 0040
 Create Date: 2026-11-28 03:00:00.000000
 
 """
@@ -11,8 +11,8 @@ import sqlalchemy as sa
 
 
 # revision identifiers, used by Alembic.
-revision = '0039'
-down_revision = '0038'
+revision = '0041'
+down_revision = '0040'
 branch_labels = None
 depends_on = None
 
