@@ -15,10 +15,12 @@ ROLE_OWNER = "owner"
 ROLE_TEMPLATE_ADMIN = "template-admin"
 # Manages people and groups (create, suspend, roles below owner, group membership), not templates.
 ROLE_USER_ADMIN = "user-admin"
+# Reads everything an owner reads (audit, connection log, insights) and changes nothing.
+ROLE_AUDITOR = "auditor"
 ROLE_MEMBER = "member"
 # Every user is a member; the other roles are granted on top.
-ASSIGNABLE_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN)
-ALL_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN, ROLE_MEMBER)
+ASSIGNABLE_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN, ROLE_AUDITOR)
+ALL_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN, ROLE_AUDITOR, ROLE_MEMBER)
 
 STATUS_ACTIVE = "active"
 STATUS_SUSPENDED = "suspended"
@@ -85,6 +87,21 @@ class User(Model):
     @property
     def is_user_admin(self) -> bool:
         return self.has_role(ROLE_OWNER, ROLE_USER_ADMIN)
+
+    @property
+    def is_auditor(self) -> bool:
+        return ROLE_AUDITOR in self.roles
+
+    @property
+    def reads_everything(self) -> bool:
+        """Owners and auditors: every page and API an owner reads (the audit log among them)."""
+        return self.has_role(ROLE_OWNER, ROLE_AUDITOR)
+
+    @property
+    def is_read_only(self) -> bool:
+        """An auditor with no role that changes things: every write is refused them (app/auth/blueprints.py).
+        Another role on top wins, so that an owner given the auditor role is not locked out of undoing it."""
+        return self.is_auditor and not self.has_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN)
 
     def to_json(self) -> JsonObject:
         return {
