@@ -658,3 +658,25 @@ def test_the_filter_pages_newest_first_and_refuses_junk(app: Flask, personas: di
     assert [json.loads(line)["resource_target"] for line in ndjson.splitlines()] == ["t4", "t3", "t2", "t1", "t0"]
     for persona in ("bob", "carol"):
         assert api.get("/api/v2/audit", headers=personas[persona].auth).status_code == 403
+
+
+def test_an_owner_makes_an_auditor_on_the_users_page_who_reads_the_log_and_changes_nothing(
+    app: Flask, personas: dict[str, Persona]
+) -> None:
+    owner = app.test_client()
+    sign_in(owner, "alice@example.com", PASSWORD)
+    carol = personas["carol"]
+    form = {"role": "auditor", "confirmed": "yes"}
+    changed = post_form(owner, f"/users/{carol.id}", form, token_from="/users")
+    assert changed.status_code == 302
+    assert "carol is now an auditor" in owner.get("/users").get_data(as_text=True)
+    auditor = app.test_client()
+    sign_in(auditor, "carol@example.com", PASSWORD)
+    page = auditor.get("/audit?q=resource_type:user action:write")
+    assert page.status_code == 200 and "auditor" in page.get_data(as_text=True)
+    assert auditor.get("/users").status_code == 200
+    refused = post_form(auditor, "/account/gitsshkey", {}, token_from="/account")
+    assert refused.status_code == 403
+    api = app.test_client()
+    assert api.get("/api/v2/audit", headers=carol.auth).status_code == 200
+    assert api.post("/api/v2/users/me/tokens", json={"name": "x"}, headers=carol.auth).status_code == 403
