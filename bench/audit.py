@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from app.audit import recorder
 from app.audit.chain import canonical_diff, entry_hash
+from app.audit.query import DEFAULT_LIMIT, filtered, parse_filter
 from app.core.config import load_settings
 from app.core.extensions import db
 from app.factory import create_app
@@ -43,6 +44,7 @@ from bench.scale import psycopg_connection
 from tests.conftest import PASSWORD, Persona
 from tests.support.archives import tar_of
 from tests.support.daemon import FakeDaemon, import_template
+from tests.support.queries import counted
 
 RESOURCE_TYPES = ("workspace", "workspace_build", "template", "template_version", "user", "api_key", "group")
 ACTIONS = ("create", "write", "delete", "start", "stop", "login")
@@ -106,6 +108,13 @@ def write_paths(app: Flask, who: dict[str, Persona], writes: int, rounds: int) -
             auditing(on)
             for name, call in paths.items():
                 samples[(name, on)] += [timed(call) for _ in range(writes // rounds)]
+    statements = {}
+    for on in (True, False):
+        auditing(on)
+        for name, call in paths.items():
+            with counted(app) as seen:
+                timed(call)
+            statements[(name, on)] = len(seen)
     auditing(True)
     print(f"write paths, {writes} of each with and without auditing, interleaved in {rounds} rounds:")
     for name in paths:
@@ -115,7 +124,8 @@ def write_paths(app: Flask, who: dict[str, Persona], writes: int, rounds: int) -
         print(
             f"  {name:17} with: p50 {p50_on:6.1f} ms p99 {p99_on:6.1f} ms | without: p50 {p50_off:6.1f} ms "
             f"p99 {p99_off:6.1f} ms | overhead p50 {100 * (p50_on / p50_off - 1):+.1f} % "
-            f"p99 {100 * (p99_on / p99_off - 1):+.1f} %"
+            f"p99 {100 * (p99_on / p99_off - 1):+.1f} % | SQL statements {statements[(name, True)]} vs "
+            f"{statements[(name, False)]}"
         )
 
 
@@ -175,7 +185,7 @@ def reads(app: Flask, who: dict[str, Persona], sample: dict[str, str], requests:
     print(f"GET /api/v2/audit with {count_entries(app):,} entries, {requests} requests each (25 per page):")
     for label, q in queries.items():
         samples = [timed(lambda q=q: api.get(f"/api/v2/audit?q={q}", headers=alice)) for _ in range(requests)]
-        print(figures(label, samples))
+        print(f"{figures(label, samples)}  (SQL alone: {sql_ms(app, q):.2f} ms, EXPLAIN ANALYZE)")
     deep = [timed(lambda: api.get("/api/v2/audit?before=500000&q=username:user17", headers=alice))
             for _ in range(requests)]  # fmt: skip
     print(figures("a deep page (before=500000)", deep))
@@ -184,6 +194,16 @@ def reads(app: Flask, who: dict[str, Persona], sample: dict[str, str], requests:
     browser.post("/login", data={"email": "alice@example.com", "password": PASSWORD, "csrf_token": token})
     page = [timed(lambda: browser.get("/audit?q=resource_type:workspace_build")) for _ in range(requests)]
     print(figures("the Audit page (50 rows, filtered)", page))
+
+
+def sql_ms(app: Flask, q: str) -> float:
+    """The page query's own execution time as PostgreSQL reports it (what the machine's load adds to the rest)."""
+    with app.app_context():
+        query = filtered(parse_filter(q)).limit(DEFAULT_LIMIT + 1)
+        statement = query.compile(db.engine, compile_kwargs={"literal_binds": True})
+        lines = [str(row[0]) for row in db.session.execute(text(f"EXPLAIN ANALYZE {statement}"))]
+        db.session.rollback()
+    return float(next(line for line in lines if line.startswith("Execution Time")).split()[2])
 
 
 def figures(label: str, samples: list[float]) -> str:
@@ -207,8 +227,8 @@ def verification(app: Flask, who: dict[str, Persona]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--writes", type=int, default=60)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--writes", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--requests", type=int, default=100)
     args = parser.parse_args()

@@ -12,13 +12,13 @@ import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, text, update
 
 from app.audit.models import CHAIN_HEAD_ID, AuditChainHead, AuditLog
-from app.core.columns import rfc3339, utcnow
+from app.core.columns import utcnow
 from protocol.codec import JsonObject
 
 # One verification reads this many entries per query (a keyset walk: memory stays flat at any size).
@@ -27,6 +27,8 @@ VERIFY_BATCH = 20_000
 PRUNE_RESOURCE = "audit_log"
 PRUNE_ACTION = "prune"
 _SEPARATOR = "\x1e"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
 # {field: {"old": …, "new": …, "secret": bool}}
 Diff = dict[str, dict[str, Any]]
 
@@ -59,13 +61,34 @@ def entry_hash(
     status_code: int, diff: str, prev_hash: str,
 ) -> str:  # fmt: skip
     """The hash of an entry's stored content and its predecessor's hash (every column but ``hash`` itself)."""
+    return _digest(
+        id_, _micros(time), actor_kind, user_id, username, ip, user_agent, resource_type, resource_id,
+        resource_name, action, build_reason, status_code, diff, prev_hash,
+    )  # fmt: skip
+
+
+def _digest(
+    id_: int, micros: int, actor_kind: str, user_id: str | None, username: str, ip: str, user_agent: str,
+    resource_type: str, resource_id: str, resource_name: str, action: str, build_reason: str | None,
+    status_code: int, diff: str, prev_hash: str,
+) -> str:  # fmt: skip
     content = _SEPARATOR.join(
         (
-            str(id_), rfc3339(time) or "", actor_kind, user_id or "", username, ip, user_agent, resource_type,
-            resource_id, resource_name, action, build_reason or "", str(status_code), diff, prev_hash,
+            str(id_), str(micros), actor_kind, user_id or "", username, ip, user_agent, resource_type, resource_id,
+            resource_name, action, build_reason or "", str(status_code), diff, prev_hash,
         )
     )  # fmt: skip
     return hashlib.sha256(content.encode()).hexdigest()
+
+
+def _micros(time: datetime | str) -> int:
+    """A time as whole microseconds since 1970 (exact): from a datetime, or from SQLite's stored text (UTC, with no
+    zone), which verification reads as it is rather than through the column type (a third of its time)."""
+    if isinstance(time, str):
+        time = datetime.fromisoformat(time)
+    if time.tzinfo is None:
+        time = time.replace(tzinfo=UTC)
+    return (time - EPOCH) // MICROSECOND
 
 
 def _bounded(value: str, size: int) -> str:
@@ -121,12 +144,13 @@ class Verification:
 
 
 def _rows(connection: Connection) -> Iterator[Any]:
-    """Every entry in chain order, a batch per query."""
-    columns = [column for column in AuditLog.__table__.columns]
+    """Every entry in chain order, a batch per query; ``time`` as the driver gives it (see :func:`_micros`)."""
+    names = ", ".join(column.name for column in AuditLog.__table__.columns)
     after = -1
     while True:
         batch = connection.execute(
-            select(*columns).where(AuditLog.id > after).order_by(AuditLog.id).limit(VERIFY_BATCH)
+            text(f"SELECT {names} FROM audit_logs WHERE id > :after ORDER BY id LIMIT :limit"),  # noqa: S608 - our own column names
+            {"after": after, "limit": VERIFY_BATCH},
         ).all()
         if not batch:
             return
@@ -149,9 +173,9 @@ def verify(connection: Connection) -> Verification:
             return Verification(False, checked, first, id_, missing, f"entry {missing} is missing")
         if stored_prev != prev_hash:
             return Verification(False, checked, first, id_, id_, f"entry {id_} does not follow entry {id_ - 1}")
-        computed = entry_hash(
-            id_, time, actor_kind, user_id, username, ip, user_agent, resource_type, resource_id, resource_name,
-            action, build_reason, status_code, diff, stored_prev,
+        computed = _digest(
+            id_, _micros(time), actor_kind, user_id, username, ip, user_agent, resource_type, resource_id,
+            resource_name, action, build_reason, status_code, diff, stored_prev,
         )  # fmt: skip
         if computed != stored_hash:
             return Verification(False, checked, first, id_, id_, f"entry {id_} was changed")
