@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select, text
 
 from app.audit.models import AuditLog
-from app.audit.query import filtered, parse_filter
+from app.audit.query import filtered, first_on_or_after, last_through, parse_filter
 from app.auditing.services import prune_old_entries, verify_chain
 from app.core.columns import utcnow
 from app.core.config import Settings
@@ -191,3 +191,15 @@ def test_every_filter_is_served_by_an_index(app: Flask, q: str) -> None:
     assert "Sort" not in shown and "TEMP B-TREE" not in shown, shown  # the index gives the order: newest first
     if q in FILTERS:
         assert FILTERS[q] in shown, shown
+
+
+def test_a_date_range_is_found_through_the_time_index(app: Flask) -> None:
+    with app.app_context():
+        day = utcnow().date()
+        shown = [
+            plan(first_on_or_after(day), discouraged=("seqscan", "sort")),
+            plan(last_through(day), discouraged=("seqscan", "sort")),
+        ]
+        db.session.rollback()
+    for one in shown:
+        assert "ix_audit_logs_time_id" in one and "Sort" not in one and "TEMP B-TREE" not in one, one

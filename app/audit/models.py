@@ -29,7 +29,7 @@ class AuditLog(Model):
         Index("ix_audit_logs_action_id", "action", "id"),
         Index("ix_audit_logs_username_id", "username", "id"),
         Index("ix_audit_logs_build_reason_id", "build_reason", "id"),
-        Index("ix_audit_logs_time", "time"),
+        Index("ix_audit_logs_time_id", "time", "id"),
     )
 
     id: Mapped[int] = mapped_column(SequenceId, primary_key=True, autoincrement=False)

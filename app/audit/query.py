@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy import ColumnElement, Select, select
 
 from app.audit.models import AuditLog
 from app.core.columns import rfc3339
@@ -65,14 +65,25 @@ def _day_start(day: date) -> datetime:
     return datetime(day.year, day.month, day.day, tzinfo=UTC)
 
 
+def first_on_or_after(day: date) -> Select[int]:
+    """The first entry of ``day`` or later (ids and times rise together), read off the (time, id) index."""
+    start = _day_start(day)
+    return select(AuditLog.id).where(AuditLog.time >= start).order_by(AuditLog.time, AuditLog.id).limit(1)
+
+
+def last_through(day: date) -> Select[int]:
+    """The last entry up to the end of ``day``, read off the same index backwards."""
+    end = _day_start(day) + timedelta(days=1)
+    return select(AuditLog.id).where(AuditLog.time < end).order_by(AuditLog.time.desc(), AuditLog.id.desc()).limit(1)
+
+
 def _criteria(wanted: AuditFilter) -> list[ColumnElement[bool]]:
     criteria = [_EXACT[key] == value for key, value in wanted.exact]
     if wanted.date_from is not None:
-        first = db.session.scalar(select(func.min(AuditLog.id)).where(AuditLog.time >= _day_start(wanted.date_from)))
+        first = db.session.scalar(first_on_or_after(wanted.date_from))
         criteria.append(AuditLog.id >= (first if first is not None else 2**62))
-    if wanted.date_to is not None:  # through the end of that day
-        end = _day_start(wanted.date_to) + timedelta(days=1)
-        last = db.session.scalar(select(func.max(AuditLog.id)).where(AuditLog.time < end))
+    if wanted.date_to is not None:
+        last = db.session.scalar(last_through(wanted.date_to))
         criteria.append(AuditLog.id <= (last if last is not None else 0))
     return criteria
 

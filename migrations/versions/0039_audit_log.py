@@ -47,7 +47,7 @@ def upgrade():
     op.create_index("ix_audit_logs_action_id", "audit_logs", ["action", "id"])
     op.create_index("ix_audit_logs_username_id", "audit_logs", ["username", "id"])
     op.create_index("ix_audit_logs_build_reason_id", "audit_logs", ["build_reason", "id"])
-    op.create_index("ix_audit_logs_time", "audit_logs", ["time"])
+    op.create_index("ix_audit_logs_time_id", "audit_logs", ["time", "id"])
     head = op.create_table(
         "audit_chain_head",
         sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
@@ -65,6 +65,6 @@ def upgrade():
 
 def downgrade():
     op.drop_table("audit_chain_head")
-    for name in ("time", "build_reason_id", "username_id", "action_id", "resource_id_id", "resource_type_id"):
+    for name in ("time_id", "build_reason_id", "username_id", "action_id", "resource_id_id", "resource_type_id"):
         op.drop_index(f"ix_audit_logs_{name}", table_name="audit_logs")
     op.drop_table("audit_logs")
