@@ -181,16 +181,18 @@ FILTERS = {
 }
 
 
-@pytest.mark.parametrize("q", [*FILTERS, "date_from:2026-01-01 date_to:2026-12-31", ""])
-def test_every_filter_is_served_by_an_index(app: Flask, q: str) -> None:
+def test_every_filter_is_served_by_an_index(app: Flask) -> None:
+    wrong = []
     with app.app_context():
-        query = filtered(parse_filter(q)).where(AuditLog.id < 5_000_000).limit(26)
-        shown = plan(query, discouraged=("seqscan", "sort"))
-        db.session.rollback()
-    assert "Seq Scan" not in shown and "SCAN audit_logs" not in shown.replace("SCAN audit_logs USING", ""), shown
-    assert "Sort" not in shown and "TEMP B-TREE" not in shown, shown  # the index gives the order: newest first
-    if q in FILTERS:
-        assert FILTERS[q] in shown, shown
+        for q in [*FILTERS, "date_from:2026-01-01 date_to:2026-12-31", ""]:
+            query = filtered(parse_filter(q)).where(AuditLog.id < 5_000_000).limit(26)
+            shown = plan(query, discouraged=("seqscan", "sort"))
+            db.session.rollback()
+            scanned = "Seq Scan" in shown or "SCAN audit_logs" in shown.replace("SCAN audit_logs USING", "")
+            # The index gives the order too (newest first): no sort.
+            if scanned or "Sort" in shown or "TEMP B-TREE" in shown or (q in FILTERS and FILTERS[q] not in shown):
+                wrong.append(f"{q!r}: {shown}")
+    assert wrong == []
 
 
 def test_a_date_range_is_found_through_the_time_index(app: Flask) -> None:
