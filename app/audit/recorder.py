@@ -18,7 +18,7 @@ from typing import Any
 
 from flask import g, has_request_context, request
 from sqlalchemy import event, inspect, select, tuple_
-from sqlalchemy.orm import Mapper, ORMExecuteState, Session
+from sqlalchemy.orm import Mapper, ORMExecuteState, Session, SessionTransaction
 from sqlalchemy.orm.state import InstanceState
 
 from app.audit.chain import Diff, PendingEntry, append
@@ -83,6 +83,10 @@ def init_app() -> None:
     if not event.contains(Session, "after_flush", _after_flush):
         event.listen(Session, "after_flush", _after_flush)
         event.listen(Session, "do_orm_execute", _on_orm_execute)
+        event.listen(Session, "before_commit", _before_commit)
+        event.listen(Session, "after_transaction_create", _mark_savepoint)
+        event.listen(Session, "after_soft_rollback", _forget)
+        event.listen(Session, "after_transaction_end", _end)
 
 
 @contextmanager
@@ -149,7 +153,49 @@ def record(
     """Record an event that changes no audited row (a sign-in, a sign-out, a registration) in the current
     transaction; the caller commits it with whatever else it does."""
     entry = pending(resource_type, resource_id, resource_name, action, diff, actor=actor, status_code=status_code)
-    append(db.session.connection(), [entry])
+    _queue(db.session(), [entry])
+
+
+# A transaction's entries wait in its session until commit, then go into the chain at once: one lock of the chain
+# head and one INSERT per transaction however many flushes it made (and the lock is held the shortest time).
+PENDING_KEY = "slipway_audit_pending"
+SAVEPOINTS_KEY = "slipway_audit_savepoints"
+
+
+def _queue(session: Session, entries: Sequence[PendingEntry]) -> None:
+    if entries:
+        session.info.setdefault(PENDING_KEY, []).extend(entries)
+
+
+def _before_commit(session: Session) -> None:
+    """Flush what is left first (a commit flushes only after this hook), then chain everything in this transaction:
+    the entries commit with the change, or neither does."""
+    session.flush()
+    entries = session.info.pop(PENDING_KEY, None)
+    if entries:
+        append(session.connection(), entries)
+
+
+def _mark_savepoint(session: Session, transaction: SessionTransaction) -> None:
+    if transaction.nested:
+        session.info.setdefault(SAVEPOINTS_KEY, {})[id(transaction)] = len(session.info.get(PENDING_KEY, []))
+
+
+def _forget(session: Session, previous_transaction: SessionTransaction) -> None:
+    """A rollback drops the entries of what it undid: a savepoint's since it began, else all."""
+    marks = session.info.get(SAVEPOINTS_KEY, {})
+    if previous_transaction.nested and id(previous_transaction) in marks:
+        del session.info.setdefault(PENDING_KEY, [])[marks.pop(id(previous_transaction)) :]
+    elif not previous_transaction.nested:
+        session.info.pop(PENDING_KEY, None)
+        session.info.pop(SAVEPOINTS_KEY, None)
+
+
+def _end(session: Session, transaction: SessionTransaction) -> None:
+    """However the outermost transaction ended (committed, rolled back, closed), nothing of it waits any more."""
+    if transaction.parent is None:
+        session.info.pop(PENDING_KEY, None)
+        session.info.pop(SAVEPOINTS_KEY, None)
 
 
 def plain(value: object) -> object:
@@ -257,7 +303,7 @@ def _after_flush(session: Session, flush_context: object) -> None:
         spec = _REGISTRY.get(state.mapper.class_)
         if spec is not None:
             entries.append(_deleted(state.mapper, spec, dict(state.dict)))
-    append(session.connection(), entries)
+    _queue(session, entries)
 
 
 def _rows_of(session: Session, mapper: Mapper[Any], criteria: Any) -> dict[tuple[object, ...], dict[str, Any]]:
@@ -301,7 +347,7 @@ def _on_orm_execute(state: ORMExecuteState) -> Any:
     rows = _parameter_rows(state)
     if state.is_insert:
         result = state.invoke_statement()
-        append(session.connection(), [_created(mapper, spec, row) for row in rows])
+        _queue(session, [_created(mapper, spec, row) for row in rows])
         return result
     if isinstance(state.parameters, list):  # an UPDATE by primary key, one parameter set per row
         before = _rows_of(session, mapper, _by_primary_key(mapper, [_key_of(mapper, row) for row in rows]))
@@ -314,7 +360,7 @@ def _on_orm_execute(state: ORMExecuteState) -> Any:
     elif before:
         after = _rows_of(session, mapper, _by_primary_key(mapper, list(before)))
         entries = [e for key, values in before.items() if (e := _updated(mapper, spec, values, after.get(key, {})))]
-    append(session.connection(), entries)
+    _queue(session, entries)
     return result
 
 
