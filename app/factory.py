@@ -14,6 +14,11 @@ from app.accounts import views as accounts_views
 from app.agents import agent_api, app_views, bootstrap, connections, subdomain
 from app.agents import api as agents_api
 from app.agents import views as agent_views
+from app.audit import recorder as audit_recorder
+from app.auditing import api as audit_api
+from app.auditing import registry as audit_registry
+from app.auditing import services as audit_services
+from app.auditing import views as audit_views
 from app.auth import access, oidc, oidc_views
 from app.auth import views as auth_views
 from app.catalog import acl_api as template_acl_api
@@ -71,6 +76,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     redis_client.init_app(app)
     limits.init_app(app)
     events.init_app(app)
+    # Every flush of an audited model writes its entries in the same transaction (app/audit/recorder.py).
+    audit_registry.register_models()
+    audit_recorder.init_app()
     access.init_app(app)
     # Requests for an app's host (subdomain apps) go to the app before any of the dashboard's hooks.
     subdomain.init_app(app)
@@ -95,6 +103,7 @@ def create_app(settings: Settings | None = None) -> Flask:
             delivery.enqueue_due,
             diagnostics_checks.refresh_report,  # keeps the navigation's health dot current
             connections.sweep_connection_log,  # ends the log's rows whose holder died or went idle
+            audit_services.prune_old_entries,  # --audit-retention
         ],
     )
     # What the workspace page shows besides the workspace itself: a panel per agent; and a job's page: its timings.
@@ -141,6 +150,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         provisioning_api.bp,
         provisioning_views.bp,
         timings_api.bp,
+        audit_api.bp,
+        audit_views.bp,
         timings_views.bp,
         connectionlog_api.bp,
         connectionlog_views.bp,

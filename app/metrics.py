@@ -18,7 +18,7 @@ from app.core.extensions import csrf, db
 from app.provisioning.models import ProvisionerJob
 from app.provisioning.overview import DAEMON_STATUSES, daemon_views
 from app.provisioning.queue import queue_depths
-from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
+from app.users.models import ROLE_AUDITOR, ROLE_OWNER, ROLE_TEMPLATE_ADMIN
 
 bp = Blueprint("metrics", __name__)
 csrf.exempt(bp)
@@ -86,8 +86,8 @@ class ProvisioningCollector(Collector):
 
 @bp.get("/metrics")
 def metrics() -> Response:
-    if not api_user().has_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN):
-        raise Forbidden("Metrics are for owners and template admins.")
+    if not api_user().has_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_AUDITOR):
+        raise Forbidden("Metrics are for owners, template admins and auditors.")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ProvisioningCollector())
     return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)

@@ -49,6 +49,7 @@ SECTIONS: dict[str, dict[str, str]] = {
         "users": "cli.accounts:users",
         "groups": "cli.groups:groups",
         "provisioner": "cli.provisioners:provisioner",
+        "audit": "cli.audit:audit",
     },
     "Run Slipway": {
         "server": "cli.server:server",

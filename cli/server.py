@@ -84,6 +84,12 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "errors, saying how many lines went; 0 keeps every line. [default: 0]",
     ),
     (
+        "--audit-retention",
+        "SLIPWAY_AUDIT_RETENTION",
+        "Remove audit entries older than this (e.g. 365d), whole ranges at a time behind a checkpoint that "
+        "`slipway audit verify` still verifies through; 0 keeps every entry. [default: 0]",
+    ),
+    (
         "--provisioner-pending-timeout",
         "SLIPWAY_PROVISIONER_PENDING_TIMEOUT",
         "A job no daemon took within this is failed by the reaper. [default: 30m]",

@@ -101,6 +101,7 @@ def test_every_main_page_loads_under_the_policy(
         "/workspaces/new?template=local": "input[name=name]",
         "/provisioners": "#provisioners-live",
         "/users": "tr[id^=user-]",
+        "/audit": "#audit-log tbody tr",
         "/account": "#session-table",
         "/cli-auth": "form button",
     }
@@ -367,6 +368,7 @@ NOT_PAGES = {
     "health.healthz": "JSON for probes",
     "metrics.metrics": "text for Prometheus",
     "agent_bootstrap.agent_bundle": "an archive",
+    "audit.export": "a CSV or NDJSON download",
 }
 SIZES = {"phone": (390, 844), "desktop": (1400, 900)}
 
@@ -400,6 +402,7 @@ def dashboard_pages(deployment: Deployment, agent: dict[str, Any]) -> dict[str, 
         "externalauth.overview": "/external-auth",
         "health_page.page": "/health",
         "users.index": "/users",
+        "audit.index": "/audit",
         "users.account": "/account",
         "oidc.cli_auth": "/cli-auth",
         "groups.index": "/groups",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,11 @@ OWNER_ONLY_ENDPOINTS = {
     # Auditors too (tests/test_connection_log.py).
     "connectionlog.index",
     "connectionlog_api.connection_log",
+    "audit.index",
+    "audit.export",
+    "audit_api.list_entries",
+    "audit_api.export",
+    "audit_api.verify",
 }
 # Reading people is also a user admin's (they put people in groups); frank is one.
 USER_ADMIN_READS = {"users_api.list_users", "users_api.get_user"}
@@ -418,3 +424,70 @@ def test_shared_workspace_users_reach_what_their_share_allows(
             assert status not in (401, 403) and not refused_as_absent, f"{role} share: {method} {path} -> {status}"
         else:
             assert status == 403, f"{role} share: {method} {path} -> {status}"
+
+
+# Auditors (the auditor role alone) read everything owners read and change nothing. Writes they may still send:
+# signing in and out. Routes not called with a person's credential at all: agents' (an agent token) and apps'
+# (decided by the app's share level, and by whether one may use the workspace, which auditors may not).
+AUDITOR_MAY_WRITE = {"auth.login", "auth.logout", "auth.logout_everywhere", "users_api.login", "users_api.logout"}
+NOT_A_PERSONS_ROUTE = ("agent_api.", "apps.", "agent_bootstrap.")
+
+
+def _auditor(app: Flask, personas: dict[str, Persona]) -> Persona:
+    """ivy, an auditor (and nothing else), signed in through the API as the others are."""
+    client = app.test_client()
+    body = {"username": "ivy", "email": "ivy@example.com", "password": personas["alice"].password}
+    created = client.post("/api/v2/users", json=body, headers=personas["alice"].auth)
+    assert created.status_code == 201, created.json
+    roles = client.patch(
+        f"/api/v2/users/{created.json['id']}", json={"roles": ["auditor"]}, headers=personas["alice"].auth
+    )
+    assert roles.status_code == 200 and "auditor" in roles.json["roles"], roles.json
+    login = client.post("/api/v2/users/login", json={"email": body["email"], "password": body["password"]})
+    token = login.json["session_token"]
+    return Persona(created.json["id"], "ivy", body["email"], body["password"], token)
+
+
+def _as(app: Flask, person: Persona) -> Callable[[str, str, str], int]:
+    """A caller that sends each route as ``person``: bearer token for programs, one signed-in browser for pages."""
+    api, browser = app.test_client(), app.test_client()
+    browser.post("/login", data={"email": person.email, "password": person.password})
+
+    def send(method: str, path: str, endpoint: str) -> int:
+        headers = UPGRADE_HEADERS if endpoint in WEBSOCKET_ENDPOINTS else {}
+        if path.startswith(PROGRAM_PATHS) and endpoint not in BROWSER_PAGES_UNDER_API:
+            response = api.open(path, method=method, json={}, headers={**person.auth, **headers})
+        else:
+            response = browser.open(path, method=method, data={}, headers=headers)
+        status = response.status_code
+        response.close()
+        return status
+
+    return send
+
+
+def test_auditors_change_nothing(app: Flask, personas: dict[str, Persona]) -> None:
+    app.config["WTF_CSRF_ENABLED"] = False  # the refusal itself is proven, not the CSRF check
+    send = _as(app, _auditor(app, personas))
+    wrong = []
+    for endpoint, method, path in ROUTES:
+        if method in ("GET", "HEAD") or endpoint in AUDITOR_MAY_WRITE | PUBLIC_ENDPOINTS:
+            continue
+        if endpoint.startswith(NOT_A_PERSONS_ROUTE):
+            continue
+        status = send(method, path, endpoint)
+        if status != 403:
+            wrong.append(f"{method} {path}: {status}")
+    assert wrong == []
+
+
+def test_auditors_read_what_owners_read(app: Flask, personas: dict[str, Persona]) -> None:
+    send = _as(app, _auditor(app, personas))
+    wrong = []
+    for endpoint, method, path in ROUTES:
+        if method != "GET" or endpoint not in OWNER_ONLY_ENDPOINTS | ADMIN_ONLY_ENDPOINTS:
+            continue
+        status = send(method, path, endpoint)
+        if status in (401, 403):
+            wrong.append(f"{method} {path}: {status}")
+    assert wrong == []

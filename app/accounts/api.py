@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from flask import Response, current_app, jsonify, request
 
+from app.audit.recorder import ACTION_LOGOUT, acting_as, record, user_actor
 from app.auth import ratelimit
-from app.auth.access import api_user, bearer_token, require_role
+from app.auth.access import api_user, bearer_token, record_sign_in, require_role
 from app.auth.blueprints import api_blueprint
 from app.core.columns import rfc3339
 from app.core.config import Settings
 from app.core.errors import InvalidInput, NotFound
+from app.core.extensions import db
 from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, string_field, whole_number_field
 from app.users import services
@@ -57,14 +59,20 @@ def login() -> tuple[Response, int]:
     errors.raise_if_any()
     settings = _settings()
     user = ratelimit.sign_in_with_password(settings, request.remote_addr or "unknown", email, password)
-    return jsonify({"session_token": issue_session_token(user, settings.session_duration)}), 201
+    record_sign_in(user, "password")
+    with acting_as(user_actor(user)):  # the token is theirs, though no one was signed in when it was asked for
+        token = issue_session_token(user, settings.session_duration)
+    return jsonify({"session_token": token}), 201
 
 
 @bp.post("/users/logout")
 def logout() -> tuple[str, int]:
     token = bearer_token()
     if token:
+        user = api_user()
+        record("user", user.id, user.username, ACTION_LOGOUT, actor=user_actor(user))
         revoke_session_token(token)
+        db.session.commit()
     return "", 204
 
 

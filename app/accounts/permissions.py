@@ -37,7 +37,7 @@ def site_permissions(user: User) -> dict[str, bool]:
         "manage_groups": group_permissions.may_manage(user),
         "read_all_groups": group_permissions.sees_all(user),
         "manage_users": user.is_user_admin,
-        "read_all_workspaces": user.is_template_admin,
+        "read_all_workspaces": user.is_template_admin or user.is_auditor,
     }
 
 

@@ -22,6 +22,7 @@ from app.users import services
 from app.users.browser_sessions import browser_sessions_query, end_browser_session_of
 from app.users.models import (
     ASSIGNABLE_ROLES,
+    ROLE_AUDITOR,
     ROLE_MEMBER,
     ROLE_OWNER,
     ROLE_TEMPLATE_ADMIN,
@@ -85,6 +86,7 @@ ROLE_PHRASES = {
     ROLE_OWNER: "an owner",
     ROLE_TEMPLATE_ADMIN: "a template admin",
     ROLE_USER_ADMIN: "a user admin",
+    ROLE_AUDITOR: "an auditor",
     ROLE_MEMBER: "a member",
 }
 STATUS_OUTCOMES = {STATUS_SUSPENDED: "was suspended", STATUS_ACTIVE: "was activated"}

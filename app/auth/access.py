@@ -10,10 +10,11 @@ from flask import Flask, current_app, g, redirect, request, session, url_for
 from flask_login import current_user, login_user, logout_user
 from werkzeug.wrappers import Response
 
+from app.audit.recorder import ACTION_LOGIN, ACTION_LOGOUT, change, record, user_actor
 from app.core.errors import Forbidden, Unauthorized
-from app.core.extensions import login_manager
+from app.core.extensions import db, login_manager
 from app.users.browser_sessions import end_browser_session, resolve_browser_session, start_browser_session
-from app.users.models import User
+from app.users.models import ROLE_OWNER, User
 from app.users.tokens import resolve_token
 
 P = ParamSpec("P")
@@ -21,6 +22,12 @@ R = TypeVar("R")
 # Where flask-login keeps the id it hands back to the user loader. Ours is the browser session's credential rather
 # than the user's id, so that each browser can be signed out on its own (app/auth/browser_sessions.py).
 LOGIN_ID_KEY = "_user_id"
+# Methods that read: what an auditor may send anywhere an owner may.
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Signing in and out changes nothing of the deployment: a read-only person may do both.
+READ_ONLY_MAY_POST = frozenset(
+    {"auth.login", "auth.logout", "auth.logout_everywhere", "users_api.login", "users_api.logout"}
+)
 
 
 def init_app(app: Flask) -> None:
@@ -45,8 +52,10 @@ def load_session_user(credential: str) -> User | None:
     return user
 
 
-def sign_in_browser(user: User) -> None:
-    """Start a server-side session for ``user`` and hand its credential to this browser's cookie."""
+def sign_in_browser(user: User, method: str = "password") -> None:
+    """Start a server-side session for ``user`` and hand its credential to this browser's cookie; the sign-in's
+    audit entry commits with the session."""
+    record_sign_in(user, method)
     credential = start_browser_session(
         user,
         lifetime_seconds=current_app.config["SLIPWAY_SETTINGS"].session_duration,
@@ -61,9 +70,13 @@ def sign_out_browser() -> None:
 
     The session is looked up first, so that whoever listens for the sign-out (Git links under way) knows which."""
     current_browser_session_id()
+    user = current_user._get_current_object()
+    if user.is_authenticated:
+        record("user", user.id, user.username, ACTION_LOGOUT, actor=user_actor(user))
     credential = session.get(LOGIN_ID_KEY)
     if isinstance(credential, str):
         end_browser_session(credential)
+    db.session.commit()
     logout_user()
 
 
@@ -111,10 +124,35 @@ def require_role(*roles: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
         @wraps(view)
         def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
             user = api_user() if request.path.startswith("/api/") else page_user()
-            if not user.has_role(*roles):
+            if not (user.has_role(*roles) or _audits(user, roles)):
                 raise Forbidden("You do not have permission to do that.")
             return view(*args, **kwargs)
 
         return wrapped
 
     return decorator
+
+
+def _audits(user: User, roles: tuple[str, ...]) -> bool:
+    """An auditor reads whatever owners may read (their writes never get this far: :func:`refuse_read_only`)."""
+    return ROLE_OWNER in roles and user.is_auditor and request.method in READ_METHODS
+
+
+def refuse_read_only(user: User) -> None:
+    """The one place an auditor's writes are refused: every page and API blueprint calls it once it knows who is
+    asking, before any view runs, so that no route can forget."""
+    if user.is_read_only and request.method not in READ_METHODS and request.endpoint not in READ_ONLY_MAY_POST:
+        raise Forbidden("Auditors read; they change nothing.")
+
+
+def record_sign_in(user: User, method: str) -> None:
+    """A sign-in's audit entry (password or OIDC, browser or API), in the caller's transaction."""
+    diff = {"login_type": change(method)}
+    record("user", user.id, user.username, ACTION_LOGIN, diff, actor=user_actor(user))
+
+
+def record_failed_sign_in(attempted: str, method: str, status: int, reason: str) -> None:
+    """A refused sign-in, committed on its own (nothing else of the request will be)."""
+    diff = {"login_type": change(method), "reason": change(reason)}
+    record("user", "", attempted[:256], ACTION_LOGIN, diff, status_code=status)
+    db.session.commit()

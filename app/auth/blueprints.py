@@ -8,7 +8,7 @@ from flask import Blueprint, request
 from flask_login import current_user
 from werkzeug.wrappers import Response
 
-from app.auth.access import api_user
+from app.auth.access import api_user, refuse_read_only
 from app.core.extensions import csrf, login_manager
 
 API_PREFIX = "/api/v2"
@@ -20,7 +20,10 @@ def page_blueprint(name: str, import_name: str, *, public: Iterable[str] = ()) -
 
     @blueprint.before_request
     def require_login() -> Response | None:
-        if request.endpoint in public_endpoints or current_user.is_authenticated:
+        if current_user.is_authenticated:
+            refuse_read_only(current_user._get_current_object())
+            return None
+        if request.endpoint in public_endpoints:
             return None
         response: Response = login_manager.unauthorized()
         return response
@@ -37,6 +40,6 @@ def api_blueprint(name: str, import_name: str, *, public: Iterable[str] = ()) ->
     @blueprint.before_request
     def require_token() -> None:
         if request.endpoint not in public_endpoints:
-            api_user()
+            refuse_read_only(api_user())
 
     return blueprint

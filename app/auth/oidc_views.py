@@ -19,7 +19,7 @@ from joserfc.errors import JoseError
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.auth import oidc, oidc_links
-from app.auth.access import page_user, sign_in_browser
+from app.auth.access import page_user, record_failed_sign_in, sign_in_browser
 from app.auth.blueprints import api_blueprint, page_blueprint
 from app.auth.redirects import safe_next
 from app.core.config import Settings
@@ -40,6 +40,7 @@ def _settings() -> Settings:
 
 
 def _failure(message: str, status: int) -> tuple[str, int]:
+    record_failed_sign_in("", "oidc", status, message)
     return render_template("auth/oidc_error.html", message=message), status
 
 
@@ -104,7 +105,7 @@ def callback() -> WerkzeugResponse | tuple[str, int]:
     except Exception:  # network errors talking to the token or userinfo endpoints
         log.exception("OIDC sign-in failed")
         return _failure("The identity provider could not be reached. Try again later.", 502)
-    sign_in_browser(user)
+    sign_in_browser(user, "oidc")
     session[ID_TOKEN_KEY] = token.get("id_token", "")
     return redirect(session.pop(NEXT_KEY, None) or url_for("workspaces.index"))
 

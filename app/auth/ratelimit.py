@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.auth.access import record_failed_sign_in
 from app.core.config import Settings
 from app.core.errors import Forbidden, RateLimited, Unauthorized
 from app.core.redis_client import get_redis
@@ -50,8 +51,9 @@ def sign_in_with_password(settings: Settings, address: str, email: str, password
     check_login_allowed(settings, address, email)
     try:
         user = authenticate(email, password)
-    except Unauthorized:
+    except Unauthorized as refused:
         record_login_failure(settings, address, email)
+        record_failed_sign_in(email, "password", refused.status, refused.message)
         raise
     clear_login_failures(address, email)
     return user

@@ -43,7 +43,7 @@ def _entries_for(user: User, need: TemplateNeed) -> ColumnElement[bool]:
 
 def template_filter(user: User, need: TemplateNeed = "use") -> ColumnElement[bool]:
     """A WHERE clause on ``Template`` keeping the templates ``user`` may ``need``: lists, search, paging, counts."""
-    if user.is_template_admin:
+    if user.is_template_admin or user.is_auditor:
         return true()
     return and_(
         Template.organization_id.in_(organization_ids_of(user.id)),
@@ -62,8 +62,9 @@ def granted_template_ids(user: User, need: TemplateNeed = "use") -> CompoundSele
 
 
 def template_role(user: User, template: Template) -> AclRole | None:
-    """What ``user`` may do with ``template``: ``admin``, ``use`` or nothing (None)."""
-    if user.is_template_admin:
+    """What ``user`` may do with ``template``: ``admin``, ``use`` or nothing (None). Auditors read as admins do;
+    their writes are refused before any view runs (app/auth/access.py refuse_read_only)."""
+    if user.is_template_admin or user.is_auditor:
         return ACL_ADMIN
     roles = set(
         db.session.scalars(

@@ -83,6 +83,9 @@ class Settings:
     # Finished jobs' logs older than this are trimmed to their first and last lines and their errors; 0 keeps
     # every line for ever.
     log_retention: int = 0
+    # Audit entries older than this are removed (whole ranges, behind a checkpoint the chain still verifies
+    # through); 0 keeps every entry for ever.
+    audit_retention: int = 0
     provisioner_pending_timeout: int = 1800
     provisioner_force_cancel_interval: int = 600
     # How often an idle daemon calls in; it is offline after 90 s of silence (hidden, for tests).
@@ -222,6 +225,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         provisioner_untagged_jobs=_choice(env, "PROVISIONER_UNTAGGED_JOBS", ("any", "untagged-only")),
         provisioner_hang_timeout=_duration(env, "PROVISIONER_HANG_TIMEOUT", "5m"),
         log_retention=_duration(env, "LOG_RETENTION", "0", allow_zero=True),
+        audit_retention=_duration(env, "AUDIT_RETENTION", "0", allow_zero=True),
         provisioner_pending_timeout=_duration(env, "PROVISIONER_PENDING_TIMEOUT", "30m"),
         provisioner_force_cancel_interval=_duration(env, "PROVISIONER_FORCE_CANCEL_INTERVAL", "10m"),
         provisioner_heartbeat_interval=_duration(env, "PROVISIONER_HEARTBEAT_INTERVAL", "10s"),

@@ -23,6 +23,7 @@ from sqlalchemy import select, text
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
 
+from app.auditing.services import verify_chain
 from app.catalog.models import Template, TemplateVersion
 from app.core.columns import rfc3339, utcnow
 from app.core.config import Settings
@@ -40,7 +41,7 @@ from protocol.values import format_size
 log = logging.getLogger("slipway.health")
 OK, WARNING, ERROR = "ok", "warning", "error"
 SEVERITY_ORDER = (OK, WARNING, ERROR)
-SECTIONS = ("database", "redis", "access_url", "websocket", "provisioners")
+SECTIONS = ("database", "redis", "access_url", "websocket", "provisioners", "audit")
 # Medians of five round trips above these are worth a look (Coder's database default is 15 ms).
 DATABASE_THRESHOLD_MS = 15.0
 REDIS_THRESHOLD_MS = 15.0
@@ -233,12 +234,23 @@ def _needed_tag_sets() -> dict[tuple[tuple[str, str], ...], set[str]]:
     return needed
 
 
+def check_audit() -> Section:
+    """The audit log's hash chain, walked end to end: the first entry changed or removed behind its back."""
+    section = Section()
+    result = verify_chain()
+    section.details.update(entries_checked=result.checked, broken_at=result.broken_at)
+    if not result.ok:
+        section.warn("audit_chain_broken", f"The audit log's chain breaks: {result.reason}.", ERROR)
+    return section
+
+
 CHECKS: dict[str, Callable[[], Section]] = {
     "database": check_database,
     "redis": check_redis,
     "access_url": check_access_url,
     "websocket": check_websocket,
     "provisioners": check_provisioners,
+    "audit": check_audit,
 }
 
 

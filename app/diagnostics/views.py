@@ -7,9 +7,11 @@ import time
 from flask import Flask, Response, jsonify, render_template, request
 from flask_login import current_user
 
+from app.audit.recorder import ACTION_WRITE, change, record
 from app.auth.access import require_role
 from app.auth.blueprints import api_blueprint, page_blueprint
 from app.core.errors import InvalidInput, Unauthorized
+from app.core.extensions import db
 from app.core.validation import json_body
 from app.core.websocket import WebSocket, serve_websocket
 from app.diagnostics import checks
@@ -39,7 +41,11 @@ def set_health_settings() -> Response:
     if not isinstance(names, list) or any(name not in checks.SECTIONS for name in names):
         detail = f"dismissed_healthchecks is a list of sections: {', '.join(checks.SECTIONS)}"
         raise InvalidInput(detail, validations=[{"field": "dismissed_healthchecks", "detail": detail}])
+    before = checks.dismissed_sections()
     dismissed = checks.set_dismissed([str(name) for name in names])
+    # Kept in Redis, not in a row: recorded explicitly (an owner silencing a check is worth knowing).
+    record("health_settings", "", "", ACTION_WRITE, {"dismissed_healthchecks": change(dismissed, before)})
+    db.session.commit()
     checks.run_report()
     return jsonify({"dismissed_healthchecks": dismissed})
 
@@ -72,6 +78,6 @@ def init_app(app: Flask) -> None:
     @app.context_processor
     def health_dot() -> dict[str, object]:
         """Admins see a red dot on Health when the last report found something (read from Redis, never run)."""
-        if not current_user.is_authenticated or not current_user.is_template_admin:
+        if not current_user.is_authenticated or not (current_user.is_template_admin or current_user.is_auditor):
             return {}
         return {"health_severity": checks.cached_severity()}

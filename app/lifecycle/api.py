@@ -52,7 +52,9 @@ def extend(workspace_id: str) -> Response:
 def set_dormant(workspace_id: str) -> Response:
     user = api_user()
     # Template admins look after dormancy (reference §2.4); the owner may wake their own workspace.
-    workspace = get_workspace_for(user, workspace_id, need="read" if user.is_template_admin else "act")
+    workspace = get_workspace_for(
+        user, workspace_id, need="read" if user.is_template_admin or user.is_auditor else "act"
+    )
     settings.set_dormant(workspace, json_body().get("dormant"))
     return jsonify(workspace_json(workspace, viewer=user))
 

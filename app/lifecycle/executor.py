@@ -28,6 +28,7 @@ from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload
 
+from app.audit.recorder import Actor, acting_as
 from app.catalog import access as template_access
 from app.catalog.models import Template
 from app.core.columns import utcnow
@@ -51,6 +52,8 @@ FENCE_KEY = "slipway:lifecycle:fence"
 # The lock outlives a slow tick; the fence, not the lock's expiry, is what keeps a late replica from acting.
 LOCK_MILLISECONDS = 55_000
 TICK_ROW_ID = 1
+# Whom the audit log names for the builds and changes a tick makes.
+LIFECYCLE_EXECUTOR = Actor("system", None, "lifecycle-executor")
 # An autostart missed by more than this (the server was down) is skipped: starting at 3 pm what was meant for
 # 9 am surprises more than it helps.
 AUTOSTART_MISS_LIMIT = timedelta(hours=1)
@@ -88,7 +91,8 @@ def run_tick(now: datetime | None = None, *, redis: Redis | None = None) -> Tick
     if token is None:
         return TickReport()
     try:
-        return _tick(now, token)
+        with acting_as(LIFECYCLE_EXECUTOR):
+            return _tick(now, token)
     finally:
         _release_lock(connection, token)
 

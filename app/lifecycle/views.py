@@ -131,7 +131,9 @@ def _hours(text: str) -> float:
 @bp.post("/workspaces/<workspace_id>/activate")
 def activate(workspace_id: str) -> Response:
     user = page_user()
-    workspace = services.get_workspace_for(user, workspace_id, need="read" if user.is_template_admin else "act")
+    workspace = services.get_workspace_for(
+        user, workspace_id, need="read" if user.is_template_admin or user.is_auditor else "act"
+    )
     settings.set_dormant(workspace, False)
     flash(f"{workspace.name} is active again: start it when you need it.", "success")
     return _back(workspace)

@@ -9,7 +9,7 @@ from flask import Blueprint, Response, current_app, request
 
 from app.auth.access import bearer_token
 from app.core.config import Settings
-from app.core.errors import InvalidInput, Unauthorized
+from app.core.errors import Forbidden, InvalidInput, Unauthorized
 from app.core.extensions import csrf
 from app.core.limits import live_connection, person_budgets
 from app.core.redis_client import get_redis
@@ -73,7 +73,10 @@ def daemon_credential() -> DaemonCredential:
     if key:
         return DaemonCredential("key", key=resolve_key(key))
     if token:
-        return DaemonCredential("user", user=resolve_token(token))
+        user = resolve_token(token)
+        if user.is_read_only:
+            raise Forbidden("Auditors change nothing: they cannot run provisioner daemons.")
+        return DaemonCredential("user", user=user)
     raise Unauthorized(NO_CREDENTIAL)
 
 

@@ -24,6 +24,7 @@ import redis
 from sqlalchemy import ColumnElement, func, insert, select, update
 from sqlalchemy.orm import InstrumentedAttribute
 
+from app.audit.recorder import ACTION_REGISTER, change, record
 from app.core.columns import utcnow
 from app.core.config import Settings
 from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceUnavailable
@@ -151,6 +152,10 @@ def register_daemon(credential: DaemonCredential, registration: Registration, se
     daemon.version, daemon.last_seen_at = registration.version[:64], utcnow()
     daemon.ephemeral = registration.ephemeral
     daemon.terraform_binary, daemon.terraform_version = registration.terraform_binary, registration.terraform_version
+    db.session.flush()  # its id, for the audit entry
+    # Which credential registered it (a key by name, the PSK), never the credential itself.
+    diff = {"auth": change(credential.kind), "tags": change(normalised)}
+    record("provisioner_daemon", daemon.id, daemon.name, ACTION_REGISTER, diff)
     db.session.commit()
     trusted = trusted_with_redis(credential.kind, settings)
     return Registered(

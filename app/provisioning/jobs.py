@@ -20,6 +20,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 from sqlalchemy import Select, literal, select, tuple_, update
 
+from app.audit.recorder import ACTION_WRITE, change, record
 from app.core.columns import utcnow
 from app.core.errors import InvalidInput
 from app.core.extensions import db, rows_changed
@@ -186,8 +187,10 @@ def cancel_job(job: ProvisionerJob) -> ProvisionerJob:
             db.session.rollback()
             db.session.refresh(job)
             raise InvalidInput(f"The job is already {job.status}; there is nothing to cancel.")
+        record("provisioner_job", job.id, job.type, ACTION_WRITE, {"canceled_at": change(now)})
         db.session.commit()
     else:
+        record("provisioner_job", job.id, job.type, ACTION_WRITE, {"canceled_at": change(now)})
         db.session.commit()
         publish_job_notice(job.id, end=True)
     db.session.refresh(job)
@@ -211,6 +214,8 @@ def confirm_job(job: ProvisionerJob) -> ProvisionerJob:
         db.session.rollback()
         db.session.refresh(job)
         raise InvalidInput(f"The build is {job.status}: there is no plan waiting for confirmation.")
+    # Jobs are not audited as rows (their progress is no one's change); a person's confirmation is.
+    record("provisioner_job", job.id, job.type, ACTION_WRITE, {"plan_confirmed": change(True)})
     db.session.commit()
     db.session.refresh(job)
     dispatch(job)

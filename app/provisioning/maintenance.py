@@ -13,6 +13,7 @@ from redis import Redis
 from rq.job import Job, JobStatus
 from sqlalchemy import select
 
+from app.audit.recorder import Actor, acting_as
 from app.core.columns import utcnow
 from app.core.config import Settings
 from app.core.extensions import db
@@ -30,6 +31,8 @@ CANCEL_MARGIN = timedelta(seconds=60)
 WAITING = (JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.SCHEDULED)
 FORGET_DAEMONS_AFTER = timedelta(days=7)
 EXTENSION_KEY = "slipway_maintenance_tasks"
+# Whom the audit log names for what the loop changes (a workspace's activity, pruned entries).
+MAINTENANCE = Actor("system", None, "maintenance")
 
 MaintenanceTask = Callable[[Settings], object]
 
@@ -134,11 +137,12 @@ def forget_daemons() -> int:
 def run_maintenance(settings: Settings) -> None:
     tasks: list[MaintenanceTask] = current_app.extensions.get(EXTENSION_KEY, [])
     try:
-        reap_jobs(settings)
-        reconcile_queues()
-        forget_daemons()
-        trim_old_logs(settings)
-        for task in tasks:
-            task(settings)
+        with acting_as(MAINTENANCE):
+            reap_jobs(settings)
+            reconcile_queues()
+            forget_daemons()
+            trim_old_logs(settings)
+            for task in tasks:
+                task(settings)
     finally:
         db.session.remove()

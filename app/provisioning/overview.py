@@ -259,6 +259,8 @@ def admin_jobs(pending_shown: int = 25, recent: int = 20) -> AdminJobs:
 def get_job_for(user: User, job_id: str) -> ProvisionerJob:
     """Admins see (and may cancel) every job; members only their own workspaces' builds. Others get 404."""
     job = db.session.get(ProvisionerJob, job_id)
-    if job is None or not (user.is_template_admin or describe_job(job).workspace_owner_id == user.id):
+    if job is None or not (
+        user.is_template_admin or user.is_auditor or describe_job(job).workspace_owner_id == user.id
+    ):
         raise NotFound("No such provisioner job.")
     return job

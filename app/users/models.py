@@ -90,6 +90,21 @@ class User(Model):
     def is_user_admin(self) -> bool:
         return self.has_role(ROLE_OWNER, ROLE_USER_ADMIN)
 
+    @property
+    def is_auditor(self) -> bool:
+        return ROLE_AUDITOR in self.roles
+
+    @property
+    def reads_everything(self) -> bool:
+        """Owners and auditors: every page and API an owner reads (the audit log among them)."""
+        return self.has_role(ROLE_OWNER, ROLE_AUDITOR)
+
+    @property
+    def is_read_only(self) -> bool:
+        """An auditor with no role that changes things: every write is refused them (app/auth/blueprints.py).
+        Another role on top wins, so that an owner given the auditor role is not locked out of undoing it."""
+        return self.is_auditor and not self.has_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN)
+
     def to_json(self) -> JsonObject:
         return {
             "id": self.id,

@@ -76,7 +76,7 @@ WorkspaceNeed = Literal["read", "use", "act", "share", "build", "start_stop"]
 def can_read(user: User, workspace: Workspace) -> bool:
     """Its owner, owners and template admins, the admins of its template (who look after its workspaces), and
     whoever it is shared with."""
-    if workspace.owner_id == user.id or user.is_template_admin:
+    if workspace.owner_id == user.id or user.is_template_admin or user.is_auditor:
         return True
     return sharing.share_role(user, workspace) is not None or template_access.may(user, workspace.template, "admin")
 
@@ -172,7 +172,7 @@ def visible_workspaces_query(user: User, *, only_mine: bool = False, name: str |
     )
     if only_mine:
         query = query.where(Workspace.owner_id == user.id)
-    elif not user.is_template_admin:
+    elif not (user.is_template_admin or user.is_auditor):
         # Theirs, those shared with them (directly or through a group), and the workspaces of the templates they
         # administer: one statement whatever their groups. Arms of ids rather than an OR, which would read every
         # workspace in name order to test each: each arm reads its own index (empty for most people).

@@ -1,0 +1,228 @@
+"""The hash chain: appending entries under the chain head's row lock, verifying the chain, and pruning old ranges
+behind a checkpoint (``--audit-retention``).
+
+Entry n's hash is SHA-256 over its content and entry n-1's hash, so changing, inserting or deleting an entry by
+hand breaks the chain at that entry. Appending locks the single head row first (an UPDATE, held until the
+transaction ends), so two transactions can never chain onto the same predecessor; on SQLite the same UPDATE takes
+the database's write lock."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, delete, func, insert, select, update
+
+from app.audit.models import CHAIN_HEAD_ID, AuditChainHead, AuditLog
+from app.core.columns import utcnow
+from protocol.codec import JsonObject
+
+# One verification reads this many entries per query (a keyset walk: memory stays flat at any size).
+VERIFY_BATCH = 20_000
+# The retention entry's resource and action: what verification looks for to trust the head's checkpoint.
+PRUNE_RESOURCE = "audit_log"
+PRUNE_ACTION = "prune"
+_SEPARATOR = "\x1e"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+# {field: {"old": …, "new": …, "secret": bool}}
+Diff = dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class PendingEntry:
+    """An entry before the chain gives it its id, time and hashes."""
+
+    actor_kind: str
+    user_id: str | None
+    username: str
+    ip: str
+    user_agent: str
+    resource_type: str
+    resource_id: str
+    resource_name: str
+    action: str
+    diff: Diff = field(default_factory=dict)
+    build_reason: str | None = None
+    status_code: int = 200
+
+
+def canonical_diff(diff: Diff) -> str:
+    return json.dumps(diff, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def entry_hash(
+    id_: int, time: datetime, actor_kind: str, user_id: str | None, username: str, ip: str, user_agent: str,
+    resource_type: str, resource_id: str, resource_name: str, action: str, build_reason: str | None,
+    status_code: int, diff: str, prev_hash: str,
+) -> str:  # fmt: skip
+    """The hash of an entry's stored content and its predecessor's hash (every column but ``hash`` itself)."""
+    return _digest(
+        id_, _micros(time), actor_kind, user_id, username, ip, user_agent, resource_type, resource_id,
+        resource_name, action, build_reason, status_code, diff, prev_hash,
+    )  # fmt: skip
+
+
+def _digest(
+    id_: int, micros: int, actor_kind: str, user_id: str | None, username: str, ip: str, user_agent: str,
+    resource_type: str, resource_id: str, resource_name: str, action: str, build_reason: str | None,
+    status_code: int, diff: str, prev_hash: str,
+) -> str:  # fmt: skip
+    content = _SEPARATOR.join(
+        (
+            str(id_), str(micros), actor_kind, user_id or "", username, ip, user_agent, resource_type, resource_id,
+            resource_name, action, build_reason or "", str(status_code), diff, prev_hash,
+        )
+    )  # fmt: skip
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+def _micros(time: datetime | str) -> int:
+    """A time as whole microseconds since 1970 (exact): from a datetime, or from SQLite's stored text (UTC, with no
+    zone), which verification reads as it is rather than through the column type (a third of its time)."""
+    if isinstance(time, str):
+        time = datetime.fromisoformat(time)
+    if time.tzinfo is None:
+        time = time.replace(tzinfo=UTC)
+    return (time - EPOCH) // MICROSECOND
+
+
+def _bounded(value: str, size: int) -> str:
+    return value[:size]
+
+
+def append(connection: Connection, entries: Sequence[PendingEntry]) -> None:
+    """Chain ``entries`` after the head, in the caller's transaction (the change and its entries commit together
+    or not at all). The head's UPDATE comes first: it is the lock, and what it returns is read under it."""
+    if not entries:
+        return
+    head = connection.execute(
+        update(AuditChainHead)
+        .where(AuditChainHead.id == CHAIN_HEAD_ID)
+        .values(last_seq=AuditChainHead.last_seq + len(entries))
+        .returning(AuditChainHead.last_seq, AuditChainHead.last_hash)
+    ).one()
+    # Taken under the lock, so that ids and times rise together (a date filter becomes an id range).
+    now = utcnow()
+    prev_hash, first_id = head.last_hash, head.last_seq - len(entries) + 1
+    rows = []
+    for offset, entry in enumerate(entries):
+        row = {
+            "id": first_id + offset, "time": now, "actor_kind": entry.actor_kind, "user_id": entry.user_id,
+            "username": _bounded(entry.username, 64), "ip": _bounded(entry.ip, 64),
+            "user_agent": _bounded(entry.user_agent, 256), "resource_type": _bounded(entry.resource_type, 32),
+            "resource_id": _bounded(entry.resource_id, 64), "resource_name": _bounded(entry.resource_name, 256),
+            "action": entry.action, "build_reason": entry.build_reason, "status_code": entry.status_code,
+            "diff": canonical_diff(entry.diff), "prev_hash": prev_hash,
+        }  # fmt: skip
+        row["hash"] = prev_hash = entry_hash(**{("id_" if key == "id" else key): value for key, value in row.items()})
+        rows.append(row)
+    connection.execute(insert(AuditLog), rows)
+    connection.execute(update(AuditChainHead).where(AuditChainHead.id == CHAIN_HEAD_ID).values(last_hash=prev_hash))
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What ``slipway audit verify`` and the Health page report: the first entry where the chain breaks."""
+
+    ok: bool
+    checked: int
+    first_entry: int | None = None
+    last_entry: int | None = None
+    broken_at: int | None = None
+    reason: str = ""
+
+    def to_json(self) -> JsonObject:
+        return {
+            "ok": self.ok, "checked": self.checked, "first_entry": self.first_entry, "last_entry": self.last_entry,
+            "broken_at": self.broken_at, "reason": self.reason,
+        }  # fmt: skip
+
+
+def _rows(connection: Connection) -> Iterator[Any]:
+    """Every entry in chain order, a batch per query, as the driver's plain tuples (no result processing: most of
+    a verification's time otherwise); ``time`` as the driver gives it (see :func:`_micros`)."""
+    names = ", ".join(column.name for column in AuditLog.__table__.columns)
+    marker = "?" if connection.dialect.paramstyle == "qmark" else "%s"
+    statement = f"SELECT {names} FROM audit_logs WHERE id > {marker} ORDER BY id LIMIT {VERIFY_BATCH}"  # noqa: S608 - our own column names
+    cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        after = -1
+        while True:
+            cursor.execute(statement, (after,))
+            batch = cursor.fetchall()
+            if not batch:
+                return
+            yield from batch
+            after = batch[-1][0]
+    finally:
+        cursor.close()
+
+
+def verify(connection: Connection) -> Verification:
+    """Walk the chain from the retention checkpoint to the head; stop at the first entry that was changed, is
+    missing, or does not follow its predecessor."""
+    head = connection.execute(select(AuditChainHead).where(AuditChainHead.id == CHAIN_HEAD_ID)).one()
+    expected_id, prev_hash, checked, first = head.base_seq + 1, head.base_hash, 0, None
+    prune_seen = head.base_seq == 0
+    for row in _rows(connection):
+        (id_, time, actor_kind, user_id, username, ip, user_agent, resource_type, resource_id, resource_name,
+         action, build_reason, status_code, diff, stored_prev, stored_hash) = row  # fmt: skip
+        first = id_ if first is None else first
+        if id_ != expected_id:
+            missing = expected_id if id_ > expected_id else id_
+            return Verification(False, checked, first, id_, missing, f"entry {missing} is missing")
+        if stored_prev != prev_hash:
+            return Verification(False, checked, first, id_, id_, f"entry {id_} does not follow entry {id_ - 1}")
+        computed = _digest(
+            id_, _micros(time), actor_kind, user_id, username, ip, user_agent, resource_type, resource_id,
+            resource_name, action, build_reason, status_code, diff, stored_prev,
+        )  # fmt: skip
+        if computed != stored_hash:
+            return Verification(False, checked, first, id_, id_, f"entry {id_} was changed")
+        if resource_type == PRUNE_RESOURCE and action == PRUNE_ACTION:
+            prune_seen = prune_seen or _names_checkpoint(diff, head.base_seq, head.base_hash)
+        checked, expected_id, prev_hash = checked + 1, id_ + 1, stored_hash
+    if expected_id - 1 != head.last_seq or prev_hash != head.last_hash:
+        missing = expected_id if expected_id <= head.last_seq else head.last_seq
+        return Verification(False, checked, first, expected_id - 1, missing, f"entry {missing} is missing")
+    if not prune_seen:
+        return Verification(
+            False, checked, first, expected_id - 1, head.base_seq + 1,
+            "the retention checkpoint was not recorded in the chain (entries removed by hand?)",
+        )  # fmt: skip
+    return Verification(True, checked, first, expected_id - 1 if checked else None)
+
+
+def _names_checkpoint(diff: str, base_seq: int, base_hash: str) -> bool:
+    fields = json.loads(diff)
+    return bool(
+        fields.get("pruned_through", {}).get("new") == base_seq
+        and fields.get("checkpoint_hash", {}).get("new") == base_hash
+    )
+
+
+def prune_before(connection: Connection, cutoff: datetime) -> tuple[int, str] | None:
+    """Remove every entry older than ``cutoff`` (a whole range from the start) and move the checkpoint to the last
+    one removed. Returns (last removed id, its hash), or None when nothing is old enough. The caller records the
+    prune as an entry in the same transaction, which is how verification knows the checkpoint is genuine."""
+    # Lock the head first, as an append does: no entry is chained while its predecessors are being removed.
+    head = connection.execute(
+        update(AuditChainHead)
+        .where(AuditChainHead.id == CHAIN_HEAD_ID)
+        .values(last_seq=AuditChainHead.last_seq)
+        .returning(AuditChainHead.base_seq)
+    ).one()
+    through = connection.execute(select(func.max(AuditLog.id)).where(AuditLog.time < cutoff)).scalar()
+    if through is None or through <= head.base_seq:
+        return None
+    checkpoint = connection.execute(select(AuditLog.hash).where(AuditLog.id == through)).scalar_one()
+    connection.execute(delete(AuditLog).where(AuditLog.id <= through))
+    connection.execute(
+        update(AuditChainHead).where(AuditChainHead.id == CHAIN_HEAD_ID).values(base_seq=through, base_hash=checkpoint)
+    )
+    return int(through), str(checkpoint)
