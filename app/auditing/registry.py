@@ -10,6 +10,7 @@ from app.agents.models import AgentConnectionEvent, AgentLog, AgentScriptTiming,
 from app.audit.models import AuditChainHead, AuditLog
 from app.audit.recorder import AuditSpec, exempt, register
 from app.catalog.models import Template, TemplateAcl, TemplateVersion
+from app.connectionlog.models import ConnectionLog
 from app.core.encryption_keys import EncryptionKeyRecord
 from app.externalauth.models import ExternalAuthLink, GitSSHKey
 from app.files.models import File, FileUpload
@@ -89,3 +90,4 @@ def register_models() -> None:
     exempt(LifecycleTick, "the lifecycle executor's own bookkeeping")
     exempt(AuditLog, "the audit log itself")
     exempt(AuditChainHead, "the audit chain's head")
+    exempt(ConnectionLog, "the connection log, a record of its own kept as long as the audit log")

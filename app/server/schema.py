@@ -17,8 +17,9 @@ from pathlib import Path
 
 from flask import Flask
 from flask_migrate import stamp, upgrade
-from sqlalchemy import func, inspect, select, table
+from sqlalchemy import func, insert, inspect, select, table
 
+from app.audit.models import CHAIN_HEAD_ID, GENESIS_HASH, AuditChainHead
 from app.core import encryption_keys
 from app.core.columns import utcnow
 from app.core.config import Settings
@@ -70,10 +71,13 @@ def create_schema_from_models() -> None:
 
 
 def seed_rows() -> None:
-    """The rows migrations insert into an empty database (0038): the default organisation and its Everyone group."""
+    """The rows migrations insert into an empty database: the default organisation and its Everyone group (0038) and
+    the audit chain's head (0042). Written as the migrations write them, below the session, so that they are not
+    audited changes: a database made from the models starts with the same rows and the same empty audit log."""
     now = utcnow()
-    db.session.add(
-        Organization(
+    connection = db.session.connection()
+    connection.execute(
+        insert(Organization).values(
             id=DEFAULT_ORGANIZATION_ID,
             name=DEFAULT_ORGANIZATION_NAME,
             display_name="Default",
@@ -82,13 +86,17 @@ def seed_rows() -> None:
             updated_at=now,
         )
     )
-    db.session.flush()  # the group refers to it, and the unit of work does not order rows by foreign keys alone
-    db.session.add(
-        Group(
+    connection.execute(
+        insert(Group).values(
             id=DEFAULT_ORGANIZATION_ID,
             organization_id=DEFAULT_ORGANIZATION_ID,
             name=EVERYONE,
             created_at=now,
             updated_at=now,
+        )
+    )
+    connection.execute(
+        insert(AuditChainHead).values(
+            id=CHAIN_HEAD_ID, last_seq=0, last_hash=GENESIS_HASH, base_seq=0, base_hash=GENESIS_HASH
         )
     )
