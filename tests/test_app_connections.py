@@ -9,6 +9,7 @@ port its connection comes from, so that each answer names the connection that ca
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import uuid
@@ -262,6 +263,12 @@ def test_an_idle_connection_the_app_closed_is_let_go_and_the_request_succeeds(
     setting.app.close_idle_connections()  # as an app's keep-alive timeout does
     # Whether its end of file has come through the tunnel yet or not, the request gets an answer.
     assert port_of(setting.request(pool, key, "/again")) != port_of(first)
+    # Once it has come, the connection is not even tried.
+    [kept] = pool._idle[key]
+    setting.app.close_idle_connections()
+    assert kept.http.sock is not None and select.select([kept.http.sock], [], [], WAIT)[0]
+    assert pool.take(key) is None
+    assert kept.tunnel.ended.wait(WAIT)  # let go of, tunnel and all
 
 
 @pytest.mark.parametrize("body", [b"", b"x" * 100], ids=["get", "small-post"])
