@@ -1,8 +1,9 @@
 """App health checks (README "App health", reference §1.7).
 
 Every ``interval`` seconds the app's healthcheck URL is fetched (5 s timeout); a status below 500 is a success,
-as in Coder. A ``ws://`` or ``wss://`` URL asks for more: a WebSocket upgrade there must be accepted (101), so an
-app whose pages load while its WebSockets are refused counts as unhealthy.
+as in Coder, unless the URL's fragment asks for more (``#expect=2xx``: a refused request counts as a failure,
+protocol/healthchecks.py). A ``ws://`` or ``wss://`` URL asks for a WebSocket upgrade there, which must be accepted
+(101), so an app whose pages load while its WebSockets are refused counts as unhealthy.
 ``threshold`` consecutive failures make the app ``unhealthy``, one success makes it ``healthy``, and it stays
 ``initializing`` until one of those happens. The states of all apps go to ``POST /app-health`` when one changes.
 """
@@ -20,12 +21,12 @@ from websockets.exceptions import InvalidHandshake
 
 from agent.api import AgentAPIError, Backoff, ServerUnavailable
 from protocol.agentapi import AppHealth
+from protocol.healthchecks import WEBSOCKET_SCHEMES, BadExpectation, status_rule
 from protocol.resources import App, Healthcheck
 
 log = logging.getLogger(__name__)
 
 CHECK_TIMEOUT = 5.0
-WEBSOCKET_SCHEMES = ("ws", "wss")
 INITIALIZING: AppHealth = "initializing"
 HEALTHY: AppHealth = "healthy"
 UNHEALTHY: AppHealth = "unhealthy"
@@ -37,11 +38,19 @@ async def probe(client: httpx.AsyncClient, url: str) -> bool:
     if urlsplit(url).scheme in WEBSOCKET_SCHEMES:
         return await probe_websocket(url, client.timeout.connect or CHECK_TIMEOUT)
     try:
-        response = await client.get(url)
+        rule = status_rule(url)
+    except BadExpectation as exc:  # the server refuses such templates; an older one's check fails rather than pass
+        log.warning("health check of %s cannot pass: %s", url, exc)
+        return False
+    try:
+        response = await client.get(url)  # the fragment stays here: HTTP clients never send it
     except httpx.HTTPError as exc:
         log.debug("health check of %s failed: %s", url, exc)
         return False
-    return response.status_code < 500
+    if not rule.passes(response.status_code):
+        log.debug("health check of %s failed: status %d", url, response.status_code)
+        return False
+    return True
 
 
 async def probe_websocket(url: str, timeout: float) -> bool:

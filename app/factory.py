@@ -11,7 +11,7 @@ from app import events, health, metrics
 from app.accounts import api as accounts_api
 from app.accounts import groups_api, groups_views, idpsync_api, idpsync_views, permissions_api
 from app.accounts import views as accounts_views
-from app.agents import agent_api, app_views, bootstrap, connections, subdomain
+from app.agents import agent_api, app_connections, app_views, bootstrap, connections, subdomain
 from app.agents import api as agents_api
 from app.agents import views as agent_views
 from app.audit import recorder as audit_recorder
@@ -82,6 +82,8 @@ def create_app(settings: Settings | None = None) -> Flask:
     access.init_app(app)
     # Requests for an app's host (subdomain apps) go to the app before any of the dashboard's hooks.
     subdomain.init_app(app)
+    # Idle keep-alive connections to apps, reused by the next request of the same person (per process).
+    app_connections.init_app(app)
     errors.init_app(app)
     security_headers.init_app(app, settings)
     templating.init_app(app)

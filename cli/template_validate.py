@@ -19,6 +19,7 @@ import click
 
 from cli.client import key_value_pairs
 from protocol.codec import JSON
+from protocol.healthchecks import BadExpectation, status_rule
 from protocol.logs import LogLine
 from protocol.parameters import ParameterError, RichParameter, check_declaration
 from protocol.provisionerd import AcquiredJob, ImportJob, ImportResult, JobFailure, NameValue, Preset
@@ -99,6 +100,11 @@ def validate_template(
             check_declaration(parameter)
         except ParameterError as exc:
             problems.append(f"parameter {parameter.name!r}: {exc}")
+    for app in (app for resource in result.resources.start for agent in resource.agents for app in agent.apps):
+        try:
+            status_rule(app.healthcheck.url if app.healthcheck is not None else "")
+        except BadExpectation as exc:
+            problems.append(f"app {app.slug!r}: {exc}")
     warnings = [
         f"app {app.slug!r} has subdomain = true: it opens only on a server with a wildcard access URL "
         "(--wildcard-access-url); elsewhere it shows as unavailable"

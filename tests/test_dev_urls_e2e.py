@@ -1,21 +1,25 @@
 """Dev URLs end to end: one real server with `--wildcard-access-url '*.localhost:PORT'` (the dashboard itself on
-http://localhost:PORT, so every app host is a subdomain of it), the `local` example plus a subdomain app, a plain
-site with absolute links served by Python's http.server inside the workspace, and real Chromium (which resolves
-*.localhost to loopback). Screenshots go to test-artifacts/."""
+http://localhost:PORT, so every app host is a subdomain of it), the `local` example plus two subdomain apps: a
+plain site with absolute links served by Python's http.server inside the workspace, and JupyterLab (PyPI) as
+Coder's jupyterlab module runs it for a subdomain app; and real Chromium (which resolves *.localhost to
+loopback). Screenshots go to test-artifacts/."""
 
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page
+from playwright.sync_api import Page, expect
 
-from tests.support.browser import ARTIFACTS, browser_page, sign_in_page
+from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
 from tests.support.daemon_user import daemon_writable_dir
 from tests.support.deployment import Deployment, stop_workspaces
+from tests.support.jupyter import new_notebook_answers_and_reconnects
 from tests.support.net import free_port
 from tests.support.server import ServerProcess
 from tests.support.site_template import local_with_site_app
@@ -30,6 +34,39 @@ SITE_SERVER = """
 import functools, http.server, sys
 handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory="site")
 http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handler).serve_forever()
+"""
+
+
+def jupyter_app(port: int) -> str:
+    """JupyterLab as Coder's module starts it for a subdomain app: no base URL, no token, no password. Coder's
+    module listens on ``ip='*'``, which turns on Jupyter's ``allow_remote_access`` (it refuses a Host that is not
+    local otherwise, such as the app host); here it listens on loopback, the test machine being shared, and turns
+    that on by name. Its healthcheck asks for a 2xx from the API (README "App health")."""
+    flags = (
+        f"--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={port} --ServerApp.allow_remote_access=True "
+        "--ServerApp.token='' --ServerApp.password=''"
+    )
+    return f"""
+resource "coder_script" "jupyterlab" {{
+  agent_id     = coder_agent.main.id
+  display_name = "jupyterlab"
+  run_on_start = true
+  script       = "{sys.executable} -m jupyterlab {flags} > jupyterlab.log 2>&1 &"
+}}
+
+resource "coder_app" "jupyter" {{
+  agent_id     = coder_agent.main.id
+  slug         = "jupyter"
+  display_name = "JupyterLab"
+  url          = "http://localhost:{port}"
+  subdomain    = true
+  share        = "owner"
+  healthcheck {{
+    url       = "http://localhost:{port}/api/status#expect=2xx"
+    interval  = 2
+    threshold = 10
+  }}
+}}
 """
 
 
@@ -76,6 +113,7 @@ def dev_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevUrls]:
         assert server.env["SLIPWAY_ACCESS_URL"].endswith(f":{server.port}"), "the server moved to another port"
         deployment = Deployment(server, tmp, workspaces_root).sign_up()
         template = local_with_site_app(tmp / "template")
+        (template / "jupyter_app.tf").write_text(jupyter_app(free_port()))
         pushed = deployment.cli(
             "alice",
             "templates",
@@ -191,3 +229,21 @@ def test_an_unknown_app_host_gets_an_error_page_not_the_dashboard(dev_urls: DevU
             assert "no app" in reply.text.lower() and "password" not in reply.text.lower()
         else:  # an app host that may exist: signing in comes first (whoever may not see it learns nothing)
             assert reply.headers["Location"].startswith(f"{dev_urls.dashboard}/api/v2/applications/auth-redirect")
+
+
+def jupyter_healthy(agent: dict[str, Any]) -> bool:
+    return any(app["slug"] == "jupyter" and app["health"] == "healthy" for app in agent["apps"])
+
+
+@pytest.mark.browser
+def test_jupyterlab_runs_a_notebook_as_a_subdomain_app_and_reconnects_after_a_reload(dev_urls: DevUrls) -> None:
+    """Last in the module: JupyterLab starts with the workspace, and the other tests run while it does."""
+    dev_urls.deployment.wait_agent("alice", "site", jupyter_healthy, 180, "serving JupyterLab")
+    with browser_page() as page:
+        problems = watch_for_problems(page.context, dev_urls.app_url("jupyter").rstrip("/"))
+        sign_in_page(page, dev_urls.dashboard)
+        page.wait_for_url(f"{dev_urls.dashboard}/**")
+        page.goto(dev_urls.app_url("jupyter"))  # signed in on the app host through the code exchange
+        expect(page).to_have_url(f"{dev_urls.app_url('jupyter')}lab", timeout=60_000)
+        new_notebook_answers_and_reconnects(page, "jupyterlab-subdomain-app", str(ARTIFACTS))
+        assert not [problem for problem in problems if "Failed to load resource" in problem or "403" in problem]

@@ -3,6 +3,7 @@ connections push a running workspace's autostop out (never past max_deadline), a
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,7 +12,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.core.extensions import db
-from app.lifecycle.activity import flush_activity, mark_used
+from app.core.redis_client import get_redis
+from app.lifecycle.activity import USED_KEY, flush_activity, mark_requested, mark_used
 from app.workspaces.models import WorkspaceBuild
 from tests.conftest import Persona
 from tests.support.queries import counted
@@ -82,3 +84,17 @@ def test_a_bump_never_passes_max_deadline_nor_shortens_a_later_deadline(world: W
     flush(world.app)
     assert deadline_of(world, capped) == limit
     assert deadline_of(world, far) == later
+
+
+def test_an_app_s_requests_mark_their_workspace_once_per_interval(app: Flask) -> None:
+    """A busy app costs one Redis write per workspace every few seconds, not one per request."""
+    workspace_id = str(uuid.uuid4())
+    with app.app_context():
+        client = get_redis()
+        mark_requested(workspace_id)
+        assert client.hexists(USED_KEY, workspace_id)
+        client.hdel(USED_KEY, workspace_id)
+        mark_requested(workspace_id)  # within the interval: not written again
+        assert not client.hexists(USED_KEY, workspace_id)
+        mark_requested(other := str(uuid.uuid4()))  # each workspace has its own interval
+        assert client.hexists(USED_KEY, other)

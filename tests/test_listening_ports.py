@@ -114,6 +114,14 @@ def test_the_page_lists_ports_with_a_link_to_open_each(
     app.config["SLIPWAY_SETTINGS"] = replace(app.config["SLIPWAY_SETTINGS"], wildcard_access_url="*.apps.test")
     page = browser.get(f"/workspaces/{workspace['id']}").get_data(as_text=True)
     assert 'href="http://8000--main--w1--carol.apps.test/"' in page
+    # A port shared as https opens on its HTTPS port URL (Coder's {port}s--…), where the proxy speaks TLS to it.
+    https = {"agent_name": "main", "port": 8000, "share_level": "owner", "protocol": "https"}
+    shared = browser.post(
+        f"/api/v2/workspaces/{workspace['id']}/port-share", json=https, headers=personas["carol"].auth
+    )
+    assert shared.status_code == 200, shared.get_data(as_text=True)
+    page = browser.get(f"/workspaces/{workspace['id']}").get_data(as_text=True)
+    assert 'href="http://8000s--main--w1--carol.apps.test/"' in page
     app.config["SLIPWAY_SETTINGS"] = replace(
         app.config["SLIPWAY_SETTINGS"], wildcard_access_url="", disable_path_apps=True
     )

@@ -22,11 +22,11 @@ from playwright.sync_api import Page, expect
 
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
 from tests.support.deployment import EXAMPLE, Deployment, running_deployment
+from tests.support.jupyter import WAIT, new_notebook_answers_and_reconnects
 from tests.support.net import free_port
 from tests.support.server import SLIPWAY
 from tests.support.waiting import wait_until
 
-WAIT = 90_000  # ms: a kernel starting on a busy machine
 JUPYTER = "/@alice/jws.main/apps/jupyterlab/"
 
 
@@ -106,33 +106,8 @@ def test_jupyterlab_runs_a_notebook_as_a_path_app_and_reconnects_after_a_reload(
     sign_in_page(page, deployment.url)
     expect(page).to_have_url(f"{deployment.url}/workspaces")
     page.goto(f"{deployment.url}{JUPYTER}")
-    page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click(timeout=WAIT)
-    run_cell(page, "answer = 6*7\nprint(answer)")
-    answers = page.locator(".jp-OutputArea-output", has_text="42")
-    expect(answers).to_have_count(1, timeout=WAIT)
-    page.get_by_role("button", name="Save and create checkpoint (Ctrl+S)").click()
-    page.get_by_role("button", name="Rename and Save").click(timeout=WAIT)  # JupyterLab asks on a first save
-    expect(page.locator(".lm-TabBar-tab.jp-mod-dirty")).to_have_count(0, timeout=WAIT)
-    page.screenshot(path=str(ARTIFACTS / "jupyterlab-path-app.png"))
-
-    # A reload opens the notebook again and reconnects to the same kernel (its WebSocket through the proxy again):
-    # the variable is still there.
-    page.reload()
-    expect(answers).to_have_count(1, timeout=WAIT)  # the saved output
-    run_cell(page, "print(answer)")
-    expect(answers).to_have_count(2, timeout=WAIT)
-    page.screenshot(path=str(ARTIFACTS / "jupyterlab-path-app-reconnected.png"))
+    new_notebook_answers_and_reconnects(page, "jupyterlab-path-app", str(ARTIFACTS))
     assert not [problem for problem in problems if "Failed to load resource" in problem or "403" in problem], problems
-
-
-def run_cell(page: Page, code: str) -> None:
-    """Type ``code`` into the notebook's last cell and run it (Shift+Enter), as a person would, once the notebook's
-    kernel is connected and idle (the status bar says so)."""
-    expect(page.get_by_text("Python 3 (ipykernel) | Idle")).to_be_visible(timeout=WAIT)
-    cell = page.locator(".jp-Notebook .jp-Cell .cm-content").last
-    cell.click(timeout=WAIT)
-    cell.type(code)
-    page.keyboard.press("Shift+Enter")
 
 
 def test_a_workspace_updated_while_running_restarts_with_its_new_agent(deployment: Deployment) -> None:

@@ -223,3 +223,18 @@ def test_a_preset_value_must_pass_its_parameters_rules(client: FlaskClient, pers
     assert job["status"] == "failed"
     assert "Preset 'Mars' sets parameter 'region' to 'mars': " in job["error"]
     assert "must be defined as one of options" in job["error"]
+
+
+def test_an_import_whose_healthcheck_expects_no_readable_status_fails(
+    client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    """Not a preset, but checked at the same step: a healthcheck the agent could never pass is refused with why."""
+    daemon, job_id, version_id = running_import(client, personas)
+    app = {"slug": "web", "url": "http://localhost:8080", "healthcheck": {"url": "http://localhost:8080/#expect=2x"}}
+    agent = {"name": "main", "os": "linux", "arch": "amd64", "token": "t0k", "apps": [app]}
+    resources = {"start": [{"name": "dev", "type": "terraform_data", "agents": [agent]}], "stop": []}
+    result = {"parameters": PARAMETERS, "resources": resources}
+    assert daemon.call(f"/jobs/{job_id}/complete", {"template_import": result}).status_code == 204
+    job = client.get(f"/api/v2/templateversions/{version_id}", headers=personas["bob"].auth).json["job"]
+    assert job["status"] == "failed"
+    assert "App 'web': the healthcheck URL's #expect= has '2x'" in job["error"]

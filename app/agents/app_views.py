@@ -8,6 +8,7 @@ from werkzeug.wrappers import Response
 
 from app.agents import connections, proxy
 from app.agents.access import AgentContext, ensure_reachable
+from app.agents.app_connections import AppUnavailable, PoolKey, connection_pool
 from app.agents.apps import AppTarget, app_for, sandboxed_for
 from app.agents.tunnels import Holder
 from app.auth.access import api_user, bearer_token, page_user
@@ -67,7 +68,7 @@ def proxy_to_app(
     except Conflict as exc:
         raise BadGateway(f"App {target.name} is not reachable.", detail=exc.message) from exc
     # App traffic counts as use (dormancy) but does not move the autostop (reference §2.4).
-    activity.mark_used(target.workspace.id, connection=False)
+    activity.mark_requested(target.workspace.id)
     settings = current_app.config["SLIPWAY_SETTINGS"]
     # An app on a host of its own needs no sandbox; a path app shares the dashboard's origin and gets one.
     sandbox = not own_origin and sandboxed_for(
@@ -84,9 +85,14 @@ def proxy_to_app(
         try:
             if is_websocket_request(request.environ):
                 return proxy.proxy_websocket(client, signing, target, request, requested, holder)
-            response = proxy.proxy_http(client, signing, target, request, requested, holder, sandbox=sandbox)
+            # Connections are kept per person (and holder): never one person's request on another's connection.
+            key = PoolKey.of(target, person.id if person is not None else "", holder)
+            pool = connection_pool()
+            response = proxy.proxy_http(
+                client, signing, target, request, requested, pool=pool, key=key, sandbox=sandbox
+            )
             return until_closed(response)
-        except proxy.AppUnavailable as exc:
+        except AppUnavailable as exc:
             raise BadGateway(f"App {target.name} is not reachable.", detail=str(exc).capitalize() + ".") from exc
 
 

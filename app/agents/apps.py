@@ -62,13 +62,14 @@ def wildcard() -> Wildcard | None:
 NO_WILDCARD = "it is a subdomain app and this server has no wildcard access URL (--wildcard-access-url)"
 
 
-def subdomain_url(owner: str, workspace: str, agent: str, slug: str) -> str | None:
-    """Where a subdomain app (or a port) opens; None without a wildcard access URL."""
+def subdomain_url(owner: str, workspace: str, agent: str, slug: str, *, tls: bool = False) -> str | None:
+    """Where a subdomain app (or a port: ``tls`` for one that speaks HTTPS, Coder's ``{port}s--…``) opens; None
+    without a wildcard access URL."""
     pattern = wildcard()
     host = (
         AppHost(owner, workspace, agent, slug=slug)
         if not slug.isdecimal()
-        else AppHost(owner, workspace, agent, port=int(slug))
+        else AppHost(owner, workspace, agent, port=int(slug), tls=tls)
     )
     return app_url(pattern, host) if pattern is not None else None
 

@@ -60,12 +60,19 @@ class PortLink:
 
 
 def port_links(
-    ports: list[ListeningPort], owner: str, workspace: str, agent: str, *, path_apps: bool
+    ports: list[ListeningPort],
+    owner: str,
+    workspace: str,
+    agent: str,
+    *,
+    path_apps: bool,
+    https_ports: frozenset[int] = frozenset(),
 ) -> list[PortLink]:
-    """Each port with where it opens: its port URL on the wildcard, else its path, if path apps are on."""
+    """Each port with where it opens: its port URL on the wildcard (the HTTPS one for ``https_ports``, those shared
+    with the https protocol), else its path, if path apps are on."""
     links = []
     for port in ports:
-        url = subdomain_url(owner, workspace, agent, str(port.port))
+        url = subdomain_url(owner, workspace, agent, str(port.port), tls=port.port in https_ports)
         if url is None and path_apps:
             url = app_path(owner, workspace, agent, str(port.port))
         links.append(PortLink(port.port, port.process_name, url or ""))

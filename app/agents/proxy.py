@@ -1,8 +1,9 @@
-"""The reverse proxy behind path-based apps: HTTP and WebSocket requests carried through a tunnel to the agent.
+"""The reverse proxy behind apps: HTTP and WebSocket requests carried through a tunnel to the agent.
 
 The tunnel ends in one side of a socket pair (a :class:`SocketEndpoint` relayed in the background), so the
-request is spoken over the other side by ``http.client`` as if the app were local. WebSocket upgrades are
-spliced byte for byte between the browser's socket and the tunnel once the app agrees to switch protocols.
+request is spoken over the other side by ``http.client`` as if the app were local; the connection is kept for the
+next request (app/agents/app_connections.py). WebSocket upgrades are spliced byte for byte between the browser's
+socket and the tunnel once the app agrees to switch protocols.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import http.client
 import re
 import socket
-import ssl
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -20,9 +20,9 @@ from urllib.parse import quote, unquote_to_bytes
 import redis
 from flask import Request, Response, stream_with_context
 
-from app.agents import tunnels
+from app.agents.app_connections import AppConnection, AppUnavailable, ConnectionPool, PoolKey, TunnelConnection
 from app.agents.apps import AppTarget
-from app.agents.tunnels import DialRequest
+from app.agents.tunnels import Holder
 from app.core.security_headers import ForeignResponse
 from app.core.signing import Signer
 from app.core.websocket import TakenOverResponse
@@ -59,6 +59,9 @@ ORIGIN_WIDE_HEADERS = frozenset(
     {"clear-site-data", "service-worker-allowed", "strict-transport-security", "set-cookie2"}
 )
 CHUNK = 64 * 1024
+# A request body up to this size is read before it is sent, so that it can be sent again (see _send); larger ones
+# stream to the app as they arrive.
+REPLAYABLE_BODY_BYTES = 64 * 1024
 # Every page an app serves runs in a sandbox, whoever opens it, the workspace's owner included: path apps share the
 # dashboard's origin, and without allow-same-origin the page gets an opaque origin of its own, so its scripts can
 # read neither the dashboard's cookies and CSRF tokens nor its API with the viewer's session (issue 34, H2). An
@@ -123,44 +126,6 @@ def _quoted(raw: str, safe: str = _REQUEST_LINE_SAFE) -> str:
     return quote(raw, safe=safe, encoding="latin-1", errors="replace")
 
 
-class AppUnavailable(Exception):
-    """The app could not be reached; the message says why, for the 502 page."""
-
-
-class TunnelConnection:
-    """A socket to the app: one end of a socket pair whose other end is relayed through a tunnel."""
-
-    def __init__(
-        self, client: redis.Redis, signer: Signer, agent_id: str, target: AppTarget, holder: tunnels.Holder | None
-    ) -> None:
-        wanted = DialRequest(service="tcp", host=target.host, port=target.port)
-        half = tunnels.dial(client, signer, agent_id, wanted, holder)
-        failure = tunnels.wait_open(half)
-        if failure is not None:
-            raise AppUnavailable(failure[1])
-        ours, theirs = socket.socketpair()
-        self.socket: socket.socket = ours
-        self._endpoint = tunnels.SocketEndpoint(theirs)
-        self._relay = threading.Thread(target=tunnels.relay, args=(self._endpoint, half), name="app-proxy", daemon=True)
-        self._relay.start()
-        if target.scheme == "https":
-            # The app is reached inside the workspace (often with a self-signed certificate): the tunnel, not
-            # TLS, is what authenticates it.
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-            self.socket = context.wrap_socket(ours, server_hostname=target.host)
-
-    def close(self) -> None:
-        try:
-            self.socket.close()
-        except OSError:
-            pass
-        # The relay's end is its socket: closed by the endpoint once its reader is not using it (a plain close here
-        # raced the reader's next select on fd -1).
-        self._endpoint.release()
-
-
 def upstream_headers(request: Request, target: AppTarget, *, websocket: bool) -> dict[str, str]:
     headers = {
         name: value
@@ -220,46 +185,93 @@ def proxy_http(
     target: AppTarget,
     request: Request,
     requested: AppRequestPath,
-    holder: tunnels.Holder | None = None,
     *,
+    pool: ConnectionPool,
+    key: PoolKey,
     sandbox: bool = True,
 ) -> Response:
-    connection = TunnelConnection(client, signer, target.agent.id, target, holder)
-    conn = http.client.HTTPConnection(target.host, target.port, timeout=300)
-    conn.sock = connection.socket
+    """Carry the request on one of ``key``'s idle connections, or a new one; the connection goes back to the pool
+    once the app's answer has been passed on whole."""
     headers = upstream_headers(request, target, websocket=False)
-    body: object = None
-    chunked = False
-    if request.content_length:  # streamed to the app as it arrives, never held whole in memory
-        body, headers["Content-Length"] = request.stream, str(request.content_length)
+    exchange = Exchange(request.method, upstream_path(target, requested), headers)
+    if request.content_length and request.content_length <= REPLAYABLE_BODY_BYTES:
+        exchange.body = request.get_data(cache=False)  # small: held, so that it can be sent again
+        headers["Content-Length"] = str(len(exchange.body))
+    elif request.content_length:  # streamed to the app as it arrives, never held whole in memory
+        exchange.body, headers["Content-Length"] = request.stream, str(request.content_length)
+        exchange.replayable = False
     elif request.headers.get("Transfer-Encoding", "").lower() == "chunked":
-        body, chunked = iter(lambda: request.stream.read(CHUNK), b""), True
-    try:
-        conn.request(
-            request.method,
-            upstream_path(target, requested),
-            body=body,  # type: ignore[arg-type]  # a stream or an iterable of bytes, both accepted
-            headers=headers,
-            encode_chunked=chunked,
-        )
-        upstream = conn.getresponse()
-    except (OSError, http.client.HTTPException) as exc:
-        connection.close()
-        raise AppUnavailable(f"the app did not answer ({exc or exc.__class__.__name__})") from exc
+        exchange.body, exchange.chunked = iter(lambda: request.stream.read(CHUNK), b""), True
+        exchange.replayable = False
+    connection, upstream = _send(client, signer, target, pool, key, exchange)
 
     def body_chunks() -> Iterator[bytes]:
+        whole = False
         try:
             while chunk := upstream.read1(CHUNK):
                 yield chunk
+            # read1 leaves a response whose length it has counted down to zero open, and http.client sends no
+            # further request on a connection whose last response is open.
+            upstream.close()
+            whole = True
         except (OSError, http.client.HTTPException):
             return  # the app or the tunnel went away mid-body: end the response where it broke
         finally:
-            conn.close()
-            connection.close()
+            # Only a connection whose answer was read to the end may carry another request.
+            if whole:
+                pool.give_back(connection)
+            else:
+                connection.close()
 
     answer = _response_headers(upstream.getheaders(), target, requested.prefix, sandbox=sandbox)
     # The app's own headers, not the dashboard's: its pages would break under the dashboard's policy.
     return ForeignResponse(stream_with_context(body_chunks()), status=upstream.status, headers=answer)
+
+
+@dataclass
+class Exchange:
+    """One request as it goes to the app. ``replayable``: its body (if any) is held in memory, so that it may be
+    sent again on a new connection when an idle one turns out to have been closed."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: object = None
+    chunked: bool = False
+    replayable: bool = True
+
+
+def _send(
+    client: redis.Redis, signer: Signer, target: AppTarget, pool: ConnectionPool, key: PoolKey, exchange: Exchange
+) -> tuple[AppConnection, http.client.HTTPResponse]:
+    if exchange.replayable:
+        idle = pool.take(key)
+        if idle is not None:
+            try:
+                return idle, _exchange(idle, exchange)
+            except (OSError, http.client.HTTPException):
+                # The app closed the idle connection as the request went out (its keep-alive timeout): sent once
+                # more on a new one, as browsers do with a request on a reused connection that gets no answer.
+                idle.close()
+    # A streamed body goes on a new connection: it cannot be sent twice, and a dial costs little next to it.
+    connection = pool.open(client, signer, target, key)
+    try:
+        return connection, _exchange(connection, exchange)
+    except (OSError, http.client.HTTPException) as exc:
+        connection.close()
+        raise AppUnavailable(f"the app did not answer ({exc or exc.__class__.__name__})") from exc
+
+
+def _exchange(connection: AppConnection, exchange: Exchange) -> http.client.HTTPResponse:
+    connection.uses += 1
+    connection.http.request(
+        exchange.method,
+        exchange.path,
+        body=exchange.body,  # type: ignore[arg-type]  # bytes, a stream or an iterable of bytes, all accepted
+        headers=exchange.headers,
+        encode_chunked=exchange.chunked,
+    )
+    return connection.http.getresponse()
 
 
 def _response_headers(
@@ -320,9 +332,10 @@ def proxy_websocket(
     target: AppTarget,
     request: Request,
     requested: AppRequestPath,
-    holder: tunnels.Holder | None = None,
+    holder: Holder | None = None,
 ) -> Response:
-    """Forward the upgrade; once the app answers 101, splice the browser's socket and the tunnel."""
+    """Forward the upgrade; once the app answers 101, splice the browser's socket and the tunnel (a tunnel of its
+    own: an upgraded connection never goes back to the pool)."""
     browser: socket.socket | None = request.environ.get("gunicorn.socket")
     if browser is None:
         raise AppUnavailable("WebSocket apps need the slipway server (gunicorn)")

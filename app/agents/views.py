@@ -148,9 +148,12 @@ def agent_panel(context: AgentContext, user: User, *, with_logs: bool = True) ->
     ]
     listening = ports.listening_ports(get_redis(), signer(), agent.id) if status == "connected" else []
     path_apps = not current_app.config["SLIPWAY_SETTINGS"].disable_path_apps
-    panel.ports = ports.port_links(listening, owner, workspace.name, agent.name, path_apps=path_apps)
-    shares = {share.port: share.share_level for share in port_sharing.port_shares(workspace)
-              if share.agent_name == agent.name}  # fmt: skip
+    agent_shares = [share for share in port_sharing.port_shares(workspace) if share.agent_name == agent.name]
+    https_ports = frozenset(share.port for share in agent_shares if share.protocol == "https")
+    panel.ports = ports.port_links(
+        listening, owner, workspace.name, agent.name, path_apps=path_apps, https_ports=https_ports
+    )
+    shares = {share.port: share.share_level for share in agent_shares}
     panel.port_shares = {port.port: shares.get(port.port, "owner") for port in panel.ports}
     panel.share_levels = port_sharing.levels_up_to(workspace)
     if with_logs:

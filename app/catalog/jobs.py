@@ -16,6 +16,7 @@ from app.files.services import archive_bytes
 from app.provisioning.jobs import JobHandlers, JobSubject
 from app.provisioning.models import ProvisionerJob, ProvisionerJobLog
 from app.resources.services import store_resources
+from protocol.healthchecks import BadExpectation, status_rule
 from protocol.logs import STAGE_CLEANUP
 from protocol.parameters import ParameterError, RichParameter, check_declaration, check_value
 from protocol.provisionerd import AcquiredJob, ImportJob, JobCompletion, Preset
@@ -52,6 +53,7 @@ def import_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
         except ParameterError as exc:  # the provider refused it already; a daemon of an older release may not have
             raise InvalidInput(f"Parameter {parameter.name!r}: {exc}") from None
     check_presets(result.presets, result.parameters)
+    check_healthchecks(result.resources.start)
     version = version_for_job(job)
     version.readme = result.readme[:MAX_README_CHARS]
     # A sensitive variable's default is a secret the server never needs (the daemon reads it from the template).
@@ -86,6 +88,16 @@ def warn_of_unavailable_apps(job: ProvisionerJob, resources: Sequence[Resource])
 
 def subdomain_apps(resources: Sequence[Resource]) -> list[App]:
     return [app for resource in resources for agent in resource.agents for app in agent.apps if app.subdomain]
+
+
+def check_healthchecks(resources: Sequence[Resource]) -> None:
+    """A healthcheck whose ``#expect=`` the agent cannot read would fail for ever: refused at import instead."""
+    for app in (app for resource in resources for agent in resource.agents for app in agent.apps):
+        if app.healthcheck is not None:
+            try:
+                status_rule(app.healthcheck.url)
+            except BadExpectation as exc:
+                raise InvalidInput(f"App {app.slug!r}: {exc}.") from None
 
 
 def check_presets(presets: Sequence[Preset], parameters: Sequence[RichParameter]) -> None:

@@ -10,6 +10,7 @@ hours keeps marking the workspace while it is open.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -30,6 +31,12 @@ CONNECTED_KEY = "slipway:activity:connected"
 FLUSH_GATE_KEY = "slipway:activity:flushed"
 # An open connection marks its workspace this often, so a session of hours keeps counting as use.
 CONNECTION_REFRESH_SECONDS = 30.0
+# An app's requests mark their workspace at most this often per process: the marks are flushed once a minute, and a
+# Redis round trip on every request was a measurable part of an app request's time (issue 35's benchmark).
+REQUEST_MARK_EVERY_SECONDS = 10.0
+_REQUEST_MARKS_KEPT = 10_000
+_request_marks: dict[str, float] = {}
+_request_marks_lock = threading.Lock()
 
 
 def mark_used(workspace_id: str, *, connection: bool, connection_to: Redis | None = None) -> None:
@@ -44,6 +51,19 @@ def mark_used(workspace_id: str, *, connection: bool, connection_to: Redis | Non
         pipe.execute()
     except Exception:
         return
+
+
+def mark_requested(workspace_id: str) -> None:
+    """An app request: the workspace is used (no autostop bump, reference §2.4), marked at most every
+    :data:`REQUEST_MARK_EVERY_SECONDS` by this process."""
+    now = time.monotonic()
+    with _request_marks_lock:
+        if now - _request_marks.get(workspace_id, -REQUEST_MARK_EVERY_SECONDS) < REQUEST_MARK_EVERY_SECONDS:
+            return
+        if len(_request_marks) >= _REQUEST_MARKS_KEPT:
+            _request_marks.clear()
+        _request_marks[workspace_id] = now
+    mark_used(workspace_id, connection=False)
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""App health checks against a real HTTP server on 127.0.0.1."""
+"""App health checks against a real HTTP server on 127.0.0.1 (and a real WebSocket server)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from websockets.http11 import Request, Response
 from websockets.sync.server import ServerConnection, serve
 
 from agent.apphealth import AppHealthReporter, HealthTracker, probe
+from protocol.healthchecks import BadExpectation, status_rule
 from protocol.resources import App, Healthcheck
 from tests.agent.support import run
 
@@ -134,3 +135,40 @@ def test_a_ws_healthcheck_counts_a_refused_upgrade_that_a_get_cannot_see(websock
             return await probe(client, "http://127.0.0.1:9/"), await probe(client, "ws://127.0.0.1:9/")
 
     assert run(nothing()) == (False, False)
+
+
+@pytest.mark.parametrize(
+    ("fragment", "passing"),
+    [
+        ("", {200, 302, 404, 403}),  # Coder's rule: below 500
+        ("#expect=2xx", {200}),  # a refused API (403, 404) is a failure
+        ("#expect=2xx,3xx", {200, 302}),
+        ("#expect=200, 302", {200, 302}),
+        ("#somewhere", {200, 302, 404, 403}),  # any other fragment means nothing
+    ],
+)
+def test_an_http_healthcheck_counts_refusals_only_when_its_url_expects_success(
+    app_server: AppServer, fragment: str, passing: set[int]
+) -> None:
+    async def passes(status: int) -> bool:
+        app_server.status = status
+        async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
+            return await probe(client, app_server.url + fragment)
+
+    assert {status for status in (200, 302, 403, 404, 503) if run(passes(status))} == passing
+
+
+@pytest.mark.parametrize("fragment", ["#expect=", "#expect=2x", "#expect=600", "#expect=ok"])
+def test_an_expectation_that_names_no_status_never_passes(app_server: AppServer, fragment: str) -> None:
+    async def passes() -> bool:
+        async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
+            return await probe(client, app_server.url + fragment)
+
+    assert not run(passes())
+    with pytest.raises(BadExpectation, match="give status codes"):
+        status_rule(app_server.url + fragment)
+
+
+def test_a_websocket_healthcheck_takes_no_expectation() -> None:
+    with pytest.raises(BadExpectation, match="101"):
+        status_rule("ws://localhost:8888/api/events#expect=2xx")
