@@ -32,6 +32,7 @@ from app.connectionlog import views as connectionlog_views
 from app.core import encryption_keys, errors, limits, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, engine_options, htmx, migrate
+from app.core.routing import LazyBuilderRule
 from app.diagnostics import checks as diagnostics_checks
 from app.diagnostics import views as diagnostics
 from app.events import access as access_events
@@ -66,6 +67,7 @@ JSON_BODY_LIMIT = 1024 * 1024
 def create_app(settings: Settings | None = None) -> Flask:
     settings = ensure_secret_key(settings or load_settings())
     app = Flask(__name__, template_folder=str(ROOT / "templates"), static_folder=str(ROOT / "static"))
+    app.url_rule_class = LazyBuilderRule  # before any route is added (app/core/routing.py says why)
     configure(app, settings)
 
     db.init_app(app)
