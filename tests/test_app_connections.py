@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import flask
 import pytest
 import redis
 
 from app.agents import tunnels
-from app.agents.app_connections import ConnectionPool, PoolKey
+from app.agents.app_connections import AppConnection, ConnectionPool, PoolKey
 from app.agents.apps import AppTarget
 from app.agents.proxy import REPLAYABLE_BODY_BYTES, AppRequestPath, proxy_http
 from app.agents.tunnels import Holder, SocketEndpoint, agent_half, relay, verified_dial
@@ -193,11 +193,30 @@ def setting(redis_server: str) -> Iterator[Setting]:
             app.server_close()
 
 
+class RecordingPool(ConnectionPool):
+    """A pool that remembers every connection it opened, so that a test can end their relays before the Redis
+    client they read from is closed (a relay still reading then dies in redis-py with "I/O operation on closed
+    file", reported against whichever test runs next)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.opened: list[AppConnection] = []
+
+    def open(self, *args: Any, **kwargs: Any) -> AppConnection:
+        connection = super().open(*args, **kwargs)
+        self.opened.append(connection)
+        return connection
+
+
 @pytest.fixture
-def pool() -> Iterator[ConnectionPool]:
-    opened = ConnectionPool(per_key=6, total=10)
+def pool(setting: Setting) -> Iterator[ConnectionPool]:
+    opened = RecordingPool(per_key=6, total=10)
     yield opened
     opened.close()
+    for connection in opened.opened:
+        connection.close()
+    for connection in opened.opened:
+        assert connection.tunnel.ended.wait(timeout=30), "a relay did not end after its connection closed"
 
 
 def test_the_next_request_of_the_same_person_reuses_the_connection(setting: Setting, pool: ConnectionPool) -> None:
