@@ -5,6 +5,7 @@ one of a template that runs JupyterLab (PyPI) the way Coder's jupyterlab module 
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import socketserver
@@ -301,7 +302,9 @@ def test_the_connection_log_has_an_ssh_session_a_port_forward_and_a_browsers_app
     sign_in_page(page, deployment.url)
     expect(page).to_have_url(f"{deployment.url}/workspaces")
     page.goto(f"{deployment.url}{JUPYTER}")
-    expect(page.locator(".jp-LauncherCard").first).to_be_visible(timeout=WAIT)  # dozens of requests, one session
+    # JupyterLab's shell, loaded by dozens of requests (one session). Not its launcher: the module's notebook test
+    # may have left a notebook open, which JupyterLab restores in its place.
+    expect(page.get_by_role("tab", name=re.compile(r"^File Browser"))).to_be_visible(timeout=WAIT)
     user_agent = page.evaluate("navigator.userAgent")
     # (The same browser's earlier visit in this module, if any, is the same session.)
     apps = _connections(deployment, "type:workspace_app status:ongoing")

@@ -56,7 +56,7 @@ def test_each_term_narrows_the_users_list(client: FlaskClient, personas: dict[st
 @pytest.mark.parametrize(
     ("query", "field", "says"),
     [
-        ("q=role:king", "q", "Unknown role 'king': use owner, template-admin, user-admin, member."),
+        ("q=role:king", "q", "Unknown role 'king': use owner, template-admin, user-admin, auditor, member."),
         ("q=colour:red", "q", "Unknown filter 'colour': use status:, role:, login_type:, name:."),
         ("q=status:", "q", "status: needs a value, as in status:active."),
         ('q=name:"ann', "q", "A quote is not closed."),
