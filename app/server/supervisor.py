@@ -76,9 +76,8 @@ class Supervisor:
     daemons: list[BuiltinDaemon] = field(default_factory=list)
     redis_process: subprocess.Popen[bytes] | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
-    # Set once the web server has answered its first /healthz: the daemons and the notifier start then.
+    # Set once the web server has answered its first /healthz: the daemons start then.
     serving: threading.Event = field(default_factory=threading.Event)
-    notifier_started: bool = False
     # Set by the signal handlers, read by the watch loop: a plain flag, because the handlers must take no lock.
     signalled: bool = False
     daemon_launch: DaemonLaunch | None = None
@@ -98,9 +97,12 @@ class Supervisor:
             first_user_needed = migrate_database(self.settings)
             self._wait_for_redis()
             self._start_web(listener)
+            # Now, while Redis is known to answer: the notifier exits if Redis is away when it starts, and a child
+            # that exits stops the server (started later, it could meet a Redis outage and take the server down).
+            self._start_notifier()
             self.daemons = [BuiltinDaemon(f"builtin-{n + 1}") for n in range(self.settings.provisioner_daemons)]
             self._announce(first_user_needed)
-            # The rest waits until the web server answers: on a small machine, the daemons', the notifier's and the
+            # The rest waits until the web server answers: on a small machine, the daemons' and the
             # loops' own start-up would otherwise take the CPU the web workers need to boot, and none of them has
             # anything to do before the web server serves (the daemons register with it over HTTP).
             threading.Thread(target=self._start_when_serving, name="after-start", daemon=True).start()
@@ -226,9 +228,6 @@ class Supervisor:
     def _tend_daemons(self) -> None:
         if not self.serving.is_set():
             return
-        if not self.notifier_started:
-            self.notifier_started = True
-            self._start_notifier()
         now = time.monotonic()
         for daemon in self.daemons:
             if daemon.process is not None and daemon.process.poll() is None:
