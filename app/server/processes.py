@@ -16,7 +16,7 @@ PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 
 
-def _prepare_child(hold: frozenset[signal.Signals]) -> None:
+def _prepare_child(hold: frozenset[signal.Signals], niceness: int) -> None:
     """Runs in the child between fork and exec.
 
     The parent blocked the stop signals around the fork (see spawn): one sent to the child before exec would
@@ -31,6 +31,8 @@ def _prepare_child(hold: frozenset[signal.Signals]) -> None:
     for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS - hold)
+    if niceness:
+        os.nice(niceness)
 
 
 def spawn(
@@ -43,19 +45,21 @@ def spawn(
     cwd: str | os.PathLike[str] | None = None,
     umask: int = -1,
     hold_sigint: bool = False,
+    niceness: int = 0,
 ) -> subprocess.Popen[bytes]:
     """Start a child in a session of its own; `stdin_data` is written to its stdin, which is then closed;
     `user` runs it as that account (uid, primary and supplementary groups), which needs root; `hold_sigint` starts
     it with SIGINT blocked, for a program that unblocks it once it is ready for it (the built-in daemons,
     workers/__main__.py): a Ctrl-C that comes while it starts then waits for it instead of interrupting its imports
-    with a traceback."""
+    with a traceback. `niceness` lowers its CPU priority (background work that must not slow what people wait
+    for)."""
     # A session of its own keeps the terminal's Ctrl-C away from children: the supervisor decides the order
     # in which things stop (web first, Redis last), instead of everything dying at once.
     hold = frozenset({signal.SIGINT}) if hold_sigint else frozenset()
     # Blocked in this thread (the one that forks) until the child exists: see _prepare_child.
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
-        process = _popen(argv, env, pass_fds, stdin_data, user, cwd, umask, hold)
+        process = _popen(argv, env, pass_fds, stdin_data, user, cwd, umask, hold, niceness)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     if stdin_data is not None and process.stdin is not None:
@@ -73,6 +77,7 @@ def _popen(
     cwd: str | os.PathLike[str] | None,
     umask: int,
     hold: frozenset[signal.Signals],
+    niceness: int,
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(  # noqa: S603 - argv is built by us, never from user input
         list(argv),
@@ -83,7 +88,7 @@ def _popen(
         cwd=cwd,
         umask=umask,
         # After the switch of user (which clears a parent-death signal), so it holds for the new user too.
-        preexec_fn=lambda: _prepare_child(hold),  # before threads start; only signal calls
+        preexec_fn=lambda: _prepare_child(hold, niceness),  # before threads start; only signal calls
         user=None if user is None else user.pw_uid,
         group=None if user is None else user.pw_gid,
         extra_groups=None if user is None else os.getgrouplist(user.pw_name, user.pw_gid),

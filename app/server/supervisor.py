@@ -58,6 +58,7 @@ class _StoppedWhileStarting(Exception):
 
 
 MAINTENANCE_INTERVAL_SECONDS = 10.0
+NOTIFIER_NICENESS = 10
 # The PostgreSQL advisory lock replicas take around their migrations (any fixed number; "slipway" in ASCII).
 MIGRATION_LOCK_KEY = 0x736C6970776179
 # A built-in daemon that keeps dying is restarted at most this often, so a broken setup does not spin.
@@ -189,7 +190,7 @@ class Supervisor:
             "--graceful-timeout", "5",
             "--keep-alive", "30",
             "--log-level", "warning",
-            "app.factory:create_app()",
+            "app.factory:create_app(migrations=False)",
         ]  # fmt: skip
         self.children.append(spawn(argv, env=env, pass_fds=[listener.fileno()]))
 
@@ -207,7 +208,9 @@ class Supervisor:
     def _start_notifier(self) -> None:
         """The worker that sends notification emails and webhooks (app/server/notifier.py)."""
         argv = [sys.executable, "-m", "app.server.notifier"]
-        self.children.append(spawn(argv, env=child_environment(self.settings)))
+        # Niced: it imports the whole application (a CPU second and more) while the web workers do the same, and on
+        # a small machine it took their CPU and delayed the first answer; mails and webhooks can wait that long.
+        self.children.append(spawn(argv, env=child_environment(self.settings), niceness=NOTIFIER_NICENESS))
 
     def _start_daemon(self, daemon: BuiltinDaemon) -> None:
         settings, launch = self.settings, self.daemon_launch
