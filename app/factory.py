@@ -31,7 +31,7 @@ from app.connectionlog import api as connectionlog_api
 from app.connectionlog import views as connectionlog_views
 from app.core import encryption_keys, errors, limits, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
-from app.core.extensions import csrf, db, engine_options, htmx, migrate
+from app.core.extensions import csrf, db, engine_options, htmx
 from app.core.routing import LazyBuilderRule
 from app.diagnostics import checks as diagnostics_checks
 from app.diagnostics import views as diagnostics
@@ -64,7 +64,10 @@ MIGRATIONS_DIR = ROOT / "migrations"
 JSON_BODY_LIMIT = 1024 * 1024
 
 
-def create_app(settings: Settings | None = None) -> Flask:
+def create_app(settings: Settings | None = None, *, migrations: bool = True) -> Flask:
+    """The application; `migrations=False` leaves Alembic out (Flask-Migrate's `upgrade` and friends then do not
+    work on it): the web workers, which never migrate, import it for nothing otherwise (`slipway server` migrates
+    in app/server/schema.py before they start)."""
     settings = ensure_secret_key(settings or load_settings())
     app = Flask(__name__, template_folder=str(ROOT / "templates"), static_folder=str(ROOT / "static"))
     app.url_rule_class = LazyBuilderRule  # before any route is added (app/core/routing.py says why)
@@ -72,7 +75,10 @@ def create_app(settings: Settings | None = None) -> Flask:
 
     db.init_app(app)
     encryption_keys.init_app(app, settings)
-    migrate.init_app(app, db, directory=str(MIGRATIONS_DIR))
+    if migrations:
+        from flask_migrate import Migrate
+
+        Migrate(app, db, directory=str(MIGRATIONS_DIR))
     csrf.init_app(app)
     htmx.init_app(app)
     redis_client.init_app(app)

@@ -1,6 +1,7 @@
 """Start-up as a person waits for it: `slipway server` until /healthz answers 200, from an empty data dir and from
 an existing one, on SQLite and on PostgreSQL (targets ≤ 2 s empty, ≤ 1.5 s existing on SQLite, ≤ 3 s on
-PostgreSQL); and client commands from the shell prompt to their exit, interpreter included (target ≤ 250 ms).
+PostgreSQL); and client commands from the shell prompt to their exit, interpreter included (target ≤ 250 ms;
+`slipway ssh ws -- true` into a ready workspace of examples/local ≤ 600 ms).
 
 Medians over --runs. `--slipway PATH` times another installation's `slipway` (e.g. the main checkout's, for a
 before/after in one run of this script).
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,22 +77,51 @@ def cli_commands(runs: int) -> None:
         env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
         env.update(SLIPWAY_URL=server.url, SLIPWAY_SESSION_TOKEN=token)
         for arguments in CLI_COMMANDS:
-            walls, cpus = [], []
-            for _ in range(runs):
-                before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                began = time.perf_counter()
-                subprocess.run([_harness.SLIPWAY, *arguments], env=env, capture_output=True, check=False)
-                walls.append(time.perf_counter() - began)
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-            command = " ".join(arguments)
-            # CPU time (user + system) too: on a busy machine the wall time says more about the neighbours.
-            print(
-                f"slipway {command:<28} median {median(walls) * 1000:4.0f} ms wall, {median(cpus) * 1000:4.0f} ms CPU"
-                f"   runs {_runs(walls, 1000)}"
-            )
+            _time_command(list(arguments), env, runs)
     finally:
         server.stop()
+
+
+def ssh_command(runs: int) -> None:
+    """`slipway ssh ws -- true` (target ≤ 600 ms): a workspace of examples/local with its agent ready, as in
+    bench/ready.py."""
+    from build_overhead import EXAMPLE, SlipwayDeployment
+    from ready import wait_ready
+
+    scratch = Path(tempfile.mkdtemp(prefix="slipway-bench-ssh-"))
+    scratch.chmod(0o755)
+    deployment = SlipwayDeployment(scratch, EXAMPLE, "1GiB")
+    try:
+        reply = deployment.client.post("/workspaces", json={"template_id": deployment.template_id, "name": "ws"})
+        reply.raise_for_status()
+        deployment.workspace_ids.append(reply.json()["id"])
+        wait_ready(deployment.client, reply.json()["id"])
+        env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
+        token = str(deployment.client.headers["Authorization"]).removeprefix("Bearer ")
+        env.update(SLIPWAY_URL=deployment.server.url, SLIPWAY_SESSION_TOKEN=token)
+        _time_command(["ssh", "ws", "--", "true"], env, runs, must_succeed=True)
+    finally:
+        deployment.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _time_command(arguments: list[str], env: dict[str, str], runs: int, *, must_succeed: bool = False) -> None:
+    walls, cpus = [], []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        began = time.perf_counter()
+        done = subprocess.run([_harness.SLIPWAY, *arguments], env=env, capture_output=True, check=False)
+        if must_succeed and done.returncode != 0:
+            raise RuntimeError(f"slipway {' '.join(arguments)} failed: {done.stderr.decode(errors='replace')}")
+        walls.append(time.perf_counter() - began)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    command = " ".join(arguments)
+    # CPU time (user + system) too: on a busy machine the wall time says more about the neighbours.
+    print(
+        f"slipway {command:<28} median {median(walls) * 1000:4.0f} ms wall, {median(cpus) * 1000:4.0f} ms CPU"
+        f"   runs {_runs(walls, 1000)}"
+    )
 
 
 def _runs(values: list[float], scale: float = 1.0) -> str:
@@ -107,6 +138,7 @@ def main() -> None:
     print(f"{args.slipway}, medians of {args.runs} runs")
     if "cli" not in args.skip:
         cli_commands(args.runs)
+        ssh_command(args.runs)
     if "sqlite" not in args.skip:
         server_starts(args.runs, dict, "SQLite")
     if "postgresql" not in args.skip:

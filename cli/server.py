@@ -309,17 +309,23 @@ def server(ctx: click.Context, /, **flags: str | bool | tuple[str, ...] | None) 
     _export(flags)
     if ctx.invoked_subcommand is not None:
         return
+    try:
+        code = _run_server()
+    except KeyboardInterrupt:  # Ctrl-C before the supervisor took the signals: nothing was started yet
+        code = 0
+    sys.exit(code)
+
+
+def _run_server() -> int:
     from app.core.config import SettingsError, load_settings
     from app.server.supervisor import StartupError, Supervisor
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        settings = load_settings()
-        code = Supervisor(settings, echo=click.echo).run()
+        return Supervisor(load_settings(), echo=click.echo).run()
     except (SettingsError, StartupError) as exc:
         click.echo(f"slipway: {exc}", err=True)
-        sys.exit(2)
-    sys.exit(code)
+        return 2
 
 
 # What the encryption commands need to reach the database and its keys; the server's other flags work too.

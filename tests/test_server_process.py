@@ -14,7 +14,7 @@ import pytest
 from app.core.config import load_settings
 from app.server.supervisor import open_listener
 from tests.conftest import PASSWORD
-from tests.support.daemon_user import shared_dir
+from tests.support.daemon_user import prepare_daemon_user, shared_dir
 from tests.support.http_daemon import api_client, sign_up_owner
 from tests.support.net import free_port
 from tests.support.provisionerd import push_import, wait_job
@@ -156,3 +156,41 @@ def _running(marker: Path) -> list[int]:
         for process in psutil.process_iter(["cmdline"])
         if str(marker) in " ".join(process.info["cmdline"] or [])
     ]
+
+
+def _first_child_running(server: ServerProcess, program: str) -> bool:
+    """Whether a process of the server runs `program` (matched in its command line); psutil races processes ending."""
+    for child in server.tree():
+        try:
+            if program in " ".join(child.cmdline()):
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "redis-server",  # the first child: Ctrl-C while the server starts its processes
+        "-m workers",  # a built-in daemon, right after /healthz answered: it is still importing
+    ],
+)
+def test_ctrl_c_at_any_moment_of_start_up_stops_at_once_and_quietly(tmp_path: Path, moment: str) -> None:
+    """Ctrl-C during start-up once left the server waiting its 30 s build-cancel grace for a daemon that never
+    heard it (sent between fork and exec, the signal was lost), and daemons still importing printed KeyboardInterrupt
+    tracebacks to the operator's terminal."""
+    server = ServerProcess(tmp_path / "data", "--provisioner-daemons", "1")
+    prepare_daemon_user()
+    server._spawn(None)
+    try:
+        wait_until(lambda: _first_child_running(server, moment), timeout=90, what=f"the server to start {moment}")
+        server.descendants = server.tree()
+        assert server.stop(signal.SIGINT, timeout=20) == 0  # the bug took 30 s and more
+    finally:
+        for child in server.survivors():
+            child.kill()
+    log = server.log()
+    for noise in ("Traceback", "KeyboardInterrupt", "Aborted"):
+        assert noise not in log, log
+    assert server.survivors() == []

@@ -40,6 +40,7 @@ def test_the_handler_returns_while_the_main_thread_holds_the_stop_events_lock(su
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_ends_the_watch_and_stops_the_background_loops(supervisor: Supervisor, signum: int) -> None:
+    supervisor.take_signals()
     threading.Timer(0.2, os.kill, (os.getpid(), signum)).start()
     assert supervisor._watch() == 0
     assert supervisor.stopping.is_set()  # what the maintenance and lifecycle threads wait on

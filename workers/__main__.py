@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -39,6 +40,17 @@ def enter_sandbox() -> None:
 
 
 def main() -> None:
+    # `slipway server` starts us with SIGINT blocked (app/server/processes.py, hold_sigint), so that a Ctrl-C that
+    # comes while Python starts waits here rather than printing a traceback from the middle of an import. Until the
+    # daemon takes over SIGINT (it then cancels its job), one means: stop, there is nothing to cancel yet.
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        _run()
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+def _run() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = DaemonConfig(

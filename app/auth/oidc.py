@@ -11,9 +11,8 @@ import logging
 import re
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from authlib.integrations.flask_client import OAuth
 from flask import Flask, current_app
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
@@ -26,6 +25,9 @@ from app.groups.sync import claim_values, sync_groups, synced_roles
 from app.organizations.models import DEFAULT_ORGANIZATION_ID, Organization
 from app.users.models import ASSIGNABLE_ROLES, ROLE_OWNER, STATUS_ACTIVE, User
 from app.users.services import is_last_active_owner, user_count
+
+if TYPE_CHECKING:
+    from authlib.integrations.flask_client import OAuth
 
 log = logging.getLogger(__name__)
 CALLBACK_PATH = "/api/v2/users/oidc/callback"
@@ -93,6 +95,9 @@ class LinkNeeded(OidcError):
 def init_app(app: Flask, settings: Settings) -> None:
     if not settings.oidc_enabled:
         return
+    # Only when single sign-on is on: authlib is the heaviest import of a web worker's start.
+    from authlib.integrations.flask_client import OAuth
+
     oauth = OAuth(app)
     oauth.register(
         PROVIDER_NAME,

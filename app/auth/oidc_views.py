@@ -12,10 +12,8 @@ import logging
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from authlib.integrations.base_client.errors import MismatchingStateError, OAuthError
 from flask import Response, current_app, flash, jsonify, redirect, render_template, request, session, url_for
 from flask_login import current_user
-from joserfc.errors import JoseError
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from app.auth import oidc, oidc_links
@@ -75,6 +73,10 @@ def start_link() -> WerkzeugResponse | tuple[str, int]:
 
 @bp.get(oidc.CALLBACK_PATH)
 def callback() -> WerkzeugResponse | tuple[str, int]:
+    # Here, not at the top: every web worker imports this module as it starts, and authlib is its heaviest import.
+    from authlib.integrations.base_client.errors import MismatchingStateError, OAuthError
+    from joserfc.errors import JoseError
+
     link_flow = _link_flow_of_this_callback()
     try:
         client = oidc.provider()

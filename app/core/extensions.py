@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from flask_htmx import HTMX
 from flask_login import LoginManager
-from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from flask_wtf.csrf import CSRFProtect
 from sqlalchemy import MetaData, event
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     Model = Base
 else:
     Model = db.Model
-migrate = Migrate()
 login_manager = LoginManager()
 csrf = CSRFProtect()
 htmx = HTMX()

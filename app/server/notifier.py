@@ -25,7 +25,7 @@ RECONNECT_SECONDS = 5
 
 
 def main() -> None:
-    app = create_app(load_settings(os.environ))
+    app = create_app(load_settings(os.environ), migrations=False)
     with app.app_context():
         connection = get_redis()
         queue = Queue(QUEUE, connection=connection, serializer=JSONSerializer)

@@ -16,14 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from flask import Flask
-from flask_migrate import stamp, upgrade
+from flask_migrate import Migrate, stamp, upgrade
 from sqlalchemy import func, insert, inspect, select, table
 
 from app.audit.models import CHAIN_HEAD_ID, GENESIS_HASH, AuditChainHead
 from app.core import encryption_keys
 from app.core.columns import utcnow
 from app.core.config import Settings
-from app.core.extensions import db, engine_options, migrate
+from app.core.extensions import db, engine_options
 from app.groups.models import EVERYONE, Group
 from app.organizations.models import DEFAULT_ORGANIZATION_ID, DEFAULT_ORGANIZATION_NAME, Organization
 
@@ -41,7 +41,7 @@ def schema_app(settings: Settings) -> Flask:
     )
     db.init_app(app)
     encryption_keys.init_app(app, settings)
-    migrate.init_app(app, db, directory=str(MIGRATIONS_DIR))
+    Migrate(app, db, directory=str(MIGRATIONS_DIR))
     return app
 
 

@@ -53,7 +53,12 @@ class StartupError(RuntimeError):
     """A reason the server cannot start, phrased for the operator (printed as one line)."""
 
 
+class _StoppedWhileStarting(Exception):
+    """SIGINT or SIGTERM came while the server started: what was started is stopped, and the server exits 0."""
+
+
 MAINTENANCE_INTERVAL_SECONDS = 10.0
+NOTIFIER_NICENESS = 10
 # The PostgreSQL advisory lock replicas take around their migrations (any fixed number; "slipway" in ASCII).
 MIGRATION_LOCK_KEY = 0x736C6970776179
 # A built-in daemon that keeps dying is restarted at most this often, so a broken setup does not spin.
@@ -89,17 +94,21 @@ class Supervisor:
     def run(self) -> int:
         listener = None
         self.inherited_umask = os.umask(0o077)
+        self.take_signals()
         try:
             self._prepare_secrets()
             listener = open_listener(self.settings)
             redis_port = self._plan_daemons()
             self._start_redis(redis_port)
             first_user_needed = migrate_database(self.settings)
+            self._unless_signalled()
             self._wait_for_redis()
+            self._unless_signalled()
             self._start_web(listener)
             # Now, while Redis is known to answer: the notifier exits if Redis is away when it starts, and a child
             # that exits stops the server (started later, it could meet a Redis outage and take the server down).
             self._start_notifier()
+            self._unless_signalled()
             self.daemons = [BuiltinDaemon(f"builtin-{n + 1}") for n in range(self.settings.provisioner_daemons)]
             self._announce(first_user_needed)
             # The rest waits until the web server answers: on a small machine, the daemons' and the
@@ -107,6 +116,8 @@ class Supervisor:
             # anything to do before the web server serves (the daemons register with it over HTTP).
             threading.Thread(target=self._start_when_serving, name="after-start", daemon=True).start()
             return self._watch()
+        except _StoppedWhileStarting:
+            return 0
         finally:
             if listener is not None:
                 listener.close()
@@ -179,7 +190,7 @@ class Supervisor:
             "--graceful-timeout", "5",
             "--keep-alive", "30",
             "--log-level", "warning",
-            "app.factory:create_app()",
+            "app.factory:create_app(migrations=False)",
         ]  # fmt: skip
         self.children.append(spawn(argv, env=env, pass_fds=[listener.fileno()]))
 
@@ -197,7 +208,9 @@ class Supervisor:
     def _start_notifier(self) -> None:
         """The worker that sends notification emails and webhooks (app/server/notifier.py)."""
         argv = [sys.executable, "-m", "app.server.notifier"]
-        self.children.append(spawn(argv, env=child_environment(self.settings)))
+        # Niced: it imports the whole application (a CPU second and more) while the web workers do the same, and on
+        # a small machine it took their CPU and delayed the first answer; mails and webhooks can wait that long.
+        self.children.append(spawn(argv, env=child_environment(self.settings), niceness=NOTIFIER_NICENESS))
 
     def _start_daemon(self, daemon: BuiltinDaemon) -> None:
         settings, launch = self.settings, self.daemon_launch
@@ -223,6 +236,7 @@ class Supervisor:
             user=launch.user,
             cwd=launch.cache_dir,
             umask=self.inherited_umask,
+            hold_sigint=True,  # the daemon takes it once it can: no traceback from a Ctrl-C while it imports
         )
 
     def _tend_daemons(self) -> None:
@@ -282,9 +296,18 @@ class Supervisor:
             self.echo(f"No users yet: open {url}/setup to create the first user (the owner).")
         self.echo("Press Ctrl-C to stop.")
 
-    def _watch(self) -> int:
+    def take_signals(self) -> None:
+        """From the start, not once serving: Python's own SIGINT handling raises KeyboardInterrupt wherever the main
+        thread is, even between a child's start and the line that records it (that child was never stopped), and
+        click turned it into "Aborted!" and exit status 1. Start-up checks the flag between its steps instead."""
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_signal)
+
+    def _unless_signalled(self) -> None:
+        if self.signalled:
+            raise _StoppedWhileStarting
+
+    def _watch(self) -> int:
         try:
             while not self.signalled:
                 time.sleep(0.5)  # a signal ends the sleep early (its handler runs, then the loop checks the flag)
