@@ -5,12 +5,13 @@ tests/test_path_apps_ssh_e2e.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from flask import Flask
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from app.agents import connections, tunnels
 from app.connectionlog import services as connlog
@@ -26,6 +27,7 @@ from app.connectionlog.models import (
     ConnectionLog,
 )
 from app.core.columns import utcnow
+from app.core.config import Settings
 from app.core.extensions import db
 from app.core.redis_client import get_redis
 from app.users import services as users
@@ -220,3 +222,32 @@ def test_the_api_filters_and_pages_in_coders_shape_for_owners_and_auditors_only(
     carol = app.test_client()
     sign_in(carol, "carol@example.com", PASSWORD)
     assert carol.get("/connectionlog").status_code == 403
+
+
+def test_retention_removes_connections_that_ended_before_it_and_keeps_recent_and_open_ones(
+    app: Flask, world: World, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection log is kept as long as the audit log (the same ``--audit-retention``), in bounded batches."""
+    ids = _seed(app, world)  # an open app session, ssh-0 ended, ssh-1..4 open
+    now = utcnow()
+    long_ago = now - timedelta(days=400)
+    with app.app_context():
+        ended_long_ago = ["ssh-1", "ssh-2", "ssh-3"]
+        db.session.execute(
+            update(ConnectionLog)
+            .where(ConnectionLog.id.in_(ended_long_ago))
+            .values(connect_time=long_ago, disconnect_time=long_ago + timedelta(hours=1), disconnect_reason="closed")
+        )
+        # Opened as long ago but still open: it stays, however old.
+        db.session.execute(update(ConnectionLog).where(ConnectionLog.id == "ssh-4").values(connect_time=long_ago))
+        db.session.commit()
+        assert connlog.prune_old_connections(settings, now=now) == 0  # default: keep everything
+        # Two a batch: the three old rows take two batches (and the loop stops at the short one).
+        monkeypatch.setattr(connlog, "PRUNE_BATCH", 2)
+        keep_a_year = dataclasses.replace(settings, audit_retention=365 * 86_400)
+        assert connlog.prune_old_connections(keep_a_year, now=now) == 3
+        kept = set(db.session.scalars(select(ConnectionLog.id)))
+        assert kept == set(ids) - set(ended_long_ago)  # ssh-0 ended just now, the rest are open
+        assert connlog.prune_old_connections(keep_a_year, now=now) == 0
+    # The maintenance loop runs it beside the audit log's own retention.
+    assert connlog.prune_old_connections in app.extensions["slipway_maintenance_tasks"]
