@@ -28,6 +28,7 @@ from app.catalog import storage
 from app.catalog import views as catalog_views
 from app.catalog.jobs import IMPORT_HANDLERS
 from app.connectionlog import api as connectionlog_api
+from app.connectionlog import services as connectionlog_services
 from app.connectionlog import views as connectionlog_views
 from app.core import encryption_keys, errors, limits, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
@@ -114,6 +115,7 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
             diagnostics_checks.refresh_report,  # keeps the navigation's health dot current
             connections.sweep_connection_log,  # ends the log's rows whose holder died or went idle
             audit_services.prune_old_entries,  # --audit-retention
+            connectionlog_services.prune_old_connections,  # the same retention, for the connection log
         ],
     )
     # What the workspace page shows besides the workspace itself: a panel per agent; and a job's page: its timings.

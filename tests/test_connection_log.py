@@ -5,14 +5,16 @@ tests/test_path_apps_ssh_e2e.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from flask import Flask
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from app.agents import connections, tunnels
+from app.connectionlog import api as connectionlog_api
 from app.connectionlog import services as connlog
 from app.connectionlog.models import (
     REASON_ACCESS_REMOVED,
@@ -25,7 +27,9 @@ from app.connectionlog.models import (
     VIA_HTTP,
     ConnectionLog,
 )
+from app.connectionlog.search import log_query
 from app.core.columns import utcnow
+from app.core.config import Settings
 from app.core.extensions import db
 from app.core.redis_client import get_redis
 from app.users import services as users
@@ -35,6 +39,7 @@ from protocol.agentapi import CLOSE_ACCESS_REVOKED
 from tests.conftest import PASSWORD, Persona
 from tests.support.web import sign_in
 from tests.test_agent_api import World
+from tests.test_query_plans import plan
 
 pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
@@ -180,6 +185,7 @@ def test_the_api_filters_and_pages_in_coders_shape_for_owners_and_auditors_only(
     alice = personas["alice"]
     every = _get(app, alice)
     assert every.status_code == 200 and every.json["count"] == 6 and every.headers["X-Total-Count"] == "6"
+    assert every.json["count_capped"] is False
     rows = every.json["connection_logs"]
     assert [row["type"] for row in rows] == ["ssh"] * 5 + ["workspace_app"]  # the newest first
     assert rows[-1]["web_info"]["slug_or_port"] == "code" and rows[-1]["web_info"]["user"]["username"] == "alice"
@@ -220,3 +226,64 @@ def test_the_api_filters_and_pages_in_coders_shape_for_owners_and_auditors_only(
     carol = app.test_client()
     sign_in(carol, "carol@example.com", PASSWORD)
     assert carol.get("/connectionlog").status_code == 403
+
+
+def test_retention_removes_connections_that_ended_before_it_and_keeps_recent_and_open_ones(
+    app: Flask, world: World, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection log is kept as long as the audit log (the same ``--audit-retention``), in bounded batches."""
+    ids = _seed(app, world)  # an open app session, ssh-0 ended, ssh-1..4 open
+    now = utcnow()
+    long_ago = now - timedelta(days=400)
+    with app.app_context():
+        ended_long_ago = ["ssh-1", "ssh-2", "ssh-3"]
+        db.session.execute(
+            update(ConnectionLog)
+            .where(ConnectionLog.id.in_(ended_long_ago))
+            .values(connect_time=long_ago, disconnect_time=long_ago + timedelta(hours=1), disconnect_reason="closed")
+        )
+        # Opened as long ago but still open: it stays, however old.
+        db.session.execute(update(ConnectionLog).where(ConnectionLog.id == "ssh-4").values(connect_time=long_ago))
+        db.session.commit()
+        assert connlog.prune_old_connections(settings, now=now) == 0  # default: keep everything
+        # Two a batch: the three old rows take two batches (and the loop stops at the short one).
+        monkeypatch.setattr(connlog, "PRUNE_BATCH", 2)
+        keep_a_year = dataclasses.replace(settings, audit_retention=365 * 86_400)
+        assert connlog.prune_old_connections(keep_a_year, now=now) == 3
+        kept = set(db.session.scalars(select(ConnectionLog.id)))
+        assert kept == set(ids) - set(ended_long_ago)  # ssh-0 ended just now, the rest are open
+        assert connlog.prune_old_connections(keep_a_year, now=now) == 0
+    # The maintenance loop runs it beside the audit log's own retention.
+    assert connlog.prune_old_connections in app.extensions["slipway_maintenance_tasks"]
+
+
+@pytest.mark.parametrize(
+    ("q", "index"),
+    [
+        ("workspace_owner:carol", "ix_connection_logs_workspace_owner_id_connect_time"),
+        ("username:carol", "ix_connection_logs_user_id_connect_time"),
+        ("", "ix_connection_logs_connect_time"),
+    ],
+)
+def test_a_page_of_the_log_is_read_through_an_index(
+    app: Flask, personas: dict[str, Persona], q: str, index: str
+) -> None:
+    """The filters that a year of connections makes slow are served by an index, newest first (the API's page)."""
+    with app.app_context():
+        shown = plan(log_query(q).limit(25))
+        db.session.rollback()
+    assert index in shown, shown
+    # No scan of the table itself (SQLite walking the connect_time index in order, stopping at the page, is fine).
+    assert "Seq Scan" not in shown and "SCAN connection_logs\n" not in shown + "\n", shown
+
+
+def test_the_apis_count_stops_at_its_cap_and_says_so(
+    app: Flask, world: World, personas: dict[str, Persona], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _seed(app, world)
+    monkeypatch.setattr(connectionlog_api, "COUNT_CAP", 4)
+    capped = _get(app, personas["alice"], limit=2)
+    assert capped.json["count"] == 4 and capped.json["count_capped"] is True and capped.headers["X-Total-Count"] == "4"
+    assert len(capped.json["connection_logs"]) == 2
+    exact = _get(app, personas["alice"], "type:ssh status:ongoing").json  # 4 rows: at the cap, not past it
+    assert exact["count"] == 4 and exact["count_capped"] is False

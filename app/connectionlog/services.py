@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import redis
-from sqlalchemy import or_, select, update
+from sqlalchemy import delete, or_, select, update
 
 from app.catalog.models import Template
 from app.connectionlog.models import (
@@ -22,6 +22,7 @@ from app.connectionlog.models import (
     ConnectionLog,
 )
 from app.core.columns import new_id, utcnow
+from app.core.config import Settings
 from app.core.extensions import db
 from app.users.models import User
 from app.workspaces.models import Workspace
@@ -32,6 +33,11 @@ APP_SESSION_IDLE = timedelta(minutes=15)
 SEEN_EVERY = timedelta(seconds=60)
 APP_SESSION_KEY_PREFIX = "slipway:connlog:app:"
 MAX_USER_AGENT = 512
+# Retention removes ended rows this many at a time, each batch its own short transaction (a year of connections
+# is millions of rows: one DELETE of them all would hold its locks and grow the WAL for minutes), and at most
+# PRUNE_BATCHES batches per maintenance pass (the loop's other tasks wait behind it; the next pass goes on).
+PRUNE_BATCH = 5_000
+PRUNE_BATCHES = 100
 
 
 @dataclass(frozen=True)
@@ -173,3 +179,26 @@ def end_idle_app_sessions(now: datetime | None = None) -> int:
         )
     ).all()
     return sum(end_connection(row.id, REASON_TIMED_OUT, at=row.last_seen_at) for row in idle)
+
+
+def prune_old_connections(settings: Settings, now: datetime | None = None) -> int:
+    """A maintenance task: the connection log is kept as long as the audit log (``--audit-retention``), so remove
+    the connections that ended before that period; open ones stay however old. Returns how many went."""
+    if not settings.audit_retention:
+        return 0
+    cutoff = (now or utcnow()) - timedelta(seconds=settings.audit_retention)
+    removed = 0
+    for _ in range(PRUNE_BATCHES):
+        # By id through the disconnect_time index: a bounded DELETE that both databases take (neither SQLite
+        # nor PostgreSQL has DELETE … LIMIT by default).
+        batch = select(ConnectionLog.id).where(ConnectionLog.disconnect_time < cutoff).limit(PRUNE_BATCH)
+        result = db.session.execute(
+            delete(ConnectionLog).where(ConnectionLog.id.in_(batch.scalar_subquery())),
+            execution_options={"synchronize_session": False},
+        )
+        db.session.commit()
+        count = int(getattr(result, "rowcount", 0) or 0)
+        removed += count
+        if count < PRUNE_BATCH:
+            break
+    return removed
