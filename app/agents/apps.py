@@ -12,8 +12,7 @@ from app.agents.hosts import AppHost, Wildcard, app_url
 from app.agents.port_sharing import port_share_level
 from app.core.errors import Forbidden, NotFound
 from app.core.extensions import db
-from app.resources.models import WorkspaceAgent
-from app.resources.services import job_resources
+from app.resources.models import WorkspaceAgent, WorkspaceResource
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.services import can_read, can_use, latest_build
@@ -117,16 +116,32 @@ def _checked(
 
 def find_workspace(owner_name: str, workspace_name: str) -> Workspace | None:
     """The workspace named so (case-insensitively) by its owner's username, whoever asks: callers check access."""
-    workspace: Workspace | None = db.session.scalar(
-        select(Workspace)
+    # Its latest build comes in the same query: every caller reads it next, and it is then in the session's
+    # identity map (latest_build() finds it there without a query of its own; this runs on every app request).
+    row = db.session.execute(
+        select(Workspace, WorkspaceBuild)
         .join(User, User.id == Workspace.owner_id)
+        .outerjoin(WorkspaceBuild, WorkspaceBuild.id == Workspace.latest_build_id)
         .where(
             func.lower(User.username) == owner_name.lower(),
             Workspace.name_key == workspace_name.lower(),
             Workspace.deleted.is_(False),
         )
+    ).first()
+    return row[0] if row is not None else None
+
+
+def build_agents(build: WorkspaceBuild) -> list[WorkspaceAgent]:
+    """The agents of ``build`` in one query: the proxy needs neither their resources nor their log sources, which
+    job_resources() loads as well (three queries and the log sources' rows on every app request)."""
+    return list(
+        db.session.scalars(
+            select(WorkspaceAgent)
+            .join(WorkspaceResource, WorkspaceResource.id == WorkspaceAgent.resource_id)
+            .where(WorkspaceResource.job_id == build.job_id)
+            .order_by(WorkspaceResource.type, WorkspaceResource.name, WorkspaceAgent.name)
+        )
     )
-    return workspace
 
 
 def find_app(
@@ -138,7 +153,7 @@ def find_app(
     A subdomain app is never served on the dashboard's origin (``on_subdomain`` false): it asked for an origin of
     its own."""
     build = latest_build(workspace)
-    agents = [agent for resource in job_resources(build.job_id) for agent in resource.agents]
+    agents = build_agents(build)
     if agent_name:
         agents = [agent for agent in agents if agent.name.lower() == agent_name.lower()]
     if not agents:

@@ -145,14 +145,19 @@ def touch_app_session(
     idle = int(APP_SESSION_IDLE.total_seconds())
     candidate = new_id()
     seen_every = int(SEEN_EVERY.total_seconds())
-    if client.set(key, candidate, nx=True, ex=idle):
-        # Marked seen first: a request that comes while the row is being inserted must not look for it yet.
-        client.set(f"{key}:seen", b"1", ex=seen_every)
+    # One round trip for what every request asks (this runs before the app's first byte): open the session or
+    # learn its row and keep it open, and whether the row is due to be marked seen. "seen" is set before any row
+    # is inserted: a request that comes while the row is being inserted must not look for it yet.
+    pipe = client.pipeline(transaction=False)
+    pipe.set(key, candidate, nx=True, ex=idle)
+    pipe.get(key)
+    pipe.expire(key, idle)
+    pipe.set(f"{key}:seen", b"1", nx=True, ex=seen_every)
+    opened, existing, _, due = pipe.execute()
+    if opened:
         return open_connection(user, workspace, way, origin, candidate)
-    existing = client.get(key)
     row_id = existing.decode() if isinstance(existing, bytes) else str(existing or "")
-    client.expire(key, idle)
-    if not client.set(f"{key}:seen", b"1", nx=True, ex=seen_every):
+    if not due:
         return row_id
     seen = db.session.execute(
         update(ConnectionLog)
