@@ -194,28 +194,32 @@ def migrated_templates(
     """Migrate once per backend, and copy that once more with the personas in it; each test then gets a fresh copy
     (a file copy, or CREATE DATABASE ... TEMPLATE) of the one it needs, rather than 8 inserts and commits each."""
     root = tmp_path_factory.mktemp("db-templates")
+    bare, seeded = root / "template.db", root / "personas.db"
+
+    def app_on(url: str) -> Flask:
+        return create_app(make_settings(root, url, redis_server))
+
     postgres.execute("CREATE DATABASE slipway_template")
-    templates: dict[tuple[str, bool], Template] = {}
-    for backend, url in (("sqlite", f"sqlite:///{root / 'template.db'}"), ("postgresql", None)):
-        app = create_app(make_settings(root, url or postgres.url("slipway_template"), redis_server))
+    for url in (f"sqlite:///{bare}", postgres.url("slipway_template")):
+        app = app_on(url)
         with app.app_context():
             upgrade()
         close_app(app)
-        if backend == "sqlite":
-            shutil.copy(root / "template.db", root / "personas.db")
-            templates[backend, False] = Template(str(root / "template.db"))
-            with_personas = Template(str(root / "personas.db"), {})
-            url = f"sqlite:///{root / 'personas.db'}"
-        else:
-            postgres.execute("CREATE DATABASE slipway_personas TEMPLATE slipway_template")
-            templates[backend, False] = Template("slipway_template")
-            with_personas = Template("slipway_personas", {})
-            url = postgres.url("slipway_personas")
-        app = create_app(make_settings(root, url, redis_server))
-        with_personas.personas = _create_personas(app)
+    shutil.copy(bare, seeded)
+    postgres.execute("CREATE DATABASE slipway_personas TEMPLATE slipway_template")
+
+    def with_personas(source: str, url: str) -> Template:
+        app = app_on(url)
+        personas = _create_personas(app)
         close_app(app)
-        templates[backend, True] = with_personas
-    return templates
+        return Template(source, personas)
+
+    return {
+        ("sqlite", False): Template(str(bare)),
+        ("sqlite", True): with_personas(str(seeded), f"sqlite:///{seeded}"),
+        ("postgresql", False): Template("slipway_template"),
+        ("postgresql", True): with_personas("slipway_personas", postgres.url("slipway_personas")),
+    }
 
 
 BACKENDS = ("sqlite", "postgresql")
