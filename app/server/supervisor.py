@@ -23,15 +23,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import redis
-from sqlalchemy import create_engine, text
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
-from sqlalchemy.pool import NullPool
-
 from app.core.config import Settings, ensure_secret_key
-from app.server.builtin_daemons import DaemonLaunch, DaemonSetupError, plan_daemon_launch
 from app.server.embedded_redis import (
     EmbeddedRedisError,
     embedded_redis_password,
@@ -40,6 +35,14 @@ from app.server.embedded_redis import (
     wait_for_embedded_redis,
 )
 from app.server.processes import interrupt, spawn, stop
+from app.server.start_gate import OPEN, START_GATE_FD_ENV
+
+if TYPE_CHECKING:
+    from app.server.builtin_daemons import DaemonLaunch
+
+# What starting needs after the web server was spawned (Redis's client, SQLAlchemy, the daemons' planning) is
+# imported where it is used: the web server, which loads the whole application, starts that much sooner
+# (app/server/web.py).
 
 log = logging.getLogger("slipway.server")
 SHUTDOWN_GRACE_SECONDS = 10.0
@@ -90,6 +93,8 @@ class Supervisor:
     daemon_redis_url: str = ""
     # The umask the server was started with, given back to the daemons (files of the server itself are private).
     inherited_umask: int = 0o022
+    # The write end of the web server's start gate (app/server/web.py), until it is opened.
+    web_gate: int | None = None
 
     def run(self) -> int:
         listener = None
@@ -98,13 +103,16 @@ class Supervisor:
         try:
             self._prepare_secrets()
             listener = open_listener(self.settings)
+            # First: it loads the application while Redis starts and the database is migrated; it listens only
+            # once the gate opens (app/server/web.py).
+            self._start_web(listener)
             redis_port = self._plan_daemons()
             self._start_redis(redis_port)
             first_user_needed = migrate_database(self.settings)
             self._unless_signalled()
             self._wait_for_redis()
             self._unless_signalled()
-            self._start_web(listener)
+            self._open_web_gate()
             # Now, while Redis is known to answer: the notifier exits if Redis is away when it starts, and a child
             # that exits stops the server (started later, it could meet a Redis outage and take the server down).
             self._start_notifier()
@@ -139,6 +147,8 @@ class Supervisor:
         also listen on when they run as another user (the data dir, with Redis's socket, is closed to them)."""
         if not self.settings.provisioner_daemons:
             return None
+        from app.server.builtin_daemons import DaemonSetupError, plan_daemon_launch
+
         settings = self.settings
         separate_user = os.geteuid() == 0
         redis_port = free_loopback_port() if separate_user and settings.embedded_redis else None
@@ -159,6 +169,8 @@ class Supervisor:
                 self.settings.data_dir, password=embedded_redis_password(self.settings.data_dir), tcp_port=tcp_port
             )
             return
+        import redis
+
         client = redis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=5)
         try:
             client.ping()
@@ -178,9 +190,11 @@ class Supervisor:
             raise StartupError(str(exc)) from exc
 
     def _start_web(self, listener: socket.socket) -> None:
-        env = child_environment(self.settings)
+        gate_read, self.web_gate = os.pipe()
+        env = child_environment(self.settings) | {START_GATE_FD_ENV: str(gate_read)}
         argv = [
             sys.executable, "-m", "gunicorn",
+            "--config", "python:app.server.web",
             "--no-control-socket",
             # gevent, with request-head timeouts and per-client connection limits (app/server/worker.py)
             "--worker-class", "app.server.worker.GuardedGeventWorker",
@@ -192,7 +206,25 @@ class Supervisor:
             "--log-level", "warning",
             "app.factory:create_app(migrations=False)",
         ]  # fmt: skip
-        self.children.append(spawn(argv, env=env, pass_fds=[listener.fileno()]))
+        try:
+            self.children.append(spawn(argv, env=env, pass_fds=[listener.fileno(), gate_read]))
+        finally:
+            os.close(gate_read)
+
+    def _open_web_gate(self) -> None:
+        """Let the web server listen and fork its workers: the database and Redis are ready."""
+        try:
+            if self.web_gate is not None:
+                os.write(self.web_gate, OPEN)
+        except BrokenPipeError:
+            pass  # it exited while loading the application: the watch loop reports it and stops
+        self._close_web_gate()
+
+    def _close_web_gate(self) -> None:
+        """Closed without its byte (a failed start), the gate stops the web server instead."""
+        if self.web_gate is not None:
+            os.close(self.web_gate)
+            self.web_gate = None
 
     def _start_when_serving(self) -> None:
         """Wait for the web server, then start the loops (threads); the watch loop starts the processes, because a
@@ -335,6 +367,7 @@ class Supervisor:
         self.signalled = True
 
     def shutdown(self) -> None:
+        self._close_web_gate()
         daemon_processes = [daemon.process for daemon in self.daemons if daemon.process is not None]
         if any(process.poll() is None for process in daemon_processes):
             self.echo("Stopping: built-in provisioner daemons cancel any running build first (Ctrl-C again: at once).")
@@ -422,6 +455,8 @@ def open_listener(settings: Settings) -> socket.socket:
 def migrate_database(settings: Settings) -> bool:
     """Create a new database from the models or apply migrations to an existing one (app/server/schema.py);
     returns True when the database has no user yet."""
+    from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
     from app.core.crypto import current_keyring
     from app.core.encryption_keys import KeyProblem, check_keys
     from app.server.schema import bring_schema_to_head, schema_app, user_count
@@ -449,6 +484,9 @@ def migration_lock(database_url: str) -> Iterator[None]:
     if not database_url.startswith("postgresql"):
         yield
         return
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
     engine = create_engine(database_url, poolclass=NullPool)
     try:
         with engine.connect() as connection:

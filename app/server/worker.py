@@ -148,8 +148,8 @@ def client_key(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
 
 
 class GuardedGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn is untyped
-    """Imports nothing of Slipway's but the settings, and those only in the worker once gevent has patched the
-    standard library: the class is loaded in gunicorn's master, before it forks."""
+    """The application is loaded in gunicorn's master and forked into the workers (app/server/web.py); the
+    settings this class reads are read in the worker, after the fork."""
 
     header_timeout = 10.0
     per_client = 0
@@ -178,7 +178,8 @@ class GuardedGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn is un
         # What is loaded by now (modules, the app, SQLAlchemy's mappers: ~180,000 objects) lives as long as the
         # worker. Frozen, it is out of the cycle collector's sight: a full collection otherwise walks all of it in
         # the middle of whichever request triggers it (~100-170 ms, every few lists of a few hundred rows: their
-        # p99), and frozen it walks only what requests made.
+        # p99), and frozen it walks only what requests made. The master froze the application before the fork
+        # (app/server/web.py); this freezes what the worker made since.
         gc.collect()
         gc.freeze()
         loaded: WSGIApp = getattr(self, "wsgi")  # noqa: B009 - set by gunicorn, untyped
