@@ -1,4 +1,4 @@
-"""insights: one rollup row per template per day
+"""insights: rollups per template per day (usage, people, apps)
 
 Revision ID: 0043
 Revises: 0042
@@ -31,14 +31,37 @@ def upgrade():
         sa.Column("build_p95_seconds", sa.Float(), nullable=True),
         sa.Column("ready_p50_seconds", sa.Float(), nullable=True),
         sa.Column("ready_p95_seconds", sa.Float(), nullable=True),
-        sa.Column("app_usage", sa.Text(), nullable=False),
         sa.Column("workspaces_by_status", sa.Text(), nullable=False),
         sa.Column("computed_at", app.core.columns.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("template_id", "day", name=op.f("pk_template_usage_daily")),
     )
     op.create_index("ix_template_usage_daily_day", "template_usage_daily", ["day"])
+    op.create_table(
+        "template_user_daily",
+        sa.Column("template_id", sa.String(length=36), nullable=False),
+        sa.Column("day", sa.Date(), nullable=False),
+        sa.Column("user_id", sa.String(length=36), nullable=False),
+        sa.Column("seconds", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint("template_id", "day", "user_id", name=op.f("pk_template_user_daily")),
+    )
+    op.create_index("ix_template_user_daily_day_user_id", "template_user_daily", ["day", "user_id"])
+    op.create_table(
+        "template_app_daily",
+        sa.Column("template_id", sa.String(length=36), nullable=False),
+        sa.Column("day", sa.Date(), nullable=False),
+        sa.Column("kind", sa.String(length=8), nullable=False),
+        sa.Column("slug", sa.String(length=64), nullable=False),
+        sa.Column("sessions", sa.Integer(), nullable=False),
+        sa.Column("seconds", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint("template_id", "day", "kind", "slug", name=op.f("pk_template_app_daily")),
+    )
+    op.create_index("ix_template_app_daily_day", "template_app_daily", ["day"])
 
 
 def downgrade():
+    op.drop_index("ix_template_app_daily_day", table_name="template_app_daily")
+    op.drop_table("template_app_daily")
+    op.drop_index("ix_template_user_daily_day_user_id", table_name="template_user_daily")
+    op.drop_table("template_user_daily")
     op.drop_index("ix_template_usage_daily_day", table_name="template_usage_daily")
     op.drop_table("template_usage_daily")
