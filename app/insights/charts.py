@@ -12,9 +12,9 @@ from datetime import date
 # The drawing's own units (the SVG scales to the card's width, text with it).
 WIDTH = 720
 HEIGHT = 180
-LEFT, RIGHT, TOP, BOTTOM = 44, 8, 10, 22
+LEFT, RIGHT, TOP, BOTTOM = 48, 8, 12, 26
 LABEL_WIDTH = 170  # horizontal bars: the names' column
-ROW_HEIGHT = 22
+ROW_HEIGHT = 28
 NICE_STEPS = (1, 2, 2.5, 5, 10)
 
 
@@ -63,6 +63,14 @@ class Chart:
     @property
     def width(self) -> int:
         return WIDTH
+
+    @property
+    def plot_left(self) -> int:
+        return LEFT
+
+    @property
+    def plot_right(self) -> int:
+        return WIDTH - RIGHT
 
     @property
     def empty(self) -> bool:
@@ -187,10 +195,10 @@ def ranked(key: str, title: str, desc: str, items: Sequence[tuple[str, float]], 
     for n, (name, value) in enumerate(items):
         top = n * ROW_HEIGHT + 2
         width = max(room * value / peak, 1)
-        chart.texts.append(Text(0, top + 14, name[:28], "start"))
+        chart.texts.append(Text(0, top + 19, name[:20], "start"))
         title = f"{name}: {_shown(value, fmt)} {unit}"
-        chart.rects.append(Rect(LABEL_WIDTH, top + 3, round(width, 2), ROW_HEIGHT - 8, "chart-bar", title))
-        chart.texts.append(Text(round(LABEL_WIDTH + width + 6, 2), top + 14, f"{_shown(value, fmt)}", "start"))
+        chart.rects.append(Rect(LABEL_WIDTH, top + 6, round(width, 2), ROW_HEIGHT - 12, "chart-bar", title))
+        chart.texts.append(Text(round(LABEL_WIDTH + width + 6, 2), top + 19, _shown(value, fmt), "start"))
     return chart
 
 

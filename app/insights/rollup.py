@@ -22,6 +22,7 @@ from app.connectionlog.models import TYPE_WORKSPACE_APP, VIA_HTTP, ConnectionLog
 from app.core.columns import utcnow
 from app.core.config import Settings
 from app.core.extensions import db
+from app.core.redis_client import get_redis
 from app.insights.models import KIND_APP, KIND_BUILTIN, TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
 from app.provisioning.models import FAILED, SUCCEEDED, ProvisionerJob
 from app.resources.models import WorkspaceAgent, WorkspaceResource
@@ -34,6 +35,9 @@ DAY = timedelta(days=1)
 # Days of history rolled up per maintenance pass while the rollups do not reach the oldest data: a year of history
 # is caught up in a dozen passes, each a few range queries, and the loop's other tasks wait for none of them long.
 BACKFILL_DAYS = 31
+# The recent days are recomputed this often (the page says "refreshed every few minutes"), not on every pass.
+RECENT_EVERY = timedelta(minutes=5)
+RECENT_CLAIM_KEY = "slipway:insights:recent"
 # What the built-in ways in are called in the rollups (Coder's builtin app slugs).
 BUILTIN_SLUGS = {"ssh": "ssh", "reconnecting_pty": "reconnecting-pty", "port_forwarding": "port-forwarding"}
 
@@ -65,11 +69,18 @@ def percentile(values: list[float], share: float) -> float | None:
 
 
 def roll_up_insights(settings: Settings, now: datetime | None = None) -> int:
-    """A maintenance task: recompute today and yesterday, and BACKFILL_DAYS more of the past while the rollups do
-    not reach back to the oldest build or connection. Returns how many days it recomputed."""
-    now = now or utcnow()
+    """A maintenance task (the loop runs every few seconds): the recent days at most every RECENT_EVERY, one replica
+    of several doing it (a Redis claim); older days not yet rolled up on every pass, BACKFILL_DAYS at a time. Returns
+    how many days it recomputed."""
+    due = bool(get_redis().set(RECENT_CLAIM_KEY, b"1", nx=True, ex=int(RECENT_EVERY.total_seconds())))
+    return roll_up(now or utcnow(), recent=due)
+
+
+def roll_up(now: datetime, *, recent: bool = True) -> int:
+    """Recompute today and yesterday (``recent``), and BACKFILL_DAYS more of the past while the rollups do not reach
+    back to the oldest build or connection. Returns how many days it recomputed."""
     today = now.date()
-    spans = [(today - DAY, today)]
+    spans = [(today - DAY, today)] if recent else []
     backfill = _backfill_span(today - DAY)
     if backfill is not None:
         spans.append(backfill)
@@ -124,9 +135,8 @@ def roll_up_days(first: date, last: date, now: datetime) -> None:
             if row is None:
                 row = TemplateUsageDaily(template_id=template_id, day=day, workspaces_by_status="{}")
                 db.session.add(row)
-            _fill(row, day_usage, now)
-            if day == now.date():
-                row.workspaces_by_status = json.dumps(snapshot.get(template_id, {}), sort_keys=True)
+            statuses = json.dumps(snapshot.get(template_id, {}), sort_keys=True) if day == now.date() else None
+            _fill(row, day_usage, statuses, now)
             db.session.add_all(
                 TemplateUserDaily(template_id=template_id, day=day, user_id=user_id, seconds=round(seconds))
                 for user_id, seconds in day_usage.user_seconds.items()
@@ -145,13 +155,24 @@ def roll_up_days(first: date, last: date, now: datetime) -> None:
     db.session.commit()
 
 
-def _fill(row: TemplateUsageDaily, usage: DayUsage, now: datetime) -> None:
-    row.active_users = len(usage.user_seconds)
-    row.builds, row.builds_succeeded, row.builds_failed = usage.builds, usage.succeeded, usage.failed
-    row.build_p50_seconds = percentile(usage.build_seconds, 0.5)
-    row.build_p95_seconds = percentile(usage.build_seconds, 0.95)
-    row.ready_p50_seconds = percentile(usage.ready_seconds, 0.5)
-    row.ready_p95_seconds = percentile(usage.ready_seconds, 0.95)
+def _fill(row: TemplateUsageDaily, usage: DayUsage, statuses: str | None, now: datetime) -> None:
+    """Set the row's figures; ``computed_at`` moves only when one of them changed (a pass that finds nothing new
+    writes nothing)."""
+    figures = {
+        "active_users": len(usage.user_seconds),
+        "builds": usage.builds,
+        "builds_succeeded": usage.succeeded,
+        "builds_failed": usage.failed,
+        "build_p50_seconds": percentile(usage.build_seconds, 0.5),
+        "build_p95_seconds": percentile(usage.build_seconds, 0.95),
+        "ready_p50_seconds": percentile(usage.ready_seconds, 0.5),
+        "ready_p95_seconds": percentile(usage.ready_seconds, 0.95),
+        "workspaces_by_status": row.workspaces_by_status if statuses is None else statuses,
+    }
+    if all(getattr(row, name) == value for name, value in figures.items()) and row.computed_at is not None:
+        return
+    for name, value in figures.items():
+        setattr(row, name, value)
     row.computed_at = now
 
 
