@@ -3,7 +3,8 @@ rendering).
 
 The rows of bench/scale.py (2,000 users, 200 templates, 10,000 workspaces with ten builds each, queued over the last
 ten hours; no log lines), 20,000 connections over the last two days, and a year of rollups inserted in bulk: a row
-per template per day, --people-per-day person rows per day and three app rows per template per day. Then one
+per template per day, --people-per-day person rows per day (each person mostly on one template of their own, one
+day in five on another) and three app rows per template per day. Then one
 rollup pass (today and yesterday, recomputed from those builds and connections) is timed, and p50/p99 of the
 Insights page and of each API endpoint over --requests calls, after --warmup untimed calls: over the page's default
 28 days, over one template, and over a whole year. Target p99 <= 100 ms.
@@ -60,6 +61,7 @@ def seed_rollups(deployment: InsightsDeployment, people_per_day: int) -> int:
     rng = random.Random(38)
     templates = [template_id for template_id, _ in deployment.templates]
     today = NOW.date()
+    home = {user_id: templates[n % len(templates)] for n, user_id in enumerate(deployment.other_ids)}
     usage, people, apps = [], [], []
     for back in range(2, DAYS + 2):
         day = today - timedelta(days=back)
@@ -81,7 +83,9 @@ def seed_rollups(deployment: InsightsDeployment, people_per_day: int) -> int:
                 for kind, slug in APPS
             ]  # fmt: skip
         for user_id in rng.sample(deployment.other_ids, people_per_day):
-            people.append({"template_id": rng.choice(templates), "day": day, "user_id": user_id,
+            # Mostly their own template; one day in five another one.
+            template_id = home[user_id] if rng.random() < 0.8 else rng.choice(templates)
+            people.append({"template_id": template_id, "day": day, "user_id": user_id,
                            "seconds": rng.randint(60, 28_800)})  # fmt: skip
     with deployment.app.app_context():
         _insert(TemplateUsageDaily, usage)
