@@ -150,6 +150,32 @@ def time_calls(deployment: InsightsDeployment, requests: int, warmup: int) -> di
     return figures
 
 
+def breakdown(deployment: InsightsDeployment, requests: int) -> dict[str, tuple[float, float]]:
+    """p50/p99 of each query the page makes, over its default 28 days and all templates: where its time goes."""
+    from app.insights import query
+
+    today = NOW.date()
+    days = query.day_range(today - timedelta(days=27), today)
+    parts = {
+        "active users (range)": lambda: query.active_users(None, days),
+        "active users per day": lambda: query.daily_active_users(None, days),
+        "builds per day": lambda: query.daily_builds(None, days),
+        "app usage": lambda: query.app_usage(None, days),
+        "workspaces by status": lambda: query.workspaces_by_status(None, days),
+        "template choices": lambda: query.template_choices(None),
+    }
+    figures = {}
+    with deployment.app.app_context():
+        for label, call in parts.items():
+            samples = []
+            for _ in range(requests):
+                began = time.perf_counter()
+                call()
+                samples.append((time.perf_counter() - began) * 1000)
+            figures[f"  {label}"] = (percentile(samples, 0.5), percentile(samples, 0.99))
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=100)
@@ -174,11 +200,12 @@ def main() -> None:
             days = rollup.roll_up_insights(app.config["SLIPWAY_SETTINGS"])
             tick = time.perf_counter() - began
         print(f"one rollup pass ({days} days, 100,000 builds and {CONNECTIONS:,} connections in them): {tick:.2f} s")
-        figures = time_calls(deployment, args.requests, args.warmup)
+        figures = time_calls(deployment, args.requests, args.warmup) | breakdown(deployment, args.requests)
     print(f"{'call':34} | p50 ms | p99 ms")
     for label, (p50, p99) in figures.items():
         print(f"{label:34} | {p50:6.1f} | {p99:6.1f}")
-    print(f"slowest p99: {max(p99 for _, p99 in figures.values()):.1f} ms (target <= 100 ms)")
+    calls_only = [p99 for label, (_, p99) in figures.items() if not label.startswith(" ")]
+    print(f"slowest p99: {max(calls_only):.1f} ms (target <= 100 ms); indented: the page's queries alone")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from app.connectionlog.models import ConnectionLog
 from app.core.columns import new_id, utcnow
 from app.core.extensions import db
 from app.insights import rollup
-from app.insights.models import TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
+from app.insights.models import ALL_TEMPLATES, TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
 from app.provisioning.models import ProvisionerJob
 from app.resources.models import WorkspaceAgent, WorkspaceResource
 from app.workspaces.models import Workspace, WorkspaceBuild
@@ -166,6 +166,11 @@ def test_the_rollup_holds_the_hand_counted_figures_and_a_second_run_changes_noth
     assert by_key[(b, D1)] == (0, 0, 0, 0, None, None, None, None, "{}")
     assert by_key[(a, TODAY)][-1] == '{"canceled": 1, "running": 1}'
     assert by_key[(b, TODAY)][-1] == '{"running": 1}'
+    # The deployment's own rows: people once however many templates, p50/p95 over all the day's builds (D0's
+    # succeeded runs 60, 90, 120 s; B's start had an agent that never became ready).
+    assert by_key[(ALL_TEMPLATES, D0)] == (2, 4, 3, 1, 90.0, 120.0, 100.0, 200.0, "{}")
+    assert by_key[(ALL_TEMPLATES, D1)] == (2, 3, 2, 0, 45.0, 300.0, 400.0, 400.0, "{}")
+    assert by_key[(ALL_TEMPLATES, TODAY)][-1] == '{"canceled": 1, "running": 2}'
     people = fixture.people
     assert [row for row in first["users"] if row[1] in (D0, D1)] == sorted([
         (a, D0, people["carol"].id, 1800 + 3600), (a, D1, people["carol"].id, 3600), (a, D1, people["dave"].id, 600),
@@ -260,6 +265,7 @@ def test_the_page_draws_each_chart_with_its_numbers(app: Flask, fixture: Fixture
         assert f'<title id="{key}-title">' in body and f'aria-labelledby="{key}-title {key}-desc"' in body
     assert f'<th scope="row">{D0}</th><td>2</td>' in body  # active users on D0
     assert '<th scope="row">code</th><td>121.0</td>' in body  # 7260 s of the app, in minutes
+    assert f'<th scope="row">{D0}</th><td>90.0</td><td>120.0</td>' in body  # all builds' p50/p95, not a blend
     assert " style=" not in body.split("<main", 1)[-1]  # the CSP forbids inline styles: none in the charts
     only_b = page.get(f"/insights?start={D0}&end={D1}&template={fixture.beta}").get_data(as_text=True)
     assert 'id="summary-active-users">1<' in only_b and '<th scope="row">Port forwarding</th><td>5.0</td>' in only_b

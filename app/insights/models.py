@@ -11,11 +11,15 @@ from app.core.extensions import Model
 # How an app was used: one of Coder's built-in ways in (SSH, the web terminal, a forwarded port) or a template's app.
 KIND_BUILTIN = "builtin"
 KIND_APP = "app"
+# The template id of the deployment's own daily row (every template at once): what the Insights page shows by default
+# is then read as one row per day, and its p50/p95 are those of all the day's builds, not a blend of templates'.
+ALL_TEMPLATES = "*"
 
 
 class TemplateUsageDaily(Model):
-    """One template's usage on one UTC day, recomputed by the rollup job for the recent days only, so the
-    Insights API and page read a year as 365 rows per template rather than every build and connection."""
+    """One template's usage on one UTC day (and the deployment's, as ALL_TEMPLATES), recomputed by the rollup job
+    for the recent days only, so the Insights API and page read a year as 365 rows per template rather than every
+    build and connection."""
 
     __tablename__ = "template_usage_daily"
     __table_args__ = (Index("ix_template_usage_daily_day", "day"),)

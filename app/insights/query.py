@@ -18,7 +18,7 @@ from app.catalog.access import administers_any, template_filter
 from app.catalog.models import Template
 from app.core.errors import Forbidden, InvalidInput
 from app.core.extensions import db
-from app.insights.models import TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
+from app.insights.models import ALL_TEMPLATES, TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
 from app.users.models import User
 
 DAY = timedelta(days=1)
@@ -120,14 +120,20 @@ def parse_tz_offset(text: str | None) -> int:
 
 
 def daily_active_users(templates: list[str] | None, days: DayRange) -> dict[date, int]:
-    """Distinct people per day, over the templates (a person on two templates counts once)."""
+    """Distinct people per day, over the templates (a person on two templates counts once): the deployment's rows
+    say it for all of them."""
+    if templates is None:
+        row = TemplateUsageDaily
+        query = select(row.day, row.active_users).where(_in_range(row.day, days), *_usage_of(None))
+        counts = {day: int(count) for day, count in db.session.execute(query)}
+        return {day: counts.get(day, 0) for day in days.days}
     pairs = (
         select(TemplateUserDaily.day, TemplateUserDaily.user_id)
         .where(_in_range(TemplateUserDaily.day, days), *_of(TemplateUserDaily.template_id, templates))
         .distinct()
         .subquery()
     )
-    # DISTINCT, then a count: PostgreSQL hashes the pairs, where COUNT(DISTINCT …) would sort a year of them.
+    # DISTINCT, then a count: PostgreSQL hashes the pairs, where COUNT(DISTINCT …) would sort them.
     query = select(pairs.c.day, func.count()).group_by(pairs.c.day)
     counts = {day: int(count) for day, count in db.session.execute(query)}
     return {day: counts.get(day, 0) for day in days.days}
@@ -192,20 +198,18 @@ class UserActivity:
 
 def user_activity(templates: list[str] | None, days: DayRange) -> list[UserActivity]:
     """Seconds each person spent in the templates' workspaces over the range, most first."""
+    row = TemplateUserDaily
     query = (
-        select(TemplateUserDaily.user_id, TemplateUserDaily.template_id, func.sum(TemplateUserDaily.seconds))
-        .where(_in_range(TemplateUserDaily.day, days), *_of(TemplateUserDaily.template_id, templates))
-        .group_by(TemplateUserDaily.user_id, TemplateUserDaily.template_id)
+        select(row.user_id, User.username, row.template_id, func.sum(row.seconds))
+        .outerjoin(User, User.id == row.user_id)
+        .where(_in_range(row.day, days), *_of(row.template_id, templates))
+        .group_by(row.user_id, User.username, row.template_id)
     )
-    merged: dict[str, tuple[list[str], int]] = {}
-    for user_id, template_id, seconds in db.session.execute(query):
-        ids, total = merged.get(user_id, ([], 0))
-        merged[user_id] = ([*ids, template_id], total + int(seconds))
-    names = {
-        user_id: name
-        for user_id, name in db.session.execute(select(User.id, User.username).where(User.id.in_(list(merged))))
-    }
-    activity = [UserActivity(user_id, names.get(user_id, ""), sorted(ids), s) for user_id, (ids, s) in merged.items()]
+    merged: dict[str, tuple[str, list[str], int]] = {}
+    for user_id, username, template_id, seconds in db.session.execute(query):
+        _, ids, total = merged.get(user_id, ("", [], 0))
+        merged[user_id] = (username or "", [*ids, template_id], total + int(seconds))
+    activity = [UserActivity(user_id, name, sorted(ids), s) for user_id, (name, ids, s) in merged.items()]
     return sorted(activity, key=lambda user: (-user.seconds, user.username))
 
 
@@ -228,14 +232,15 @@ class DayBuilds:
 
 
 def daily_builds(templates: list[str] | None, days: DayRange) -> list[DayBuilds]:
-    """Builds per day. Over several templates a day's p50 and p95 are the templates' own, weighted by their
-    succeeded builds: percentiles do not add up, and this stays one grouped query at any range."""
+    """Builds per day. For all templates, the deployment's rows (exact); over some of them a day's p50 and p95 are
+    the templates' own, weighted by their succeeded builds: percentiles do not add up, and this stays one grouped
+    query at any range."""
     row = TemplateUsageDaily
     query = (
         select(row.day, func.sum(row.builds), func.sum(row.builds_succeeded), func.sum(row.builds_failed),
                *(_weighted(column, row.builds_succeeded) for column in
                  (row.build_p50_seconds, row.build_p95_seconds, row.ready_p50_seconds, row.ready_p95_seconds)))
-        .where(_in_range(row.day, days), *_of(row.template_id, templates))
+        .where(_in_range(row.day, days), *_usage_of(templates))
         .group_by(row.day)
     )  # fmt: skip
     found = {
@@ -250,15 +255,13 @@ def workspaces_by_status(templates: list[str] | None, days: DayRange) -> tuple[d
     row = TemplateUsageDaily
     latest = db.session.scalar(
         select(func.max(row.day)).where(
-            _in_range(row.day, days), row.workspaces_by_status != "{}", *_of(row.template_id, templates)
+            _in_range(row.day, days), row.workspaces_by_status != "{}", *_usage_of(templates)
         )
     )
     if latest is None:
         return None, {}
     totals: dict[str, int] = {}
-    snapshots = db.session.scalars(
-        select(row.workspaces_by_status).where(row.day == latest, *_of(row.template_id, templates))
-    )
+    snapshots = db.session.scalars(select(row.workspaces_by_status).where(row.day == latest, *_usage_of(templates)))
     for snapshot in snapshots:
         for status, count in json.loads(snapshot).items():
             totals[status] = totals.get(status, 0) + int(count)
@@ -286,6 +289,15 @@ def _float(value: object) -> float | None:
 
 def _of(column: InstrumentedAttribute[str], templates: list[str] | None) -> list[ColumnElement[bool]]:
     return [] if templates is None else [column.in_(templates)]
+
+
+def _usage_of(templates: list[str] | None) -> list[ColumnElement[bool]]:
+    """The daily usage rows of ``templates``; of all of them: the deployment's own row."""
+    return (
+        [TemplateUsageDaily.template_id == ALL_TEMPLATES]
+        if templates is None
+        else _of(TemplateUsageDaily.template_id, templates)
+    )
 
 
 def _in_range(column: InstrumentedAttribute[date], days: DayRange) -> ColumnElement[bool]:

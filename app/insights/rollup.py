@@ -23,7 +23,14 @@ from app.core.columns import utcnow
 from app.core.config import Settings
 from app.core.extensions import db
 from app.core.redis_client import get_redis
-from app.insights.models import KIND_APP, KIND_BUILTIN, TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
+from app.insights.models import (
+    ALL_TEMPLATES,
+    KIND_APP,
+    KIND_BUILTIN,
+    TemplateAppDaily,
+    TemplateUsageDaily,
+    TemplateUserDaily,
+)
 from app.provisioning.models import FAILED, SUCCEEDED, ProvisionerJob
 from app.resources.models import WorkspaceAgent, WorkspaceResource
 from app.workspaces.models import Workspace, WorkspaceBuild
@@ -128,8 +135,11 @@ def roll_up_days(first: date, last: date, now: datetime) -> None:
     }
     db.session.execute(delete(TemplateUserDaily).where(TemplateUserDaily.day >= first, TemplateUserDaily.day <= last))
     db.session.execute(delete(TemplateAppDaily).where(TemplateAppDaily.day >= first, TemplateAppDaily.day <= last))
+    deployment = _deployment_usage(usage)
+    snapshot[ALL_TEMPLATES] = _summed(snapshot.values())
     for day in _days(first, last):
-        for template_id in templates:
+        usage[(ALL_TEMPLATES, day)] = deployment.get(day, DayUsage())
+        for template_id in [*templates, ALL_TEMPLATES]:
             day_usage = usage.get((template_id, day), DayUsage())
             row = existing.get((template_id, day))
             if row is None:
@@ -137,6 +147,8 @@ def roll_up_days(first: date, last: date, now: datetime) -> None:
                 db.session.add(row)
             statuses = json.dumps(snapshot.get(template_id, {}), sort_keys=True) if day == now.date() else None
             _fill(row, day_usage, statuses, now)
+            if template_id == ALL_TEMPLATES:
+                continue  # people and apps are read from the templates' rows
             db.session.add_all(
                 TemplateUserDaily(template_id=template_id, day=day, user_id=user_id, seconds=round(seconds))
                 for user_id, seconds in day_usage.user_seconds.items()
@@ -153,6 +165,29 @@ def roll_up_days(first: date, last: date, now: datetime) -> None:
                 for (kind, slug), (sessions, seconds) in day_usage.apps.items()
             )
     db.session.commit()
+
+
+def _deployment_usage(usage: Usage) -> dict[date, DayUsage]:
+    """Each day's usage of all templates at once: people counted once however many templates they used."""
+    days: dict[date, DayUsage] = defaultdict(DayUsage)
+    for (_, day), part in usage.items():
+        whole = days[day]
+        whole.builds += part.builds
+        whole.succeeded += part.succeeded
+        whole.failed += part.failed
+        whole.build_seconds += part.build_seconds
+        whole.ready_seconds += part.ready_seconds
+        for user_id, seconds in part.user_seconds.items():
+            whole.user_seconds[user_id] += seconds
+    return days
+
+
+def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = defaultdict(int)
+    for part in counts:
+        for status, count in part.items():
+            total[status] += count
+    return dict(total)
 
 
 def _fill(row: TemplateUsageDaily, usage: DayUsage, statuses: str | None, now: datetime) -> None:

@@ -75,7 +75,7 @@ def _figures(templates: list[str] | None, days: query.DayRange) -> dict[str, obj
 
 
 def _daily_charts(days: list[date], people: dict[date, int], builds: list[query.DayBuilds]) -> list[charts.Chart]:
-    weighted = "Over several templates, each day's figures are the templates' own weighted by their builds."
+    weighted = "Over some of the templates, a day's figures are theirs weighted by their builds (all: exact)."
     outcomes = [
         charts.Series("Succeeded", "chart-ok", [day.succeeded for day in builds]),
         charts.Series("Failed", "chart-failed", [day.failed for day in builds]),
