@@ -3,11 +3,11 @@ rendering).
 
 The rows of bench/scale.py (2,000 users, 200 templates, 10,000 workspaces with ten builds each, queued over the last
 ten hours; no log lines), 20,000 connections over the last two days, and a year of rollups inserted in bulk: a row
-per template per day, --people-per-day person rows per day (each person mostly on one template of their own, one
-day in five on another) and three app rows per template per day. Then one
-rollup pass (today and yesterday, recomputed from those builds and connections) is timed, and p50/p99 of the
-Insights page and of each API endpoint over --requests calls, after --warmup untimed calls: over the page's default
-28 days, over one template, and over a whole year. Target p99 <= 100 ms.
+per template per day and the deployment's own, --people-per-day person rows per day (each person mostly on a
+template of their own, one day in five on another) and three app rows per template per day. Then one rollup pass
+(today and yesterday, recomputed from those builds and connections) is timed, and p50/p99 of the Insights page and
+of each API endpoint over --requests calls, after --warmup untimed calls: over the page's default 28 days, over one
+template, and over a whole year; and each of the page's queries alone. Target p99 <= 100 ms.
 
     .venv/bin/python bench/insights.py [--requests 100] [--warmup 5] [--people-per-day 1000]
 """
@@ -33,7 +33,7 @@ from app.core.config import load_settings
 from app.core.extensions import db
 from app.factory import create_app
 from app.insights import rollup
-from app.insights.models import TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
+from app.insights.models import ALL_TEMPLATES, TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
 from bench._harness import percentile, postgres_and_redis
 from bench.pages import signed_in
 from bench.scale import NOW, Deployment, psycopg_connection
@@ -65,9 +65,11 @@ def seed_rollups(deployment: InsightsDeployment, people_per_day: int) -> int:
     usage, people, apps = [], [], []
     for back in range(2, DAYS + 2):
         day = today - timedelta(days=back)
+        day_builds = day_failed = 0
         for template_id in templates:
             builds = rng.randint(0, 60)
             failed = rng.randint(0, builds // 10)
+            day_builds, day_failed = day_builds + builds, day_failed + failed
             usage.append({
                 "template_id": template_id, "day": day, "active_users": rng.randint(0, 10), "builds": builds,
                 "builds_succeeded": builds - failed, "builds_failed": failed,
@@ -82,6 +84,14 @@ def seed_rollups(deployment: InsightsDeployment, people_per_day: int) -> int:
                  "sessions": rng.randint(1, 20), "seconds": rng.randint(60, 36_000)}
                 for kind, slug in APPS
             ]  # fmt: skip
+        usage.append({
+            "template_id": ALL_TEMPLATES, "day": day, "active_users": people_per_day, "builds": day_builds,
+            "builds_succeeded": day_builds - day_failed, "builds_failed": day_failed,
+            "build_p50_seconds": rng.uniform(20, 60), "build_p95_seconds": rng.uniform(60, 300),
+            "ready_p50_seconds": rng.uniform(30, 90),
+            "ready_p95_seconds": rng.uniform(90, 400), "computed_at": NOW,
+            "workspaces_by_status": f'{{"running": {20 * len(templates)}, "stopped": {29 * len(templates)}}}',
+        })  # fmt: skip
         for user_id in rng.sample(deployment.other_ids, people_per_day):
             # Mostly their own template; one day in five another one.
             template_id = home[user_id] if rng.random() < 0.8 else rng.choice(templates)

@@ -215,6 +215,9 @@ def test_the_api_answers_with_the_hand_counted_numbers(client: FlaskClient, fixt
     assert activity.status_code == 200, activity.json
     seconds = {user["username"]: user["seconds"] for user in activity.json["report"]["users"]}
     assert seconds == {"carol": 9000, "dave": 600, "alice": 300}
+    assert [(u["username"], u["template_ids"]) for u in activity.json["report"]["users"]] == [
+        ("carol", [fixture.alpha]), ("dave", [fixture.alpha]), ("alice", [fixture.beta])
+    ]  # fmt: skip
     # A local-midnight range (UTC+2) reads the days it names: D1 alone.
     local = f"start_time={D1.isoformat()}T00:00:00%2B02:00&end_time={TODAY.isoformat()}T00:00:00%2B02:00"
     local_activity = client.get(f"/api/v2/insights/user-activity?{local}", headers=people["alice"].auth)

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, Integer, case, cast, func, literal, select
 from sqlalchemy.orm import InstrumentedAttribute
@@ -197,20 +197,21 @@ class UserActivity:
 
 
 def user_activity(templates: list[str] | None, days: DayRange) -> list[UserActivity]:
-    """Seconds each person spent in the templates' workspaces over the range, most first."""
+    """Seconds each person spent in the templates' workspaces over the range, most first: one row per person out of
+    the database (their templates gathered there too), however many days and templates they used."""
     row = TemplateUserDaily
+    seconds = func.sum(row.seconds)
     query = (
-        select(row.user_id, User.username, row.template_id, func.sum(row.seconds))
+        select(row.user_id, User.username, _template_ids(row.template_id), seconds)
         .outerjoin(User, User.id == row.user_id)
         .where(_in_range(row.day, days), *_of(row.template_id, templates))
-        .group_by(row.user_id, User.username, row.template_id)
+        .group_by(row.user_id, User.username)
+        .order_by(seconds.desc(), User.username)
     )
-    merged: dict[str, tuple[str, list[str], int]] = {}
-    for user_id, username, template_id, seconds in db.session.execute(query):
-        _, ids, total = merged.get(user_id, ("", [], 0))
-        merged[user_id] = (username or "", [*ids, template_id], total + int(seconds))
-    activity = [UserActivity(user_id, name, sorted(ids), s) for user_id, (name, ids, s) in merged.items()]
-    return sorted(activity, key=lambda user: (-user.seconds, user.username))
+    return [
+        UserActivity(user_id, username or "", sorted(_id_list(ids)), int(total))
+        for user_id, username, ids, total in db.session.execute(query)
+    ]
 
 
 @dataclass(frozen=True)
@@ -274,6 +275,19 @@ def template_choices(visible: list[str] | None) -> list[tuple[str, str]]:
     if visible is not None:
         query = query.where(Template.id.in_(visible))
     return [(template_id, name) for template_id, name in db.session.execute(query)]
+
+
+def _template_ids(column: InstrumentedAttribute[str]) -> ColumnElement[Any]:
+    """The distinct template ids of a group: an array in PostgreSQL, a comma-separated string in SQLite."""
+    if db.session.get_bind().dialect.name == "postgresql":
+        return func.array_agg(column.distinct())
+    return func.group_concat(column.distinct())
+
+
+def _id_list(value: object) -> list[str]:
+    if isinstance(value, str):
+        return value.split(",")
+    return [str(item) for item in value] if isinstance(value, list) else []
 
 
 def _weighted(
