@@ -198,14 +198,20 @@ class UserActivity:
 
 def user_activity(templates: list[str] | None, days: DayRange) -> list[UserActivity]:
     """Seconds each person spent in the templates' workspaces over the range, most first: one row per person out of
-    the database (their templates gathered there too), however many days and templates they used."""
+    the database. Summed per person and template first, then per person (two hashed groupings, no per-group sort),
+    and named last (a join on the people found, not on every row)."""
     row = TemplateUserDaily
-    seconds = func.sum(row.seconds)
-    query = (
-        select(row.user_id, User.username, _template_ids(row.template_id), seconds)
-        .outerjoin(User, User.id == row.user_id)
+    per_template = (
+        select(row.user_id, row.template_id, func.sum(row.seconds).label("seconds"))
         .where(_in_range(row.day, days), *_of(row.template_id, templates))
-        .group_by(row.user_id, User.username)
+        .group_by(row.user_id, row.template_id)
+        .subquery()
+    )
+    seconds = func.sum(per_template.c.seconds)
+    query = (
+        select(per_template.c.user_id, User.username, _gathered(per_template.c.template_id), seconds)
+        .outerjoin(User, User.id == per_template.c.user_id)
+        .group_by(per_template.c.user_id, User.username)
         .order_by(seconds.desc(), User.username)
     )
     return [
@@ -277,11 +283,11 @@ def template_choices(visible: list[str] | None) -> list[tuple[str, str]]:
     return [(template_id, name) for template_id, name in db.session.execute(query)]
 
 
-def _template_ids(column: InstrumentedAttribute[str]) -> ColumnElement[Any]:
-    """The distinct template ids of a group: an array in PostgreSQL, a comma-separated string in SQLite."""
+def _gathered(column: ColumnElement[str]) -> ColumnElement[Any]:
+    """A group's values: an array in PostgreSQL, a comma-separated string in SQLite."""
     if db.session.get_bind().dialect.name == "postgresql":
-        return func.array_agg(column.distinct())
-    return func.group_concat(column.distinct())
+        return func.array_agg(column)
+    return func.group_concat(column)
 
 
 def _id_list(value: object) -> list[str]:
