@@ -40,6 +40,9 @@ from app.events import access as access_events
 from app.externalauth import api as externalauth_api
 from app.externalauth import flows as externalauth_flows
 from app.externalauth import views as externalauth_views
+from app.insights import api as insights_api
+from app.insights import rollup as insights_rollup
+from app.insights import views as insights_views
 from app.lifecycle import activity
 from app.lifecycle import api as lifecycle_api
 from app.lifecycle import models as lifecycle_models  # noqa: F401 - the executor's table, for migrations
@@ -116,6 +119,7 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
             connections.sweep_connection_log,  # ends the log's rows whose holder died or went idle
             audit_services.prune_old_entries,  # --audit-retention
             connectionlog_services.prune_old_connections,  # the same retention, for the connection log
+            insights_rollup.roll_up_insights,  # today's and yesterday's rollups (and older days not yet rolled up)
         ],
     )
     # What the workspace page shows besides the workspace itself: a panel per agent; and a job's page: its timings.
@@ -167,6 +171,8 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
         timings_views.bp,
         connectionlog_api.bp,
         connectionlog_views.bp,
+        insights_api.bp,
+        insights_views.bp,
         metrics.bp,
     ):
         app.register_blueprint(blueprint)

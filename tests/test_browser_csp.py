@@ -410,6 +410,7 @@ def dashboard_pages(deployment: Deployment, agent: dict[str, Any]) -> dict[str, 
         "idpsync.page": "/admin/idp-sync",
         "template_acl.show": "/templates/local/permissions",
         "connectionlog.index": "/connectionlog",
+        "insights.index": "/insights",
     }
 
 

@@ -81,6 +81,11 @@ ADMIN_ONLY_ENDPOINTS = {
     "provisioners_api.delete_key",
     "metrics.metrics",
     "catalog_api.download_file",
+    # Auditors too, and a template's own admins for their templates (tests/test_insights.py).
+    "insights.index",
+    "insights_api.daus",
+    "insights_api.templates_report",
+    "insights_api.user_activity",
 }
 # A template's own: those who may not use it get 404 (it does not exist for them); TEMPLATE_ADMIN_ENDPOINTS also
 # refuse (403) those who may use it but do not administer it. Proven on a real template (see below).

@@ -15,6 +15,7 @@ from app.core.encryption_keys import EncryptionKeyRecord
 from app.externalauth.models import ExternalAuthLink, GitSSHKey
 from app.files.models import File, FileUpload
 from app.groups.models import Group, GroupMember
+from app.insights.models import TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
 from app.lifecycle.models import LifecycleTick
 from app.notifications.models import Notification, NotificationDelivery, NotificationPreference
 from app.organizations.models import Organization, OrganizationMember
@@ -91,3 +92,6 @@ def register_models() -> None:
     exempt(AuditLog, "the audit log itself")
     exempt(AuditChainHead, "the audit chain's head")
     exempt(ConnectionLog, "the connection log, a record of its own kept as long as the audit log")
+    exempt(TemplateUsageDaily, "a rollup the insights job recomputes from builds and connections")
+    exempt(TemplateUserDaily, "a rollup the insights job recomputes from connections")
+    exempt(TemplateAppDaily, "a rollup the insights job recomputes from connections")
