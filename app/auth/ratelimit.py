@@ -57,3 +57,28 @@ def sign_in_with_password(settings: Settings, address: str, email: str, password
         raise
     clear_login_failures(address, email)
     return user
+
+
+# "Forgot password" requests: few per email (each sends a message to someone's inbox), more per address.
+RESET_REQUESTS_PER_EMAIL = 3
+RESET_REQUESTS_PER_ADDRESS = 10
+RESET_WINDOW_SECONDS = 3600
+
+
+def count_reset_request(address: str, email: str) -> None:
+    """Count one "forgot password" request, whether or not the email has an account; 429 once past the limit
+    (the same for every email, so the limit says nothing about which ones exist)."""
+    client = get_redis()
+    limits = [
+        (f"slipway:password-resets:email:{email.strip().lower()}", RESET_REQUESTS_PER_EMAIL),
+        (f"slipway:password-resets:ip:{address}", RESET_REQUESTS_PER_ADDRESS),
+    ]
+    pipe = client.pipeline()
+    for key, _ in limits:
+        pipe.set(key, 0, ex=RESET_WINDOW_SECONDS, nx=True)
+        pipe.incr(key)
+    counts = pipe.execute()[1::2]
+    for (key, limit), count in zip(limits, counts, strict=True):
+        if int(count) > limit:
+            retry = max(int(client.ttl(key)), 1)
+            raise RateLimited(f"Too many password reset requests. Try again in {retry // 60 + 1} minutes.")
