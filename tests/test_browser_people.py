@@ -1,5 +1,6 @@
 """An invitation in Chromium, end to end: an owner invites by email on the dashboard, the email arrives at a real
-SMTP server (aiosmtpd), and the person opens its link, picks a username and password, and is signed in.
+SMTP server (aiosmtpd), and the person opens its link, picks a username and password, and is signed in; an admin's
+reset then holds her on the change-password page until she chooses her own, and "forgot password" emails a link.
 
 The dashboard is served in-process by werkzeug's threaded server (no `slipway server` needed for pages alone)."""
 
@@ -61,7 +62,9 @@ def site(
         smtp.stop()
 
 
-def test_an_invitation_is_accepted_in_the_browser(page: Page, site: tuple[str, WatchedMailbox]) -> None:
+def test_an_invitation_a_forced_password_change_and_a_reset_by_email_in_the_browser(
+    page: Page, site: tuple[str, WatchedMailbox]
+) -> None:
     url, mailbox = site
     problems = watch_for_problems(page.context, origin=url)
     sign_in_page(page, url)
@@ -89,4 +92,40 @@ def test_an_invitation_is_accepted_in_the_browser(page: Page, site: tuple[str, W
     zoe.wait_for_url(f"{url}/workspaces")
     expect(zoe.locator(".whoami")).to_contain_text("zoe-park")
     zoe.screenshot(path=str(ARTIFACTS / "people-invitation-welcome.png"), full_page=True)
+
+    # An owner resets her password: at her next sign-in (by username) she can only choose her own.
+    page.goto(f"{url}/users?q=zoe")
+    page.get_by_role("link", name="Reset the password of zoe-park").click()
+    page.fill("input[name=password]", "temporary-pass")
+    page.click("form.stack button[type=submit]")
+    expect(page.locator(".flash-success")).to_contain_text("zoe-park's password was reset")
+    zoe.goto(f"{url}/templates")  # her session ended with the reset
+    zoe.fill("input[name=email]", "zoe-park")
+    zoe.fill("input[name=password]", "temporary-pass")
+    zoe.click("form.stack button[type=submit]")
+    expect(zoe.locator("#must-change-why")).to_be_visible()
+    assert severe_violations(zoe) == []
+    zoe.screenshot(path=str(ARTIFACTS / "people-forced-password-change.png"), full_page=True)
+    zoe.fill("input[name=current_password]", "temporary-pass")
+    zoe.fill("input[name=new_password]", "zoes-own-password")
+    zoe.fill("input[name=confirm_password]", "zoes-own-password")
+    zoe.click("form.stack button[type=submit]")
+    zoe.wait_for_url(f"{url}/templates")
+
+    # She forgets it: "Forgot password?" emails a link that sets a new one and signs her in.
+    zoe.context.clear_cookies()
+    zoe.goto(f"{url}/login")
+    zoe.click("#forgot-password")
+    zoe.fill("input[name=email]", "zoe.park@example.com")
+    zoe.click("form.stack button[type=submit]")
+    expect(zoe.locator("#reset-requested")).to_be_visible()
+    reset = re.search(re.escape(url) + r"/reset-password/[\w-]+", mailbox.wait_for(2)[1].replace("=\n", ""))
+    assert reset, mailbox.messages[1]
+    zoe.goto(reset.group(0))
+    zoe.fill("input[name=password]", "zoes-newest-password")
+    zoe.fill("input[name=confirm_password]", "zoes-newest-password")
+    zoe.screenshot(path=str(ARTIFACTS / "people-reset-by-email.png"), full_page=True)
+    zoe.click("form.stack button[type=submit]")
+    zoe.wait_for_url(f"{url}/workspaces")
+    expect(zoe.locator(".whoami")).to_contain_text("zoe-park")
     assert problems == []

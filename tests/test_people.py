@@ -3,6 +3,7 @@ sign-in by username or email. In-process (Flask test client); the emails go thro
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -362,3 +363,17 @@ def test_an_admin_made_account_on_the_users_page_must_change_its_password(
     sign_in(hal, "hal", PASSWORD)
     assert gil.get("/workspaces").status_code == 302 and hal.get("/workspaces").status_code == 200
     assert post_form(gil, "/logout", {}, token_from="/password/change").status_code == 302
+
+
+def test_with_single_sign_on_the_pages_say_people_can_use_it(
+    settings: Settings, app_factory: Callable[[Settings], Flask], personas: dict[str, Persona]
+) -> None:
+    sso = dataclasses.replace(
+        settings, oidc_issuer_url="https://idp.example.com", oidc_client_id="slipway", oidc_sign_in_text="Acme SSO"
+    )
+    owner = app_factory(sso).test_client()
+    assert 'id="oidc-sign-in"' in owner.get("/login").get_data(as_text=True)
+    sign_in(owner, "alice", PASSWORD)
+    hint = owner.get("/users").get_data(as_text=True)
+    assert "<strong>Acme SSO</strong> (single sign-on)" in hint and "they need no invitation" in hint
+    assert "sign in with Acme SSO without an invitation" in owner.get("/users/invitations").get_data(as_text=True)
