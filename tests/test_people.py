@@ -138,7 +138,11 @@ def test_who_may_invite_and_what_an_invitation_refuses(app: Flask, personas: dic
         refused = _invite(api, people[name], "x@example.com", [])
         assert refused.status_code == 403, name
         assert api.get("/api/v2/users/invitations", headers=people[name].auth).status_code == 403
-    frank = people["frank"]  # a user admin invites, but never an owner
+    frank = people["frank"]  # a user admin invites (the menu leads there), but never an owner
+    frank_page = app.test_client()
+    sign_in(frank_page, "frank@example.com", PASSWORD)
+    assert 'href="/users/invitations"' in frank_page.get("/groups").get_data(as_text=True)
+    assert '<option value="owner"' not in frank_page.get("/users/invitations").get_data(as_text=True)
     assert _invite(api, frank, "m@example.com", []).status_code == 201
     owner = _invite(api, frank, "o@example.com", ["owner"])
     assert owner.status_code == 403 and owner.json["message"] == "Only an owner may invite someone as an owner."
@@ -344,6 +348,13 @@ def test_people_sign_in_by_username_or_email(app: Flask, personas: dict[str, Per
     assert wrong.status_code == 401
     api = app.test_client().post("/api/v2/users/login", json={"email": "carol", "password": PASSWORD})
     assert api.status_code == 201
+    # Failures count per account, by whichever name: a username and an email do not get a limit each.
+    names = ["carol", "carol@example.com"] * 5
+    for name in names:
+        refused = app.test_client().post("/api/v2/users/login", json={"email": name, "password": "x" * 9})
+        assert refused.status_code == 401
+    limited = app.test_client().post("/api/v2/users/login", json={"email": "Carol", "password": PASSWORD})
+    assert limited.status_code == 429
     with app.app_context():
         assert db.session.scalar(select(User.must_change_password).where(User.username == "carol")) is False
 

@@ -7,7 +7,7 @@ from app.core.config import Settings
 from app.core.errors import Forbidden, RateLimited, Unauthorized
 from app.core.redis_client import get_redis
 from app.users.models import User
-from app.users.services import authenticate
+from app.users.services import authenticate, find_by_login
 
 # One address may front many people (an office NAT), so it gets more room than a single email address.
 ADDRESS_ALLOWANCE = 5
@@ -45,17 +45,21 @@ def clear_login_failures(address: str, email: str) -> None:
 
 
 def sign_in_with_password(settings: Settings, address: str, email: str, password: str) -> User:
-    """The user for a password sign-in, counting failures per email and address; 429 once past the limit."""
+    """The user for a password sign-in (``email`` may be a username), counting failures per account and address;
+    429 once past the limit."""
     if settings.disable_password_auth:
         raise Forbidden(f"Password sign-in is disabled on this server: sign in with {settings.oidc_sign_in_text}.")
-    check_login_allowed(settings, address, email)
+    # One count per account, whether it is named by its username or its email (else each would get the limit).
+    account = find_by_login(email)
+    counted = account.email if account is not None else email
+    check_login_allowed(settings, address, counted)
     try:
         user = authenticate(email, password)
     except Unauthorized as refused:
-        record_login_failure(settings, address, email)
+        record_login_failure(settings, address, counted)
         record_failed_sign_in(email, "password", refused.status, refused.message)
         raise
-    clear_login_failures(address, email)
+    clear_login_failures(address, counted)
     return user
 
 
