@@ -388,3 +388,26 @@ def test_with_single_sign_on_the_pages_say_people_can_use_it(
     hint = owner.get("/users").get_data(as_text=True)
     assert "<strong>Acme SSO</strong> (single sign-on)" in hint and "they need no invitation" in hint
     assert "sign in with Acme SSO without an invitation" in owner.get("/users/invitations").get_data(as_text=True)
+
+
+@pytest.mark.databases("postgresql")  # where a NUL character reaches the database as a 500 unless refused first
+def test_names_and_links_with_a_nul_character_are_refused_not_a_500(app: Flask, personas: dict[str, Persona]) -> None:
+    api, alice = app.test_client(), personas["alice"]
+    owner = app.test_client()
+    sign_in(owner, "alice", PASSWORD)
+    answers = {
+        "invite": _invite(api, alice, "a\x00b@example.com", []).status_code,
+        "login": api.post("/api/v2/users/login", json={"email": "ca\x00rol", "password": "x" * 9}).status_code,
+        "login page": post_form(app.test_client(), "/login", {"email": "ca\x00rol", "password": "x" * 9}).status_code,
+        "set password": api.put(
+            "/api/v2/users/a%00b/password", json={"password": "x" * 9}, headers=alice.auth
+        ).status_code,
+        "revoke": api.delete("/api/v2/users/invitations/a%00b", headers=alice.auth).status_code,
+        "invitation link": api.get("/invite/a%00b-cd").status_code,
+        "reset link": api.get("/reset-password/a%00b-cd").status_code,
+        "reset page": owner.get("/users/a%00b/password").status_code,
+    }
+    assert answers == {
+        "invite": 400, "login": 400, "login page": 400, "set password": 404, "revoke": 404,
+        "invitation link": 404, "reset link": 404, "reset page": 404,
+    }  # fmt: skip

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from app.auth.access import record_failed_sign_in
 from app.core.config import Settings
-from app.core.errors import Forbidden, RateLimited, Unauthorized
+from app.core.errors import Forbidden, InvalidInput, RateLimited, Unauthorized
 from app.core.redis_client import get_redis
+from app.core.validation import text_problem
 from app.users.models import User
 from app.users.services import authenticate, find_by_login
 
@@ -49,6 +50,8 @@ def sign_in_with_password(settings: Settings, address: str, email: str, password
     429 once past the limit."""
     if settings.disable_password_auth:
         raise Forbidden(f"Password sign-in is disabled on this server: sign in with {settings.oidc_sign_in_text}.")
+    if problem := text_problem(email):  # no account is named so, and neither the log nor PostgreSQL could keep it
+        raise InvalidInput(f"Username or email: {problem}")
     # One count per account, whether it is named by its username or its email (else each would get the limit).
     account = find_by_login(email)
     counted = account.email if account is not None else email

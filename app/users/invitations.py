@@ -14,7 +14,7 @@ from sqlalchemy.orm import joinedload
 from app.core.columns import utcnow
 from app.core.errors import Conflict, Forbidden, NotFound
 from app.core.extensions import db
-from app.core.validation import FieldErrors, check_email
+from app.core.validation import FieldErrors, check_email, text_problem
 from app.users.models import ROLE_OWNER, User, UserInvitation
 from app.users.services import create_user, normalise_roles
 from app.users.tokens import hash_secret, new_credential, split_credential
@@ -71,7 +71,7 @@ def pending_invitations_query() -> Select[UserInvitation]:
 
 
 def revoke_invitation(invitation_id: str) -> None:
-    invitation = db.session.get(UserInvitation, invitation_id)
+    invitation = None if text_problem(invitation_id) else db.session.get(UserInvitation, invitation_id)
     if invitation is None or invitation.accepted_at is not None:
         raise NotFound("No such pending invitation: it may have been accepted or revoked already.")
     db.session.delete(invitation)

@@ -13,7 +13,7 @@ from werkzeug.security import check_password_hash, generate_password_hash
 from app.core.columns import utcnow
 from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
 from app.core.extensions import db
-from app.core.validation import FieldErrors, check_email, check_password, check_username
+from app.core.validation import FieldErrors, check_email, check_password, check_username, text_problem
 from app.events.access import access_lost
 from app.users.browser_sessions import delete_browser_sessions
 from app.users.models import (
@@ -110,6 +110,8 @@ def _refuse_taken(username: str, email: str) -> None:
 def find_by_login(identifier: str) -> User | None:
     """The person a sign-in names: by email when it has an @ (usernames never do), else by username."""
     identifier = identifier.strip()
+    if text_problem(identifier):  # no account has such a name, and PostgreSQL would refuse to look
+        return None
     if "@" in identifier:
         found: User | None = db.session.scalar(select(User).where(User.email == identifier.lower()))
     else:
@@ -137,7 +139,7 @@ def users_query() -> Select[User]:
 
 
 def get_user(user_id: str) -> User:
-    user = db.session.get(User, user_id)
+    user = None if text_problem(user_id) else db.session.get(User, user_id)
     if user is None:
         raise NotFound("No such user.")
     return user
@@ -145,6 +147,8 @@ def get_user(user_id: str) -> User:
 
 def get_user_by_reference(reference: str) -> User:
     """A person by id or username (as Coder's ``/users/{user}`` paths take them)."""
+    if text_problem(reference):
+        raise NotFound("No such user.")
     user = db.session.get(User, reference) or db.session.scalar(
         select(User).where(func.lower(User.username) == reference.lower())
     )
