@@ -16,6 +16,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select, update
 
+from app.audit.models import AuditLog
 from app.core.columns import utcnow
 from app.core.config import Settings
 from app.core.extensions import db
@@ -125,6 +126,9 @@ def test_an_invitation_without_smtp_answers_its_link_which_makes_the_account_onc
     ann = api.get("/api/v2/users/ann", headers=alice.auth).json
     assert ann["roles"] == ["template-admin", "member"] and ann["must_change_password"] is False
 
+    with app.app_context():  # the acceptance is in the audit log, by the newcomer
+        accepted = db.session.scalars(select(AuditLog).where(AuditLog.resource_type == "user_invitation")).all()
+        assert [(entry.action, entry.username) for entry in accepted][-1] == ("write", "ann")
     again = app.test_client().get(path)
     assert again.status_code == 409 and "already been used" in again.get_data(as_text=True)
     assert api.get("/api/v2/users/invitations", headers=alice.auth).json == []

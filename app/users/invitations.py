@@ -11,7 +11,8 @@ from datetime import timedelta
 from sqlalchemy import Select, delete, select, update
 from sqlalchemy.orm import joinedload
 
-from app.core.columns import utcnow
+from app.audit.recorder import ACTION_WRITE, change, record, user_actor
+from app.core.columns import rfc3339, utcnow
 from app.core.errors import Conflict, Forbidden, NotFound
 from app.core.extensions import db
 from app.core.validation import FieldErrors, check_email, text_problem
@@ -105,14 +106,18 @@ def accept_invitation(credential: str, username: str, password: str) -> User:
     The claim is a conditional UPDATE, so that two tabs submitting at once make one account, not two."""
     invitation = open_invitation(credential)
     user = create_user(username, invitation.email, password, invitation.roles, commit=False)
+    now = utcnow()
     claimed = db.session.execute(
         update(UserInvitation)
         .where(UserInvitation.id == invitation.id, UserInvitation.accepted_at.is_(None))
-        .values(accepted_at=utcnow(), accepted_user_id=user.id)
+        .values(accepted_at=now, accepted_user_id=user.id)
     )
     if getattr(claimed, "rowcount", 0) != 1:
         db.session.rollback()
         raise Conflict(USED_INVITATION)
+    # The claim is a statement, not a change of a loaded row: its audit entry is written here, naming the newcomer.
+    diff = {"accepted_at": change(rfc3339(now)), "accepted_user_id": change(user.id)}
+    record("user_invitation", invitation.id, invitation.email, ACTION_WRITE, diff, actor=user_actor(user))
     db.session.commit()
     return user
 
