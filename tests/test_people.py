@@ -191,7 +191,12 @@ def test_the_invitations_page_shows_a_new_link_once_and_revokes(app: Flask, pers
     revoked = post_form(owner, f"/users/invitations/{invitation['id']}/revoke", {}, token_from="/users/invitations")
     assert revoked.status_code == 302
     assert 'id="no-invitations"' in owner.get("/users/invitations").get_data(as_text=True)
-    assert 'id="invite-people"' in owner.get("/users").get_data(as_text=True)
+    users_page = owner.get("/users").get_data(as_text=True)
+    assert 'id="invite-people"' in users_page and 'id="invite-card"' in users_page
+    from_users_page = post_form(
+        owner, "/users/invitations", {"email": "kim@example.com", "role": "member"}, token_from="/users"
+    )
+    assert 'id="new-invitation-link"' in from_users_page.get_data(as_text=True)
 
 
 def test_an_invitation_is_emailed_when_smtp_is_configured(
