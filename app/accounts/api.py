@@ -11,12 +11,12 @@ from app.auth.access import api_user, bearer_token, record_sign_in, require_role
 from app.auth.blueprints import api_blueprint
 from app.core.columns import rfc3339
 from app.core.config import Settings
-from app.core.errors import BadGateway, Forbidden, InvalidInput, NotFound
+from app.core.errors import Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, string_field, whole_number_field
 from app.users import invitations, services
-from app.users.models import ROLE_OWNER, ROLE_USER_ADMIN, User, UserInvitation
+from app.users.models import ROLE_OWNER, ROLE_USER_ADMIN
 from app.users.search import listed_users
 from app.users.tokens import (
     api_tokens_query,
@@ -147,19 +147,11 @@ def create_invitation() -> tuple[Response, int]:
     link = invitations.invitation_link(settings.access_url, credential)
     reply = invitation.to_json()
     if mail.email_configured(settings):
-        _send_or_withdraw(settings, invitation, actor, link)
+        mail.send_invitation(settings, invitation, actor, link)
         reply["emailed"] = True
     else:
         reply |= {"emailed": False, "link": link}
     return jsonify(reply), 201
-
-
-def _send_or_withdraw(settings: Settings, invitation: UserInvitation, actor: User, link: str) -> None:
-    try:
-        mail.send_invitation(settings, invitation, actor, link)
-    except BadGateway:
-        invitations.revoke_invitation(invitation.id)
-        raise
 
 
 @bp.get("/users/invitations")

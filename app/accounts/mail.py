@@ -9,7 +9,7 @@ import threading
 from app.core.config import Settings
 from app.core.errors import BadGateway
 from app.notifications.delivery import DeliveryError, send_mail
-from app.users.invitations import INVITATION_LIFETIME
+from app.users.invitations import INVITATION_LIFETIME, revoke_invitation
 from app.users.models import User, UserInvitation
 from app.users.password_resets import RESET_LIFETIME
 
@@ -21,7 +21,8 @@ def email_configured(settings: Settings) -> bool:
 
 
 def send_invitation(settings: Settings, invitation: UserInvitation, inviter: User, link: str) -> None:
-    """Send at once, so the person inviting learns whether it went: a failure is a 502 in words safe to show."""
+    """Send at once, so the person inviting learns whether it went: a failure withdraws the invitation (nobody
+    holds its link) and is a 502 in words safe to show."""
     text = (
         f"{inviter.username} invited you to Slipway at {settings.access_url}.\n\n"
         f"Open this link to choose your username and password:\n{link}\n\n"
@@ -30,6 +31,7 @@ def send_invitation(settings: Settings, invitation: UserInvitation, inviter: Use
     try:
         send_mail(settings, invitation.email, "You are invited to Slipway", text)
     except DeliveryError as exc:
+        revoke_invitation(invitation.id)
         raise BadGateway(f"The invitation email could not be sent ({exc}). Nothing was saved: try again.") from None
 
 

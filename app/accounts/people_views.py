@@ -13,7 +13,7 @@ from app.auth import ratelimit
 from app.auth.access import page_user, require_role, sign_in_browser, sign_out_browser
 from app.auth.blueprints import page_blueprint
 from app.core.config import Settings
-from app.core.errors import BadGateway, DomainError, InvalidInput
+from app.core.errors import DomainError, InvalidInput
 from app.core.pagination import page_of, requested_page
 from app.users import invitations, password_resets, services
 from app.users.models import ASSIGNABLE_ROLES, ROLE_OWNER, ROLE_USER_ADMIN
@@ -44,11 +44,7 @@ def invitations_page() -> str | tuple[str, int]:
             invitation, credential = invitations.invite(actor, form["email"], roles)
             link = invitations.invitation_link(settings.access_url, credential)
             if mail.email_configured(settings):
-                try:
-                    mail.send_invitation(settings, invitation, actor, link)
-                except BadGateway:
-                    invitations.revoke_invitation(invitation.id)
-                    raise
+                mail.send_invitation(settings, invitation, actor, link)
                 context["sent_to"] = invitation.email
             else:
                 context |= {"new_link": link, "new_link_email": invitation.email}
