@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable
 from datetime import timedelta
 
-from sqlalchemy import Select, delete, select, update
+from sqlalchemy import Select, select, update
 from sqlalchemy.orm import joinedload
 
 from app.audit.recorder import ACTION_WRITE, change, record, user_actor
@@ -42,10 +42,11 @@ def invite(actor: User, email: str, roles: Iterable[str]) -> tuple[UserInvitatio
             validations=[{"field": "email", "detail": "This email is already in use."}],
         )
     now = utcnow()
-    # Inviting the same email again replaces the pending invitation: only the newest link works.
-    db.session.execute(
-        delete(UserInvitation).where(UserInvitation.email == email, UserInvitation.accepted_at.is_(None))
-    )
+    # Inviting the same email again replaces the pending invitation: only the newest link works (row by row, so
+    # that the audit log shows the old one go).
+    replaced = select(UserInvitation).where(UserInvitation.email == email, UserInvitation.accepted_at.is_(None))
+    for stale in db.session.scalars(replaced):
+        db.session.delete(stale)
     lookup_id, secret = new_credential()
     invitation = UserInvitation(
         lookup_id=lookup_id,
