@@ -23,7 +23,7 @@ from tests.support.accessibility import severe_violations
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
 from tests.support.net import free_port
 from tests.support.notifications import authenticate
-from tests.test_people import WatchedMailbox
+from tests.support.people import WatchedMailbox
 
 pytestmark = pytest.mark.databases("sqlite")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,8 @@ from app.core.extensions import db
 from app.users.models import PasswordReset, User, UserInvitation
 from tests.conftest import PASSWORD, Persona, make_settings
 from tests.support.net import free_port
-from tests.support.notifications import Mailbox, authenticate
+from tests.support.notifications import authenticate
+from tests.support.people import WatchedMailbox
 from tests.support.permissions import more_personas
 from tests.support.web import csrf_token, post_form, sign_in
 
@@ -33,25 +33,6 @@ NEW_PASSWORD = "a-password-of-my-own"
 ACCESS_URL = "http://slipway.example.com"
 CSRF = re.compile(r"[\w-]{20,}\.[\w-]+\.[\w-]{20,}")
 LINK = re.compile(r"http://slipway\.example\.com(/(?:invite|reset-password)/[A-Za-z0-9_\-]+)")
-
-
-class WatchedMailbox(Mailbox):
-    """The notification tests' mailbox, which a test can wait on (the sender may be another thread)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.arrived = threading.Condition()
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        answer = await super().handle_DATA(server, session, envelope)
-        with self.arrived:
-            self.arrived.notify_all()
-        return answer
-
-    def wait_for(self, count: int) -> list[str]:
-        with self.arrived:
-            assert self.arrived.wait_for(lambda: len(self.messages) >= count, timeout=30), self.messages
-        return self.messages
 
 
 @pytest.fixture
