@@ -277,6 +277,28 @@ def test_an_admin_resets_a_password_and_the_person_chooses_a_new_one(app: Flask,
     own = post_form(owner, f"/users/{personas['alice'].id}/password", {"password": "given-by-alice"})
     assert own.status_code == 400 and "Account page" in own.get_data(as_text=True)
 
+    admin = app.test_client()  # a user admin's reset, by name on the Invite people page (they have no Users page)
+    sign_in(admin, "frank", PASSWORD)
+    by_name = post_form(
+        admin, "/users/password-reset", {"user": "Dave", "password": "given-by-frank"}, token_from="/users/invitations"
+    )
+    assert by_name.status_code == 302 and "dave&#39;s password was reset" in admin.get("/users/invitations").get_data(
+        as_text=True
+    )
+    unknown = post_form(
+        admin, "/users/password-reset", {"user": "nobody", "password": "x" * 9}, token_from="/users/invitations"
+    )
+    assert unknown.status_code == 404 and "Nobody signs in as" in unknown.get_data(as_text=True)
+    owner_refused = post_form(
+        admin,
+        "/users/password-reset",
+        {"user": "alice@example.com", "password": "x" * 9},
+        token_from="/users/invitations",
+    )
+    assert owner_refused.status_code == 403 and "Only an owner may reset an owner" in owner_refused.get_data(
+        as_text=True
+    )
+
 
 def test_forgot_password_emails_a_single_use_link_and_never_says_who_has_an_account(
     mailing_app: Flask, mailbox: tuple[WatchedMailbox, int], personas: dict[str, Persona]

@@ -147,6 +147,7 @@ GROUP_MANAGER_ENDPOINTS = {
     "people.invitations_page",
     "people.revoke_invitation",
     "people.reset_password",
+    "people.reset_by_name",
 }
 # A person's own things only, whoever asks for someone else's (owners included): 403 for the path's other user.
 SELF_ONLY_ENDPOINTS = {

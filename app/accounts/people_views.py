@@ -13,7 +13,7 @@ from app.auth import ratelimit
 from app.auth.access import page_user, require_role, sign_in_browser, sign_out_browser
 from app.auth.blueprints import page_blueprint
 from app.core.config import Settings
-from app.core.errors import DomainError, InvalidInput
+from app.core.errors import DomainError, InvalidInput, NotFound
 from app.core.pagination import page_of, requested_page
 from app.users import invitations, password_resets, services
 from app.users.models import ASSIGNABLE_ROLES, ROLE_OWNER, ROLE_USER_ADMIN
@@ -123,6 +123,28 @@ def reset_password(user_id: str) -> Response | str | tuple[str, int]:
         "success",
     )
     return redirect(url_for("users.index") if page_user().is_owner else url_for("people.invitations_page"))
+
+
+@bp.post("/users/password-reset")
+@require_role(ROLE_OWNER, ROLE_USER_ADMIN)
+def reset_by_name() -> Response | tuple[str, int]:
+    """The Invite people page's reset, for user admins (who have no Users page): the person by username or email."""
+    login = request.form.get("user", "")
+    try:
+        user = services.find_by_login(login)
+        if user is None:
+            raise NotFound(f"Nobody signs in as {login.strip()!r}: give a username or an email.")
+        if user.id == page_user().id:
+            raise InvalidInput("Change your own password on your Account page, with your current one.")
+        services.admin_set_password(page_user(), user, request.form.get("password", ""))
+    except DomainError as error:
+        return _invitations({"email": "", "role": ""}, reset_error=error.message, reset_user=login), error.status
+    flash(
+        f"{user.username}'s password was reset and their sessions ended. Give them the new password: they will "
+        "choose their own when they next sign in.",
+        "success",
+    )
+    return redirect(url_for("people.invitations_page"))
 
 
 @bp.route("/forgot-password", methods=["GET", "POST"])
