@@ -9,7 +9,7 @@ from flask import Flask
 
 from app import events, health, metrics
 from app.accounts import api as accounts_api
-from app.accounts import groups_api, groups_views, idpsync_api, idpsync_views, permissions_api
+from app.accounts import groups_api, groups_views, idpsync_api, idpsync_views, people_views, permissions_api
 from app.accounts import views as accounts_views
 from app.agents import agent_api, app_connections, app_views, bootstrap, connections, subdomain
 from app.agents import api as agents_api
@@ -136,6 +136,7 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
         sharing_views.bp,
         catalog_views.bp,
         accounts_views.bp,
+        people_views.bp,
         accounts_api.bp,
         idpsync_api.bp,
         idpsync_views.bp,

@@ -234,6 +234,23 @@ CASES: tuple[Case, ...] = (
         (Expect("user", "logout", "erin"), Expect("api_key", "delete", "erin")),
     ),
     Case(
+        "users_api.change_password",
+        lambda w: w.call("PUT", f"/users/{w.ids['erin']}/password", "alice", {"password": "temporary-password"}),
+        (Expect("user", "write", "alice", {"password_hash": SECRET, "must_change_password": SECRET}),),
+    ),
+    Case(
+        "users_api.create_invitation",
+        lambda w: _keep(
+            w, "invitation", _ok(w.call("POST", "/users/invitations", "alice", {"email": "i@example.com"})).json["id"]
+        ),
+        (Expect("user_invitation", "create", "alice", {"email": (None, "i@example.com"), "secret_hash": SECRET}),),
+    ),
+    Case(
+        "users_api.revoke_invitation",
+        lambda w: w.call("DELETE", f"/users/invitations/{w.ids['invitation']}", "alice"),
+        (Expect("user_invitation", "delete", "alice", {"email": ("i@example.com", None)}),),
+    ),
+    Case(
         "users_api.create_token",
         _create_token,
         (Expect("api_key", "create", "carol", {"name": (None, "ci"), "secret_hash": SECRET}),),

@@ -369,6 +369,8 @@ NOT_PAGES = {
     "metrics.metrics": "text for Prometheus",
     "agent_bootstrap.agent_bundle": "an archive",
     "audit.export": "a CSV or NDJSON download",
+    "people.accept_invitation": "needs an invitation's link: tests/test_browser_people.py runs axe on it",
+    "people.reset_with_link": "needs an emailed reset link (tests/test_people.py)",
 }
 SIZES = {"phone": (390, 844), "desktop": (1400, 900)}
 
@@ -378,9 +380,11 @@ def dashboard_pages(deployment: Deployment, agent: dict[str, Any]) -> dict[str, 
     workspace = deployment.workspace("alice", "csp")
     with deployment.api("alice") as api:
         version = api.get("/templates", params={"name": "local"}).json()[0]["active_version_id"]
+        carol = api.get("/users/carol").json()["id"]
     base = f"/workspaces/{workspace['id']}"
     return {
         "auth.login": "/login",  # signed out, before the others
+        "people.forgot_password": "/forgot-password",
         "workspaces.index": "/workspaces",
         "workspaces.show": base,
         "workspaces.delete": f"{base}/delete",
@@ -402,6 +406,9 @@ def dashboard_pages(deployment: Deployment, agent: dict[str, Any]) -> dict[str, 
         "externalauth.overview": "/external-auth",
         "health_page.page": "/health",
         "users.index": "/users",
+        "people.invitations_page": "/users/invitations",
+        "people.reset_password": f"/users/{carol}/password",
+        "auth.change_password": "/password/change",
         "audit.index": "/audit",
         "users.account": "/account",
         "oidc.cli_auth": "/cli-auth",

@@ -32,6 +32,10 @@ PUBLIC_ENDPOINTS = {
     "oidc.start",
     "oidc.callback",
     "auth_api.auth_methods",
+    # An invitation's and a reset link's pages: the link's secret is the credential.
+    "people.accept_invitation",
+    "people.forgot_password",
+    "people.reset_with_link",
     # Apps decide by their share level (public apps need no sign-in): tests/test_agent_api.py covers each level.
     "apps.app_root",
     "apps.serve_app",
@@ -140,6 +144,15 @@ GROUP_MANAGER_ENDPOINTS = {
     "groups.add_member",
     "groups.remove_member",
     "groups.delete",
+    # People: invitations and another person's password (one's own password is anyone's: tests/test_people.py).
+    "users_api.create_invitation",
+    "users_api.list_invitations",
+    "users_api.revoke_invitation",
+    "users_api.change_password",
+    "people.invitations_page",
+    "people.revoke_invitation",
+    "people.reset_password",
+    "people.reset_by_name",
 }
 # A person's own things only, whoever asks for someone else's (owners included): 403 for the path's other user.
 SELF_ONLY_ENDPOINTS = {
@@ -434,7 +447,16 @@ def test_shared_workspace_users_reach_what_their_share_allows(
 # Auditors (the auditor role alone) read everything owners read and change nothing. Writes they may still send:
 # signing in and out. Routes not called with a person's credential at all: agents' (an agent token) and apps'
 # (decided by the app's share level, and by whether one may use the workspace, which auditors may not).
-AUDITOR_MAY_WRITE = {"auth.login", "auth.logout", "auth.logout_everywhere", "users_api.login", "users_api.logout"}
+AUDITOR_MAY_WRITE = {
+    "auth.login",
+    "auth.logout",
+    "auth.logout_everywhere",
+    "auth.change_password",
+    "users.change_password",
+    "users_api.login",
+    "users_api.logout",
+    "users_api.change_password",
+}
 NOT_A_PERSONS_ROUTE = ("agent_api.", "apps.", "agent_bootstrap.")
 
 

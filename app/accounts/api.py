@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from flask import Response, current_app, jsonify, request
 
+from app.accounts import mail
 from app.audit.recorder import ACTION_LOGOUT, acting_as, record, user_actor
 from app.auth import ratelimit
 from app.auth.access import api_user, bearer_token, record_sign_in, require_role
 from app.auth.blueprints import api_blueprint
 from app.core.columns import rfc3339
 from app.core.config import Settings
-from app.core.errors import InvalidInput, NotFound
+from app.core.errors import Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, string_field, whole_number_field
-from app.users import services
+from app.users import invitations, services
 from app.users.models import ROLE_OWNER, ROLE_USER_ADMIN
 from app.users.search import listed_users
 from app.users.tokens import (
@@ -99,9 +100,73 @@ def create_user() -> tuple[Response, int]:
     email = string_field(body, "email", errors)
     password = string_field(body, "password", errors)
     roles = _roles_field(body.get("roles", []), errors)
+    must_change = body.get("must_change_password", False)
+    if not isinstance(must_change, bool):
+        errors.add("must_change_password", "Must be true or false.")
     errors.raise_if_any()
-    user = services.create_user(username, email, password, roles or [])
+    user = services.create_user(username, email, password, roles or [], must_change_password=must_change is True)
     return jsonify(user.to_json()), 201
+
+
+@bp.put("/users/<user_id>/password")
+def change_password(user_id: str) -> tuple[str, int]:
+    """Coder's UpdateUserPasswordRequest: one's own password with ``old_password``; an owner or user admin sets
+    anyone else's without it, and that person must choose a new one at next sign-in."""
+    body, errors = json_body(), FieldErrors()
+    password = string_field(body, "password", errors)
+    old_password = string_field(body, "old_password", errors, required=False)
+    actor = api_user()
+    if user_id in ("me", actor.id) or user_id.lower() == actor.username.lower():
+        if not old_password:
+            errors.add("old_password", "Give your current password to change it.")
+        errors.raise_if_any()
+        services.change_password(actor, old_password, password)
+        return "", 204
+    # Refused before the person is looked up, so that nobody else learns which usernames exist.
+    if not actor.is_user_admin:
+        raise Forbidden("Only owners and user admins may set another person's password.")
+    if actor.must_change_password:
+        raise Forbidden("Choose your own new password before you set anyone else's.")
+    target = services.get_user_by_reference(user_id)
+    errors.raise_if_any()
+    services.admin_set_password(actor, target, password)
+    return "", 204
+
+
+@bp.post("/users/invitations")
+@require_role(ROLE_OWNER, ROLE_USER_ADMIN)
+def create_invitation() -> tuple[Response, int]:
+    """Invite by email with roles: the link is answered when the server has no SMTP, else emailed (and not
+    answered: only the person invited should hold it)."""
+    body, errors = json_body(), FieldErrors()
+    email = string_field(body, "email", errors)
+    roles = _roles_field(body.get("roles", []), errors)
+    errors.raise_if_any()
+    settings, actor = _settings(), api_user()
+    invitation, credential = invitations.invite(actor, email, roles or [])
+    link = invitations.invitation_link(settings.access_url, credential)
+    reply = invitation.to_json()
+    if mail.email_configured(settings):
+        mail.send_invitation(settings, invitation, actor, link)
+        reply["emailed"] = True
+    else:
+        reply |= {"emailed": False, "link": link}
+    return jsonify(reply), 201
+
+
+@bp.get("/users/invitations")
+@require_role(ROLE_OWNER, ROLE_USER_ADMIN)
+def list_invitations() -> Response:
+    """Pending invitations (expired ones too, until revoked), newest first."""
+    rows, total = PageRequest.from_args().rows(invitations.pending_invitations_query())
+    return with_total(jsonify([invitation.to_json() for invitation in rows]), total)
+
+
+@bp.delete("/users/invitations/<invitation_id>")
+@require_role(ROLE_OWNER, ROLE_USER_ADMIN)
+def revoke_invitation(invitation_id: str) -> tuple[str, int]:
+    invitations.revoke_invitation(invitation_id)
+    return "", 204
 
 
 @bp.get("/users/<user_id>")

@@ -48,16 +48,21 @@ def _field_errors(error: DomainError) -> dict[str, str]:
 @require_role(ROLE_OWNER)
 def index() -> str | tuple[str, int] | Response:
     form = {key: request.form.get(key, "") for key in ("username", "email", "password", "role")}
+    # Ticked unless the owner unticked it: the password is one the owner chose and passes on by hand.
+    must_change = request.method == "GET" or request.form.get("must_change_password") == "on"
     errors: dict[str, str] = {}
     status = 200
     if request.method == "POST":
         roles = [form["role"]] if form["role"] in ASSIGNABLE_ROLES else []
         try:
-            user = services.create_user(form["username"], form["email"], form["password"], roles)
+            user = services.create_user(
+                form["username"], form["email"], form["password"], roles, must_change_password=must_change
+            )
         except DomainError as error:
             errors, status = _field_errors(error), error.status
         else:
-            flash(f"Created {user.username}. Give them their email and password to sign in.", "success")
+            then = " They choose their own password when they first sign in." if must_change else ""
+            flash(f"Created {user.username}. Give them their username and password to sign in.{then}", "success")
             return redirect(url_for("users.index"))
     search, sort = request.args.get("q", "").strip(), request.args.get("sort", "")
     try:
@@ -73,6 +78,7 @@ def index() -> str | tuple[str, int] | Response:
             search_error=search_error,
             sort=sort or "username",
             form=form,
+            must_change=must_change,
             errors=errors,
             roles=ASSIGNABLE_ROLES,
             user_groups=groups_of_users([user.id for user in page.rows], DEFAULT_ORGANIZATION_ID),

@@ -27,7 +27,7 @@ from app.provisioning.models import (
     ProvisionerKey,
 )
 from app.resources.models import AgentLogSource, WorkspaceAgent, WorkspaceResource
-from app.users.models import ApiKey, BrowserSession, User
+from app.users.models import ApiKey, BrowserSession, PasswordReset, User, UserInvitation
 from app.usersecrets.models import UserSecret
 from app.workspaces.models import Workspace, WorkspaceAcl, WorkspaceBuild
 
@@ -49,6 +49,7 @@ def _spec(
 def register_models() -> None:
     register(User, _spec("user", "username"))
     register(ApiKey, _spec("api_key", "name"))
+    register(UserInvitation, _spec("user_invitation", "email"))
     register(Template, _spec("template", "name"))
     register(TemplateVersion, _spec("template_version", "name"))
     register(TemplateAcl, _spec("template_acl"))
@@ -80,6 +81,7 @@ def register_models() -> None:
 
     sign_in = "sign-in and sign-out are recorded explicitly (app/auth)"
     exempt(BrowserSession, sign_in)
+    exempt(PasswordReset, "a 'forgot password' link anyone may ask for; using it changes the user, which is audited")
     exempt(ProvisionerDaemon, "a registration is recorded explicitly, with the key or PSK it used")
     for output in (ProvisionerJob, ProvisionerJobLog, ProvisionerJobTiming, WorkspaceResource, WorkspaceAgent,
                    AgentLogSource, AgentLog, AgentConnectionEvent, AgentScriptTiming):  # fmt: skip

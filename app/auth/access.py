@@ -24,9 +24,36 @@ R = TypeVar("R")
 LOGIN_ID_KEY = "_user_id"
 # Methods that read: what an auditor may send anywhere an owner may.
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-# Signing in and out changes nothing of the deployment: a read-only person may do both.
+# Signing in and out changes nothing of the deployment: a read-only person may do both, and change their password.
 READ_ONLY_MAY_POST = frozenset(
-    {"auth.login", "auth.logout", "auth.logout_everywhere", "users_api.login", "users_api.logout"}
+    {
+        "auth.login",
+        "auth.logout",
+        "auth.logout_everywhere",
+        "users_api.login",
+        "users_api.logout",
+        # Their own password only (another's needs the user admin role): an auditor must be able to choose theirs.
+        "auth.change_password",
+        "users.change_password",
+        "users_api.change_password",
+    }
+)
+
+
+# All a person whose password an admin chose may reach until they choose their own (and sign-out).
+PASSWORD_CHANGE_MAY = frozenset(
+    {
+        "auth.change_password",
+        "auth.logout",
+        "auth.logout_everywhere",
+        "users_api.change_password",
+        "users_api.logout",
+        "users_api.me",
+    }
+)
+CHANGE_YOURS_FIRST = (
+    "You must choose a new password before using Slipway: an administrator set your current one. "
+    "Change it on the dashboard, or with PUT /api/v2/users/me/password {old_password, password}."
 )
 
 
@@ -143,6 +170,17 @@ def refuse_read_only(user: User) -> None:
     asking, before any view runs, so that no route can forget."""
     if user.is_read_only and request.method not in READ_METHODS and request.endpoint not in READ_ONLY_MAY_POST:
         raise Forbidden("Auditors read; they change nothing.")
+
+
+def must_change_password_first(user: User) -> bool:
+    """Whether this request is one that a person who must first change their password may not make."""
+    return user.must_change_password and request.endpoint not in PASSWORD_CHANGE_MAY
+
+
+def refuse_until_password_changed(user: User) -> None:
+    """The API's side of the forced password change (pages are sent to the change-password page instead)."""
+    if must_change_password_first(user):
+        raise Forbidden(CHANGE_YOURS_FIRST)
 
 
 def record_sign_in(user: User, method: str) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from flask import Blueprint, request
+from flask import Blueprint, redirect, request, url_for
 from flask_login import current_user
 from werkzeug.wrappers import Response
 
-from app.auth.access import api_user, refuse_read_only
+from app.auth.access import api_user, must_change_password_first, refuse_read_only, refuse_until_password_changed
 from app.core.extensions import csrf, login_manager
 
 API_PREFIX = "/api/v2"
@@ -21,7 +21,10 @@ def page_blueprint(name: str, import_name: str, *, public: Iterable[str] = ()) -
     @blueprint.before_request
     def require_login() -> Response | None:
         if current_user.is_authenticated:
-            refuse_read_only(current_user._get_current_object())
+            user = current_user._get_current_object()
+            if must_change_password_first(user):
+                return redirect(url_for("auth.change_password", next=request.full_path.rstrip("?")))
+            refuse_read_only(user)
             return None
         if request.endpoint in public_endpoints:
             return None
@@ -40,6 +43,8 @@ def api_blueprint(name: str, import_name: str, *, public: Iterable[str] = ()) ->
     @blueprint.before_request
     def require_token() -> None:
         if request.endpoint not in public_endpoints:
-            refuse_read_only(api_user())
+            user = api_user()
+            refuse_until_password_changed(user)
+            refuse_read_only(user)
 
     return blueprint

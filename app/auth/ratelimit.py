@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from app.auth.access import record_failed_sign_in
 from app.core.config import Settings
-from app.core.errors import Forbidden, RateLimited, Unauthorized
+from app.core.errors import Forbidden, InvalidInput, RateLimited, Unauthorized
 from app.core.redis_client import get_redis
+from app.core.validation import text_problem
 from app.users.models import User
-from app.users.services import authenticate
+from app.users.services import authenticate, find_by_login
 
 # One address may front many people (an office NAT), so it gets more room than a single email address.
 ADDRESS_ALLOWANCE = 5
@@ -45,15 +46,46 @@ def clear_login_failures(address: str, email: str) -> None:
 
 
 def sign_in_with_password(settings: Settings, address: str, email: str, password: str) -> User:
-    """The user for a password sign-in, counting failures per email and address; 429 once past the limit."""
+    """The user for a password sign-in (``email`` may be a username), counting failures per account and address;
+    429 once past the limit."""
     if settings.disable_password_auth:
         raise Forbidden(f"Password sign-in is disabled on this server: sign in with {settings.oidc_sign_in_text}.")
-    check_login_allowed(settings, address, email)
+    if problem := text_problem(email):  # no account is named so, and neither the log nor PostgreSQL could keep it
+        raise InvalidInput(f"Username or email: {problem}")
+    # One count per account, whether it is named by its username or its email (else each would get the limit).
+    account = find_by_login(email)
+    counted = account.email if account is not None else email
+    check_login_allowed(settings, address, counted)
     try:
         user = authenticate(email, password)
     except Unauthorized as refused:
-        record_login_failure(settings, address, email)
+        record_login_failure(settings, address, counted)
         record_failed_sign_in(email, "password", refused.status, refused.message)
         raise
-    clear_login_failures(address, email)
+    clear_login_failures(address, counted)
     return user
+
+
+# "Forgot password" requests: few per email (each sends a message to someone's inbox), more per address.
+RESET_REQUESTS_PER_EMAIL = 3
+RESET_REQUESTS_PER_ADDRESS = 10
+RESET_WINDOW_SECONDS = 3600
+
+
+def count_reset_request(address: str, email: str) -> None:
+    """Count one "forgot password" request, whether or not the email has an account; 429 once past the limit
+    (the same for every email, so the limit says nothing about which ones exist)."""
+    client = get_redis()
+    limits = [
+        (f"slipway:password-resets:email:{email.strip().lower()}", RESET_REQUESTS_PER_EMAIL),
+        (f"slipway:password-resets:ip:{address}", RESET_REQUESTS_PER_ADDRESS),
+    ]
+    pipe = client.pipeline()
+    for key, _ in limits:
+        pipe.set(key, 0, ex=RESET_WINDOW_SECONDS, nx=True)
+        pipe.incr(key)
+    counts = pipe.execute()[1::2]
+    for (key, limit), count in zip(limits, counts, strict=True):
+        if int(count) > limit:
+            retry = max(int(client.ttl(key)), 1)
+            raise RateLimited(f"Too many password reset requests. Try again in {retry // 60 + 1} minutes.")

@@ -11,7 +11,7 @@ from app.auth.access import page_user, sign_in_browser, sign_out_browser
 from app.auth.blueprints import page_blueprint
 from app.auth.oidc_views import forget_linking, provider_logout_url
 from app.auth.redirects import safe_next
-from app.core.errors import DomainError
+from app.core.errors import DomainError, InvalidInput
 from app.users import services
 
 bp = page_blueprint("auth", __name__, public=("login", "setup", "logout"))
@@ -26,6 +26,7 @@ def login() -> Response | str | tuple[str, int]:
         return redirect(safe_next(request.args.get("next")))
     if request.method == "GET":
         return render_template("auth/login.html", email="")
+    # One field takes a username or an email (the form's name stays "email", as clients and password managers know).
     email, password = request.form.get("email", ""), request.form.get("password", "")
     try:
         user = ratelimit.sign_in_with_password(settings, request.remote_addr or "unknown", email, password)
@@ -71,5 +72,29 @@ def setup() -> Response | str | tuple[str, int]:
         errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
         return render_template("auth/setup.html", form=form, errors=errors), error.status
     sign_in_browser(user)
-    flash(f"Welcome, {user.username}. You are the owner of this Slipway deployment.", "success")
+    flash(
+        f"Welcome, {user.username}. You are the owner of this Slipway deployment: invite your team from Users → "
+        "Invite people.",
+        "success",
+    )
     return redirect(url_for("workspaces.index"))
+
+
+@bp.route("/password/change", methods=["GET", "POST"])
+def change_password() -> Response | str | tuple[str, int]:
+    """Where a person whose password an admin chose is held until they choose their own (any other page sends them
+    here: app/auth/blueprints.py); anyone else may use it too."""
+    user = page_user()
+    next_page = safe_next(request.args.get("next"))
+    if request.method == "GET":
+        return render_template("auth/change_password.html", next_page=next_page, error="")
+    try:
+        if request.form.get("new_password", "") != request.form.get("confirm_password", ""):
+            raise InvalidInput("The new passwords do not match.")
+        services.change_password(user, request.form.get("current_password", ""), request.form.get("new_password", ""))
+    except DomainError as error:
+        page = render_template("auth/change_password.html", next_page=next_page, error=error.message)
+        return page, error.status
+    sign_in_browser(user)  # every session just ended, this one included: this browser starts a new one
+    flash("Password changed. Your other sessions and session tokens were signed out.", "success")
+    return redirect(next_page)

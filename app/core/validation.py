@@ -40,7 +40,7 @@ def check_username(errors: FieldErrors, username: str) -> None:
 
 
 def check_email(errors: FieldErrors, email: str) -> None:
-    if len(email) > 254 or not EMAIL_PATTERN.match(email):
+    if len(email) > 254 or not EMAIL_PATTERN.match(email) or text_problem(email):
         errors.add("email", "Enter a valid email address.")
 
 

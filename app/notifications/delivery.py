@@ -136,13 +136,18 @@ def _link(settings: Settings, notification: Notification) -> str:
 
 
 def send_email(settings: Settings, notification: Notification, user: User) -> None:
+    send_mail(settings, user.email, notification.title, f"{notification.body}\n\n{_link(settings, notification)}\n")
+
+
+def send_mail(settings: Settings, to: str, subject: str, text: str) -> None:
+    """One plain-text email through the configured smarthost (notifications, invitations, password resets)."""
     if not settings.email_smarthost:
         raise DeliveryError("email is not configured on this server (--email-smarthost)")
     message = EmailMessage()
-    message["Subject"] = notification.title
+    message["Subject"] = subject
     message["From"] = settings.email_from
-    message["To"] = user.email
-    message.set_content(f"{notification.body}\n\n{_link(settings, notification)}\n".lstrip())
+    message["To"] = to
+    message.set_content(text.lstrip())
     host, _, port = settings.email_smarthost.rpartition(":")
     try:
         if settings.email_tls:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Connection, ForeignKey, Index, String, UniqueConstraint, event, insert
+from sqlalchemy import JSON, Boolean, Connection, ForeignKey, Index, String, UniqueConstraint, event, false, insert
 from sqlalchemy.orm import Mapped, Mapper, mapped_column, relationship
 
 from app.core.columns import IdColumn, UTCDateTime, new_id, rfc3339, utcnow
@@ -49,6 +49,9 @@ class User(Model):
     # When the templates' autostop requirement stops this person's workspaces (a daily ``CRON_TZ=… M H * * *``);
     # None = midnight UTC.
     quiet_hours_schedule: Mapped[str | None] = mapped_column(String(128))
+    # Set when an admin chose the password (a new account's, or a reset): until the person picks their own, their
+    # sessions and tokens reach only the password change and sign-out (app/auth/access.py).
+    must_change_password: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     # flask-login protocol, spelled out. Browser sessions are rows of their own (app/users/browser_sessions.py): the
     # id flask-login keeps in the cookie is the session's credential, set by app.auth.access.sign_in_browser.
@@ -113,6 +116,7 @@ class User(Model):
             "roles": self.all_roles,
             "status": self.status,
             "login_type": self.login_type,
+            "must_change_password": self.must_change_password,
             "created_at": rfc3339(self.created_at),
             "last_seen_at": rfc3339(self.last_seen_at),
         }
@@ -180,5 +184,58 @@ class BrowserSession(Model):
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Shown on the Account page so that a person can tell their browsers apart; never used to decide anything.
     user_agent: Mapped[str] = mapped_column(String(255), default="")
+
+    user: Mapped[User] = relationship()
+
+
+class UserInvitation(Model):
+    """An invitation to join by email, with the roles the person will have. Its link carries
+    ``<lookup_id>-<secret>``; only a SHA-256 of the secret is stored. Accepting it (once) makes the account."""
+
+    __tablename__ = "user_invitations"
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    lookup_id: Mapped[str] = mapped_column(String(16), unique=True)
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    email: Mapped[str] = mapped_column(String(254), index=True)
+    roles: Mapped[list[str]] = mapped_column(JSON, default=list)
+    invited_by_id: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Kept once used, so that a second click says "already used" rather than "unknown".
+    accepted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    accepted_user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+
+    invited_by: Mapped[User | None] = relationship(foreign_keys=[invited_by_id])
+
+    @property
+    def expired(self) -> bool:
+        return self.expires_at <= utcnow()
+
+    def to_json(self) -> JsonObject:
+        return {
+            "id": self.id,
+            "email": self.email,
+            "roles": [*self.roles, ROLE_MEMBER],
+            "invited_by": self.invited_by.username if self.invited_by else None,
+            "created_at": rfc3339(self.created_at),
+            "expires_at": rfc3339(self.expires_at),
+            "accepted_at": rfc3339(self.accepted_at),
+            "expired": self.expired,
+        }
+
+
+class PasswordReset(Model):
+    """A "forgot password" link sent by email: ``<lookup_id>-<secret>``, only a SHA-256 of the secret stored; it is
+    deleted when used, and every older one of the person with it."""
+
+    __tablename__ = "password_resets"
+
+    id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
+    lookup_id: Mapped[str] = mapped_column(String(16), unique=True)
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     user: Mapped[User] = relationship()

@@ -13,7 +13,7 @@ from werkzeug.security import check_password_hash, generate_password_hash
 from app.core.columns import utcnow
 from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
 from app.core.extensions import db
-from app.core.validation import FieldErrors, check_email, check_password, check_username
+from app.core.validation import FieldErrors, check_email, check_password, check_username, text_problem
 from app.events.access import access_lost
 from app.users.browser_sessions import delete_browser_sessions
 from app.users.models import (
@@ -56,7 +56,17 @@ def normalise_roles(roles: Iterable[str]) -> list[str]:
     return [role for role in ASSIGNABLE_ROLES if role in wanted]
 
 
-def create_user(username: str, email: str, password: str, roles: Iterable[str] = ()) -> User:
+def create_user(
+    username: str,
+    email: str,
+    password: str,
+    roles: Iterable[str] = (),
+    *,
+    must_change_password: bool = False,
+    commit: bool = True,
+) -> User:
+    """A new account. ``must_change_password`` when an admin chose the password (the person picks their own at
+    first sign-in); ``commit=False`` flushes only, for a caller that changes more in the same transaction."""
     username, email = username.strip(), email.strip().lower()
     errors = FieldErrors()
     check_username(errors, username)
@@ -65,10 +75,16 @@ def create_user(username: str, email: str, password: str, roles: Iterable[str] =
     errors.raise_if_any()
     role_list = normalise_roles(roles)
     _refuse_taken(username, email)
-    user = User(username=username, email=email, password_hash=generate_password_hash(password), roles=role_list)
+    user = User(
+        username=username,
+        email=email,
+        password_hash=generate_password_hash(password),
+        roles=role_list,
+        must_change_password=must_change_password,
+    )
     db.session.add(user)
     try:
-        db.session.commit()
+        db.session.commit() if commit else db.session.flush()
     except IntegrityError as exc:  # a concurrent request took the name between our check and insert
         db.session.rollback()
         raise Conflict("That username or email is already in use.") from exc
@@ -91,9 +107,22 @@ def _refuse_taken(username: str, email: str) -> None:
         raise Conflict("That username or email is already in use.", validations=errors)
 
 
-def authenticate(email: str, password: str) -> User:
-    """The active user with this email and password, or :class:`Unauthorized` that never says which part failed."""
-    user: User | None = db.session.scalar(select(User).where(User.email == email.strip().lower()))
+def find_by_login(identifier: str) -> User | None:
+    """The person a sign-in names: by email when it has an @ (usernames never do), else by username."""
+    identifier = identifier.strip()
+    if text_problem(identifier):  # no account has such a name, and PostgreSQL would refuse to look
+        return None
+    if "@" in identifier:
+        found: User | None = db.session.scalar(select(User).where(User.email == identifier.lower()))
+    else:
+        found = db.session.scalar(select(User).where(func.lower(User.username) == identifier.lower()))
+    return found
+
+
+def authenticate(identifier: str, password: str) -> User:
+    """The active user with this username or email and password, or :class:`Unauthorized` that never says which
+    part failed."""
+    user = find_by_login(identifier)
     if user is None or user.password_hash is None:
         check_password_hash(_dummy_hash(), password)
         raise Unauthorized(BAD_CREDENTIALS)
@@ -110,7 +139,7 @@ def users_query() -> Select[User]:
 
 
 def get_user(user_id: str) -> User:
-    user = db.session.get(User, user_id)
+    user = None if text_problem(user_id) else db.session.get(User, user_id)
     if user is None:
         raise NotFound("No such user.")
     return user
@@ -118,6 +147,8 @@ def get_user(user_id: str) -> User:
 
 def get_user_by_reference(reference: str) -> User:
     """A person by id or username (as Coder's ``/users/{user}`` paths take them)."""
+    if text_problem(reference):
+        raise NotFound("No such user.")
     user = db.session.get(User, reference) or db.session.scalar(
         select(User).where(func.lower(User.username) == reference.lower())
     )
@@ -202,8 +233,28 @@ def change_password(user: User, current_password: str, new_password: str) -> Non
     errors = FieldErrors()
     check_password(errors, new_password, field="new_password")
     errors.raise_if_any()
+    set_password(user, new_password)
+    db.session.commit()
+
+
+def set_password(user: User, new_password: str, *, must_change: bool = False) -> None:
+    """Store a new password and end every session of the user; the caller checked it and commits."""
     user.password_hash = generate_password_hash(new_password)
+    user.must_change_password = must_change
+    user.updated_at = utcnow()
     end_sessions(user)
+
+
+def admin_set_password(actor: User, user: User, new_password: str) -> None:
+    """An owner's or user admin's reset (Coder's ``PUT /users/{user}/password`` for someone else): the person is
+    signed out everywhere and must choose their own password at next sign-in."""
+    if ROLE_OWNER in user.roles and not actor.is_owner:
+        # Otherwise a user admin could take over an owner's account.
+        raise Forbidden("Only an owner may reset an owner's password.")
+    errors = FieldErrors()
+    check_password(errors, new_password)
+    errors.raise_if_any()
+    set_password(user, new_password, must_change=True)
     db.session.commit()
 
 

@@ -14,6 +14,7 @@ from sqlalchemy.orm import joinedload
 from app.core.columns import utcnow
 from app.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from app.core.extensions import db
+from app.core.validation import text_problem
 from app.users.models import KIND_SESSION, KIND_TOKEN, STATUS_ACTIVE, ApiKey, BrowserSession, User
 
 INVALID_TOKEN = "The session token is invalid or has expired. Sign in again."  # noqa: S105 - a message
@@ -49,6 +50,8 @@ def new_credential() -> tuple[str, str]:
 def split_credential(raw: str) -> tuple[str, str] | None:
     """``(lookup_id, secret)`` of a ``<lookup_id>-<secret>`` credential, or None when it has not that shape."""
     lookup_id, sep, secret = raw.strip().partition("-")
+    if text_problem(lookup_id):  # never issued, and PostgreSQL would refuse to look it up
+        return None
     return (lookup_id, secret) if sep and lookup_id and secret else None
 
 
