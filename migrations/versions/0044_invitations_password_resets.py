@@ -1,7 +1,7 @@
 """people: invitations by email, "forgot password" links, and a must-change-password flag on users
 
 Revision ID: 0044
-Revises: 0042
+Revises: 0043
 Create Date: 2026-11-28 09:00:00.000000
 
 """
