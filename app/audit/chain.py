@@ -179,13 +179,45 @@ FROM chain WHERE audit_chain_head.id = {CHAIN_HEAD_ID} AND chain.n = :count
 )
 
 
+# One entry (most transactions: a setting, a version, a token) needs no recursion nor arrays: a plainer statement,
+# which matters because PostgreSQL parses and plans it on every execution (psycopg's prepared statements do not
+# outlive the ROLLBACK that ends each request's read transaction), and planning is most of its cost.
+_SCALARS = ", ".join(
+    f"CAST(:{name} AS {'integer' if name == 'status_code' else 'text'}) AS {name}" for name in _CONTENT
+)
+_APPEND_ONE_SQL = text(
+    f"""
+WITH
+locked AS (SELECT last_seq, last_hash FROM audit_chain_head WHERE id = {CHAIN_HEAD_ID} FOR UPDATE),
+entry AS (
+    SELECT locked.last_seq + 1 AS id, clock_timestamp() AS time, {_SCALARS}, locked.last_hash::text AS prev_hash
+    FROM locked
+),
+chain AS (SELECT entry.*, {_sql_digest("entry", "entry.prev_hash")} AS hash FROM entry),
+appended AS (
+    INSERT INTO audit_logs (id, time, {_NAMES}, prev_hash, hash)
+    SELECT id, time, {_NAMES}, prev_hash, hash FROM chain
+)
+UPDATE audit_chain_head SET last_seq = chain.id, last_hash = chain.hash
+FROM chain WHERE audit_chain_head.id = {CHAIN_HEAD_ID}
+"""  # noqa: S608 - our own column names
+)
+
+
 def _append_in_sql(connection: Connection, entries: Sequence[PendingEntry]) -> None:
+    if len(entries) == 1:
+        result = connection.execute(_APPEND_ONE_SQL, dict(zip(_CONTENT, _columns(entries[0]), strict=True)))
+    else:
+        result = connection.execute(_APPEND_SQL, _arrays(entries))
+    if result.rowcount != 1:  # the head row is gone: a broken database, never a silent loss of entries
+        raise RuntimeError("the audit chain's head is missing")
+
+
+def _arrays(entries: Sequence[PendingEntry]) -> dict[str, object]:
     columns = list(zip(*(_columns(entry) for entry in entries), strict=True))
     parameters: dict[str, object] = {name: list(values) for name, values in zip(_CONTENT, columns, strict=True)}
     parameters["count"] = len(entries)
-    result = connection.execute(_APPEND_SQL, parameters)
-    if result.rowcount != 1:  # the head row is gone: a broken database, never a silent loss of entries
-        raise RuntimeError("the audit chain's head is missing")
+    return parameters
 
 
 def _append_in_python(connection: Connection, entries: Sequence[PendingEntry]) -> None:
