@@ -125,17 +125,20 @@ _CONTENT = (
 )  # fmt: skip
 
 
-def _sql_digest(prefix: str, prev_hash: str) -> str:
-    """The SQL twin of :func:`_digest` over the columns of ``prefix`` (an entry of ``pending`` joined to its id, time
-    and predecessor's hash): the same fields, separator, '' for NULL, UTF-8 and lower-case hex."""
+def _sql_body(prefix: str) -> str:
+    """The SQL twin of :func:`_digest`'s content but the predecessor's hash, over the columns of ``prefix`` (an
+    entry with its id and time): the same fields, separator, '' for NULL."""
     fields = [
         f"{prefix}.id::text",
         f"(extract(epoch FROM {prefix}.time) * 1000000)::bigint::text",
         *(f"coalesce({prefix}.{name}::text, '')" for name in _CONTENT),
-        prev_hash,
     ]
-    joined = " || chr(30) || ".join(fields)
-    return f"encode(sha256(convert_to({joined}, 'UTF8')), 'hex')"
+    return " || chr(30) || ".join(fields)
+
+
+def _sql_hash(body: str, prev_hash: str) -> str:
+    """SHA-256 in lower-case hex over the UTF-8 of ``body``, the separator and ``prev_hash``, as :func:`_digest`."""
+    return f"encode(sha256(convert_to({body} || chr(30) || {prev_hash}, 'UTF8')), 'hex')"
 
 
 # PostgreSQL: the whole append in one statement, hence one round trip (the head's lock, the ids, the time, every
@@ -144,8 +147,9 @@ def _sql_digest(prefix: str, prev_hash: str) -> str:
 # :func:`_digest`, which verification recomputes in Python). The entries travel as one array per column, so the
 # text is the same for any number of entries: compiled once, and its plan kept by the server.
 #  - ``locked`` takes the head's row lock (FOR UPDATE: after a wait it reads the row as the other writer left it);
-#  - ``chain`` takes the time once, after the lock (``locked`` is read first), so ids and times rise together,
-#    then hashes entry n onto entry n-1 (a recursive CTE: each hash needs the one before);
+#  - ``stamp`` takes the time once, after the lock (``locked`` is read first), so ids and times rise together;
+#  - ``chain`` hashes entry n onto entry n-1 (a recursive CTE: each hash needs the one before), over each entry's
+#    content joined once beforehand (``bodies``), so the recursion only hashes;
 #  - the final UPDATE moves the head once (PostgreSQL cannot update one row twice in one statement).
 _ARRAYS = ", ".join(f"CAST(:{name} AS {'integer' if name == 'status_code' else 'text'}[])" for name in _CONTENT)
 _NAMES = ", ".join(_CONTENT)
@@ -153,28 +157,26 @@ _APPEND_SQL = text(
     f"""
 WITH RECURSIVE
 locked AS (SELECT last_seq, last_hash FROM audit_chain_head WHERE id = {CHAIN_HEAD_ID} FOR UPDATE),
-pending AS (SELECT * FROM unnest({_ARRAYS}) WITH ORDINALITY AS e({_NAMES}, n)),
-head_entry AS (
-    SELECT e.n, locked.last_seq + 1 AS id, clock_timestamp() AS time, {_NAMES}, locked.last_hash::text AS prev_hash
-    FROM locked JOIN pending e ON e.n = 1
+stamp AS (SELECT last_seq, last_hash::text AS last_hash, clock_timestamp() AS time FROM locked),
+pending AS (
+    SELECT e.*, stamp.last_seq + e.n AS id, stamp.time
+    FROM stamp CROSS JOIN unnest({_ARRAYS}) WITH ORDINALITY AS e({_NAMES}, n)
 ),
+bodies AS (SELECT n, {_sql_body("pending")} AS body FROM pending),
 chain AS (
-    SELECT head_entry.*, {_sql_digest("head_entry", "head_entry.prev_hash")} AS hash FROM head_entry
+    SELECT bodies.n, stamp.last_hash AS prev_hash, {_sql_hash("bodies.body", "stamp.last_hash")} AS hash
+    FROM bodies CROSS JOIN stamp WHERE bodies.n = 1
     UNION ALL
-    SELECT step.*, {_sql_digest("step", "step.prev_hash")} AS hash
-    FROM chain
-    CROSS JOIN LATERAL (
-        SELECT e.n, chain.id + 1 AS id, chain.time, {", ".join(f"e.{name}" for name in _CONTENT)},
-               chain.hash AS prev_hash
-        FROM pending e WHERE e.n = chain.n + 1
-    ) AS step
+    SELECT bodies.n, chain.hash, {_sql_hash("bodies.body", "chain.hash")}
+    FROM chain JOIN bodies ON bodies.n = chain.n + 1
 ),
 appended AS (
     INSERT INTO audit_logs (id, time, {_NAMES}, prev_hash, hash)
-    SELECT id, time, {_NAMES}, prev_hash, hash FROM chain
+    SELECT pending.id, pending.time, {", ".join(f"pending.{name}" for name in _CONTENT)}, chain.prev_hash, chain.hash
+    FROM pending JOIN chain ON chain.n = pending.n
 )
-UPDATE audit_chain_head SET last_seq = chain.id, last_hash = chain.hash
-FROM chain WHERE audit_chain_head.id = {CHAIN_HEAD_ID} AND chain.n = :count
+UPDATE audit_chain_head SET last_seq = stamp.last_seq + :count, last_hash = chain.hash
+FROM chain CROSS JOIN stamp WHERE audit_chain_head.id = {CHAIN_HEAD_ID} AND chain.n = :count
 """  # noqa: S608 - our own column names
 )
 
@@ -193,7 +195,7 @@ entry AS (
     SELECT locked.last_seq + 1 AS id, clock_timestamp() AS time, {_SCALARS}, locked.last_hash::text AS prev_hash
     FROM locked
 ),
-chain AS (SELECT entry.*, {_sql_digest("entry", "entry.prev_hash")} AS hash FROM entry),
+chain AS (SELECT entry.*, {_sql_hash(_sql_body("entry"), "entry.prev_hash")} AS hash FROM entry),
 appended AS (
     INSERT INTO audit_logs (id, time, {_NAMES}, prev_hash, hash)
     SELECT id, time, {_NAMES}, prev_hash, hash FROM chain
