@@ -242,3 +242,35 @@ def test_the_chain_computed_in_sql_hashes_as_python_verifies(app: Flask, persona
             assert entry_hash(id_=columns.pop("id"), **columns) == stored, row.id
         result = verify_chain()
     assert result.ok, result
+
+
+def test_concurrent_appends_of_several_entries_keep_one_serial_chain(app: Flask) -> None:
+    """Two threads append several entries per transaction at once (PostgreSQL's recursive statement): ids stay
+    gapless, each entry chains onto the one before, and times rise with ids (taken after the head's lock)."""
+    start, failures, per_thread = threading.Barrier(2), [], 10
+
+    def write(name: str) -> None:
+        try:
+            with app.app_context():
+                start.wait(timeout=30)
+                for number in range(per_thread):
+                    append(db.session.connection(), [_entry(number, username=name) for _ in range(3)])
+                    db.session.commit()
+        except Exception as exc:  # reported below, with the thread's cause
+            failures.append(repr(exc))
+
+    threads = [threading.Thread(target=write, args=(name,)) for name in ("one", "two")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert failures == []
+    with app.app_context():
+        rows = db.session.execute(select(AuditLog.id, AuditLog.time, AuditLog.username).order_by(AuditLog.id)).all()
+        result = verify_chain()
+    assert [row.id for row in rows] == list(range(1, len(rows) + 1)) and result.ok, result
+    assert all(before.time <= row.time for before, row in itertools.pairwise(rows))
+    mine = [row.username for row in rows if row.username in ("one", "two")]
+    assert len(mine) == 2 * 3 * per_thread
+    # A transaction's three entries are never interleaved with the other thread's.
+    assert all(len(set(mine[index : index + 3])) == 1 for index in range(0, len(mine), 3))
