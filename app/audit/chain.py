@@ -146,7 +146,8 @@ def _sql_hash(body: str, prev_hash: str) -> str:
 # to chain onto, which cost a second round trip; now the database chains them with sha256() (the same content as
 # :func:`_digest`, which verification recomputes in Python). The entries travel as one array per column, so the
 # text is the same for any number of entries: compiled once, and its plan kept by the server.
-#  - ``locked`` takes the head's row lock (FOR UPDATE: after a wait it reads the row as the other writer left it);
+#  - ``locked`` takes the head's row lock (FOR UPDATE: after a wait it reads the row as the other writer left it;
+#    MATERIALIZED: never folded into a query that could take the time before the lock);
 #  - ``stamp`` takes the time once, after the lock (``locked`` is read first), so ids and times rise together;
 #  - ``chain`` hashes entry n onto entry n-1 (a recursive CTE: each hash needs the one before), over each entry's
 #    content joined once beforehand (``bodies``), so the recursion only hashes;
@@ -156,7 +157,7 @@ _NAMES = ", ".join(_CONTENT)
 _APPEND_SQL = text(
     f"""
 WITH RECURSIVE
-locked AS (SELECT last_seq, last_hash FROM audit_chain_head WHERE id = {CHAIN_HEAD_ID} FOR UPDATE),
+locked AS MATERIALIZED (SELECT last_seq, last_hash FROM audit_chain_head WHERE id = {CHAIN_HEAD_ID} FOR UPDATE),
 stamp AS (SELECT last_seq, last_hash::text AS last_hash, clock_timestamp() AS time FROM locked),
 pending AS (
     SELECT e.*, stamp.last_seq + e.n AS id, stamp.time
@@ -190,7 +191,7 @@ _SCALARS = ", ".join(
 _APPEND_ONE_SQL = text(
     f"""
 WITH
-locked AS (SELECT last_seq, last_hash FROM audit_chain_head WHERE id = {CHAIN_HEAD_ID} FOR UPDATE),
+locked AS MATERIALIZED (SELECT last_seq, last_hash FROM audit_chain_head WHERE id = {CHAIN_HEAD_ID} FOR UPDATE),
 entry AS (
     SELECT locked.last_seq + 1 AS id, clock_timestamp() AS time, {_SCALARS}, locked.last_hash::text AS prev_hash
     FROM locked
