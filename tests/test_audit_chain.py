@@ -5,6 +5,7 @@ that verification still holds through; every filter is served by an index. Both 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 from datetime import timedelta
 
@@ -13,6 +14,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import func, select, text
 
+from app.audit.chain import SQL_CHAIN_MAX_ENTRIES, PendingEntry, _append_in_python, append, entry_hash
 from app.audit.models import AuditLog
 from app.audit.query import filtered, first_on_or_after, last_through, parse_filter
 from app.auditing.services import prune_old_entries, verify_chain
@@ -205,3 +207,70 @@ def test_a_date_range_is_found_through_the_time_index(app: Flask) -> None:
         db.session.rollback()
     for one in shown:
         assert "ix_audit_logs_time_id" in one and "Sort" not in one and "TEMP B-TREE" not in one, one
+
+
+def _entry(number: int, **fields: object) -> PendingEntry:
+    values: dict[str, object] = {
+        "actor_kind": "user", "user_id": None, "username": "zoë", "ip": "", "user_agent": "Bröwser/1 ☃",
+        "resource_type": "template", "resource_id": f"id-{number}", "resource_name": f"naïve-{number} 模板",
+        "action": "write", "diff": {"name": {"old": "ä", "new": "€ \x1e \n", "secret": False}},
+    }  # fmt: skip
+    values.update(fields)
+    return PendingEntry(**values)  # type: ignore[arg-type]
+
+
+def test_the_chain_computed_in_sql_hashes_as_python_verifies(app: Flask, personas: dict[str, Persona]) -> None:
+    """PostgreSQL chains an append in SQL (sha256() in one statement), a bulk one and SQLite's in Python: every way
+    gives the hashes Python recomputes, over non-ASCII text, NULLs and '' and several entries in one transaction,
+    and a chain written one way continues the other way (the format is the same)."""
+    with app.app_context():
+        connection = db.session.connection()
+        start = db.session.scalar(select(func.max(AuditLog.id))) or 0
+        _append_in_python(connection, [_entry(1, user_id="u-1", build_reason="initiator")])
+        append(connection, [_entry(2), _entry(3, status_code=401, ip="::1"), _entry(4, user_agent="", diff={})])
+        append(connection, [_entry(5)])
+        append(connection, [_entry(number) for number in range(6, 6 + SQL_CHAIN_MAX_ENTRIES + 1)])  # the bulk way
+        db.session.commit()
+        rows = db.session.scalars(select(AuditLog).where(AuditLog.id > start).order_by(AuditLog.id)).all()
+        assert [row.id for row in rows] == list(range(start + 1, start + 7 + SQL_CHAIN_MAX_ENTRIES))
+        assert rows[1].resource_name == "naïve-2 模板" and rows[1].user_id is None and rows[2].status_code == 401
+        for before, row in itertools.pairwise(rows):
+            assert row.prev_hash == before.hash and row.time >= before.time
+        for row in rows:
+            columns = {column.name: getattr(row, column.name) for column in AuditLog.__table__.columns}
+            stored = columns.pop("hash")
+            assert entry_hash(id_=columns.pop("id"), **columns) == stored, row.id
+        result = verify_chain()
+    assert result.ok, result
+
+
+def test_concurrent_appends_of_several_entries_keep_one_serial_chain(app: Flask) -> None:
+    """Two threads append several entries per transaction at once (PostgreSQL's recursive statement): ids stay
+    gapless, each entry chains onto the one before, and times rise with ids (taken after the head's lock)."""
+    start, failures, per_thread = threading.Barrier(2), [], 10
+
+    def write(name: str) -> None:
+        try:
+            with app.app_context():
+                start.wait(timeout=30)
+                for number in range(per_thread):
+                    append(db.session.connection(), [_entry(number, username=name) for _ in range(3)])
+                    db.session.commit()
+        except Exception as exc:  # reported below, with the thread's cause
+            failures.append(repr(exc))
+
+    threads = [threading.Thread(target=write, args=(name,)) for name in ("one", "two")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert failures == []
+    with app.app_context():
+        rows = db.session.execute(select(AuditLog.id, AuditLog.time, AuditLog.username).order_by(AuditLog.id)).all()
+        result = verify_chain()
+    assert [row.id for row in rows] == list(range(1, len(rows) + 1)) and result.ok, result
+    assert all(before.time <= row.time for before, row in itertools.pairwise(rows))
+    mine = [row.username for row in rows if row.username in ("one", "two")]
+    assert len(mine) == 2 * 3 * per_thread
+    # A transaction's three entries are never interleaved with the other thread's.
+    assert all(len(set(mine[index : index + 3])) == 1 for index in range(0, len(mine), 3))

@@ -2,9 +2,9 @@
 behind a checkpoint (``--audit-retention``).
 
 Entry n's hash is SHA-256 over its content and entry n-1's hash, so changing, inserting or deleting an entry by
-hand breaks the chain at that entry. Appending locks the single head row first (an UPDATE, held until the
-transaction ends), so two transactions can never chain onto the same predecessor; on SQLite the same UPDATE takes
-the database's write lock."""
+hand breaks the chain at that entry. Appending locks the single head row first (held until the transaction ends),
+so two transactions can never chain onto the same predecessor: on PostgreSQL one statement locks, chains and
+inserts (the hashes computed in SQL); on SQLite an UPDATE of the head takes the database's write lock first."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, text, update
 
 from app.audit.models import CHAIN_HEAD_ID, AuditChainHead, AuditLog
 from app.core.columns import utcnow
@@ -27,10 +27,11 @@ VERIFY_BATCH = 20_000
 PRUNE_RESOURCE = "audit_log"
 PRUNE_ACTION = "prune"
 _SEPARATOR = "\x1e"
+# Up to this many entries a transaction are chained by PostgreSQL in one statement (each step of its recursive CTE
+# scans the transaction's entries, so the cost grows with the square); a bulk change with more goes the Python way.
+SQL_CHAIN_MAX_ENTRIES = 200
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)
-# Up to this many entries go in as one multi-row VALUES (16 parameters each; PostgreSQL takes 65,535 a statement).
-CTE_MAX_ROWS = 1_000
 # {field: {"old": …, "new": …, "secret": bool}}
 Diff = dict[str, dict[str, Any]]
 
@@ -99,9 +100,132 @@ def _bounded(value: str, size: int) -> str:
 
 def append(connection: Connection, entries: Sequence[PendingEntry]) -> None:
     """Chain ``entries`` after the head, in the caller's transaction (the change and its entries commit together
-    or not at all). The head's UPDATE comes first: it is the lock, and what it returns is read under it."""
+    or not at all)."""
     if not entries:
         return
+    if connection.dialect.name == "postgresql" and len(entries) <= SQL_CHAIN_MAX_ENTRIES:
+        _append_in_sql(connection, entries)
+    else:
+        _append_in_python(connection, entries)
+
+
+def _columns(entry: PendingEntry) -> tuple[object, ...]:
+    """An entry's stored content but its place in the chain (id, time, hashes), bounded to its columns."""
+    return (
+        entry.actor_kind, entry.user_id, _bounded(entry.username, 64), _bounded(entry.ip, 64),
+        _bounded(entry.user_agent, 256), _bounded(entry.resource_type, 32), _bounded(entry.resource_id, 64),
+        _bounded(entry.resource_name, 256), entry.action, entry.build_reason, entry.status_code,
+        canonical_diff(entry.diff),
+    )  # fmt: skip
+
+
+_CONTENT = (
+    "actor_kind", "user_id", "username", "ip", "user_agent", "resource_type", "resource_id", "resource_name",
+    "action", "build_reason", "status_code", "diff",
+)  # fmt: skip
+
+
+def _sql_body(prefix: str) -> str:
+    """The SQL twin of :func:`_digest`'s content but the predecessor's hash, over the columns of ``prefix`` (an
+    entry with its id and time): the same fields, separator, '' for NULL."""
+    fields = [
+        f"{prefix}.id::text",
+        f"(extract(epoch FROM {prefix}.time) * 1000000)::bigint::text",
+        *(f"coalesce({prefix}.{name}::text, '')" for name in _CONTENT),
+    ]
+    return " || chr(30) || ".join(fields)
+
+
+def _sql_hash(body: str, prev_hash: str) -> str:
+    """SHA-256 in lower-case hex over the UTF-8 of ``body``, the separator and ``prev_hash``, as :func:`_digest`."""
+    return f"encode(sha256(convert_to({body} || chr(30) || {prev_hash}, 'UTF8')), 'hex')"
+
+
+# PostgreSQL: the whole append in one statement, hence one round trip (the head's lock, the ids, the time, every
+# entry's hash, the INSERT and the head's move). Before, the head's UPDATE had to come back to Python for the hashes
+# to chain onto, which cost a second round trip; now the database chains them with sha256() (the same content as
+# :func:`_digest`, which verification recomputes in Python). The entries travel as one array per column, so the
+# text is the same for any number of entries: compiled once, and its plan kept by the server.
+#  - ``locked`` takes the head's row lock (FOR UPDATE: after a wait it reads the row as the other writer left it;
+#    MATERIALIZED: never folded into a query that could take the time before the lock);
+#  - ``stamp`` takes the time once, after the lock (``locked`` is read first), so ids and times rise together;
+#  - ``chain`` hashes entry n onto entry n-1 (a recursive CTE: each hash needs the one before), over each entry's
+#    content joined once beforehand (``bodies``), so the recursion only hashes;
+#  - the final UPDATE moves the head once (PostgreSQL cannot update one row twice in one statement).
+_ARRAYS = ", ".join(f"CAST(:{name} AS {'integer' if name == 'status_code' else 'text'}[])" for name in _CONTENT)
+_NAMES = ", ".join(_CONTENT)
+_APPEND_SQL = text(
+    f"""
+WITH RECURSIVE
+locked AS MATERIALIZED (SELECT last_seq, last_hash FROM audit_chain_head WHERE id = {CHAIN_HEAD_ID} FOR UPDATE),
+stamp AS (SELECT last_seq, last_hash::text AS last_hash, clock_timestamp() AS time FROM locked),
+pending AS (
+    SELECT e.*, stamp.last_seq + e.n AS id, stamp.time
+    FROM stamp CROSS JOIN unnest({_ARRAYS}) WITH ORDINALITY AS e({_NAMES}, n)
+),
+bodies AS (SELECT n, {_sql_body("pending")} AS body FROM pending),
+chain AS (
+    SELECT bodies.n, stamp.last_hash AS prev_hash, {_sql_hash("bodies.body", "stamp.last_hash")} AS hash
+    FROM bodies CROSS JOIN stamp WHERE bodies.n = 1
+    UNION ALL
+    SELECT bodies.n, chain.hash, {_sql_hash("bodies.body", "chain.hash")}
+    FROM chain JOIN bodies ON bodies.n = chain.n + 1
+),
+appended AS (
+    INSERT INTO audit_logs (id, time, {_NAMES}, prev_hash, hash)
+    SELECT pending.id, pending.time, {", ".join(f"pending.{name}" for name in _CONTENT)}, chain.prev_hash, chain.hash
+    FROM pending JOIN chain ON chain.n = pending.n
+)
+UPDATE audit_chain_head SET last_seq = stamp.last_seq + :count, last_hash = chain.hash
+FROM chain CROSS JOIN stamp WHERE audit_chain_head.id = {CHAIN_HEAD_ID} AND chain.n = :count
+"""  # noqa: S608 - our own column names
+)
+
+
+# One entry (most transactions: a setting, a version, a token) needs no recursion nor arrays: a plainer statement,
+# which matters because PostgreSQL parses and plans it on every execution (psycopg's prepared statements do not
+# outlive the ROLLBACK that ends each request's read transaction), and planning is most of its cost.
+_SCALARS = ", ".join(
+    f"CAST(:{name} AS {'integer' if name == 'status_code' else 'text'}) AS {name}" for name in _CONTENT
+)
+_APPEND_ONE_SQL = text(
+    f"""
+WITH
+locked AS MATERIALIZED (SELECT last_seq, last_hash FROM audit_chain_head WHERE id = {CHAIN_HEAD_ID} FOR UPDATE),
+entry AS (
+    SELECT locked.last_seq + 1 AS id, clock_timestamp() AS time, {_SCALARS}, locked.last_hash::text AS prev_hash
+    FROM locked
+),
+chain AS (SELECT entry.*, {_sql_hash(_sql_body("entry"), "entry.prev_hash")} AS hash FROM entry),
+appended AS (
+    INSERT INTO audit_logs (id, time, {_NAMES}, prev_hash, hash)
+    SELECT id, time, {_NAMES}, prev_hash, hash FROM chain
+)
+UPDATE audit_chain_head SET last_seq = chain.id, last_hash = chain.hash
+FROM chain WHERE audit_chain_head.id = {CHAIN_HEAD_ID}
+"""  # noqa: S608 - our own column names
+)
+
+
+def _append_in_sql(connection: Connection, entries: Sequence[PendingEntry]) -> None:
+    if len(entries) == 1:
+        result = connection.execute(_APPEND_ONE_SQL, dict(zip(_CONTENT, _columns(entries[0]), strict=True)))
+    else:
+        result = connection.execute(_APPEND_SQL, _arrays(entries))
+    if result.rowcount != 1:  # the head row is gone: a broken database, never a silent loss of entries
+        raise RuntimeError("the audit chain's head is missing")
+
+
+def _arrays(entries: Sequence[PendingEntry]) -> dict[str, object]:
+    columns = list(zip(*(_columns(entry) for entry in entries), strict=True))
+    parameters: dict[str, object] = {name: list(values) for name, values in zip(_CONTENT, columns, strict=True)}
+    parameters["count"] = len(entries)
+    return parameters
+
+
+def _append_in_python(connection: Connection, entries: Sequence[PendingEntry]) -> None:
+    """SQLite (in process: a statement costs no round trip), and a bulk change's many entries: the head's UPDATE
+    comes first, as the lock, and what it returns is read under it; the hashes are computed here."""
     head = connection.execute(
         update(AuditChainHead)
         .where(AuditChainHead.id == CHAIN_HEAD_ID)
@@ -113,27 +237,13 @@ def append(connection: Connection, entries: Sequence[PendingEntry]) -> None:
     prev_hash, first_id = head.last_hash, head.last_seq - len(entries) + 1
     rows = []
     for offset, entry in enumerate(entries):
-        row = {
-            "id": first_id + offset, "time": now, "actor_kind": entry.actor_kind, "user_id": entry.user_id,
-            "username": _bounded(entry.username, 64), "ip": _bounded(entry.ip, 64),
-            "user_agent": _bounded(entry.user_agent, 256), "resource_type": _bounded(entry.resource_type, 32),
-            "resource_id": _bounded(entry.resource_id, 64), "resource_name": _bounded(entry.resource_name, 256),
-            "action": entry.action, "build_reason": entry.build_reason, "status_code": entry.status_code,
-            "diff": canonical_diff(entry.diff), "prev_hash": prev_hash,
-        }  # fmt: skip
+        row: dict[str, Any] = {"id": first_id + offset, "time": now}
+        row.update(zip(_CONTENT, _columns(entry), strict=True))
+        row["prev_hash"] = prev_hash
         row["hash"] = prev_hash = entry_hash(**{("id_" if key == "id" else key): value for key, value in row.items()})
         rows.append(row)
-    move_head = update(AuditChainHead).where(AuditChainHead.id == CHAIN_HEAD_ID).values(last_hash=prev_hash)
-    if connection.dialect.name == "postgresql" and len(rows) <= CTE_MAX_ROWS:
-        # One statement, one round trip: the entries are inserted by a data-modifying CTE of the head's UPDATE
-        # (PostgreSQL runs both, in this order of effect, or neither). With the lock's UPDATE above, an audited
-        # transaction costs two statements more than an unaudited one.
-        connection.execute(move_head.add_cte(insert(AuditLog).values(rows).cte("appended")))
-    else:
-        # SQLite has no INSERT inside a WITH (and in process a statement costs no round trip); a transaction with
-        # very many entries (a bulk change) is inserted as an executemany, within PostgreSQL's parameter limit.
-        connection.execute(insert(AuditLog), rows)
-        connection.execute(move_head)
+    connection.execute(insert(AuditLog), rows)
+    connection.execute(update(AuditChainHead).where(AuditChainHead.id == CHAIN_HEAD_ID).values(last_hash=prev_hash))
 
 
 @dataclass(frozen=True)
