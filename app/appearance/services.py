@@ -7,6 +7,7 @@ are ``#rrggbb`` (they go into a generated stylesheet, never into a page's markup
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from datetime import datetime
 
 from flask import g
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from app.appearance.models import SINGLETON_ID, Appearance
 from app.core.columns import parse_rfc3339, rfc3339, utcnow
@@ -22,6 +24,8 @@ from app.core.safe_urls import safe_url
 from app.core.validation import FieldErrors, text_problem
 from app.notifications.models import Notification
 from protocol.codec import JSON, JsonObject
+
+log = logging.getLogger(__name__)
 
 DEFAULT_NAME = "Slipway"
 # Coder's default banner colour: white text on it passes WCAG AA.
@@ -243,7 +247,13 @@ def shown() -> Shown:
     cached: Shown | None = g.get("appearance_shown")
     if cached is not None:
         return cached
-    row = _row()
+    try:
+        row = _row()
+    except SQLAlchemyError:
+        # The page is an error page about the database itself (down, or this request's transaction failed): it
+        # is shown with the defaults rather than failing in its turn.
+        log.warning("the appearance could not be read; showing the defaults", exc_info=True)
+        return Shown(DEFAULT_NAME, "", "", (), (), "0")
     if row is None:
         result = Shown(DEFAULT_NAME, "", "", (), (), "0")
     else:
@@ -310,4 +320,8 @@ def _luminance(color: str) -> float:
 def inbox_unread(user_id: str) -> int:
     """The header's unread count: one COUNT over the person's rows of ix_notifications_user_id_created_at."""
     query = select(func.count()).where(Notification.user_id == user_id, Notification.read_at.is_(None))
-    return int(db.session.scalar(query) or 0)
+    try:
+        return int(db.session.scalar(query) or 0)
+    except SQLAlchemyError:  # as in shown(): an error page about the database itself
+        log.warning("the inbox could not be counted", exc_info=True)
+        return 0
