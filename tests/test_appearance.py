@@ -109,9 +109,12 @@ def test_every_page_shows_the_banners_in_their_window_name_logo_and_links(
 
     sign_in(client, personas["carol"].email, PASSWORD)
     page = client.get("/workspaces").get_data(as_text=True)
-    banners = re.findall(r'<p class="banner (banner-[\w-]+)">([^<]*)</p>', page)
+    banners = re.findall(r'<p class="site-banner (site-banner-[\w-]+)">([^<]*)</p>', page)
     # The service banner, then the one announcement inside its window (not the future, past or disabled ones).
-    assert banners == [("banner-service", "Maintenance tonight at 22:00"), ("banner-announcement-0", "Now open")]
+    assert banners == [
+        ("site-banner-service", "Maintenance tonight at 22:00"),
+        ("site-banner-announcement-0", "Now open"),
+    ]
     assert "· Acme Cloud</title>" in page and '<img src="/static/favicon.svg"' in page
     assert '<a href="mailto:help@example.com" rel="noopener">Help desk</a>' in page
     assert '<a href="https://docs.example.com">Docs</a>' in page
@@ -124,8 +127,8 @@ def test_every_page_shows_the_banners_in_their_window_name_logo_and_links(
     assert sheet.status_code == 200 and sheet.mimetype == "text/css"
     assert "max-age" in sheet.headers["Cache-Control"]
     css = sheet.get_data(as_text=True)
-    assert ".banner-service{background-color:#ffcc00;color:#000000}" in css
-    assert ".banner-announcement-0{background-color:#004852;color:#ffffff}" in css
+    assert ".site-banner-service{background-color:#ffcc00;color:#000000}" in css
+    assert ".site-banner-announcement-0{background-color:#004852;color:#ffffff}" in css
 
 
 def test_text_on_any_banner_colour_passes_contrast() -> None:

@@ -259,11 +259,11 @@ def shown() -> Shown:
     else:
         banners: list[Banner] = []
         if row.service_banner.get("enabled"):
-            banners.append(Banner("banner-service", str(row.service_banner.get("message", ""))))
+            banners.append(Banner("site-banner-service", str(row.service_banner.get("message", ""))))
         now = utcnow()
         for index, banner in enumerate(row.announcement_banners):
             if banner.get("enabled") and _in_window(banner, now):
-                banners.append(Banner(f"banner-announcement-{index}", str(banner.get("message", ""))))
+                banners.append(Banner(f"site-banner-announcement-{index}", str(banner.get("message", ""))))
         result = Shown(
             row.application_name or DEFAULT_NAME,
             row.logo_url,
@@ -291,9 +291,9 @@ def stylesheet() -> str:
         return ""
     rules = []
     if row.service_banner:
-        rules.append(_rule("banner-service", str(row.service_banner.get("background_color", DEFAULT_COLOR))))
+        rules.append(_rule("site-banner-service", str(row.service_banner.get("background_color", DEFAULT_COLOR))))
     for index, banner in enumerate(row.announcement_banners):
-        rules.append(_rule(f"banner-announcement-{index}", str(banner.get("background_color", DEFAULT_COLOR))))
+        rules.append(_rule(f"site-banner-announcement-{index}", str(banner.get("background_color", DEFAULT_COLOR))))
     return "".join(rules)
 
 
