@@ -14,6 +14,8 @@ from app.accounts import views as accounts_views
 from app.agents import agent_api, app_connections, app_views, bootstrap, connections, subdomain
 from app.agents import api as agents_api
 from app.agents import views as agent_views
+from app.appearance import api as appearance_api
+from app.appearance import views as appearance_views
 from app.audit import recorder as audit_recorder
 from app.auditing import api as audit_api
 from app.auditing import registry as audit_registry
@@ -127,6 +129,7 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
     job_sections.init_app(app, [timings_views.render_job_timings])
     # Who holds open ways into workspaces, told when someone loses access (a share removed, a suspension).
     access_events.init_app(app, [connections.close_lost])
+    appearance_views.init_app(app)
     for blueprint in (
         health.bp,
         auth_views.bp,
@@ -174,6 +177,8 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
         connectionlog_views.bp,
         insights_api.bp,
         insights_views.bp,
+        appearance_api.bp,
+        appearance_views.bp,
         metrics.bp,
     ):
         app.register_blueprint(blueprint)

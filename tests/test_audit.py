@@ -438,6 +438,11 @@ CASES: tuple[Case, ...] = (
         (Expect("notification_preference", "create", "carol", {"enabled": (None, False)}),),
     ),
     Case(
+        "appearance_api.update_appearance",
+        lambda w: w.call("PUT", "/appearance", "alice", {"application_name": "Acme"}),
+        (Expect("appearance", "create", "alice", {"application_name": (None, "Acme")}),),
+    ),
+    Case(
         "lifecycle_api.set_quiet_hours",
         lambda w: w.call("PUT", "/users/me/quiet-hours", "carol", {"schedule": "CRON_TZ=UTC 0 2 * * *"}),
         (Expect("user", "write", "carol", {"quiet_hours_schedule": (None, "CRON_TZ=UTC 0 2 * * *")}),),

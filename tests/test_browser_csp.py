@@ -371,6 +371,7 @@ NOT_PAGES = {
     "audit.export": "a CSV or NDJSON download",
     "people.accept_invitation": "needs an invitation's link: tests/test_browser_people.py runs axe on it",
     "people.reset_with_link": "needs an emailed reset link (tests/test_people.py)",
+    "appearance.stylesheet": "the banners' stylesheet",
 }
 SIZES = {"phone": (390, 844), "desktop": (1400, 900)}
 
@@ -418,6 +419,7 @@ def dashboard_pages(deployment: Deployment, agent: dict[str, Any]) -> dict[str, 
         "template_acl.show": "/templates/local/permissions",
         "connectionlog.index": "/connectionlog",
         "insights.index": "/insights",
+        "appearance.page": "/deployment/appearance",
     }
 
 
@@ -769,3 +771,36 @@ def test_250_workspaces_page_filter_and_sort_in_the_browser(
     open_page(page, f"{deployment.url}/workspaces?page=2")
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     page.screenshot(path=str(ARTIFACTS / "workspaces-250-phone.png"), full_page=True)
+
+
+def test_a_banner_an_owner_sets_is_seen_by_a_member(deployment: Deployment, page: Page, problems: list[str]) -> None:
+    """Issue 41: the owner's form saves a service banner and an announcement; a member sees both under the policy,
+    coloured by the generated stylesheet, and axe finds their contrast fine. The banners are removed afterwards."""
+    sign_in(page, deployment)
+    open_page(page, f"{deployment.url}/deployment/appearance")
+    page.check("input[name=service_enabled]")
+    page.fill("textarea[name=service_message]", "Maintenance tonight at 22:00 UTC")
+    page.fill("input[name=service_color]", "#ffcc00")
+    page.check("input[name=announcement-0-enabled]")
+    page.fill("textarea[name=announcement-0-message]", "New GPU template")
+    page.click("#appearance-form button[type=submit]")
+    expect(page.locator(".flash-success")).to_have_text("Saved the appearance settings.")
+    member = page.context.browser.new_context().new_page()  # type: ignore[union-attr]
+    member_problems = watch_for_problems(member.context)
+    try:
+        sign_in(member, deployment, "carol")
+        service = member.locator(".site-banner-service")
+        expect(service).to_have_text("Maintenance tonight at 22:00 UTC")
+        expect(member.locator(".site-banner-announcement-0")).to_have_text("New GPU template")
+        # The colours arrived through the stylesheet the policy allows (an inline style would have been refused).
+        expect(service).to_have_css("background-color", "rgb(255, 204, 0)")
+        expect(service).to_have_css("color", "rgb(0, 0, 0)")
+        expect(member.locator("#inbox-link")).to_have_attribute("aria-label", re.compile(r"^Inbox, (none|\d+) unread$"))
+        for scheme in ("light", "dark"):
+            member.emulate_media(color_scheme=scheme)
+            assert severe_violations(member) == [], scheme
+        member.screenshot(path=str(ARTIFACTS / "appearance-banner-member.png"))
+        assert member_problems == [], "\n".join(member_problems)
+    finally:
+        with deployment.api("alice") as api:
+            assert api.put("/appearance", json={}).status_code == 200

@@ -44,8 +44,13 @@ PUBLIC_ENDPOINTS = {
     # What a workspace fetches before its agent has any credential; neither holds a secret.
     "agent_bootstrap.init_script",
     "agent_bootstrap.agent_bundle",
+    # The sign-in page shows the deployment's name, logo and service banner (its colours are in the stylesheet).
+    "appearance_api.get_appearance",
+    "appearance.stylesheet",
 }
 OWNER_ONLY_ENDPOINTS = {
+    "appearance.page",
+    "appearance_api.update_appearance",
     "users.index",
     "users.update",
     "users.allow_oidc_link",

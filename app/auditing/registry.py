@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.agents.models import AgentConnectionEvent, AgentLog, AgentScriptTiming, WorkspacePortShare
+from app.appearance.models import Appearance
 from app.audit.models import AuditChainHead, AuditLog
 from app.audit.recorder import AuditSpec, exempt, register
 from app.catalog.models import Template, TemplateAcl, TemplateVersion
@@ -76,6 +77,7 @@ def register_models() -> None:
         _spec("external_auth_link", "provider_id", ignored=frozenset({"validated_at", "validate_error"})),
     )
     register(NotificationPreference, _spec("notification_preference", "event"))
+    register(Appearance, _spec("appearance"))
     # Keys added or revoked by `slipway server` (the digest is of the key, and is marked secret all the same).
     register(EncryptionKeyRecord, _spec("encryption_key", "key_id", secret_fields=frozenset({"digest"})))
 
