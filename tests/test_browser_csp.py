@@ -586,6 +586,7 @@ MEMBER_PAGES = {
     "workspaces.index", "workspaces.show", "workspaces.delete", "lifecycle.update", "agents.terminal",
     "workspaces.build", "workspaces.new", "catalog.index", "catalog.show", "users.account", "oidc.cli_auth",
     "groups.index", "groups.show",  # her own groups (Everyone among them)
+    "auth.change_password",  # her own password
 }  # fmt: skip
 
 
@@ -594,6 +595,10 @@ def member_agent(deployment: Deployment) -> dict[str, Any]:
     """carol's (a member's) workspace `mine`, started, with its agent ready."""
     deployment.create("carol", "mine")
     return deployment.wait_ready("carol", "mine")
+
+
+# Pages for people who are signed out, which anyone may open.
+SIGNED_OUT_PAGES = {"auth.login", "people.forgot_password"}
 
 
 def member_pages(deployment: Deployment, member_agent: dict[str, Any]) -> dict[str, str]:
@@ -615,6 +620,7 @@ def member_pages(deployment: Deployment, member_agent: dict[str, Any]) -> dict[s
         "oidc.cli_auth": "/cli-auth",
         "groups.index": "/groups",
         "groups.show": f"/groups/{DEFAULT_ORGANIZATION_ID}",
+        "auth.change_password": "/password/change",
     }
 
 
@@ -629,7 +635,7 @@ def test_a_member_is_refused_the_pages_not_on_her_list(
             endpoint
             in MEMBER_PAGES
             - {"workspaces.show", "workspaces.delete", "lifecycle.update", "agents.terminal", "workspaces.build"}
-            or endpoint == "auth.login"
+            or endpoint in SIGNED_OUT_PAGES
         ):
             continue
         response = page.goto(deployment.url + path)
