@@ -11,26 +11,27 @@ import tarfile
 import zipfile
 from collections.abc import Iterator
 
-import hcl2
-from hcl2.utils import SerializationOptions
-from lark.exceptions import LarkError
-
 from app.core.errors import InvalidInput
 from protocol.terraform_versions import ConstraintError, parse_constraints, satisfiable
 
 # A .tf file larger than this is no configuration a person wrote: it is skipped rather than parsed.
 MAX_TF_BYTES = 1024 * 1024
-_OPTIONS = SerializationOptions(with_comments=False, explicit_blocks=False, strip_string_quotes=True)
 
 
 def required_terraform(archive: bytes) -> str | None:
     """Every ``required_version`` of the archive's .tf files (the root module and the modules it carries), joined
     into one constraint; None when there is none. InvalidInput when one does not parse, or no Terraform could
     satisfy them all."""
+    # Imported here: the HCL parser is a tenth of the web server's load time, and only uploads need it.
+    import hcl2
+    from hcl2.utils import SerializationOptions
+    from lark.exceptions import LarkError
+
+    options = SerializationOptions(with_comments=False, explicit_blocks=False, strip_string_quotes=True)
     found: list[tuple[str, str]] = []
     for path, text in _tf_files(archive):
         try:
-            document = hcl2.loads(text, serialization_options=_OPTIONS)
+            document = hcl2.loads(text, serialization_options=options)
         except (LarkError, ValueError, TypeError, AttributeError):
             continue  # the import reports syntax errors, with Terraform's own words
         for block in document.get("terraform") or []:
