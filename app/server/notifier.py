@@ -30,14 +30,16 @@ def main() -> None:
         connection = get_redis()
         queue = Queue(QUEUE, connection=connection, serializer=JSONSerializer)
         while True:
-            worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
             try:
+                # Made here, not before the loop: it names itself to Redis at once, and Redis may be away already.
+                worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer)
                 worker.work(with_scheduler=False, logging_level="WARNING")
                 return  # asked to stop (SIGTERM from `slipway server`)
             except RedisConnectionError:
-                # Redis restarting must not stop the server (its supervisor stops when a child dies): the outbox
-                # keeps every notification, and the maintenance loop enqueues them again once Redis is back.
-                log.warning("notification worker lost Redis; reconnecting in %d s", RECONNECT_SECONDS)
+                # Redis away, when this starts or later, must not stop the server (its supervisor stops when a child
+                # dies): the outbox keeps every notification, and the maintenance loop enqueues them again once
+                # Redis is back.
+                log.warning("notification worker cannot reach Redis; trying again in %d s", RECONNECT_SECONDS)
                 time.sleep(RECONNECT_SECONDS)
 
 

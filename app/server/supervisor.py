@@ -113,9 +113,7 @@ class Supervisor:
             self._wait_for_redis()
             self._unless_signalled()
             self._open_web_gate()
-            # Now, while Redis is known to answer: the notifier exits if Redis is away when it starts, and a child
-            # that exits stops the server (started later, it could meet a Redis outage and take the server down).
-            self._start_notifier()
+            self._start_notifier()  # niced: it waits out a Redis outage, at its start too (app/server/notifier.py)
             self._unless_signalled()
             self.daemons = [BuiltinDaemon(f"builtin-{n + 1}") for n in range(self.settings.provisioner_daemons)]
             self._announce(first_user_needed)
