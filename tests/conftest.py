@@ -363,13 +363,23 @@ def _hash_once(password: str) -> str:
     return generate_password_hash(password)
 
 
+def _slipway_executable() -> str:
+    return shutil.which("slipway") or str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "slipway")
+
+
+def start_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start the installed `slipway` command, for a test that acts on what it prints while it runs."""
+    return subprocess.Popen(
+        [_slipway_executable(), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
 def run_cli(
     *args: str, env: dict[str, str] | None = None, input_text: str | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """Run the installed `slipway` command as a user would."""
-    executable = shutil.which("slipway") or str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "slipway")
     return subprocess.run(
-        [executable, *args],
+        [_slipway_executable(), *args],
         env=env,
         input=input_text,
         capture_output=True,
