@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, false, inspect, or_, true
+from sqlalchemy import ColumnElement, Select, and_, false, inspect, literal, or_, true, tuple_
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 
@@ -83,8 +83,17 @@ def sort_keys(query: Select[Any]) -> list[SortKey]:
 
 
 def after(keys: Sequence[SortKey], values: Sequence[Any]) -> ColumnElement[bool]:
-    """Rows that sort strictly after the row whose keys are ``values``. The first key's range comes first, on its
-    own, so that the database seeks its index instead of testing every row against the OR that follows."""
+    """Rows that sort strictly after the row whose keys are ``values``.
+
+    Keys that run one way and cannot be NULL compare as one row value, ``(created_at, id) < (…, …)``: the database
+    seeks its index on those columns to the row itself. Otherwise the first key's range comes first, on its own, so
+    that the database seeks to the first row sharing that key, and the OR that follows is tested from there: over
+    every row that ties on the first key (many jobs queued in one transaction share a ``created_at``)."""
+    if not any(key.nullable for key in keys) and len({key.descending for key in keys}) == 1:
+        columns = [key.column for key in keys]
+        given = zip(columns, values, strict=True)
+        row = tuple_(*(value if isinstance(value, ColumnElement) else literal(value, c.type) for c, value in given))
+        return tuple_(*columns) < row if keys[0].descending else tuple_(*columns) > row
 
     def strictly_after(index: int) -> ColumnElement[bool]:
         key, value = keys[index], values[index]
