@@ -14,7 +14,7 @@ from flask import Flask, render_template
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
-from app.core.pagination import page_of
+from app.core.pagination import PagePosition, page_of
 from app.users.models import User
 from cli.client import SlipwayClient
 from cli.workspaces import read_log
@@ -263,6 +263,16 @@ def test_a_list_counted_a_few_pages_ahead_says_there_are_more(app: Flask, person
         assert "1–1 of more than 2" in html and "Page 1 of 2+" in html and 'rel="next"' in html
         past_the_end = page_of(users, 9, size=1, pages_ahead=1)  # counted to the end: the last page
         assert (past_the_end.number, past_the_end.more) == (4, False)
+        # Page 2 read by key, from the row before it (a Next link) or the row after it (a Previous link), is
+        # counted as page 2 by offset is.
+        second = page_of(users, 2, size=1, pages_ahead=1)
+        for position in (PagePosition(2, after=first.rows[0].id), PagePosition(2, before=third.rows[0].id)):
+            keyed = page_of(users, position, size=1, pages_ahead=1)
+            assert (
+                (keyed.rows, keyed.total, keyed.more)
+                == (second.rows, second.total, second.more)
+                == (second.rows, 3, True)
+            ), position
 
 
 def test_the_users_and_templates_pages_show_one_page_at_a_time(

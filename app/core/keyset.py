@@ -82,18 +82,30 @@ def sort_keys(query: Select[Any]) -> list[SortKey]:
     return keys
 
 
-def after(keys: Sequence[SortKey], values: Sequence[Any]) -> ColumnElement[bool]:
+# A row's sort keys: their values (read from the database), or a subquery of the statement that uses them (one per
+# key, or one of them all when they compare as one row value).
+RowKeys = Sequence[Any] | ColumnElement[Any]
+
+
+def _one_row_value(keys: Sequence[SortKey]) -> bool:
+    """Keys that run one way and cannot be NULL: a position among them is one row value, ``(created_at, id)``."""
+    return not any(key.nullable for key in keys) and len({key.descending for key in keys}) == 1
+
+
+def after(keys: Sequence[SortKey], values: RowKeys) -> ColumnElement[bool]:
     """Rows that sort strictly after the row whose keys are ``values``.
 
-    Keys that run one way and cannot be NULL compare as one row value, ``(created_at, id) < (…, …)``: the database
-    seeks its index on those columns to the row itself. Otherwise the first key's range comes first, on its own, so
-    that the database seeks to the first row sharing that key, and the OR that follows is tested from there: over
-    every row that ties on the first key (many jobs queued in one transaction share a ``created_at``)."""
-    if not any(key.nullable for key in keys) and len({key.descending for key in keys}) == 1:
-        columns = [key.column for key in keys]
-        given = zip(columns, values, strict=True)
-        row = tuple_(*(value if isinstance(value, ColumnElement) else literal(value, c.type) for c, value in given))
-        return tuple_(*columns) < row if keys[0].descending else tuple_(*columns) > row
+    Keys that compare as one row value do, ``(created_at, id) < (…, …)``: the database seeks its index on those
+    columns to the row itself. Otherwise the first key's range comes first, on its own, so that the database seeks
+    to the first row sharing that key, and the OR that follows is tested from there: over every row that ties on the
+    first key (many jobs queued in one transaction share a ``created_at``)."""
+    if _one_row_value(keys):
+        columns = tuple_(*(key.column for key in keys))
+        if not isinstance(values, ColumnElement):
+            values = tuple_(*(literal(value, key.column.type) for key, value in zip(keys, values, strict=True)))
+        return columns < values if keys[0].descending else columns > values
+    if isinstance(values, ColumnElement):
+        raise TypeError("one subquery of all the keys is only for keys that compare as one row value")
 
     def strictly_after(index: int) -> ColumnElement[bool]:
         key, value = keys[index], values[index]
@@ -114,8 +126,8 @@ def key_values(query: Select[Any], keys: Sequence[SortKey], row_id: str) -> tupl
     return None if row is None else tuple(row[1:])
 
 
-def row_keys(query: Select[Any], keys: Sequence[SortKey], row_id: str) -> list[ColumnElement[Any]] | None:
-    """The sort keys of the row ``row_id`` as subqueries of the statement that uses them (the row read by its
+def row_keys(query: Select[Any], keys: Sequence[SortKey], row_id: str) -> RowKeys | None:
+    """The sort keys of the row ``row_id`` as a subquery of the statement that uses them (the row read by its
     primary key, and only if the list has it), so that a page by key is one statement, as a first page is; None
     when a key may be NULL (what to compare then depends on the value: ``key_values`` reads it first). A row the
     list does not have gives no keys, so no rows: the caller tells that from the end of the list by finding none."""
@@ -123,14 +135,16 @@ def row_keys(query: Select[Any], keys: Sequence[SortKey], row_id: str) -> list[C
         return None
     (id_column,) = inspect(query.column_descriptions[0]["entity"]).primary_key
     found = query.order_by(None).where(id_column == row_id).correlate(None)
+    if _one_row_value(keys):  # one subquery: the database plans and runs the row's lookup once, not once per key
+        return found.with_only_columns(*(key.column for key in keys)).scalar_subquery()
     return [found.with_only_columns(key.column).scalar_subquery() for key in keys]
 
 
-def rows_after(query: Select[Any], keys: Sequence[SortKey], values: Sequence[Any], limit: int) -> list[Any]:
+def rows_after(query: Select[Any], keys: Sequence[SortKey], values: RowKeys, limit: int) -> list[Any]:
     return list(db.session.scalars(query.where(after(keys, values)).limit(limit)).unique())
 
 
-def rows_before(query: Select[Any], keys: Sequence[SortKey], values: Sequence[Any], limit: int) -> list[Any]:
+def rows_before(query: Select[Any], keys: Sequence[SortKey], values: RowKeys, limit: int) -> list[Any]:
     """The ``limit`` rows just before the given row, in the list's order: read the other way from it, then turned
     back."""
     turned = [key.turned() for key in keys]

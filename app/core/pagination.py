@@ -204,11 +204,10 @@ def _keyed_page(
     the page by its number. As many statements as a first page (its rows and its count) when the sort keys cannot
     be NULL: the row's keys are read inside them."""
     keys = keyset.sort_keys(query)
-
-    def keys_of(row_id: str) -> Sequence[Any] | None:
-        return keyset.row_keys(query, keys, row_id) or keyset.key_values(query, keys, row_id)
-
-    values = keys_of(position.after or position.before)
+    row_id = position.after or position.before
+    values = keyset.row_keys(query, keys, row_id)
+    if values is None:  # a key may be NULL: read its values first
+        values = keyset.key_values(query, keys, row_id)
     if values is None:
         return None
     if position.after:
@@ -221,10 +220,14 @@ def _keyed_page(
     if pages_ahead is None:
         total = count_rows(query)
         return rows, min(position.number, max(1, -(-total // size))), max(total, before + len(rows)), False
-    # Counted only so far past this page, as the offset path does: from this page's first row, not the list's start.
+    # Counted only so far past this page, as the offset path does: from the position's row, not the list's start
+    # (the same condition as the page's own rows, so no other row's keys are read). After it come this page's rows
+    # then the rest; before it, this page's rows, then that row itself and the rest.
     at_most = pages_ahead * size + 1
-    first = keys_of(rows[0].id) or values
-    counted = count_rows(query.where(keyset.after(keys, first)), at_most=len(rows) - 1 + at_most)
-    beyond = counted - (len(rows) - 1)
+    from_position = query.where(keyset.after(keys, values))
+    if position.after:
+        beyond = count_rows(from_position, at_most=len(rows) + at_most) - len(rows)
+    else:
+        beyond = 1 + count_rows(from_position, at_most=at_most - 1)
     more = beyond == at_most
     return rows, position.number, before + len(rows) + beyond - int(more), more
