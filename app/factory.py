@@ -35,6 +35,7 @@ from app.connectionlog import views as connectionlog_views
 from app.core import encryption_keys, errors, limits, redis_client, security_headers, templating
 from app.core.config import Settings, ensure_secret_key, load_settings
 from app.core.extensions import csrf, db, engine_options, htmx
+from app.core.read_transactions import end_reads_with_commit
 from app.core.routing import LazyBuilderRule
 from app.diagnostics import checks as diagnostics_checks
 from app.diagnostics import views as diagnostics
@@ -80,6 +81,8 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
     configure(app, settings)
 
     db.init_app(app)
+    with app.app_context():
+        end_reads_with_commit(db.engine)
     encryption_keys.init_app(app, settings)
     if migrations:
         from flask_migrate import Migrate
