@@ -365,10 +365,18 @@ def test_the_source_tab_shows_a_versions_files_and_compares_two(
     assert '<span class="diff-add">+# changed</span>' in compared
     assert 'README.md</code> <span class="badge">removed' in compared
     assert 'scripts/run.sh</code> <span class="badge">added' in compared and "icon.png" not in compared
-    default = client.get("/templates/dev/diff").get_data(as_text=True)  # active (one) against nothing older
-    assert "diff-file" not in default
+    # By default the active version (one, the older) against the newest other (two): the old default looked only
+    # for an older one, found none, and said " and one have the same files." with a blank name.
+    default = client.get("/templates/dev/diff").get_data(as_text=True)
+    from_select, to_select = re.findall(r'<select name="(?:from|to)".*?</select>', default, re.S)
+    assert '<option value="two" selected>' in from_select and '<option value="one" selected>' in to_select
+    assert 'README.md</code> <span class="badge">added' in default and "have the same files" not in default
     same = client.get("/templates/dev/diff?from=two&to=two").get_data(as_text=True)
-    assert "have the same files" in same
+    assert "two is picked twice" in same and "have the same files" not in same
+    unchanged = version_of(api, daemon, bob, new_files, name="three", template_id=template["id"])
+    assert unchanged["name"] == "three"
+    identical = client.get("/templates/dev/diff?from=two&to=three").get_data(as_text=True)
+    assert "two and three have the same files." in identical
 
     member = app.test_client()
     sign_in(member, "carol@example.com", PASSWORD)

@@ -323,14 +323,16 @@ def source(name: str) -> str:
 
 @bp.get("/templates/<name>/diff")
 def diff(name: str) -> str:
-    """Compare versions: by default the active (or newest) version against the one before it."""
+    """Compare versions: by default the active (or newest) version against the newest other one (newer or older:
+    a just-pushed version not yet published is what an admin wants to compare with the active one)."""
     template = services.get_template_by_name_for(page_user(), name, "admin")
     versions = services.list_versions(template)
-    default_new = next((item for item in versions if item.id == template.active_version_id), None)
-    default_new = default_new or (versions[0] if versions else None)
-    new = _version_of(template, request.args.get("to"), default_new)
-    older = [item for item in versions if new is not None and item.created_at < new.created_at]
-    old = _version_of(template, request.args.get("from"), older[0] if older else None)
+    old, new = catalog_source.compared_versions(
+        versions,
+        template.active_version_id,
+        _version_of(template, request.args.get("from"), None),
+        _version_of(template, request.args.get("to"), None),
+    )
     diffs, error = [], ""
     if old is not None and new is not None:
         try:
