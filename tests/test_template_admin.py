@@ -139,9 +139,13 @@ def create_workspace(api: FlaskClient, member: Persona, template: dict[str, Any]
     return api.post("/api/v2/workspaces", json=body, headers=member.auth)
 
 
-def test_a_deprecated_template_makes_no_new_workspaces(app: Flask, personas: dict[str, Persona]) -> None:
+def test_a_deprecated_template_makes_no_new_workspaces(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
     bob, carol, api = personas["bob"], personas["carol"], app.test_client()
     template = published_template(api, FakeDaemon(api), bob)
+    existing = create_workspace(api, carol, template, name="before")
+    assert existing.status_code == 201
     message = {"deprecation_message": "Use dev2 instead."}
     assert api.patch(f"/api/v2/templates/{template['id']}", json=message, headers=carol.auth).status_code == 403
     changed = api.patch(f"/api/v2/templates/{template['id']}", json=message, headers=bob.auth)
@@ -150,10 +154,24 @@ def test_a_deprecated_template_makes_no_new_workspaces(app: Flask, personas: dic
     assert (
         refused.status_code == 403 and "deprecated" in refused.json["message"] and "Use dev2" in refused.json["message"]
     )
+    # The create form's URL still answers, with why instead of a form; a POST to it is refused all the same.
+    sign_in(client, "carol@example.com", PASSWORD)
+    form_page = client.get("/workspaces/new?template=dev")
+    text = form_page.get_data(as_text=True)
+    assert form_page.status_code == 200 and 'id="template-deprecated"' in text and "Use dev2 instead." in text
+    assert 'id="new-workspace-form"' not in text
+    token = csrf_token(client, f"/workspaces/{existing.json['id']}")
+    posted = client.post("/workspaces/new", data={"csrf_token": token, "template": "dev", "name": "after"})
+    assert posted.status_code == 403 and "Use dev2 instead." in posted.get_data(as_text=True)
+    assert [item["name"] for item in api.get("/api/v2/workspaces", headers=carol.auth).json] == ["before"]
+    # Every workspace of the template says so on its page.
+    notice = client.get(f"/workspaces/{existing.json['id']}").get_data(as_text=True)
+    assert 'id="workspace-template-deprecated"' in notice and "Use dev2 instead." in notice
     bad = api.patch(f"/api/v2/templates/{template['id']}", json={"deprecation_message": 7}, headers=bob.auth)
     assert bad.status_code == 400 and bad.json["validations"][0]["field"] == "deprecation_message"
     api.patch(f"/api/v2/templates/{template['id']}", json={"deprecation_message": ""}, headers=bob.auth)
     assert create_workspace(api, carol, template).status_code == 201
+    assert "workspace-template-deprecated" not in client.get(f"/workspaces/{existing.json['id']}").get_data(as_text=True)
 
 
 def test_the_settings_page_deprecates_and_links_to_delete(
