@@ -440,9 +440,62 @@ def test_the_upload_form_takes_a_version_name_and_marks_a_bad_one(
     finish_import(api, daemon, bob, version_named(app, "release-1"))
     taken = upload("release-1")
     text = taken.get_data(as_text=True)
-    assert taken.status_code == 400 and "already has a version named" in text and 'value="release-1"' in text
+    # The next free name is suggested in the field, and the chosen file is kept for the next submit.
+    assert taken.status_code == 400 and "already has a version named" in text and 'value="release-1-2"' in text
+    kept = re.search(r'name="file_id" value="([^"]+)"', text)
+    assert kept is not None and 'id="upload-file-kept"' in text
+    again = {"csrf_token": token, "name": "dev", "version_name": "release-1-2", "publish": "on",
+             "file_id": kept.group(1), "message": "the same files, renamed"}  # fmt: skip
+    assert client.post("/templates", data=again, content_type="multipart/form-data").status_code == 302
+    resubmitted = api.get(f"/api/v2/templateversions/{version_named(app, 'release-1-2')}", headers=bob.auth).json
+    assert resubmitted["job"]["file_id"] == kept.group(1) and resubmitted["message"] == "the same files, renamed"
     bad = upload("has space")
     assert bad.status_code == 400 and "letters and digits" in bad.get_data(as_text=True)
+
+
+def test_a_failed_versions_name_is_free_to_push_again(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    bob, api, daemon = personas["bob"], app.test_client(), FakeDaemon(app.test_client())
+    template = published_template(api, daemon, bob)
+    failed = api_version(api, bob, template["id"], name="v2").json
+    finish_import(api, daemon, bob, failed["id"], ok=False)
+    # The API: the fixed push takes the name; the failed one is renamed with a suffix, its log kept.
+    fixed = api_version(api, bob, template["id"], name="v2")
+    assert fixed.status_code == 201 and fixed.json["name"] == "v2"
+    renamed = api.get(f"/api/v2/templateversions/{failed['id']}", headers=bob.auth).json
+    assert renamed["name"] == "v2-failed" and renamed["job"]["status"] == "failed"
+    # A live import holds its name (it may yet succeed); a succeeded one too, with the next free name suggested.
+    held = api_version(api, bob, template["id"], name="v2")
+    assert held.status_code == 409 and "'v2-2'" in held.json["message"]
+    # A second failure under the name: the web form frees it again, with the next suffix, and says so.
+    finish_import(api, daemon, bob, fixed.json["id"], ok=False)
+    sign_in(client, "bob@example.com", PASSWORD)
+    token = csrf_token(client, "/templates")
+    form = {"csrf_token": token, "name": "dev", "version_name": "v2", "files": [(io.BytesIO(MAIN_TF), "main.tf")]}
+    pushed = client.post("/templates", data=form, content_type="multipart/form-data", follow_redirects=True)
+    assert "The failed import that was named v2 is now v2-failed-2; its log is kept." in pushed.get_data(as_text=True)
+    names = {item["name"] for item in api.get(f"/api/v2/templates/{template['id']}/versions", headers=bob.auth).json}
+    assert {"v2", "v2-failed", "v2-failed-2"} <= names
+
+
+def test_a_version_has_its_author_and_message(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:
+    bob, api, daemon = personas["bob"], app.test_client(), FakeDaemon(app.test_client())
+    template = published_template(api, daemon, bob)
+    archive = tar_of({"main.tf": MAIN_TF.decode()})
+    upload = api.post("/api/v2/files", data=archive, headers={**bob.auth, "Content-Type": "application/x-tar"})
+    body = {"file_id": upload.json["id"], "template_id": template["id"], "name": "v2"}
+    pushed = api.post("/api/v2/templateversions", json={**body, "message": "  Go 1.23 <b>now</b>\n"}, headers=bob.auth)
+    assert pushed.status_code == 201 and pushed.json["message"] == "Go 1.23 <b>now</b>"
+    assert pushed.json["created_by"] == {"id": bob.id, "username": "bob"}
+    first = api.get(f"/api/v2/templateversions/{template['active_version_id']}", headers=bob.auth).json
+    assert first["message"] == "" and first["created_by"]["username"] == "bob"
+    for bad in (7, "x" * 4097):
+        refused = api.post("/api/v2/templateversions", json={**body, "name": "v3", "message": bad}, headers=bob.auth)
+        assert refused.status_code == 400 and refused.json["validations"][0]["field"] == "message"
+    sign_in(client, "carol@example.com", PASSWORD)
+    page = client.get("/templates/dev").get_data(as_text=True)
+    assert 'class="version-message">Go 1.23 &lt;b&gt;now&lt;/b&gt;</span>' in page and "by</span> bob" in page
 
 
 def version_named(app: Flask, version_name: str) -> str:
