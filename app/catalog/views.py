@@ -12,6 +12,7 @@ from app.auth.blueprints import page_blueprint
 from app.catalog import access, acl, admin, services, storage
 from app.catalog import source as catalog_source
 from app.catalog.models import Template, TemplateVersion
+from app.catalog.page_sections import template_sections
 from app.catalog.search import listed_templates
 from app.core.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
@@ -155,6 +156,7 @@ def show(name: str) -> str:
         external_auth=external_auth.needs_status(page_user(), active.external_auth) if active else [],
         access_list=acl.template_acl(template),
         may_admin=access.may(page_user(), template, "admin"),
+        sections=template_sections(template, page_user()),
     )
 
 
