@@ -75,8 +75,6 @@ def create_version(
         JOB_TEMPLATE_IMPORT, file_id=stored.id, initiator_id=actor.id, tags=tags, job_input={},
         required_terraform=required,
     )  # fmt: skip
-    if template is not None:
-        free_failed_name(template, name)
     version = TemplateVersion(
         template_id=template_id,
         name=name,
@@ -86,10 +84,12 @@ def create_version(
         user_variable_values=tuple(user_variable_values),
         publish_as=check_template_name(publish_as) if publish_as else "",
     )
-    db.session.add(version)
     try:
+        if template is not None:
+            free_failed_name(template, name)
+        db.session.add(version)
         db.session.flush()
-    except IntegrityError as exc:  # the same name pushed twice at once
+    except IntegrityError as exc:  # the same name pushed (or a failed one renamed) twice at once
         db.session.rollback()
         raise Conflict(f"A version named {name!r} was just added to this template: choose another name.") from exc
     job.input = {"template_version_id": version.id, **({DEBUG_LOGGING: True} if debug_logging else {})}
