@@ -26,6 +26,7 @@ from app.auth import views as auth_views
 from app.catalog import acl_api as template_acl_api
 from app.catalog import acl_views as template_acl_views
 from app.catalog import api as catalog_api
+from app.catalog import page_sections as template_sections
 from app.catalog import storage
 from app.catalog import views as catalog_views
 from app.catalog.jobs import IMPORT_HANDLERS
@@ -62,6 +63,7 @@ from app.usersecrets import api as usersecrets_api
 from app.workspaces import api as workspaces_api
 from app.workspaces import sections, sharing_api, sharing_views
 from app.workspaces import services as workspace_services
+from app.workspaces import template_views as template_workspace_views
 from app.workspaces import views as workspace_views
 from app.workspaces.jobs import build_handlers
 from protocol.provisionerd import JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD
@@ -130,6 +132,8 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
     # What the workspace page shows besides the workspace itself: a panel per agent; and a job's page: its timings.
     sections.init_app(app, [agent_views.AGENTS_SECTION])
     job_sections.init_app(app, [timings_views.render_job_timings])
+    # A template's page: the workspaces on it (a feature above the catalog's).
+    template_sections.init_app(app, [template_workspace_views.workspaces_section])
     # Who holds open ways into workspaces, told when someone loses access (a share removed, a suspension).
     access_events.init_app(app, [connections.close_lost])
     appearance_views.init_app(app)
@@ -139,6 +143,7 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
         oidc_views.bp,
         oidc_views.api,
         workspace_views.bp,
+        template_workspace_views.bp,
         sharing_views.bp,
         catalog_views.bp,
         accounts_views.bp,

@@ -48,8 +48,15 @@ def templates() -> None:
 @click.option("--variable", "variables", multiple=True, metavar="NAME=VALUE", help="A value for a Terraform variable.")
 @click.option("--activate/--no-activate", default=True, show_default=True, help="Make the new version the active one.")
 @click.option("--version-name", default="", help="A name for the new version (default: generated).")
+@click.option("-m", "--message", default="", help="What changed in this version (shown with it and its author).")
 def push(
-    name: str, directory: Path, tags: tuple[str, ...], variables: tuple[str, ...], activate: bool, version_name: str
+    name: str,
+    directory: Path,
+    tags: tuple[str, ...],
+    variables: tuple[str, ...],
+    activate: bool,
+    version_name: str,
+    message: str,
 ) -> None:
     """Upload DIRECTORY as a new version of template NAME (created if needed) and show the import log."""
     from workers.archive import pack_directory
@@ -65,6 +72,7 @@ def push(
     body: dict[str, JSON] = {
         "file_id": uploaded.id,
         "name": version_name,
+        "message": message,
         "provisioner_tags": dict(provisioner_tags),
         "user_variable_values": [
             {"name": k, "value": v} for k, v in key_value_pairs(variables, "--variable values").items()
@@ -131,8 +139,8 @@ def versions() -> None:
 @versions.command("list")
 @click.argument("name")
 @list_options(
-    available=["name", "status", "active", "archived", "created_at", "id", "error"],
-    default=["name", "status", "active", "archived", "created_at"],
+    available=["name", "status", "active", "archived", "created_at", "created_by", "message", "id", "error"],
+    default=["name", "status", "active", "archived", "created_at", "created_by", "message"],
 )
 def list_versions(name: str, listing: ListOutput) -> None:
     """List the versions of template NAME, newest first."""
@@ -146,8 +154,10 @@ def list_versions(name: str, listing: ListOutput) -> None:
     def row(version: TemplateVersion) -> dict[str, object]:
         active = "yes" if version.id == template.active_version_id else ""
         archived = "yes" if version.archived else ""
+        author = version.created_by.username if version.created_by else ""
         return {"name": version.name, "status": version.job.status, "active": active, "archived": archived,
-                "created_at": version.created_at, "id": version.id, "error": version.job.error}  # fmt: skip
+                "created_at": version.created_at, "created_by": author, "message": version.message,
+                "id": version.id, "error": version.job.error}  # fmt: skip
 
     listing.show(answer, lambda: [row(version) for version in decoded_list(TemplateVersion, answer, f"GET {path}")])
 

@@ -139,6 +139,11 @@ class AclAvailable(Message):
     groups: tuple[Group, ...] = ()
 
 
+class MinimalUser(Message):
+    id: str
+    username: str = ""
+
+
 class TemplateVersion(Message):
     id: str
     name: str
@@ -146,6 +151,9 @@ class TemplateVersion(Message):
     created_at: str | None = None
     archived: bool = False
     job: Job
+    message: str = ""
+    # Who pushed it (None from a server that does not say).
+    created_by: MinimalUser | None = None
 
 
 class AgentLogSource(Message):

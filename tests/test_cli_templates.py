@@ -63,7 +63,7 @@ def refused(result: Any, words: str) -> None:
 def test_versions_archive_pull_and_names(deployment: Deployment, tmp_path: Path) -> None:
     ok(push(deployment, tmp_path, "tidy", TIDY, "--version-name", "first"))
     second_tf = TIDY + "# second\n"
-    out = ok(push(deployment, tmp_path, "tidy", second_tf))
+    out = ok(push(deployment, tmp_path, "tidy", second_tf, "-m", "A second try"))
     [second, first] = versions(deployment, "tidy")
     assert first["name"] == "first" and re.fullmatch(r"[a-z]+-[a-z]+-2", second["name"]), second["name"]
     assert f"Version {second['name']} is now the active version of tidy." in out
@@ -104,7 +104,8 @@ def test_versions_archive_pull_and_names(deployment: Deployment, tmp_path: Path)
     archived = {version["name"] for version in versions(deployment, "tidy") if version["archived"]}
     assert archived == {*failed, "first"}
     listed = ok(deployment.cli("alice", "templates", "versions", "list", "tidy"))
-    assert "ARCHIVED" in listed.splitlines()[0]
+    assert "ARCHIVED" in listed.splitlines()[0] and "MESSAGE" in listed.splitlines()[0]
+    assert re.search(rf"^{second['name']}\s+succeeded\s+yes\s.*alice\s+A second try$", listed, re.MULTILINE), listed
     for archived_name, status in (("first", "succeeded"), (failed[1], "failed")):  # not active: one "yes", archived
         assert re.search(rf"^{archived_name}\s+{status}\s+yes\s+\S", listed, re.MULTILINE), listed
     refused(deployment.cli("alice", "templates", "versions", "archive", "tidy", second["name"]), "active version")

@@ -136,6 +136,9 @@ TEMPLATE_ADMIN_ENDPOINTS = {
     "template_acl_api.get_acl",
     "template_acl_api.update_acl",
     "template_acl_api.available",
+    "template_workspaces.confirm_update_all",
+    "template_workspaces.update_all",
+    "template_workspaces.notify_outdated",
     # Last: they delete the template.
     "catalog.delete",
     "catalog_api.delete_template",

@@ -139,9 +139,13 @@ def create_workspace(api: FlaskClient, member: Persona, template: dict[str, Any]
     return api.post("/api/v2/workspaces", json=body, headers=member.auth)
 
 
-def test_a_deprecated_template_makes_no_new_workspaces(app: Flask, personas: dict[str, Persona]) -> None:
+def test_a_deprecated_template_makes_no_new_workspaces(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
     bob, carol, api = personas["bob"], personas["carol"], app.test_client()
     template = published_template(api, FakeDaemon(api), bob)
+    existing = create_workspace(api, carol, template, name="before")
+    assert existing.status_code == 201
     message = {"deprecation_message": "Use dev2 instead."}
     assert api.patch(f"/api/v2/templates/{template['id']}", json=message, headers=carol.auth).status_code == 403
     changed = api.patch(f"/api/v2/templates/{template['id']}", json=message, headers=bob.auth)
@@ -150,10 +154,25 @@ def test_a_deprecated_template_makes_no_new_workspaces(app: Flask, personas: dic
     assert (
         refused.status_code == 403 and "deprecated" in refused.json["message"] and "Use dev2" in refused.json["message"]
     )
+    # The create form's URL still answers, with why instead of a form; a POST to it is refused all the same.
+    sign_in(client, "carol@example.com", PASSWORD)
+    form_page = client.get("/workspaces/new?template=dev")
+    text = form_page.get_data(as_text=True)
+    assert form_page.status_code == 200 and 'id="template-deprecated"' in text and "Use dev2 instead." in text
+    assert 'id="new-workspace-form"' not in text
+    token = csrf_token(client, f"/workspaces/{existing.json['id']}")
+    posted = client.post("/workspaces/new", data={"csrf_token": token, "template": "dev", "name": "after"})
+    assert posted.status_code == 403 and "Use dev2 instead." in posted.get_data(as_text=True)
+    assert [item["name"] for item in api.get("/api/v2/workspaces", headers=carol.auth).json] == ["before"]
+    # Every workspace of the template says so on its page.
+    notice = client.get(f"/workspaces/{existing.json['id']}").get_data(as_text=True)
+    assert 'id="workspace-template-deprecated"' in notice and "Use dev2 instead." in notice
     bad = api.patch(f"/api/v2/templates/{template['id']}", json={"deprecation_message": 7}, headers=bob.auth)
     assert bad.status_code == 400 and bad.json["validations"][0]["field"] == "deprecation_message"
     api.patch(f"/api/v2/templates/{template['id']}", json={"deprecation_message": ""}, headers=bob.auth)
     assert create_workspace(api, carol, template).status_code == 201
+    undeprecated = client.get(f"/workspaces/{existing.json['id']}").get_data(as_text=True)
+    assert "workspace-template-deprecated" not in undeprecated
 
 
 def test_the_settings_page_deprecates_and_links_to_delete(
@@ -365,10 +384,18 @@ def test_the_source_tab_shows_a_versions_files_and_compares_two(
     assert '<span class="diff-add">+# changed</span>' in compared
     assert 'README.md</code> <span class="badge">removed' in compared
     assert 'scripts/run.sh</code> <span class="badge">added' in compared and "icon.png" not in compared
-    default = client.get("/templates/dev/diff").get_data(as_text=True)  # active (one) against nothing older
-    assert "diff-file" not in default
+    # By default the active version (one, the older) against the newest other (two): the old default looked only
+    # for an older one, found none, and said " and one have the same files." with a blank name.
+    default = client.get("/templates/dev/diff").get_data(as_text=True)
+    from_select, to_select = re.findall(r'<select name="(?:from|to)".*?</select>', default, re.S)
+    assert '<option value="two" selected>' in from_select and '<option value="one" selected>' in to_select
+    assert 'README.md</code> <span class="badge">added' in default and "have the same files" not in default
     same = client.get("/templates/dev/diff?from=two&to=two").get_data(as_text=True)
-    assert "have the same files" in same
+    assert "two is picked twice" in same and "have the same files" not in same
+    unchanged = version_of(api, daemon, bob, new_files, name="three", template_id=template["id"])
+    assert unchanged["name"] == "three"
+    identical = client.get("/templates/dev/diff?from=two&to=three").get_data(as_text=True)
+    assert "two and three have the same files." in identical
 
     member = app.test_client()
     sign_in(member, "carol@example.com", PASSWORD)
@@ -413,9 +440,62 @@ def test_the_upload_form_takes_a_version_name_and_marks_a_bad_one(
     finish_import(api, daemon, bob, version_named(app, "release-1"))
     taken = upload("release-1")
     text = taken.get_data(as_text=True)
-    assert taken.status_code == 400 and "already has a version named" in text and 'value="release-1"' in text
+    # The next free name is suggested in the field, and the chosen file is kept for the next submit.
+    assert taken.status_code == 400 and "already has a version named" in text and 'value="release-1-2"' in text
+    kept = re.search(r'name="file_id" value="([^"]+)"', text)
+    assert kept is not None and 'id="upload-file-kept"' in text
+    again = {"csrf_token": token, "name": "dev", "version_name": "release-1-2", "publish": "on",
+             "file_id": kept.group(1), "message": "the same files, renamed"}  # fmt: skip
+    assert client.post("/templates", data=again, content_type="multipart/form-data").status_code == 302
+    resubmitted = api.get(f"/api/v2/templateversions/{version_named(app, 'release-1-2')}", headers=bob.auth).json
+    assert resubmitted["job"]["file_id"] == kept.group(1) and resubmitted["message"] == "the same files, renamed"
     bad = upload("has space")
     assert bad.status_code == 400 and "letters and digits" in bad.get_data(as_text=True)
+
+
+def test_a_failed_versions_name_is_free_to_push_again(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    bob, api, daemon = personas["bob"], app.test_client(), FakeDaemon(app.test_client())
+    template = published_template(api, daemon, bob)
+    failed = api_version(api, bob, template["id"], name="v2").json
+    finish_import(api, daemon, bob, failed["id"], ok=False)
+    # The API: the fixed push takes the name; the failed one is renamed with a suffix, its log kept.
+    fixed = api_version(api, bob, template["id"], name="v2")
+    assert fixed.status_code == 201 and fixed.json["name"] == "v2"
+    renamed = api.get(f"/api/v2/templateversions/{failed['id']}", headers=bob.auth).json
+    assert renamed["name"] == "v2-failed" and renamed["job"]["status"] == "failed"
+    # A live import holds its name (it may yet succeed); a succeeded one too, with the next free name suggested.
+    held = api_version(api, bob, template["id"], name="v2")
+    assert held.status_code == 409 and "'v2-2'" in held.json["message"]
+    # A second failure under the name: the web form frees it again, with the next suffix, and says so.
+    finish_import(api, daemon, bob, fixed.json["id"], ok=False)
+    sign_in(client, "bob@example.com", PASSWORD)
+    token = csrf_token(client, "/templates")
+    form = {"csrf_token": token, "name": "dev", "version_name": "v2", "files": [(io.BytesIO(MAIN_TF), "main.tf")]}
+    pushed = client.post("/templates", data=form, content_type="multipart/form-data", follow_redirects=True)
+    assert "The failed import that was named v2 is now v2-failed-2; its log is kept." in pushed.get_data(as_text=True)
+    names = {item["name"] for item in api.get(f"/api/v2/templates/{template['id']}/versions", headers=bob.auth).json}
+    assert {"v2", "v2-failed", "v2-failed-2"} <= names
+
+
+def test_a_version_has_its_author_and_message(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> None:
+    bob, api, daemon = personas["bob"], app.test_client(), FakeDaemon(app.test_client())
+    template = published_template(api, daemon, bob)
+    archive = tar_of({"main.tf": MAIN_TF.decode()})
+    upload = api.post("/api/v2/files", data=archive, headers={**bob.auth, "Content-Type": "application/x-tar"})
+    body = {"file_id": upload.json["id"], "template_id": template["id"], "name": "v2"}
+    pushed = api.post("/api/v2/templateversions", json={**body, "message": "  Go 1.23 <b>now</b>\n"}, headers=bob.auth)
+    assert pushed.status_code == 201 and pushed.json["message"] == "Go 1.23 <b>now</b>"
+    assert pushed.json["created_by"] == {"id": bob.id, "username": "bob"}
+    first = api.get(f"/api/v2/templateversions/{template['active_version_id']}", headers=bob.auth).json
+    assert first["message"] == "" and first["created_by"]["username"] == "bob"
+    for bad in (7, "x" * 4097):
+        refused = api.post("/api/v2/templateversions", json={**body, "name": "v3", "message": bad}, headers=bob.auth)
+        assert refused.status_code == 400 and refused.json["validations"][0]["field"] == "message"
+    sign_in(client, "carol@example.com", PASSWORD)
+    page = client.get("/templates/dev").get_data(as_text=True)
+    assert 'class="version-message">Go 1.23 &lt;b&gt;now&lt;/b&gt;</span>' in page and "by</span> bob" in page
 
 
 def version_named(app: Flask, version_name: str) -> str:

@@ -75,10 +75,12 @@ def create_version() -> tuple[Response, int]:
     name = string_field(body, "name", errors, required=False)
     tags = string_map_field(body, "provisioner_tags", errors)
     values = name_values(body, "user_variable_values", errors)
+    message = string_field(body, "message", errors, required=False)
     errors.raise_if_any()
     version = services.create_version(
-        api_user(), file_id, template_id=template_id, name=name, provisioner_tags=tags, user_variable_values=values
-    )
+        api_user(), file_id, template_id=template_id, name=name, provisioner_tags=tags, user_variable_values=values,
+        message=message,
+    )  # fmt: skip
     return jsonify(version_json(version)), 201
 
 

@@ -13,6 +13,7 @@ from app.core.schedules import weekdays_from_mask
 from app.groups.models import ONE_SUBJECT
 from app.organizations.models import DEFAULT_ORGANIZATION_ID
 from app.provisioning.models import ProvisionerJob
+from app.users.models import User
 from protocol.codec import JSON as JsonValue
 from protocol.codec import JsonObject
 from protocol.parameters import RichParameter
@@ -133,6 +134,8 @@ class TemplateVersion(Model):
     job_id: Mapped[str] = mapped_column(ForeignKey("provisioner_jobs.id"), unique=True)
     created_by: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # What changed, in the pusher's words (Coder's ``message``, ``templates push -m``); empty for older versions.
+    message: Mapped[str] = mapped_column(Text, default="", server_default="")
     # An archived version is kept for its history (log, resources) but builds no new workspace, and its archive
     # no longer counts against its creator's storage quota (the maintenance loop frees it once nothing needs it).
     archived_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -163,6 +166,7 @@ class TemplateVersion(Model):
     presets: Mapped[tuple[Preset, ...]] = mapped_column(MessageListColumn(Preset), default=(), server_default="[]")
 
     job: Mapped[ProvisionerJob] = relationship()
+    author: Mapped[User] = relationship(foreign_keys=[created_by])
 
     def to_json(self, **job_extra: JsonValue) -> JsonObject:
         return {
@@ -170,6 +174,9 @@ class TemplateVersion(Model):
             "name": self.name,
             "template_id": self.template_id,
             "created_at": rfc3339(self.created_at),
+            "message": self.message,
+            # Coder's MinimalUser: who pushed it.
+            "created_by": {"id": self.author.id, "username": self.author.username},
             "readme": self.readme,
             "archived": self.archived_at is not None,
             "job": self.job.to_json(**job_extra),

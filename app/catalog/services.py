@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 
 from flask import current_app
@@ -13,7 +14,7 @@ from app.catalog import access
 from app.catalog.access import TemplateNeed
 from app.catalog.models import Template, TemplateAcl, TemplateVersion
 from app.catalog.terraform_requirements import required_terraform
-from app.catalog.version_names import readable_name, version_name_problem
+from app.catalog.version_names import MAX_VERSION_NAME, readable_name, version_name_problem
 from app.core.config import Settings
 from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
@@ -26,6 +27,9 @@ from app.users.models import User
 from protocol.codec import JsonObject
 from protocol.provisionerd import JOB_TEMPLATE_IMPORT, NameValue
 from protocol.tags import TagError, normalise_tags
+
+# A version's message: a line or a paragraph, as the versions list shows it (the API's limit for a text field).
+MAX_VERSION_MESSAGE = 4096
 
 
 def check_template_name(name: str) -> str:
@@ -48,15 +52,20 @@ def create_version(
     user_variable_values: Sequence[NameValue] = (),
     publish_as: str = "",
     debug_logging: bool = False,
+    message: str = "",
 ) -> TemplateVersion:
     """``publish_as``: a template name the version is published as once its import succeeds (see
     :func:`publish_imported`); empty, it waits for someone to publish it. ``debug_logging``: its import runs
-    Terraform with TF_LOG=debug."""
+    Terraform with TF_LOG=debug. ``message``: what changed, in the pusher's words. A failed (or canceled) version
+    holding ``name`` is renamed to free it."""
     stored = usable_file(file_id)
     template = get_template_for(actor, template_id, "admin") if template_id is not None else None
     if template is None:
         _require_may_publish(actor, publish_as)
     name = new_version_name(template, name.strip())
+    if len(message.strip()) > MAX_VERSION_MESSAGE:
+        detail = f"At most {MAX_VERSION_MESSAGE} characters."
+        raise InvalidInput("The version's message is too long.", validations=[{"field": "message", "detail": detail}])
     try:
         tags = normalise_tags(provisioner_tags or {}, actor.id)
     except TagError as exc:
@@ -71,13 +80,16 @@ def create_version(
         name=name,
         job=job,
         created_by=actor.id,
+        message=message.strip(),
         user_variable_values=tuple(user_variable_values),
         publish_as=check_template_name(publish_as) if publish_as else "",
     )
-    db.session.add(version)
     try:
+        if template is not None:
+            free_failed_name(template, name)
+        db.session.add(version)
         db.session.flush()
-    except IntegrityError as exc:  # the same name pushed twice at once
+    except IntegrityError as exc:  # the same name pushed (or a failed one renamed) twice at once
         db.session.rollback()
         raise Conflict(f"A version named {name!r} was just added to this template: choose another name.") from exc
     job.input = {"template_version_id": version.id, **({DEBUG_LOGGING: True} if debug_logging else {})}
@@ -112,6 +124,7 @@ def retry_import(actor: User, failed: TemplateVersion, *, debug_logging: bool = 
         user_variable_values=failed.user_variable_values,
         publish_as=failed.publish_as,
         debug_logging=debug_logging,
+        message=failed.message,
     )
 
 
@@ -119,17 +132,59 @@ def _version_names(template_id: str) -> set[str]:
     return set(db.session.scalars(select(TemplateVersion.name).where(TemplateVersion.template_id == template_id)))
 
 
+def failed_version_named(template: Template, name: str) -> TemplateVersion | None:
+    """The template's version of this name when its import failed or was canceled: its name is free to push again."""
+    return db.session.scalar(
+        select(TemplateVersion)
+        .join(ProvisionerJob, ProvisionerJob.id == TemplateVersion.job_id)
+        .where(TemplateVersion.template_id == template.id, TemplateVersion.name == name)
+        .where(ProvisionerJob.status_in([FAILED, CANCELED]))
+    )
+
+
 def new_version_name(template: Template | None, given: str) -> str:
-    """The pushed name, checked and not yet taken in the template; or a readable one, ``<adjective>-<noun>-<n>``."""
+    """The pushed name, checked and not yet taken in the template (a failed or canceled import does not hold its
+    name: :func:`free_failed_name` renames it); or a readable one, ``<adjective>-<noun>-<n>``."""
     taken = _version_names(template.id) if template is not None else set()
     if not given:
         return readable_name(len(taken) + 1, taken)
     problem = version_name_problem(given)
     if problem:
         raise InvalidInput("Invalid version name.", validations=[{"field": "name", "detail": problem}])
-    if template is not None and given in taken:
-        raise Conflict(f"Template {template.name} already has a version named {given!r}: choose another name.")
+    if template is not None and given in taken and failed_version_named(template, given) is None:
+        suggestion = next_free_name(given, taken)
+        raise Conflict(
+            f"Template {template.name} already has a version named {given!r}: choose another name "
+            f"(such as {suggestion!r}).",
+            validations=[{"field": "name", "detail": f"Taken; {suggestion!r} is free."}],
+        )
     return given
+
+
+def next_free_name(name: str, taken: set[str], suffix: str = "") -> str:
+    """``name`` with ``suffix`` (when given) and then a number (``-2``, ``-3``…) until it is not in ``taken``,
+    within the length a version name may have."""
+    tails = ([suffix] if suffix else []) + [f"{suffix}-{number}" for number in range(2, len(taken) + 3)]
+    for tail in tails:
+        candidate = name[: MAX_VERSION_NAME - len(tail)].rstrip("._-") + tail
+        if candidate not in taken:
+            return candidate
+    return f"{name[: MAX_VERSION_NAME - 7]}-{secrets.token_hex(3)}"  # not reached: there are more tails than names
+
+
+def suggested_version_name(template: Template, given: str) -> str:
+    """The next free name after a taken one: ``release-1.2`` -> ``release-1.2-2``."""
+    return next_free_name(given, _version_names(template.id))
+
+
+def free_failed_name(template: Template, name: str) -> TemplateVersion | None:
+    """Rename the failed (or canceled) version holding ``name`` to ``<name>-failed`` (then ``-failed-2``…), so a
+    fixed push can take the name it was meant to have; its log and files stay. The caller commits."""
+    failed = failed_version_named(template, name)
+    if failed is not None:
+        failed.name = next_free_name(name, _version_names(template.id), suffix="-failed")
+        db.session.flush()
+    return failed
 
 
 def get_version(version_id: str) -> TemplateVersion:
@@ -269,7 +324,7 @@ def versions_query(template: Template) -> Select[TemplateVersion]:
     return (
         select(TemplateVersion)
         .where(TemplateVersion.template_id == template.id)
-        .options(joinedload(TemplateVersion.job))
+        .options(joinedload(TemplateVersion.job), joinedload(TemplateVersion.author))
         .order_by(TemplateVersion.created_at.desc(), TemplateVersion.id.desc())
     )
 

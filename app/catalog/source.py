@@ -8,8 +8,10 @@ import difflib
 import io
 import tarfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Protocol, TypeVar
 
 from markupsafe import Markup, escape
 from pygments import highlight
@@ -26,6 +28,14 @@ MAX_SHOWN_BYTES = 256 * 1024
 MAX_ENTRIES = 2_000
 _ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 _FORMATTER = HtmlFormatter(cssclass="source-code", wrapcode=True)
+
+
+class _Identified(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+V = TypeVar("V", bound=_Identified)
 
 
 @dataclass(frozen=True)
@@ -140,3 +150,15 @@ def diff_versions(
         )
         diffs.append(FileDiff(path, change, _diff_html(list(lines))))
     return diffs
+
+
+def compared_versions(
+    versions: Sequence[V], active_id: str | None, picked_old: V | None, picked_new: V | None
+) -> tuple[V | None, V | None]:
+    """Which two versions Compare shows: those picked, else the active version (or the newest) as "to" and the
+    newest *other* version as "from". The old default took only an older one, so with the active version the
+    oldest there was no "from" at all, and the page read " and v1 have the same files."."""
+    new = picked_new or next((item for item in versions if item.id == active_id), None)
+    new = new or (versions[0] if versions else None)
+    others = [item for item in versions if new is None or item.id != new.id]
+    return picked_old or (others[0] if others else None), new

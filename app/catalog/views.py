@@ -12,8 +12,9 @@ from app.auth.blueprints import page_blueprint
 from app.catalog import access, acl, admin, services, storage
 from app.catalog import source as catalog_source
 from app.catalog.models import Template, TemplateVersion
+from app.catalog.page_sections import template_sections
 from app.catalog.search import listed_templates
-from app.core.errors import DomainError, Forbidden, InvalidInput, NotFound
+from app.core.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.markdown_render import render_markdown
 from app.core.pagination import Page, page_of, requested_page
@@ -74,42 +75,56 @@ def routing_check() -> str:
 @bp.post("/templates")
 def upload() -> Response | tuple[str, int]:
     """One form for a new template or a new version: an archive, or the .tf files themselves (a template's own
-    admins may push to it; only owners and template admins make new ones)."""
+    admins may push to it; only owners and template admins make new ones). Once stored, the archive is kept across
+    a refused submit (a hidden ``file_id``): a browser cannot put a chosen file back in the form."""
     access.require_author(page_user())
-    form = {key: request.form.get(key, "") for key in ("name", "version_name", "tags", "variables", "publish")}
+    fields = ("name", "version_name", "message", "tags", "variables", "publish", "file_id")
+    form = {key: request.form.get(key, "") for key in fields}
     request.max_content_length = MAX_ARCHIVE_BYTES + 1024 * 1024
     try:
         name = services.check_template_name(form["name"])
-        archive = _uploaded_archive(request.files.getlist("files"))
         try:
             tags = parse_tag_arguments(form["tags"].split())
             variables = parse_tag_arguments([line for line in form["variables"].splitlines() if line.strip()])
         except TagError as exc:
             raise InvalidInput(str(exc)) from exc
+        uploads = [item for item in request.files.getlist("files") if item.filename]
+        if uploads or not form["file_id"]:
+            archive = _uploaded_archive(uploads)
+            form["file_id"] = storage.store_archive(page_user(), archive, storage.configured_quota()).id
         existing = services.list_templates(page_user(), name)
-        version_name = _checked_version_name(existing[0] if existing else None, form["version_name"].strip())
-        stored = storage.store_archive(page_user(), archive, storage.configured_quota())
+        template = existing[0] if existing else None
+        version_name = _checked_version_name(template, form)
+        failed = services.failed_version_named(template, version_name) if template and version_name else None
         version = services.create_version(
             page_user(),
-            stored.id,
-            template_id=existing[0].id if existing else None,
+            form["file_id"],
+            template_id=template.id if template else None,
             name=version_name,
             provisioner_tags=tags,
             user_variable_values=[NameValue(name=key, value=value) for key, value in variables.items()],
             publish_as=name if form["publish"] == "on" else "",
+            message=form["message"],
         )
     except DomainError as error:
         errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
         return render_template("catalog/index.html", **_index_context(), form=form, errors=errors), error.status
+    if failed is not None:  # renamed by create_version, so that this push has the name it was meant to have
+        flash(f"The failed import that was named {version_name} is now {failed.name}; its log is kept.", "info")
     return redirect(url_for("catalog.version", version_id=version.id, template_name=name))
 
 
-def _checked_version_name(template: Template | None, given: str) -> str:
-    """The form's version name, checked before the archive is stored; its problem marks the form's own field."""
+def _checked_version_name(template: Template | None, form: dict[str, str]) -> str:
+    """The form's version name, checked; its problem marks the form's own field, which then suggests the next free
+    name (the chosen file is kept by the caller)."""
+    given = form["version_name"].strip()
     try:
         return services.new_version_name(template, given) if given else ""
     except DomainError as error:
         detail = error.validations[0]["detail"] if error.validations else error.message
+        if template is not None and error.status == Conflict.status:
+            form["version_name"] = services.suggested_version_name(template, given)
+            detail = f"{template.name} already has a version named {given!r}: {form['version_name']!r} is free."
         raise InvalidInput(error.message, validations=[{"field": "version_name", "detail": detail}]) from error
 
 
@@ -141,6 +156,7 @@ def show(name: str) -> str:
         external_auth=external_auth.needs_status(page_user(), active.external_auth) if active else [],
         access_list=acl.template_acl(template),
         may_admin=access.may(page_user(), template, "admin"),
+        sections=template_sections(template, page_user()),
     )
 
 
@@ -323,14 +339,16 @@ def source(name: str) -> str:
 
 @bp.get("/templates/<name>/diff")
 def diff(name: str) -> str:
-    """Compare versions: by default the active (or newest) version against the one before it."""
+    """Compare versions: by default the active (or newest) version against the newest other one (newer or older:
+    a just-pushed version not yet published is what an admin wants to compare with the active one)."""
     template = services.get_template_by_name_for(page_user(), name, "admin")
     versions = services.list_versions(template)
-    default_new = next((item for item in versions if item.id == template.active_version_id), None)
-    default_new = default_new or (versions[0] if versions else None)
-    new = _version_of(template, request.args.get("to"), default_new)
-    older = [item for item in versions if new is not None and item.created_at < new.created_at]
-    old = _version_of(template, request.args.get("from"), older[0] if older else None)
+    old, new = catalog_source.compared_versions(
+        versions,
+        template.active_version_id,
+        _version_of(template, request.args.get("from"), None),
+        _version_of(template, request.args.get("to"), None),
+    )
     diffs, error = [], ""
     if old is not None and new is not None:
         try:

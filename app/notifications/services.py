@@ -25,6 +25,7 @@ DORMANCY_WARNING = "workspace_dormancy_warning"  # going dormant in 24 h
 WORKSPACE_DORMANT = "workspace_dormant"
 DELETION_WARNING = "workspace_deletion_warning"  # deleted in 24 h
 WORKSPACE_DELETED = "workspace_deleted"
+WORKSPACE_OUTDATED = "workspace_outdated"  # a template admin asked its owner to update it
 EVENTS = {
     BUILD_FAILED: "A build of my workspace failed",
     WORKSPACE_AUTOSTOPPED: "My workspace was stopped on schedule",
@@ -34,6 +35,7 @@ EVENTS = {
     WORKSPACE_DORMANT: "My workspace was marked dormant",
     DELETION_WARNING: "My dormant workspace will be deleted within 24 hours",
     WORKSPACE_DELETED: "My workspace was deleted automatically",
+    WORKSPACE_OUTDATED: "A template admin asks me to update my outdated workspace",
 }
 
 

@@ -355,6 +355,7 @@ def queue_build(
     previous: WorkspaceBuild | None = None,
     debug_logging: bool = False,
     preset_id: str | None = None,
+    priority: str | None = None,
 ) -> ProvisionerJob:
     """Add the next build of ``workspace`` to the session (the caller commits, then dispatches the job): every
     check a build must pass, so that a person's click and the lifecycle executor follow the same rules.
@@ -386,7 +387,7 @@ def queue_build(
     job = _queue_build(
         actor, workspace, version, transition, values,
         state=previous.state, number=previous.build_number + 1, reason=reason, debug_logging=debug_logging,
-        preset_id=preset_id,
+        preset_id=preset_id, priority=priority,
     )  # fmt: skip
     workspace.updated_at = utcnow()
     return job
@@ -451,15 +452,16 @@ def _usable_version(template: Template, version_id: str | None) -> TemplateVersi
 def _queue_build(
     actor: User, workspace: Workspace, version: TemplateVersion, transition: str,
     values: tuple[NameValue, ...], *, state: bytes | None, number: int, reason: str = REASON_INITIATOR,
-    debug_logging: bool = False, preset_id: str | None = None,
+    debug_logging: bool = False, preset_id: str | None = None, priority: str | None = None,
 ) -> ProvisionerJob:  # fmt: skip
     # Builds run where the version was imported, on behalf of the workspace's owner (user-scoped tags), with the
     # tags the template computes from this build's parameters (data "coder_workspace_tags") on top.
     tags = build_tags(version, workspace.owner_id, values)
     # Ids chosen here rather than at flush: the session writes many builds in one batch at commit (the executor).
     build_id = new_id()
-    # A person waits for their own builds; the lifecycle executor's may wait behind them.
-    priority = PRIORITY_HIGH if reason == REASON_INITIATOR else PRIORITY_LOW
+    # A person waits for their own builds; the lifecycle executor's (and a bulk update's, which says so) may wait
+    # behind them.
+    priority = priority or (PRIORITY_HIGH if reason == REASON_INITIATOR else PRIORITY_LOW)
     job_input: JsonObject = {"workspace_build_id": build_id}
     if debug_logging:  # Terraform runs with TF_LOG=debug for this job only (BuildJob.debug_logging)
         job_input[DEBUG_LOGGING] = True

@@ -161,6 +161,8 @@ def new() -> str | Response | tuple[str, int]:
     status = 200
     # The preset the form shows chosen: the one submitted (empty: none), else the version's default.
     chosen_preset = _form_preset(version)
+    if template.deprecation_message:  # the page says why instead of a form; a POST is still refused by the service
+        status = 403 if request.method == "POST" else 200
     if request.method == "POST":
         values = form_values(parameters, request.form, [parameter.name for parameter in parameters])
         try:
