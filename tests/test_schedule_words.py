@@ -15,6 +15,7 @@ from app.core.schedule_words import (
     picked,
     sentence,
     zone_choices,
+    zone_groups,
     zone_words,
 )
 from app.core.schedules import parse_schedule
@@ -137,3 +138,12 @@ def test_zone_choices_start_with_utc_then_regions_in_order() -> None:
     assert zones[0] == "UTC" and zones.count("UTC") == 1 and "localtime" not in zones
     regional = [zone for zone in zones if "/" in zone and not zone.startswith("Etc/")]
     assert regional == sorted(regional) and zones.index("Europe/Lisbon") < zones.index("EST")
+
+
+def test_zone_groups_are_the_choices_by_region() -> None:
+    groups = zone_groups()
+    assert groups[0] == ("", ["UTC"]) and groups[-1][0] == "Other" and "EST" in groups[-1][1]
+    assert [zone for _, names in groups for zone in names] == zone_choices()
+    regions = [region for region, _ in groups]
+    assert len(regions) == len(set(regions)) and "Europe" in regions
+    assert "Europe/Lisbon" in dict(groups)["Europe"]

@@ -13,7 +13,7 @@ from app.auth.access import current_browser_session_id, page_user, require_role,
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
 from app.core.pagination import Page, page_of, requested_page, requested_position
-from app.core.schedule_words import FieldError, ScheduleForm, zone_choices
+from app.core.schedule_words import FieldError, ScheduleForm, zone_groups
 from app.core.validation import FieldErrors
 from app.externalauth import services as external_auth
 from app.groups.services import groups_of_users
@@ -164,7 +164,7 @@ def _account_page(**context: object) -> str:
         browser_sessions=_account_list(browser_sessions_query(user), "sessions_page"),
         this_session_id=current_browser_session_id(),
         quiet_hours=lifecycle_settings.quiet_hours_of(user),
-        zones=zone_choices(),
+        zones=zone_groups(),
         preferences=notifications.preferences(user.id),
         events=notifications.EVENTS,
         inbox=notifications.inbox(user.id),

@@ -42,6 +42,18 @@ def zone_choices() -> list[str]:
     return [DEFAULT_ZONE, *regional, *other]
 
 
+def zone_groups() -> list[tuple[str, list[str]]]:
+    """:func:`zone_choices` as the select's groups: UTC on its own, then one group per region (Africa, America…),
+    the zones without a region last as "Other"."""
+    groups: list[tuple[str, list[str]]] = [("", [DEFAULT_ZONE])]
+    for zone in zone_choices()[1:]:
+        region = zone.split("/", 1)[0] if "/" in zone and not zone.startswith("Etc/") else "Other"
+        if groups[-1][0] != region:
+            groups.append((region, []))
+        groups[-1][1].append(zone)
+    return groups
+
+
 def zone_words(zone: str) -> str:
     """``Europe/Lisbon`` → "Lisbon time", ``America/Argentina/Buenos_Aires`` → "Buenos Aires time"; a zone
     without a place (UTC, Etc/GMT+5, EST) is said as its name."""

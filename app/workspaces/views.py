@@ -18,7 +18,7 @@ from app.catalog.presets import PRESET_FIELD, default_preset, find_preset, prese
 from app.core.errors import DomainError, InvalidInput
 from app.core.extensions import db
 from app.core.pagination import Page, page_of, requested_position
-from app.core.schedule_words import PICKER_DAYS, ScheduleForm, zone_choices
+from app.core.schedule_words import PICKER_DAYS, ScheduleForm, zone_groups
 from app.events import get_relay
 from app.events.sse import event_stream
 from app.events.streams import follow_changes, follow_statuses, seen_token
@@ -259,7 +259,7 @@ def workspace_page(
         schedule_form=schedule_form or ScheduleForm.of(workspace.autostart_schedule),
         schedule_ttl=_ttl_hours(workspace) if schedule_form is None else request.form.get("ttl_hours", ""),
         schedule_errors=schedule_errors or {},
-        zones=zone_choices(),
+        zones=zone_groups(),
         picker_days=PICKER_DAYS,
         workspace=workspace,
         timeline=timeline,
