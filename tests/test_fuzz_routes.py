@@ -134,7 +134,7 @@ BASELINES: dict[str, dict[str, Any]] = {
     "workspaces.new": {"template_id": "{template_id}", "name": "fuzz{n}", "param.region": "eu"},
     "usersecrets_api.create_secret": {"name": "fuzzed{n}", "value": "s3cret-value", "env_name": "FUZZ{n}"},
     "users.create_secret": {"name": "fuzzed{n}", "value": "s3cret-value", "env_name": "FUZZ{n}"},
-    "lifecycle.schedule": {"start_time": "09:30", "start_days": "1-5", "zone": "UTC", "ttl_hours": "8"},
+    "lifecycle.schedule": {"start_time": "09:30", "day": "mon", "zone": "UTC", "ttl_hours": "8", "cron": ""},
     "lifecycle.extend": {"hours": "1"},
     "provisionerd_api.complete": {"workspace_build": {"resources": []}},
 }  # fmt: skip

@@ -291,22 +291,32 @@ def test_in_a_browser_the_schedule_card_and_an_update_asking_for_a_new_parameter
     deployment.create("carol", "web")
     running = wait_status(deployment, "web", "running")
     url = f"{deployment.url}/workspaces/{running['id']}"
-    with browser_page() as page:
+    with browser_page() as first:
+        # A browser in New York: the schedule's zone is taken from it (static/schedule.js), nothing typed.
+        chromium = first.context.browser
+        assert chromium is not None
+        page = chromium.new_context(viewport=first.viewport_size, timezone_id="America/New_York").new_page()
         problems = watch_for_problems(page.context)
         sign_in_page(page, deployment.url, "carol@example.com")
         expect(page).to_have_url(f"{deployment.url}/workspaces")
         page.goto(url)
         card = page.locator("#schedule-card")
         expect(card).to_contain_text("Starts")
-        card.locator("summary").click()
+        card.locator("summary", has_text="Edit schedule").click()
+        expect(page.locator("#zone")).to_have_value("America/New_York")
+        # The day picker: the Weekdays shortcut, then Tuesday and Thursday off; a time from the time field.
+        page.get_by_role("button", name="Weekdays").click()
+        page.uncheck("#day-tue")
+        page.uncheck("#day-thu")
         page.fill("#start-time", "07:15")
-        page.select_option("#start-days", "mon-fri")
-        page.fill("#zone", "America/New_York")
         page.fill("#ttl-hours", "6")
+        card.screenshot(path=str(ARTIFACTS / "schedule-picker.png"))
         page.click("#schedule-form button[type=submit]")
         expect(page.locator(".flash-success")).to_contain_text("Schedule saved")
-        expect(card).to_contain_text("CRON_TZ=America/New_York 15 7 * * mon-fri")
+        expect(page.locator("#schedule-sentence")).to_have_text("Mon, Wed and Fri at 07:15, New York time")
         expect(card).to_contain_text("next")
+        card.scroll_into_view_if_needed()
+        card.screenshot(path=str(ARTIFACTS / "schedule-sentence.png"))
         before = page.locator("#stops-at").inner_text()
         page.click("#schedule-card button[value='1']")
         expect(page.locator("#stops-at")).not_to_have_text(before)

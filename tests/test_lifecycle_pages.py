@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from werkzeug.datastructures import MultiDict
 
 from app.core.columns import utcnow
 from app.core.extensions import db
 from app.notifications import services as notifications
+from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from tests.conftest import PASSWORD, Persona
 from tests.support.web import csrf_token, post_form, sign_in
@@ -34,27 +36,77 @@ def browser(app: Flask, who: str) -> FlaskClient:
     return pages
 
 
+def post_fields(client: FlaskClient, path: str, fields: list[tuple[str, str]], *, token_from: str) -> Any:
+    """A form post with repeated fields (the day picker's boxes), which post_form's dict cannot carry."""
+    return client.post(path, data=MultiDict([*fields, ("csrf_token", csrf_token(client, token_from))]))
+
+
 def test_the_schedule_card_sets_autostart_and_autostop(app: Flask, world: World) -> None:
     workspace = world.create()
     path = f"/workspaces/{workspace['id']}"
     carol = browser(app, "carol")
     page = carol.get(path).get_data(as_text=True)
     assert 'id="schedule-card"' in page and "manually" in page
-    form = {"start_time": "09:30", "start_days": "mon-fri", "zone": "Europe/Berlin", "ttl_hours": "8"}
-    assert post_form(carol, f"{path}/schedule", form, token_from=path).status_code == 302
+    # Nothing saved yet: the zone select is left for the browser's zone (static/schedule.js), UTC without it.
+    assert "data-browser-zone" in page and "<option selected>UTC</option>" in page
+    weekdays = [("day", day) for day in ("mon", "tue", "wed", "thu", "fri")]
+    form = [("start_time", "09:30"), *weekdays, ("zone", "Europe/Berlin"), ("ttl_hours", "8")]
+    assert post_fields(carol, f"{path}/schedule", form, token_from=path).status_code == 302
     seen = world.get(workspace["id"])
     assert seen["autostart_schedule"] == "CRON_TZ=Europe/Berlin 30 9 * * mon-fri" and seen["ttl_ms"] == 8 * 3_600_000
     page = carol.get(path).get_data(as_text=True)
-    assert "CRON_TZ=Europe/Berlin 30 9 * * mon-fri" in page and "next <strong>" in page
-    # A zone that does not exist: the page says so and nothing changes.
-    bad = {**form, "zone": "Mars/Olympus"}
-    assert post_form(carol, f"{path}/schedule", bad, token_from=path).status_code == 302
-    assert "Unknown time zone" in carol.get(path).get_data(as_text=True)
-    assert world.get(workspace["id"])["autostart_schedule"] == "CRON_TZ=Europe/Berlin 30 9 * * mon-fri"
+    assert '<span id="schedule-sentence">Weekdays at 09:30, Berlin time</span>' in page and "next <strong>" in page
+    # Saved: the picker opens on it, and the zone is the saved one, not the browser's.
+    assert "<option selected>Europe/Berlin</option>" in page and "data-browser-zone" not in page
+    assert page.count('name="day" value="mon" checked') == 1 and 'value="sat" checked' not in page
     # Someone else's workspace: not found; no token: refused.
     dave = browser(app, "dave")
-    assert post_form(dave, f"{path}/schedule", form, token_from="/workspaces").status_code == 404
-    assert carol.post(f"{path}/schedule", data=form).status_code == 400
+    assert post_fields(dave, f"{path}/schedule", form, token_from="/workspaces").status_code == 404
+    assert carol.post(f"{path}/schedule", data=MultiDict(form)).status_code == 400
+
+
+def test_a_refused_schedule_form_keeps_every_edit_and_names_each_field(app: Flask, world: World) -> None:
+    workspace = world.create()
+    path = f"/workspaces/{workspace['id']}"
+    carol = browser(app, "carol")
+    # An unknown zone: a field error, the page again (a 400) with the days, time and TTL as they were sent.
+    sent = [("zone", "Mars/Olympus"), ("day", "tue"), ("day", "thu"), ("start_time", "07:45"), ("ttl_hours", "3.5")]
+    refused = post_fields(carol, f"{path}/schedule", [*sent, ("automatic_updates", "on")], token_from=path)
+    page = refused.get_data(as_text=True)
+    assert refused.status_code == 400 and 'id="form-errors"' in page and '<a href="#zone">Time zone</a>' in page
+    assert '<option value="Mars/Olympus" selected>' in page and 'id="zone-error">Unknown time zone' in page
+    assert 'aria-invalid="true" aria-describedby="zone-error"' in page
+    assert 'value="tue" checked' in page and 'value="thu" checked' in page and 'value="mon" checked' not in page
+    assert 'value="07:45"' in page and 'value="3.5"' in page and 'name="automatic_updates" checked' in page
+    assert "<details open><summary>Edit schedule" in page
+    # No day, a bad autostop, a cron that does not parse: each named at its field, nothing saved.
+    cases = [
+        ([("zone", "UTC"), ("start_time", "09:00")], "days", "Pick at least one day"),
+        ([("zone", "UTC"), ("ttl_hours", "soon")], "ttl-hours", "number of hours"),
+        ([("zone", "UTC"), ("ttl_hours", "1e400")], "ttl-hours", "number of hours"),
+        ([("zone", "UTC"), ("start_time", "25:00"), ("day", "mon")], "start-time", "HH:MM"),
+        ([("zone", "UTC"), ("cron", "0 9 1 * *")], "cron", "Day of month"),
+    ]
+    for fields, field_id, why in cases:
+        response = post_fields(carol, f"{path}/schedule", fields, token_from=path)
+        text = response.get_data(as_text=True)
+        assert response.status_code == 400, fields
+        assert f'id="{field_id}-error">' in text and why in text, fields
+    assert '<details class="advanced-cron" open>' in text and 'value="0 9 1 * *"' in text
+    assert world.get(workspace["id"])["autostart_schedule"] is None
+    # A cron the picker cannot say: saved, shown with "(custom)", and opens in the cron field.
+    custom = [("zone", "Europe/Lisbon"), ("cron", "*/30 9-17 * * 1-5")]
+    assert post_fields(carol, f"{path}/schedule", custom, token_from=path).status_code == 302
+    page = carol.get(path).get_data(as_text=True)
+    assert "*/30 9-17 * * 1-5 (custom), Lisbon time" in page and 'value="*/30 9-17 * * 1-5"' in page
+    # A template that sets the autostop: refused as a whole (the autostart is not saved either), not a 500.
+    with app.app_context():
+        db.session.get(Workspace, workspace["id"]).template.allow_user_autostop = False
+        db.session.commit()
+    both = [("zone", "UTC"), ("day", "mon"), ("start_time", "06:00"), ("ttl_hours", "2")]
+    forbidden = post_fields(carol, f"{path}/schedule", both, token_from=path)
+    assert forbidden.status_code == 403 and "sets the autostop" in forbidden.get_data(as_text=True)
+    assert world.get(workspace["id"])["autostart_schedule"] == "CRON_TZ=Europe/Lisbon */30 9-17 * * 1-5"
 
 
 def test_update_asks_for_the_new_versions_parameters_then_builds_it(app: Flask, world: World) -> None:
@@ -111,14 +163,31 @@ def test_the_dormancy_banner_and_activate(app: Flask, world: World) -> None:
 def test_account_quiet_hours_preferences_and_inbox(app: Flask, personas: dict[str, Any]) -> None:
     carol = browser(app, "carol")
     page = carol.get("/account").get_data(as_text=True)
-    assert "CRON_TZ=UTC 0 0 * * *" in page and 'id="inbox"' in page
-    bad = post_form(carol, "/account/quiet-hours", {"schedule": "CRON_TZ=UTC 0 22 * * 1-5"}, token_from="/account")
-    assert bad.status_code == 400 and "one time every day" in bad.get_data(as_text=True)
+    assert 'Every day at 00:00, UTC</strong> <span class="muted">(the default)' in page and 'id="inbox"' in page
+    assert "data-browser-zone" in page
+    bad = post_form(
+        carol, "/account/quiet-hours", {"zone": "Europe/Paris", "cron": "0 22 * * 1-5"}, token_from="/account"
+    )
+    text = bad.get_data(as_text=True)
+    assert bad.status_code == 400 and "one time every day" in text and 'id="quiet-cron-error"' in text
+    assert 'value="0 22 * * 1-5"' in text and "<option selected>Europe/Paris</option>" in text
+    unknown = post_form(
+        carol, "/account/quiet-hours", {"zone": "Nowhere/Land", "start_time": "21:15"}, token_from="/account"
+    )
+    text = unknown.get_data(as_text=True)
+    assert unknown.status_code == 400 and 'id="quiet-zone-error">Unknown time zone' in text and 'value="21:15"' in text
+    assert 'id="form-errors"' in text and '<a href="#quiet-zone">Time zone</a>' in text
+    empty = post_form(carol, "/account/quiet-hours", {"zone": "UTC", "start_time": ""}, token_from="/account")
+    assert empty.status_code == 400 and 'id="quiet-start-time-error"' in empty.get_data(as_text=True)
     good = post_form(
-        carol, "/account/quiet-hours", {"schedule": "CRON_TZ=Europe/Paris 0 22 * * *"}, token_from="/account"
+        carol, "/account/quiet-hours", {"zone": "Europe/Paris", "start_time": "22:00"}, token_from="/account"
     )
     assert good.status_code == 302
-    assert "CRON_TZ=Europe/Paris 0 22 * * *" in carol.get("/account").get_data(as_text=True)
+    page = carol.get("/account").get_data(as_text=True)
+    assert "Every day at 22:00, Paris time</strong>" in page and "(the default)" not in page
+    assert 'id="quiet-start-time" name="start_time" value="22:00"' in page and "data-browser-zone" not in page
+    with app.app_context():
+        assert db.session.get(User, personas["carol"].id).quiet_hours_schedule == "CRON_TZ=Europe/Paris 0 22 * * *"
     # Only the ticked events stay on.
     chosen = {"build_failed": "on"}
     assert post_form(carol, "/account/notifications", chosen, token_from="/account").status_code == 302
@@ -131,7 +200,7 @@ def test_account_quiet_hours_preferences_and_inbox(app: Flask, personas: dict[st
         db.session.commit()
         db.session.remove()
     assert "Start of dev failed" in carol.get("/account").get_data(as_text=True)
-    assert carol.post("/account/quiet-hours", data={"schedule": "CRON_TZ=UTC 0 1 * * *"}).status_code == 400
+    assert carol.post("/account/quiet-hours", data={"zone": "UTC", "start_time": "01:00"}).status_code == 400
     assert csrf_token(carol, "/account")
 
 

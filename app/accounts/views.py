@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from flask import current_app, flash, redirect, render_template, request, url_for
@@ -12,6 +13,7 @@ from app.auth.access import current_browser_session_id, page_user, require_role,
 from app.auth.blueprints import page_blueprint
 from app.core.errors import DomainError, InvalidInput
 from app.core.pagination import Page, page_of, requested_page, requested_position
+from app.core.schedule_words import FieldError, ScheduleForm, zone_groups
 from app.core.validation import FieldErrors
 from app.externalauth import services as external_auth
 from app.groups.services import groups_of_users
@@ -162,14 +164,22 @@ def _account_page(**context: object) -> str:
         browser_sessions=_account_list(browser_sessions_query(user), "sessions_page"),
         this_session_id=current_browser_session_id(),
         quiet_hours=lifecycle_settings.quiet_hours_of(user),
+        zones=zone_groups(),
         preferences=notifications.preferences(user.id),
         events=notifications.EVENTS,
         inbox=notifications.inbox(user.id),
         git_providers=external_auth.link_statuses(user),
         git_ssh_public_key=external_auth.git_ssh_key(user).public_key,
         secrets=_account_list(user_secrets.secrets_query(user), "secrets_page"),
-        **({"secret_form": {}, "secret_errors": {}} | context),
+        **({"secret_form": {}, "secret_errors": {}, "quiet_form": _quiet_form(user), "quiet_errors": {}} | context),
     )
+
+
+def _quiet_form(user: User) -> ScheduleForm:
+    """Quiet hours as the form shows them; never set, the zone is left for the page's script to take from the
+    browser (the default, midnight UTC, is no one's choice)."""
+    form = ScheduleForm.of(lifecycle_settings.quiet_hours_of(user))
+    return replace(form, zone_saved=user.quiet_hours_schedule is not None)
 
 
 def _account_list(query: Select[Any], param: str) -> Page:
@@ -179,10 +189,17 @@ def _account_list(query: Select[Any], param: str) -> Page:
 
 @bp.post("/account/quiet-hours")
 def set_quiet_hours() -> Response | tuple[str, int]:
+    """The zone and a time (every day), or a daily cron under Advanced; refused, the form keeps what was sent."""
+    form = ScheduleForm.posted(request.form, every_day=True)
     try:
-        lifecycle_settings.set_quiet_hours(page_user(), request.form.get("schedule", ""))
+        text = form.checked(daily_only=True)
+        if text is None:
+            raise FieldError("start_time", "Give the time your quiet hours start, e.g. 22:00.")
+        lifecycle_settings.set_quiet_hours(page_user(), text)
+    except FieldError as error:
+        return _account_page(quiet_form=form, quiet_errors={error.field: str(error)}), 400
     except DomainError as error:
-        return _account_page(quiet_hours_error=error.message), error.status
+        return _account_page(quiet_form=form, quiet_errors={"_": error.message}), error.status
     flash("Quiet hours saved.", "success")
     return redirect(url_for("users.account") + "#quiet-hours")
 

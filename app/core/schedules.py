@@ -132,7 +132,7 @@ def parse_schedule(text: str, *, daily_only: bool = False) -> Schedule:
 
 def parse_zone(name: str) -> ZoneInfo:
     # ZoneInfo also reads paths and odd keys; only names of the IANA database are time zones here.
-    if name not in _zone_names():
+    if name not in zone_names():
         raise ScheduleError(f"Unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin' or 'UTC'.")
     try:
         return ZoneInfo(name)
@@ -143,7 +143,7 @@ def parse_zone(name: str) -> ZoneInfo:
 _ZONES: frozenset[str] | None = None
 
 
-def _zone_names() -> frozenset[str]:
+def zone_names() -> frozenset[str]:
     global _ZONES
     if _ZONES is None:
         _ZONES = frozenset(available_timezones()) | {"UTC"}

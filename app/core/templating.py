@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 from flask import Flask
 from markupsafe import Markup
 
+from app.core import schedule_words
 from app.core.safe_urls import safe_icon_url, safe_url
 from protocol.tags import format_tags
 from protocol.values import format_size
@@ -26,6 +27,8 @@ def init_app(app: Flask) -> None:
     app.jinja_env.filters["tag_flags"] = tag_flags
     app.jinja_env.filters["size"] = format_size
     app.jinja_env.filters["list_items"] = list_items
+    # Every schedule people read (autostart, quiet hours) is said the same way: "Weekdays at 09:00, Lisbon time".
+    app.jinja_env.filters["schedule_sentence"] = schedule_words.sentence
     # Every URL a template, agent or daemon chose goes through one of these before it becomes a link or an image.
     app.jinja_env.filters["safe_url"] = safe_url
     app.jinja_env.filters["safe_icon_url"] = safe_icon_url

@@ -14,13 +14,15 @@ from app.catalog.services import get_template_by_name_for, get_version
 from app.core.columns import rfc3339, utcnow
 from app.core.errors import DomainError
 from app.core.extensions import db
+from app.core.schedule_words import FieldError, ScheduleForm
 from app.core.schedules import WEEKDAYS, weekdays_from_mask
 from app.lifecycle import settings
 from app.notifications import delivery
 from app.notifications.models import NotificationDelivery
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN
-from app.workspaces import services, updates
+from app.workspaces import schedule_rules, services, updates
 from app.workspaces.models import Workspace
+from app.workspaces.views import workspace_page
 from protocol.codec import JSON
 from protocol.values import parse_decimal
 
@@ -77,27 +79,42 @@ def promotion_check(version_id: str) -> str:
 
 
 @bp.post("/workspaces/<workspace_id>/schedule")
-def schedule(workspace_id: str) -> Response:
+def schedule(workspace_id: str) -> Response | tuple[str, int]:
+    """The schedule card's form. Every field is checked before anything is saved; a refused form is the page
+    again with every edit kept, each wrong field named (and a 400, or the refusal's own status)."""
     workspace = _workspace(workspace_id)
-    form = request.form
+    form = ScheduleForm.posted(request.form)
+    errors: dict[str, str] = {}
+    text: str | None = None
     try:
-        at, days, zone = form.get("start_time", "").strip(), form.get("start_days", "*"), form.get("zone", "").strip()
-        if at:
-            hour, _, minute = at.partition(":")
-            text = f"CRON_TZ={zone or 'UTC'} {int(minute or 0)} {int(hour)} * * {days}"
-            settings.set_autostart(workspace, text)
-        else:
-            settings.set_autostart(workspace, None)
-        hours = form.get("ttl_hours", "").strip()
-        settings.set_ttl(workspace, round(_hours(hours) * HOUR_MS) if hours else None)
-        settings.set_automatic_updates(workspace, "always" if form.get("automatic_updates") == "on" else "never")
+        text = form.checked()
+    except FieldError as error:
+        errors[error.field] = str(error)
+    hours = request.form.get("ttl_hours", "").strip()
+    try:
+        ttl_ms = round(_hours(hours) * HOUR_MS) if hours else None
     except ValueError:
-        flash("Give the start time as HH:MM and the autostop as a number of hours.", "error")
-    except DomainError as error:
-        flash(error.message, "error")
-    else:
-        flash("Schedule saved.", "success")
-    return _back(workspace)
+        errors["ttl_hours"] = "Give the autostop as a number of hours, e.g. 8 or 1.5."
+    status = 400
+    if not errors:
+        try:
+            # Applied together and committed once: a refusal of one (a template that sets the autostop) saves none.
+            schedule_rules.apply_autostart(workspace, text)
+            schedule_rules.apply_ttl(workspace, ttl_ms)
+            updates_on = request.form.get("automatic_updates") == "on"
+            schedule_rules.apply_automatic_updates(workspace, "always" if updates_on else "never")
+            db.session.commit()
+        except DomainError as error:
+            db.session.rollback()
+            fields = {"schedule": "cron" if form.cron.strip() else "start_time", "ttl_ms": "ttl_hours"}
+            errors = {fields.get(item["field"], "_"): item["detail"] for item in error.validations} or {
+                "_": error.message
+            }
+            status = error.status
+        else:
+            flash("Schedule saved.", "success")
+            return _back(workspace)
+    return workspace_page(page_user(), workspace, form, errors), status
 
 
 @bp.post("/workspaces/<workspace_id>/extend")

@@ -18,6 +18,7 @@ from app.catalog.presets import PRESET_FIELD, default_preset, find_preset, prese
 from app.core.errors import DomainError, InvalidInput
 from app.core.extensions import db
 from app.core.pagination import Page, page_of, requested_position
+from app.core.schedule_words import PICKER_DAYS, ScheduleForm, zone_groups
 from app.events import get_relay
 from app.events.sse import event_stream
 from app.events.streams import follow_changes, follow_statuses, seen_token
@@ -239,7 +240,14 @@ def new_routing() -> str:
 @bp.get("/workspaces/<workspace_id>")
 def show(workspace_id: str) -> str:
     user = page_user()
-    workspace = services.get_workspace_for(user, workspace_id)
+    return workspace_page(user, services.get_workspace_for(user, workspace_id))
+
+
+def workspace_page(
+    user: User, workspace: Workspace, schedule_form: ScheduleForm | None = None,
+    schedule_errors: Mapping[str, str] | None = None,
+) -> str:  # fmt: skip
+    """The workspace page; a refused schedule form shows again as it was sent, with its errors."""
     # Read before the page: a change while it renders makes the stream refresh it rather than be missed.
     seen = seen_token({name: read() for name, read in _workspace_readers(workspace.id).items()})
     latest = services.latest_build(workspace)
@@ -250,8 +258,11 @@ def show(workspace_id: str) -> str:
     return render_template(
         "workspaces/show.html",
         active_version=db.session.get(TemplateVersion, active) if active else None,
-        schedule_form=_schedule_form(workspace),
-        day_choices=DAY_CHOICES,
+        schedule_form=schedule_form or ScheduleForm.of(workspace.autostart_schedule),
+        schedule_ttl=_ttl_hours(workspace) if schedule_form is None else request.form.get("ttl_hours", ""),
+        schedule_errors=schedule_errors or {},
+        zones=zone_groups(),
+        picker_days=PICKER_DAYS,
         workspace=workspace,
         timeline=timeline,
         latest=latest,
@@ -329,19 +340,8 @@ def change_parameters(workspace_id: str) -> str | Response | tuple[str, int]:
     return page, status
 
 
-# The schedule card's choices of days (any other schedule, set by the API or CLI, is shown as it is).
-DAY_CHOICES = {"*": "every day", "mon-fri": "Monday to Friday", "sat,sun": "weekends"}
-
-
-def _schedule_form(workspace: Workspace) -> dict[str, str]:
-    """The schedule card's form, filled in from the workspace's schedule where the form can show it."""
-    form = {"time": "", "days": "mon-fri", "zone": "UTC", "ttl": ""}
-    parts = (workspace.autostart_schedule or "").split()
-    if len(parts) == 6 and parts[0].startswith("CRON_TZ=") and parts[1].isdecimal() and parts[2].isdecimal():
-        form.update(zone=parts[0][len("CRON_TZ=") :], time=f"{int(parts[2]):02d}:{int(parts[1]):02d}", days=parts[5])
-    if workspace.ttl_ms:
-        form["ttl"] = f"{workspace.ttl_ms / 3_600_000:g}"
-    return form
+def _ttl_hours(workspace: Workspace) -> str:
+    return f"{workspace.ttl_ms / 3_600_000:g}" if workspace.ttl_ms else ""
 
 
 @bp.post("/workspaces/<workspace_id>/builds")
