@@ -121,7 +121,8 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     cause = page.locator("#job-failure .failure")
     cause.wait_for(timeout=60_000)
     assert page.evaluate("window.notReloaded")
-    assert "local-exec provisioner error" in cause.inner_text()
+    # The command's own words, not the wrapper Terraform puts around them ("local-exec provisioner error").
+    assert "fails on purpose" in cause.inner_text() and "provisioner error" not in cause.inner_text()
     assert page.locator("#job-failure .failure-resource code").inner_text() == "terraform_data.broken[0]"
     assert page.locator("#retry-build").is_visible() and page.locator("#retry-build-debug").is_visible()
     page.screenshot(path=str(ARTIFACTS / "build-failed-live.png"), full_page=True)
@@ -132,7 +133,7 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     anchor = page.locator("#job-failure .failure-link").get_attribute("href") or ""
     line_id = anchor.split("#")[1]
     first_error = page.locator(f"#{line_id}")
-    assert first_error.inner_text().split("\n")[-1].startswith("Error: local-exec provisioner error")
+    assert first_error.inner_text().split("\n")[-1].strip() == "fails on purpose"
     page.wait_for_function(
         """id => { const log = document.getElementById("log"), line = document.getElementById(id);
                    const box = log.getBoundingClientRect(), at = line.getBoundingClientRect();
@@ -147,7 +148,7 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     # The list says why too, and links to the line.
     page.goto(f"{server.url}/workspaces")
     summary = page.locator('[data-failure="failing"]')
-    assert "local-exec provisioner error" in summary.inner_text()
+    assert "fails on purpose" in summary.inner_text()
     assert summary.locator("a").get_attribute("href") == f"{build_url.removeprefix(server.url)}#{line_id}"
 
     # On a phone the cause and its buttons wrap: nothing pushes the page sideways.
@@ -168,8 +169,9 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     workspaces = httpx.get(f"{server.url}/api/v2/workspaces", headers={"Authorization": f"Bearer {token}"}).json()
     failing = next(item for item in workspaces if item["name"] == "failing")
     failure = failing["latest_build"]["job"]["failure"]
-    assert failure == {
-        "message": "local-exec provisioner error",
+    assert {key: failure[key] for key in ("message", "summary", "resource", "log_line_id")} == {
+        "message": "fails on purpose",
+        "summary": "local-exec provisioner error",
         "resource": "terraform_data.broken[0]",
         "log_line_id": int(line_id.removeprefix("log-line-")),
     }
@@ -185,7 +187,7 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     started = run_cli("start", "failing", env=env)
     output = started.stdout + started.stderr
     assert started.returncode != 0, output
-    assert "failed: local-exec provisioner error (in terraform_data.broken[0])" in output
+    assert "failed: fails on purpose (in terraform_data.broken[0])" in output
     assert f"hint: the error in the log: {server.url}/builds/" in output and "#log-line-" in output
     assert "Traceback" not in output
 
@@ -196,7 +198,7 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     assert "#4 start" in page.locator("h1").inner_text()
     assert "TF_LOG=debug" in page.locator(".flash").first.inner_text()
     assert page.locator(".log-line.level-debug", has_text="[DEBUG]").count() > 0
-    assert "local-exec provisioner error" in page.locator("#job-failure .failure-message").inner_text()
+    assert "fails on purpose" in page.locator("#job-failure .failure-message").inner_text()
     assert page.locator(".log-line.level-error", has_text="[DEBUG]").count() == 0
 
     # An import with a syntax error reads as Terraform prints it, not as a parser's words, in the order it ran.

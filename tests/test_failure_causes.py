@@ -4,6 +4,8 @@ the API; Retry and "Retry with debug logging" rebuild the same transition and pa
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -104,6 +106,77 @@ def test_the_cause_is_the_first_error_with_its_resource() -> None:
     assert (lost.message, lost.resource, lost.log_line_id) == ("The provisioner daemon stopped responding.", "", None)
 
 
+RECORDED = Path(__file__).parent / "fixtures" / "terraform_failures"
+
+
+def recorded_cause(name: str) -> tuple[FailureCause, dict[int, str]]:
+    """The cause of a recorded real Terraform failure, its diagnostics logged as the daemon logs them (line ids from
+    100, after a few lines of plan output), with the logged lines by id."""
+    events = [json.loads(line) for line in (RECORDED / f"{name}.jsonl").read_text().splitlines()]
+    logged = [(level, text) for event in events for level, text in event_lines(event)]
+    lines = {100 + index: text for index, (level, text) in enumerate(logged) if level == "error"}
+    output = _StepOutput("Starting workspace", "json", lambda line: None)
+    output.diagnostics.extend(events)
+    return cause_from_lines(output.error_message(1), list(lines.items())), lines
+
+
+@pytest.mark.parametrize(
+    ("name", "message", "resource"),
+    [
+        (
+            "git_clone",
+            "fatal: unable to access 'http://127.0.0.1:9/nothing.git/': Failed to connect to 127.0.0.1 port 9"
+            " after 0 ms: Couldn't connect to server",
+            "terraform_data.dotfiles[0]",
+        ),
+        (
+            "script_stderr",
+            "ls: cannot access '/nonexistent/tools': No such file or directory",
+            "terraform_data.install",
+        ),
+        ("exit_silent", "The command 'exit 3' failed: exit status 3.", "terraform_data.setup"),
+        (
+            "missing_file",
+            'Invalid function argument: Invalid value for "path" parameter: no file exists at "./settings.json"; this'
+            " function works only with files that are distributed as part of the configuration source code, so if"
+            " this file will be created by a resource in this configuration you must instead obtain this result from"
+            " an attribute of that resource.",
+            "",
+        ),
+        (
+            "bad_value",
+            'Invalid function argument: Invalid value for "v" parameter: cannot convert "large" to number; given'
+            " string must be a decimal representation of a number.",
+            "",
+        ),
+    ],
+)
+def test_the_message_quotes_the_real_cause_of_a_real_failure(name: str, message: str, resource: str) -> None:
+    """Recorded from real Terraform runs (tests/fixtures/terraform_failures): the wrapper a provisioner's failure
+    comes in is not the message, the command's own error is; a plain diagnostic reads as its heading and detail. The
+    link goes to the line that holds the cause."""
+    cause, lines = recorded_cause(name)
+    assert (cause.message, cause.resource) == (message, resource)
+    assert cause.log_line_id is not None and cause.message.split(": ")[-1][:20] in lines[cause.log_line_id]
+    wrapped = name in ("git_clone", "script_stderr", "exit_silent")
+    assert cause.summary == ("local-exec provisioner error" if wrapped else "Invalid function argument")
+
+
+def test_a_commands_error_line_is_preferred_to_its_last_and_older_wordings_are_read() -> None:
+    heading = [(1, "Error: local-exec provisioner error"), (2, ""), (3, "  with terraform_data.a,")]
+    heading += [(4, '  on main.tf line 3, in resource "terraform_data" "a":')]
+    heading += [(5, '    3:   provisioner "local-exec" {')]
+    older = heading + [(6, ""), (7, "Error running command 'make': exit status 2: make: *** No rule to make target.")]
+    cause = cause_from_lines("local-exec provisioner error", older)
+    assert (cause.message, cause.log_line_id) == ("make: *** No rule to make target.", 7)
+    # No line reads as an error: the output's last line is the nearest to why.
+    quiet = heading + [(6, "Error running command 'x': exit status 1. Output: step one"), (7, "step two"), (8, "")]
+    assert cause_from_lines("local-exec provisioner error", quiet).message == "step two"
+    # An error of the daemon's own is not replaced by the log's words.
+    lost = cause_from_lines("The provisioner daemon stopped responding.", older)
+    assert (lost.message, lost.summary) == ("The provisioner daemon stopped responding.", "")
+
+
 @pytest.fixture
 def world(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> World:
     return World(client, personas)
@@ -135,7 +208,8 @@ def test_a_failed_build_shows_its_cause_on_its_pages_and_in_the_api(app: Flask, 
     build = fail_start(world, workspace["id"])
     job = world.get(workspace["id"])["latest_build"]["job"]
     failure = job["failure"]
-    assert failure["message"] == "local-exec provisioner error" and failure["resource"] == "terraform_data.setup"
+    assert failure["message"] == "The command 'exit 1' failed: exit status 1."
+    assert (failure["resource"], failure["summary"]) == ("terraform_data.setup", "local-exec provisioner error")
     line_id = failure["log_line_id"]
     with app.app_context():
         # Read for a whole list at once: each failed job gets its own cause, the others none.
@@ -152,7 +226,7 @@ def test_a_failed_build_shows_its_cause_on_its_pages_and_in_the_api(app: Flask, 
     assert f'href="#log-line-{line_id}"' in page and f'id="log-line-{line_id}"' in page
     assert "<code>terraform_data.setup</code>" in page and 'id="retry-build-debug"' in page
     shown = carol.get(f"/workspaces/{workspace['id']}").get_data(as_text=True)
-    assert "local-exec provisioner error" in shown and f"/builds/{build['id']}#log-line-{line_id}" in shown
+    assert "failed: exit status 1." in shown and f"/builds/{build['id']}#log-line-{line_id}" in shown
     listed = carol.get("/workspaces").get_data(as_text=True)
     assert 'data-failure="ws"' in listed and f"#log-line-{line_id}" in listed
     # A succeeded job has none.
