@@ -38,14 +38,13 @@ class JobLog(Message):
 
 
 class ChangedParameter(Message):
-    """A parameter whose value differs from the workspace's last good build: its values are empty and ``hidden``
-    true for one whose values are not shown (ephemeral, or a secret's form)."""
+    """A parameter whose value differs from the workspace's last good build (ephemeral ones never are: each build
+    asks for them anew and none keeps them, so their values are never shown here)."""
 
     name: str
     label: str
     previous: str = ""
     value: str = ""
-    hidden: bool = False
     mutable: bool = True
 
 

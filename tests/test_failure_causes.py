@@ -18,6 +18,8 @@ from app.provisioning.models import ProvisionerJob
 from cli.follow import failure_message
 from protocol.logs import FailureCause, LogLine
 from tests.conftest import PASSWORD, Persona
+from tests.support.archives import tar_of
+from tests.support.daemon import PARAMETERS, RESOURCES
 from tests.support.web import post_form, sign_in
 from tests.test_workspace_updates import World
 from workers.terraform.executor import _StepOutput
@@ -315,3 +317,118 @@ def test_terraform_debug_output_keeps_its_level_and_is_not_an_error() -> None:
     output.on_line("stderr", "Error: Invalid expression")
     assert [(line.level, line.output) for line in logged] == [("debug", debug), ("error", "Error: Invalid expression")]
     assert output.error_message(1) == "Invalid expression"
+
+
+# A template whose dotfiles resource clones the repository a mutable parameter names (through a local), and whose
+# "size" it does not read.
+DOTFILES_TEMPLATE = """
+data "coder_parameter" "repo" {
+  name         = "repo_url"
+  display_name = "Dotfiles repository"
+  mutable      = true
+  default      = ""
+}
+locals {
+  clone_from = data.coder_parameter.repo.value
+}
+resource "terraform_data" "dotfiles" {
+  count = local.clone_from == "" ? 0 : 1
+  provisioner "local-exec" {
+    command = "git clone ${local.clone_from} /tmp/dotfiles"
+  }
+}
+"""
+DOTFILES_PARAMETERS = [
+    {"name": "repo_url", "display_name": "Dotfiles repository", "type": "string", "mutable": True,
+     "required": False, "default_value": "", "options": []},
+    {**PARAMETERS[0]},  # size: mutable, read by nothing here
+    {"name": "token", "type": "string", "mutable": True, "ephemeral": True, "required": False,
+     "default_value": "", "options": []},
+]  # fmt: skip
+
+
+def dotfiles_workspace(world: World) -> dict[str, Any]:
+    """A workspace of the dotfiles template, built once with a repository that worked."""
+    bob = world.personas["bob"]
+    headers = {**bob.auth, "Content-Type": "application/x-tar"}
+    file_id = world.client.post("/api/v2/files", data=tar_of({"main.tf": DOTFILES_TEMPLATE}), headers=headers).json
+    body = {"file_id": file_id["id"], "template_id": world.template["id"]}
+    version = world.client.post("/api/v2/templateversions", json=body, headers=bob.auth).json
+    assert world.daemon.call(f"/jobs/{version['job']['id']}/acquire").status_code == 200
+    done = {"template_import": {"parameters": DOTFILES_PARAMETERS, "resources": RESOURCES}}
+    assert world.daemon.call(f"/jobs/{version['job']['id']}/complete", done).status_code == 204
+    world.promote(version["id"])
+    values = [{"name": "repo_url", "value": "/srv/git/dotfiles.git"}, {"name": "size", "value": "2"}]
+    body = {"template_id": world.template["id"], "name": "dots", "rich_parameter_values": values}
+    created = world.client.post("/api/v2/workspaces", json=body, headers=world.personas["carol"].auth)
+    assert created.status_code == 201, created.json
+    world.finish(created.json["latest_build"])
+    return dict(created.json)
+
+
+def fail_clone(world: World, workspace_id: str, values: list[dict[str, str]]) -> dict[str, Any]:
+    """Stop, then a start with ``values`` that fails as the recorded real `git clone` of an unreachable URL did."""
+    world.stop(workspace_id)
+    started = world.start(workspace_id, rich_parameter_values=values)
+    assert started.status_code == 201, started.json
+    job_id = started.json["job"]["id"]
+    assert world.daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
+    events = [json.loads(line) for line in (RECORDED / "git_clone.jsonl").read_text().splitlines()]
+    lines = [{"level": level, "stage": "Starting workspace", "output": text}
+             for event in events for level, text in event_lines(event)]  # fmt: skip
+    assert world.daemon.call(f"/jobs/{job_id}/logs", {"logs": lines}).status_code == 200
+    failed = world.daemon.call(f"/jobs/{job_id}/fail", {"error": "local-exec provisioner error"})
+    assert failed.status_code == 204
+    return dict(started.json)
+
+
+def test_a_failure_names_the_changed_parameter_its_resource_uses_and_offers_to_change_it(
+    app: Flask, world: World
+) -> None:
+    workspace = dotfiles_workspace(world)
+    unreachable = "http://127.0.0.1:9/nothing.git"
+    build = fail_clone(
+        world, workspace["id"], [{"name": "repo_url", "value": unreachable}, {"name": "size", "value": "3"}]
+    )
+    carol = browser(app, "carol")
+    change_url = f"/workspaces/{workspace['id']}/parameters"
+    for path in (f"/workspaces/{workspace['id']}", f"/builds/{build['id']}"):
+        page = carol.get(path).get_data(as_text=True)
+        failure = page[page.index('id="job-failure"') :]
+        assert "fatal: unable to access" in failure and "provisioner error" not in failure.split("</strong>")[0]
+        # The resource reads repo_url (through a local), not size: only repo_url is named, values and all.
+        assert "<code>terraform_data.dotfiles[0]</code> uses a parameter changed since the last good build" in failure
+        assert 'data-parameter="repo_url"' in failure and 'data-parameter="size"' not in failure
+        assert "<strong>Dotfiles repository</strong> from <code>/srv/git/dotfiles.git</code>" in failure
+        assert f"to <code>{unreachable}</code>" in failure
+        # Change parameters is the main action; Retry is still there, second.
+        assert f'class="btn btn-small btn-primary" id="change-parameters" href="{change_url}"' in failure
+        assert failure.index('id="change-parameters"') < failure.index('id="retry-build"')
+        assert 'class="btn btn-small" type="submit" id="retry-build"' in failure
+    # The change-parameters page it links to is there for her.
+    assert carol.get(change_url).status_code == 200
+    # The API says the same of this build (lists leave it out).
+    auth = world.personas["carol"].auth
+    failure = world.client.get(f"/api/v2/workspacebuilds/{build['id']}", headers=auth).json["job"]["failure"]
+    assert failure["message"].startswith("fatal: unable to access") and failure["likely_fix"] == "change_parameters"
+    assert failure["parameters_used"] is True and failure["changed_parameters"] == [
+        {"name": "repo_url", "label": "Dotfiles repository", "previous": "/srv/git/dotfiles.git",
+         "value": unreachable, "mutable": True}
+    ]  # fmt: skip
+    # An owner may build it too, and is offered the same.
+    alice = browser(app, "alice").get(f"/builds/{build['id']}").get_data(as_text=True)
+    assert 'id="change-parameters"' in alice
+
+
+def test_a_failure_whose_resource_reads_no_changed_parameter_offers_retry_first(app: Flask, world: World) -> None:
+    workspace = dotfiles_workspace(world)
+    same_repo = [{"name": "repo_url", "value": "/srv/git/dotfiles.git"}, {"name": "size", "value": "3"}]
+    build = fail_clone(world, workspace["id"], same_repo)
+    page = browser(app, "carol").get(f"/builds/{build['id']}").get_data(as_text=True)
+    failure = page[page.index('id="job-failure"') :]
+    assert "fatal: unable to access" in failure and "failure-parameter" not in failure
+    assert 'id="change-parameters"' not in failure
+    assert 'class="btn btn-small btn-primary" type="submit" id="retry-build"' in failure
+    auth = world.personas["carol"].auth
+    api = world.client.get(f"/api/v2/workspacebuilds/{build['id']}", headers=auth).json["job"]["failure"]
+    assert (api["likely_fix"], api["changed_parameters"], api["parameters_used"]) == ("retry", [], True)
