@@ -86,6 +86,8 @@ def test_build_log_streams_into_the_page(page: Page, tmp_path: Path) -> None:
 
         # The same deployment, a build that fails: its cause arrives without a reload, the log opens at the error.
         _check_failures_explain_themselves(page, server, env, tmp_path)
+        # And one that fails because of a parameter the person just changed.
+        _check_a_changed_parameter_is_named(page, server, env, tmp_path)
 
 
 # A start that prints a long log, then fails in its local-exec while the page watches.
@@ -217,3 +219,69 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     headers = [h.split("\n")[0] for h in page.locator(".log-stage").all_inner_texts()]
     assert headers[0] == "Setting up" and headers[-1] == "Cleaning up"
     page.screenshot(path=str(ARTIFACTS / "import-syntax-error.png"), full_page=True)
+
+
+# Clones the repository a mutable parameter names, when one is named (replaced, and so cloned again, whenever it
+# changes).
+DOTFILES_TEMPLATE = """
+terraform {
+  required_providers {
+    coder = { source = "coder/coder" }
+  }
+}
+data "coder_workspace" "me" {}
+data "coder_parameter" "repo" {
+  name         = "repo_url"
+  display_name = "Dotfiles repository"
+  type         = "string"
+  mutable      = true
+  default      = ""
+}
+resource "terraform_data" "dotfiles" {
+  count            = data.coder_parameter.repo.value == "" ? 0 : data.coder_workspace.me.start_count
+  triggers_replace = data.coder_parameter.repo.value
+  provisioner "local-exec" {
+    command = "git clone '${data.coder_parameter.repo.value}' $(mktemp -d)/dotfiles"
+  }
+}
+"""
+
+
+def _check_a_changed_parameter_is_named(page: Page, server: ServerProcess, env: dict[str, str], tmp_path: Path) -> None:
+    """Real Terraform, a real `git clone`: the first build names no repository and succeeds (a local one would be
+    out of the daemon's sandbox's sight); the repository is changed to one nothing answers at, and the build fails.
+    Its summary quotes git, names the change, and offers Change parameters first."""
+    template = tmp_path / "dotfiles"
+    template.mkdir()
+    (template / "main.tf").write_text(DOTFILES_TEMPLATE)
+    pushed = run_cli("templates", "push", "dotfiles", "-d", str(template), env=env)
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+
+    page.goto(f"{server.url}/workspaces/new?template=dotfiles")
+    page.fill("input[name=name]", "dots")
+    page.click("form.card button[type=submit]")
+    page.wait_for_selector("#job-actions a", timeout=90_000)  # the build ended
+    assert page.locator("#job-status").inner_text().strip() == "running", page.locator("#log").inner_text()
+    page.click("#job-actions a")  # "Open workspace"
+    page.wait_for_selector(".page-head")
+    workspace_url = page.url
+
+    unreachable = "http://127.0.0.1:9/nothing.git"
+    page.goto(f"{workspace_url}/parameters")
+    page.fill('[name="param.repo_url"]', unreachable)
+    page.click("#parameters-submit")
+    cause = page.locator("#job-failure .failure")
+    cause.wait_for(timeout=90_000)  # arrives by the stream's end event: the live page is explained too
+    for shown in (page, None):
+        if shown is None:
+            page.goto(workspace_url)
+        message = page.locator("#job-failure .failure-message").inner_text()
+        assert message.startswith("fatal: unable to access 'http://127.0.0.1:9/nothing.git/'"), message
+        changed = page.locator('#job-failure [data-parameter="repo_url"]').inner_text()
+        assert changed == f"You changed Dotfiles repository from empty to {unreachable}"
+        primary = page.locator("#job-failure .failure-actions .btn-primary")
+        assert primary.count() == 1 and primary.inner_text() == "Change parameters"
+        assert page.locator("#retry-build").is_visible()
+    page.screenshot(path=str(ARTIFACTS / "failure-change-parameters.png"), full_page=True)
+    page.click("#change-parameters")
+    page.wait_for_url(f"{workspace_url}/parameters")

@@ -432,3 +432,20 @@ def test_a_failure_whose_resource_reads_no_changed_parameter_offers_retry_first(
     auth = world.personas["carol"].auth
     api = world.client.get(f"/api/v2/workspacebuilds/{build['id']}", headers=auth).json["job"]["failure"]
     assert (api["likely_fix"], api["changed_parameters"], api["parameters_used"]) == ("retry", [], True)
+
+
+def test_a_command_that_printed_hundreds_of_lines_is_quoted_from_its_end(app: Flask, world: World) -> None:
+    """Its whole output is one diagnostic's detail, past the first lines read: the last ones are read too."""
+    workspace = world.create()
+    world.stop(workspace["id"])
+    build = world.start(workspace["id"]).json
+    job_id = build["job"]["id"]
+    assert world.daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
+    output = "\n".join(f"filler-{number}" for number in range(400)) + "\nfatal: the real reason\nbye"
+    detail = f"Error running command 'make': exit status 2. Output: {output}\n"
+    event = {**PROVISIONER_ERROR, "diagnostic": {**PROVISIONER_ERROR["diagnostic"], "detail": detail}}  # type: ignore[dict-item]
+    lines = [{"level": level, "stage": "Starting workspace", "output": text} for level, text in event_lines(event)]
+    assert world.daemon.call(f"/jobs/{job_id}/logs", {"logs": lines}).status_code == 200
+    assert world.daemon.call(f"/jobs/{job_id}/fail", {"error": "local-exec provisioner error"}).status_code == 204
+    failure = world.get(workspace["id"])["latest_build"]["job"]["failure"]
+    assert (failure["message"], failure["resource"]) == ("fatal: the real reason", "terraform_data.setup")

@@ -19,6 +19,9 @@ from protocol.logs import FailureCause
 # Enough to pass Terraform's warnings and the daemon's lines before the first error; a log whose first error lies
 # further in still gets a cause, only without a line to link to.
 ERROR_LINES_READ = 200
+# And the last lines: a command that printed more than that before failing (its whole output is the detail of one
+# diagnostic) says why at its end.
+ERROR_LINES_TAIL = 50
 ERROR_LEVEL = "error"
 
 # Terraform's "  with null_resource.setup," (an apply or plan error about one resource) and its hook message
@@ -68,18 +71,20 @@ def failure_causes(jobs: Sequence[ProvisionerJob]) -> dict[str, FailureCause | N
 
 
 def error_lines_query(job_ids: list[str]) -> Select[str, int, str]:
-    """Each job's first ``ERROR_LINES_READ`` error lines (job id, line id, text), in order."""
+    """Each job's first ``ERROR_LINES_READ`` and last ``ERROR_LINES_TAIL`` error lines (job id, line id, text), in
+    order."""
     log = ProvisionerJobLog
     place = func.row_number().over(partition_by=log.job_id, order_by=log.id).label("place")
+    from_end = func.row_number().over(partition_by=log.job_id, order_by=log.id.desc()).label("from_end")
     errors = (
-        select(log.job_id, log.id, log.output, place)
+        select(log.job_id, log.id, log.output, place, from_end)
         # The level as a literal in the SQL, not a parameter: the partial index of error lines is chosen by it.
         .where(log.job_id.in_(job_ids), log.level == literal_column(f"'{ERROR_LEVEL}'"))
         .subquery()
     )
     return (
         select(errors.c.job_id, errors.c.id, errors.c.output)
-        .where(errors.c.place <= ERROR_LINES_READ)
+        .where((errors.c.place <= ERROR_LINES_READ) | (errors.c.from_end <= ERROR_LINES_TAIL))
         .order_by(errors.c.job_id, errors.c.id)
     )
 
