@@ -366,14 +366,17 @@ def dotfiles_workspace(world: World) -> dict[str, Any]:
     return dict(created.json)
 
 
-def fail_clone(world: World, workspace_id: str, values: list[dict[str, str]]) -> dict[str, Any]:
-    """Stop, then a start with ``values`` that fails as the recorded real `git clone` of an unreachable URL did."""
+def fail_clone(
+    world: World, workspace_id: str, values: list[dict[str, str]], recorded: str = "git_clone"
+) -> dict[str, Any]:
+    """Stop, then a start with ``values`` that fails as the recorded real `git clone` of an unreachable URL did (or
+    as another ``recorded`` failure)."""
     world.stop(workspace_id)
     started = world.start(workspace_id, rich_parameter_values=values)
     assert started.status_code == 201, started.json
     job_id = started.json["job"]["id"]
     assert world.daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
-    events = [json.loads(line) for line in (RECORDED / "git_clone.jsonl").read_text().splitlines()]
+    events = [json.loads(line) for line in (RECORDED / f"{recorded}.jsonl").read_text().splitlines()]
     lines = [{"level": level, "stage": "Starting workspace", "output": text}
              for event in events for level, text in event_lines(event)]  # fmt: skip
     assert world.daemon.call(f"/jobs/{job_id}/logs", {"logs": lines}).status_code == 200
@@ -432,6 +435,21 @@ def test_a_failure_whose_resource_reads_no_changed_parameter_offers_retry_first(
     auth = world.personas["carol"].auth
     api = world.client.get(f"/api/v2/workspacebuilds/{build['id']}", headers=auth).json["job"]["failure"]
     assert (api["likely_fix"], api["changed_parameters"], api["parameters_used"]) == ("retry", [], True)
+
+
+def test_when_what_the_resource_reads_is_unknown_every_change_is_named_as_such(app: Flask, world: World) -> None:
+    """terraform_data.install is not in the template's HCL (as a module's resource would not be): the changed
+    parameters are all named, as changed since the last good build, not as ones it uses."""
+    workspace = dotfiles_workspace(world)
+    values = [{"name": "repo_url", "value": "/srv/git/other.git"}, {"name": "size", "value": "3"}]
+    values += [{"name": "token", "value": "s3cr3t-for-this-build"}]
+    build = fail_clone(world, workspace["id"], values, recorded="script_stderr")
+    page = browser(app, "carol").get(f"/builds/{build['id']}").get_data(as_text=True)
+    failure = page[page.index('id="job-failure"') :]
+    assert "No such file or directory" in failure and "Changed since the last good build (the likely cause)" in failure
+    assert 'data-parameter="repo_url"' in failure and 'data-parameter="size"' in failure
+    assert 'data-parameter="token"' not in failure and "s3cr3t" not in failure  # ephemeral: never named or shown
+    assert "from <code>2</code> to <code>3</code>" in failure and 'id="change-parameters"' in failure
 
 
 def test_a_command_that_printed_hundreds_of_lines_is_quoted_from_its_end(app: Flask, world: World) -> None:
