@@ -174,6 +174,14 @@ def test_a_commands_error_line_is_preferred_to_its_last_and_older_wordings_are_r
     # No line reads as an error: the output's last line is the nearest to why.
     quiet = heading + [(6, "Error running command 'x': exit status 1. Output: step one"), (7, "step two"), (8, "")]
     assert cause_from_lines("local-exec provisioner error", quiet).message == "step two"
+    # A command of several lines that printed nothing: its exit status, linked to the line that says it.
+    silent = heading + [(6, "Error running command 'set -e"), (7, "false': exit status 1. Output: "), (8, "")]
+    assert cause_from_lines("local-exec provisioner error", silent) == FailureCause(
+        message="The command 'set -e\\nfalse' failed: exit status 1.",
+        resource="terraform_data.a",
+        log_line_id=7,
+        summary="local-exec provisioner error",
+    )
     # An error of the daemon's own is not replaced by the log's words.
     lost = cause_from_lines("The provisioner daemon stopped responding.", older)
     assert (lost.message, lost.summary) == ("The provisioner daemon stopped responding.", "")

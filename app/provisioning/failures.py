@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from itertools import accumulate
 
 from sqlalchemy import Select, func, literal_column, select
 
@@ -146,7 +147,7 @@ def _real_cause(after: Sequence[tuple[int, str]]) -> tuple[int, str] | None:
     # A provisioner's command failed: its own output says why (git's "fatal: unable to access ..."), the
     # first line that reads as an error, else its last line; with no output, the exit status is all there is.
     output_starts = command.start("output")
-    offsets = [sum(len(text) + 1 for _, text in detail[:index]) for index in range(len(detail))]
+    offsets = [0, *accumulate(len(text) + 1 for _, text in detail[:-1])]  # where each line begins in ``joined``
     output: list[tuple[int, str]] = []
     for (line_id, text), offset in zip(detail, offsets, strict=True):
         end = offset + len(text)
@@ -156,8 +157,9 @@ def _real_cause(after: Sequence[tuple[int, str]]) -> tuple[int, str] | None:
         if piece:
             output.append((line_id, piece))
     if not output:
-        line_id = next(line_id for (line_id, _), offset in zip(detail, offsets, strict=True)
-                       if offset <= command.start("status"))  # fmt: skip
+        # The line the status is on (a command of several lines puts it below the first).
+        line_id = [line_id for (line_id, _), offset in zip(detail, offsets, strict=True)
+                   if offset <= command.start("status")][-1]  # fmt: skip
         return line_id, f"The command {command.group('command')!r} failed: {command.group('status')}."
     return next(((line_id, text) for line_id, text in output if _READS_AS_ERROR.search(text)), output[-1])
 
