@@ -37,6 +37,17 @@ class JobLog(Message):
     output: str
 
 
+class ChangedParameter(Message):
+    """A parameter whose value differs from the workspace's last good build (ephemeral ones never are: each build
+    asks for them anew and none keeps them, so their values are never shown here)."""
+
+    name: str
+    label: str
+    previous: str = ""
+    value: str = ""
+    mutable: bool = True
+
+
 class FailureCause(Message):
     """Why a failed job failed, as its page, the API and the CLI show it: the error's first line, the resource
     Terraform was working on (an address such as ``null_resource.setup``; empty when none), and the stored log line
@@ -45,6 +56,15 @@ class FailureCause(Message):
     message: str
     resource: str = ""
     log_line_id: int | None = None
+    # Terraform's own heading when the message is something more specific it wrapped ("local-exec provisioner
+    # error" around the command's "fatal: unable to access ..."); empty when the message is the heading itself.
+    summary: str = ""
+    # On a workspace build: the parameters that changed since the workspace's last good build and that the failing
+    # resource uses (or, when that cannot be known, all that changed: ``parameters_used`` False), and the likely fix:
+    # "change_parameters" when one of them may be changed, else "retry".
+    changed_parameters: tuple[ChangedParameter, ...] = ()
+    parameters_used: bool = False
+    likely_fix: str = ""
 
 
 class LogStreamEnd(Message):

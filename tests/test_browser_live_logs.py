@@ -86,6 +86,8 @@ def test_build_log_streams_into_the_page(page: Page, tmp_path: Path) -> None:
 
         # The same deployment, a build that fails: its cause arrives without a reload, the log opens at the error.
         _check_failures_explain_themselves(page, server, env, tmp_path)
+        # And one that fails because of a parameter the person just changed.
+        _check_a_changed_parameter_is_named(page, server, env, tmp_path)
 
 
 # A start that prints a long log, then fails in its local-exec while the page watches.
@@ -121,7 +123,8 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     cause = page.locator("#job-failure .failure")
     cause.wait_for(timeout=60_000)
     assert page.evaluate("window.notReloaded")
-    assert "local-exec provisioner error" in cause.inner_text()
+    # The command's own words, not the wrapper Terraform puts around them ("local-exec provisioner error").
+    assert "fails on purpose" in cause.inner_text() and "provisioner error" not in cause.inner_text()
     assert page.locator("#job-failure .failure-resource code").inner_text() == "terraform_data.broken[0]"
     assert page.locator("#retry-build").is_visible() and page.locator("#retry-build-debug").is_visible()
     page.screenshot(path=str(ARTIFACTS / "build-failed-live.png"), full_page=True)
@@ -132,7 +135,7 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     anchor = page.locator("#job-failure .failure-link").get_attribute("href") or ""
     line_id = anchor.split("#")[1]
     first_error = page.locator(f"#{line_id}")
-    assert first_error.inner_text().split("\n")[-1].startswith("Error: local-exec provisioner error")
+    assert first_error.inner_text().split("\n")[-1].strip() == "fails on purpose"
     page.wait_for_function(
         """id => { const log = document.getElementById("log"), line = document.getElementById(id);
                    const box = log.getBoundingClientRect(), at = line.getBoundingClientRect();
@@ -147,7 +150,7 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     # The list says why too, and links to the line.
     page.goto(f"{server.url}/workspaces")
     summary = page.locator('[data-failure="failing"]')
-    assert "local-exec provisioner error" in summary.inner_text()
+    assert "fails on purpose" in summary.inner_text()
     assert summary.locator("a").get_attribute("href") == f"{build_url.removeprefix(server.url)}#{line_id}"
 
     # On a phone the cause and its buttons wrap: nothing pushes the page sideways.
@@ -168,8 +171,9 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     workspaces = httpx.get(f"{server.url}/api/v2/workspaces", headers={"Authorization": f"Bearer {token}"}).json()
     failing = next(item for item in workspaces if item["name"] == "failing")
     failure = failing["latest_build"]["job"]["failure"]
-    assert failure == {
-        "message": "local-exec provisioner error",
+    assert {key: failure[key] for key in ("message", "summary", "resource", "log_line_id")} == {
+        "message": "fails on purpose",
+        "summary": "local-exec provisioner error",
         "resource": "terraform_data.broken[0]",
         "log_line_id": int(line_id.removeprefix("log-line-")),
     }
@@ -185,7 +189,7 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     started = run_cli("start", "failing", env=env)
     output = started.stdout + started.stderr
     assert started.returncode != 0, output
-    assert "failed: local-exec provisioner error (in terraform_data.broken[0])" in output
+    assert "failed: fails on purpose (in terraform_data.broken[0])" in output
     assert f"hint: the error in the log: {server.url}/builds/" in output and "#log-line-" in output
     assert "Traceback" not in output
 
@@ -196,7 +200,7 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     assert "#4 start" in page.locator("h1").inner_text()
     assert "TF_LOG=debug" in page.locator(".flash").first.inner_text()
     assert page.locator(".log-line.level-debug", has_text="[DEBUG]").count() > 0
-    assert "local-exec provisioner error" in page.locator("#job-failure .failure-message").inner_text()
+    assert "fails on purpose" in page.locator("#job-failure .failure-message").inner_text()
     assert page.locator(".log-line.level-error", has_text="[DEBUG]").count() == 0
 
     # An import with a syntax error reads as Terraform prints it, not as a parser's words, in the order it ran.
@@ -215,3 +219,69 @@ def _check_failures_explain_themselves(page: Page, server: ServerProcess, env: d
     headers = [h.split("\n")[0] for h in page.locator(".log-stage").all_inner_texts()]
     assert headers[0] == "Setting up" and headers[-1] == "Cleaning up"
     page.screenshot(path=str(ARTIFACTS / "import-syntax-error.png"), full_page=True)
+
+
+# Clones the repository a mutable parameter names, when one is named (replaced, and so cloned again, whenever it
+# changes).
+DOTFILES_TEMPLATE = """
+terraform {
+  required_providers {
+    coder = { source = "coder/coder" }
+  }
+}
+data "coder_workspace" "me" {}
+data "coder_parameter" "repo" {
+  name         = "repo_url"
+  display_name = "Dotfiles repository"
+  type         = "string"
+  mutable      = true
+  default      = ""
+}
+resource "terraform_data" "dotfiles" {
+  count            = data.coder_parameter.repo.value == "" ? 0 : data.coder_workspace.me.start_count
+  triggers_replace = data.coder_parameter.repo.value
+  provisioner "local-exec" {
+    command = "git clone '${data.coder_parameter.repo.value}' $(mktemp -d)/dotfiles"
+  }
+}
+"""
+
+
+def _check_a_changed_parameter_is_named(page: Page, server: ServerProcess, env: dict[str, str], tmp_path: Path) -> None:
+    """Real Terraform, a real `git clone`: the first build names no repository and succeeds (a local one would be
+    out of the daemon's sandbox's sight); the repository is changed to one nothing answers at, and the build fails.
+    Its summary quotes git, names the change, and offers Change parameters first."""
+    template = tmp_path / "dotfiles"
+    template.mkdir()
+    (template / "main.tf").write_text(DOTFILES_TEMPLATE)
+    pushed = run_cli("templates", "push", "dotfiles", "-d", str(template), env=env)
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+
+    page.goto(f"{server.url}/workspaces/new?template=dotfiles")
+    page.fill("input[name=name]", "dots")
+    page.click("form.card button[type=submit]")
+    page.wait_for_selector("#job-actions a", timeout=90_000)  # the build ended
+    assert page.locator("#job-status").inner_text().strip() == "running", page.locator("#log").inner_text()
+    page.click("#job-actions a")  # "Open workspace"
+    page.wait_for_selector(".page-head")
+    workspace_url = page.url
+
+    unreachable = "http://127.0.0.1:9/nothing.git"
+    page.goto(f"{workspace_url}/parameters")
+    page.fill('[name="param.repo_url"]', unreachable)
+    page.click("#parameters-submit")
+    cause = page.locator("#job-failure .failure")
+    cause.wait_for(timeout=90_000)  # arrives by the stream's end event: the live page is explained too
+    for shown in (page, None):
+        if shown is None:
+            page.goto(workspace_url)
+        message = page.locator("#job-failure .failure-message").inner_text()
+        assert message.startswith("fatal: unable to access 'http://127.0.0.1:9/nothing.git/'"), message
+        changed = page.locator('#job-failure [data-parameter="repo_url"]').inner_text()
+        assert changed == f"You changed Dotfiles repository from empty to {unreachable}"
+        primary = page.locator("#job-failure .failure-actions .btn-primary")
+        assert primary.count() == 1 and primary.inner_text() == "Change parameters"
+        assert page.locator("#retry-build").is_visible()
+    page.screenshot(path=str(ARTIFACTS / "failure-change-parameters.png"), full_page=True)
+    page.click("#change-parameters")
+    page.wait_for_url(f"{workspace_url}/parameters")

@@ -72,7 +72,8 @@ def test_stream_delivers_lines_while_the_job_runs(api: httpx.Client, daemon: Htt
     assert [e.json["output"] for e in received if e.event == "log"] == ["planning the world", "second"]
     assert received[-1].event == "end" and received[-1].json["status"] == "failed"
     # How it ended, and why: the error's first line, and no log line to point at (none was an error).
-    failure = {"message": "boom", "resource": "", "log_line_id": None}
+    failure = {"message": "boom", "resource": "", "log_line_id": None, "summary": ""}
+    failure |= {"changed_parameters": [], "parameters_used": False, "likely_fix": ""}
     assert received[-1].json == {"status": "failed", "error": "boom", "failure": failure}
     ids = [e.id for e in received if e.event == "log"]
     assert ids == sorted(ids) and None not in ids

@@ -8,6 +8,7 @@ already on the page it is sent out of band.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,7 @@ from app.provisioning.jobs import job_logs
 from app.provisioning.log_api import follow_job
 from app.provisioning.models import FAILED, LogLine, ProvisionerJob, ProvisionerJobLog
 from app.provisioning.presenter import job_json
+from protocol.logs import FailureCause
 
 # What a job's page shows once the job ends: fixed HTML, or HTML made from the ended job.
 FollowUp = Markup | Callable[[ProvisionerJob], str]
@@ -79,6 +81,15 @@ class LogHtml:
         return f'<span id="{target}" class="stage-duration" hx-swap-oob="true">{duration}</span>'
 
 
+@dataclass(frozen=True)
+class FailureHints:
+    """What a feature above adds to a failed job's cause when its stream ends: ``explain`` (the cause, with e.g. the
+    parameters it likely comes from) and where to change them."""
+
+    explain: Callable[[FailureCause], FailureCause | None]
+    change_parameters_url: str | None = None
+
+
 class HtmlRenderer:
     """The dashboard's stream: `log` events append HTML (status changes ride along out of band), `end` closes."""
 
@@ -90,9 +101,11 @@ class HtmlRenderer:
         job_status: bool,
         follow_up: FollowUp,
         retry_url: str | None = None,
+        failure_hints: FailureHints | None = None,
     ) -> None:
         self.log = LogHtml(open_stage)
         self.retry_url = retry_url
+        self.failure_hints = failure_hints
         self.status_of = status_of
         self.job_status = job_status
         self.follow_up = follow_up
@@ -118,11 +131,14 @@ class HtmlRenderer:
         closing = self.log.render([], end=job.completed_at or job.updated_at)
         took = _duration(job.started_at, job.completed_at) if job.started_at and job.completed_at else ""
         summary = f'<span class="muted">{escape(job.status.capitalize())}{f" in {took}" if took else ""}.</span>'
+        cause = failure_cause(job)
+        hints = self.failure_hints
         failure = render_template(
             "provisioning/_partials/failure.html",
-            failure=failure_cause(job),
+            failure=hints.explain(cause) if hints is not None and cause is not None else cause,
             oob=True,
             retry_url=self.retry_url if job.status == FAILED else None,
+            change_parameters_url=hints.change_parameters_url if hints is not None else None,
         )
         # Joined as plain strings: adding a str to Markup would escape the badge's HTML.
         parts = [closing, self._badge(self.status_of(job)), failure, summary, self._follow_up(job)]
@@ -177,13 +193,17 @@ def page_stream(
     job_status: bool,
     follow_up: FollowUp,
     retry_url: str | None = None,
+    failure_hints: FailureHints | None = None,
 ) -> Response:
     """The live stream a job's page connects to, resuming after ``?after=`` or Last-Event-ID. ``follow_up`` is
     shown when the job ends (the page's next step; a function of the ended job when the step depends on how
-    it ended); ``retry_url``, where the viewer may retry a failed job."""
+    it ended); ``retry_url``, where the viewer may retry a failed job; ``failure_hints``, what the job's feature adds
+    to its cause (a workspace build: the parameters changed since its last good build)."""
     cursor = stream_cursor(request.args.get("after"), request.headers.get("Last-Event-ID"))
     opening = stage_opening(job.id, cursor)
-    renderer = HtmlRenderer(opening, status_of, job_status=job_status, follow_up=follow_up, retry_url=retry_url)
+    renderer = HtmlRenderer(
+        opening, status_of, job_status=job_status, follow_up=follow_up, retry_url=retry_url, failure_hints=failure_hints
+    )
     return event_stream(follow_job(get_relay(), job.id, cursor, renderer))
 
 

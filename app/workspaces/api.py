@@ -21,11 +21,12 @@ from app.resources.models import WorkspaceResource
 from app.resources.presenter import health_of, resource_json
 from app.resources.services import job_resources, jobs_resources
 from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN, User
-from app.workspaces import services, updates
+from app.workspaces import failure_hints, services, updates
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import parameter_values_field
 from app.workspaces.search import searched, sorted_workspaces
 from protocol.codec import JsonObject
+from protocol.logs import FailureCause
 
 bp = api_blueprint("workspaces_api", __name__)
 
@@ -66,7 +67,14 @@ def builds_json(
 
 
 def build_json(build: WorkspaceBuild, *, viewer: User) -> JsonObject:
-    return builds_json([build], viewer=viewer)[0]
+    """One build's object; a failed one's cause also names the parameters it likely comes from (read for one build,
+    never for lists: it may read the template's HCL)."""
+    shown = builds_json([build], viewer=viewer)[0]
+    job = shown["job"]
+    if isinstance(job, dict) and isinstance(failure := job.get("failure"), dict):
+        explained = failure_hints.explain(build, FailureCause.from_json(failure))
+        shown["job"] = {**job, "failure": explained.to_json() if explained is not None else None}
+    return shown
 
 
 def workspaces_json(workspaces: Sequence[Workspace], *, viewer: User) -> list[JsonObject]:

@@ -25,17 +25,18 @@ from app.events.streams import follow_changes, follow_statuses, seen_token
 from app.externalauth import services as external_auth
 from app.provisioning.failures import failure_cause, failure_causes
 from app.provisioning.jobs import cancel_job
-from app.provisioning.log_html import log_page_context, page_stream, retry_from_form
+from app.provisioning.log_html import FailureHints, log_page_context, page_stream, retry_from_form
 from app.provisioning.models import FAILED
 from app.provisioning.overview import daemons_serving
 from app.provisioning.sections import job_sections
 from app.resources.services import job_resources
 from app.users.models import User
-from app.workspaces import services, sharing, sharing_views
+from app.workspaces import failure_hints, services, sharing, sharing_views
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import field_labels, form_parameters, form_values, shown_parameters
 from app.workspaces.search import searched, sorted_workspaces
 from app.workspaces.sections import workspace_sections
+from protocol.logs import FailureCause
 from protocol.provisionerd import NameValue, Preset
 
 bp = page_blueprint("workspaces", __name__)
@@ -268,8 +269,9 @@ def workspace_page(
         latest=latest,
         parameters=shown_parameters(latest.template_version.parameters, latest.parameters),
         status=services.build_status(latest),
-        failure=failure_cause(latest.job),
+        failure=failure_hints.explain(latest, failure_cause(latest.job)),
         retry_url=_retry_url(user, latest),
+        change_parameters_url=_change_parameters_url(user, latest),
         resources=resources,
         sections=sections,
         can_act=services.can_act(user, workspace),
@@ -388,6 +390,8 @@ def build(build_id: str) -> str:
         status=services.build_status(found),
         can_confirm=can_confirm,
         retry_url=_retry_url(user, found),
+        change_parameters_url=_change_parameters_url(user, found),
+        failure=failure_hints.explain(found, failure_cause(found.job)),
         sections=job_sections(found.job, f"build #{found.build_number}"),
         **context,
     )
@@ -403,6 +407,14 @@ def _retry_url(user: User, build: WorkspaceBuild) -> str | None:
     return url_for("workspaces.retry", build_id=build.id)
 
 
+def _change_parameters_url(user: User, build: WorkspaceBuild) -> str | None:
+    """Where to change the parameters a failed build used, offered beside Retry when the same viewer could retry it
+    (the change builds anew from the latest build's values)."""
+    if _retry_url(user, build) is None:
+        return None
+    return url_for("workspaces.change_parameters", workspace_id=build.workspace_id)
+
+
 @bp.get("/builds/<build_id>/log/stream")
 def build_log_stream(build_id: str) -> Response:
     user = page_user()
@@ -410,13 +422,23 @@ def build_log_stream(build_id: str) -> Response:
     transition = found.transition
     link = url_for("workspaces.show", workspace_id=found.workspace_id)
     follow_up = Markup(f' <a class="btn btn-small" href="{escape(link)}">Open workspace</a>')  # noqa: S704 - escaped
-    retry_url = url_for("workspaces.retry", build_id=found.id) if services.can_act(user, found.workspace) else None
+    can_act = services.can_act(user, found.workspace)
+    retry_url = url_for("workspaces.retry", build_id=found.id) if can_act else None
+    build_id = found.id
+
+    def explain(cause: FailureCause) -> FailureCause | None:
+        # Read again when the stream ends: the build loaded for the request is not this session's to use later.
+        ended = db.session.get(WorkspaceBuild, build_id)
+        return failure_hints.explain(ended, cause) if ended is not None else cause
+
+    change_url = url_for("workspaces.change_parameters", workspace_id=found.workspace_id) if can_act else None
     return page_stream(
         found.job,
         lambda job: services.status_for(job.status, transition),
         job_status=False,
         follow_up=follow_up,
         retry_url=retry_url,
+        failure_hints=FailureHints(explain, change_url),
     )
 
 
