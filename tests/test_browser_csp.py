@@ -354,6 +354,7 @@ NOT_PAGES = {
     "lifecycle.promotion_check": "an htmx fragment of the version page",
     "agents.log_stream": "an event stream",
     "agents.panel": "an htmx fragment of the workspace page",
+    "agents.terminal_current": "JSON the terminal page reads (the agent to reconnect to)",
     "provisioners.events": "an event stream",
     "provisioners.jobs_events": "an event stream",
     "provisioners.live_overview": "an htmx fragment of the provisioners page",

@@ -399,3 +399,27 @@ def test_a_workspace_without_agents_shows_no_connect_block(app: Flask, world: Wo
     world.stop(workspace["id"])
     page = browser(app, "carol").get(f"/workspaces/{workspace['id']}").get_data(as_text=True)
     assert 'id="connect"' not in page and 'id="build-timeline"' in page
+
+
+def test_the_terminal_asks_for_the_agent_now_serving_the_workspace(app: Flask, personas: dict[str, Persona]) -> None:
+    """An open terminal whose socket closed asks which agent serves the workspace now: after a restart (a stop and
+    a start) a new one under the same name, which it reconnects to once connected; none while stopped."""
+    agents = AgentWorld(app, personas)
+    old = agents.agent()["id"]
+    path = f"/workspaces/{agents.workspace['id']}/agents/{old}/terminal/current"
+    carol = browser(app, "carol")
+    same = carol.get(path).json["agent"]
+    assert same["id"] == old and same["terminal_url"].endswith(f"/agents/{old}/terminal")
+    agents.finish(agents.build("stop")["job"]["id"], [])
+    assert carol.get(path).json == {"agent": None}
+    agents.finish(agents.build("start")["job"]["id"], AGENT_START)
+    new = agents.agent()["id"]
+    assert new != old
+    found = carol.get(path).json["agent"]
+    assert found["id"] == new and found["status"] == "connecting" and found["name"] == AGENT["name"]
+    assert found["socket_path"] == f"/api/v2/workspaceagents/{new}/tunnel"
+    with app.app_context():
+        agent_services.mark_connected(new, "c1")
+    assert carol.get(path).json["agent"]["status"] == "connected"
+    # A way in is the workspace's users' alone: the template admin reads the workspace but gets no terminal.
+    assert browser(app, "bob").get(path).status_code == 403
