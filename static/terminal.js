@@ -88,6 +88,7 @@
     if (watching) return;
     watching = true;
     let delay = 1000;
+    let retry = wasOpen;
     const check = async () => {
       let found = null;
       try {
@@ -122,13 +123,15 @@
           return;
         }
         show("waiting for the new agent to connect…", "badge-info");
-      } else if (found && found.status === "connected" && wasOpen) {
-        // The same agent (its connection dropped, or a stop has not replaced it yet): try its session once; if
-        // that is refused, this watch goes on for a new agent.
+      } else if (found && found.status === "connected" && retry) {
+        // The same agent, connected (its connection dropped and came back, or a stop has not replaced it yet):
+        // try its session once; if that is refused, this watch goes on for a new agent.
         show("reconnecting…", "badge-info");
         watching = false;
         connect();
         return;
+      } else if (found && found.status !== "connected") {
+        retry = true;  // the same agent, not connected now: worth a try once it is again
       } else if (found === null) {
         show("the workspace has no agent now (stopped or building)", "badge-err");
       }
