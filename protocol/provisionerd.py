@@ -248,3 +248,6 @@ class JobFailure(Message):
     state: bytes | None = None
     # What ran before the failure, as JobCompletion.timings.
     timings: Timings = ()
+    # For a build whose apply failed part-way, the resources its state holds (created before the failure: they
+    # exist and run); empty otherwise, and from a daemon of a release before them.
+    resources: tuple[Resource, ...] = ()

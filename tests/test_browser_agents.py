@@ -147,7 +147,7 @@ def test_stop_from_the_page_shows_the_shutdown_then_the_workspace_stopped(deploy
         page.get_by_role("button", name="Stop").click()
         expect(page.locator("h1")).to_have_text("stopper · build #2 stop")
         expect(page.locator("#job-actions a")).to_have_text("Open workspace", timeout=WAIT)
-        expect(page.locator("#job-status")).to_have_text("stopped")
+        expect(page.locator("#job-status")).to_have_text("succeeded")  # the build's own status
 
         # The tab left open follows without a reload: while the stop runs, the outgoing agent's panel stays and
         # shows it shutting down with its shutdown script's output; once stopped, the panel goes.
@@ -242,6 +242,64 @@ def test_the_web_terminal_reattaches_after_the_page_is_closed(deployment: Deploy
         reopened.keyboard.press("Enter")
         expect(terminal_row(reopened, "fresh-unset")).to_have_count(1, timeout=15_000)
         expect(terminal_row(reopened, "before-kept-42")).to_have_count(0)
+
+
+# Every text the terminal's state badge shows, in order, kept in the page itself.
+RECORD_STATES = """() => {
+  window.states = [];
+  const badge = document.getElementById("terminal-state");
+  const note = () => {
+    if (window.states[window.states.length - 1] !== badge.textContent) window.states.push(badge.textContent);
+  };
+  new MutationObserver(note).observe(badge, { subtree: true, childList: true, characterData: true });
+  note();
+}"""
+
+
+def test_the_page_leads_with_connect_on_a_phone_and_an_open_terminal_follows_a_rebuild(
+    deployment: Deployment, page: Page
+) -> None:
+    """At 390 px the Connect block (the agent: terminal, apps, SSH command) comes right after the status and
+    actions; a terminal left open while the workspace restarts (a stop and a start: a new agent) reconnects to the
+    new agent by itself and types into a new shell there."""
+    with started(deployment, "follow") as agent:
+        sign_in(page, deployment, "alice")
+        workspace_url = f"{deployment.url}/workspaces/{deployment.workspace('alice', 'follow')['id']}"
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.goto(workspace_url)
+        connect = page.locator("#connect")
+        expect(connect.get_by_role("link", name="Terminal")).to_be_visible()
+        top = connect.bounding_box()
+        schedule = page.locator("#schedule-card").bounding_box()
+        timeline = page.locator("#build-timeline").bounding_box()
+        assert top is not None and schedule is not None and timeline is not None
+        print(f"Connect block at y={top['y']:.0f} px of a 390 px wide page")  # measured, for the report
+        assert top["y"] < 844 and top["y"] < schedule["y"] < timeline["y"], (top, schedule, timeline)
+        page.screenshot(path=str(ARTIFACTS / "workspace-page-390-connect-first.png"), full_page=True)
+
+        page.set_viewport_size({"width": 1000, "height": 700})
+        page.goto(f"{workspace_url}/agents/{agent['id']}/terminal")
+        expect(page.locator("#terminal-state")).to_have_text("connected", timeout=30_000)
+        page.keyboard.type("echo before-$((20+1))")
+        page.keyboard.press("Enter")
+        expect(terminal_row(page, "before-21")).to_have_count(1, timeout=15_000)
+        page.evaluate(RECORD_STATES)
+
+        restarted = deployment.cli("alice", "restart", "follow", "-y")
+        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+        new_agent = deployment.wait_ready("alice", "follow")
+        assert new_agent["id"] != agent["id"]
+        followed = re.compile(rf"/agents/{new_agent['id']}/terminal\?session=[0-9a-f-]{{36}}$")
+        expect(page).to_have_url(followed, timeout=WAIT)
+        expect(page.locator("#terminal-state")).to_have_text("connected", timeout=WAIT)
+        states = page.evaluate("window.states")
+        assert "reconnecting to the new agent…" in states, states
+        expect(page.get_by_role("link", name="Open the new terminal")).to_be_hidden()
+        page.keyboard.type("echo after-$((40+2))")
+        page.keyboard.press("Enter")
+        expect(terminal_row(page, "after-42")).to_have_count(1, timeout=15_000)  # a shell on the new agent
+        expect(terminal_row(page, "[the workspace was rebuilt: reconnecting to its new agent]")).to_have_count(1)
+        page.screenshot(path=str(ARTIFACTS / "agent-terminal-followed-rebuild.png"))
 
 
 def test_only_the_owner_gets_a_terminal_and_members_see_nothing(deployment: Deployment, page: Page) -> None:

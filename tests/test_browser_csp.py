@@ -126,7 +126,7 @@ def test_a_build_log_streams_live_under_the_policy(deployment: Deployment, page:
     page.wait_for_selector("text=first-line-out", timeout=30_000)
     assert page.locator("text=last-line-out").count() == 0
     expect(page.locator("#job-actions a")).to_be_visible(timeout=WAIT)  # the end event replaced the actions
-    expect(page.locator("#job-status")).to_have_text("running")
+    expect(page.locator("#job-status")).to_have_text("succeeded")
     expect(page.locator("text=last-line-out")).to_have_count(1)
     # The jobs tab showed the build arrive and end without a reload.
     newest = jobs.locator("#all-jobs-table tbody tr").first
@@ -247,7 +247,7 @@ def test_the_workspace_page_changes_parameters_through_a_real_build(
     expect(timeline).to_have_count(2)
     expect(timeline.first).to_contain_text("#2 start")
     expect(timeline.first).to_contain_text("alice")
-    expect(timeline.first.locator(".status-running")).to_be_visible()
+    expect(timeline.first.locator(".status-succeeded")).to_be_visible()
     expect(parameters).to_contain_text("hi there")
     expect(parameters).to_contain_text("8081")
     page.screenshot(path=str(ARTIFACTS / "workspace-page-changed.png"), full_page=True)
@@ -354,6 +354,7 @@ NOT_PAGES = {
     "lifecycle.promotion_check": "an htmx fragment of the version page",
     "agents.log_stream": "an event stream",
     "agents.panel": "an htmx fragment of the workspace page",
+    "agents.terminal_current": "JSON the terminal page reads (the agent to reconnect to)",
     "provisioners.events": "an event stream",
     "provisioners.jobs_events": "an event stream",
     "provisioners.live_overview": "an htmx fragment of the provisioners page",

@@ -45,14 +45,14 @@ def test_build_log_streams_into_the_page(page: Page, tmp_path: Path) -> None:
         page.fill("input[name=name]", "watched")
         page.click("form.card button[type=submit]")
 
-        # The first line arrives while Terraform still sleeps: the badge says starting, not yet running.
+        # The first line arrives while Terraform still sleeps: the badge says running, not yet succeeded.
         page.wait_for_selector("text=first-line-out", timeout=30_000)
-        assert page.locator("#job-status").inner_text().strip() == "starting"
+        assert page.locator("#job-status").inner_text().strip() == "running"
         assert page.locator("text=last-line-out").count() == 0
         page.screenshot(path=str(ARTIFACTS / "build-log-while-running.png"), full_page=True)
 
         page.wait_for_selector("#job-actions a", timeout=30_000)  # the end event replaced the actions
-        assert page.locator("#job-status").inner_text().strip() == "running"
+        assert page.locator("#job-status").inner_text().strip() == "succeeded"
         assert page.locator("text=last-line-out").count() == 1
         headers = page.locator(".log-stage").all_inner_texts()
         assert [h.split("\n")[0] for h in headers] == [

@@ -213,5 +213,5 @@ def test_the_build_page_shows_the_plan_and_confirms_it_in_a_browser(deployment: 
         page.wait_for_selector("text=Confirmed: the plan is being applied.")
         # The page follows the applying job live (its stream opened after the confirmation) to its end.
         page.wait_for_selector("text=/Succeeded in/", timeout=120_000)
-        assert page.locator("#job-status").inner_text().strip() == "running"  # the workspace's status after a start
+        assert page.locator("#job-status").inner_text().strip() == "succeeded"  # the build's own status
     assert destroyed(deployment, "delta") == 1

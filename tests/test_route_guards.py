@@ -377,6 +377,7 @@ SHARED_WORKSPACE_NEEDS = {
     "agents.panel": "read",
     "agents.log_stream": "read",
     "agents.terminal": "use",
+    "agents.terminal_current": "use",
     "agents_api.listening_ports": "read",
     "timings_api.build_timings": "read",
     "agents_api.list_port_shares": "read",

@@ -64,8 +64,10 @@ def test_the_timeline_shows_each_build_with_who_why_when_how_long_status_version
     newest, stopped, first = rows
     assert "#3 start" in newest and "alice" in newest and "manual" in newest and "status-pending" in newest
     assert "queued" in newest  # not run yet: no duration
-    assert "#2 stop" in stopped and "autostop" in stopped and "status-stopped" in stopped
+    assert "#2 stop" in stopped and "autostop" in stopped and "status-succeeded" in stopped
     assert "#1 start" in first and ">carol<" in first
+    # Each build's own status: a start that succeeded reads "succeeded", never the workspace's "running".
+    assert "status-succeeded" in first and "status-running" not in page[page.index('id="build-timeline"') :]
     carol_auth = world.personas["carol"].auth
     version = world.client.get(f"/api/v2/templateversions/{world.v1}", headers=carol_auth).json["name"]
     for row in (stopped, first):
@@ -363,3 +365,61 @@ def test_the_agent_panel_shows_dev_containers_and_the_ai_tasks_app(app: Flask, p
     assert re.search(r'>Web\s*<span class="badge badge-info" title="[^"]*AI task[^"]*">AI task</span>', shown)
     assert shown.count(">AI task<") == 1
     assert '<code>/workspaces/project</code> <span class="muted">(.devcontainer.json)</span>' in shown
+
+
+def test_the_page_leads_with_status_and_actions_then_connect_then_the_rest(
+    app: Flask, personas: dict[str, Persona]
+) -> None:
+    """What a person came for first: status and actions, then Connect (the agent's terminal, apps and SSH command
+    with its copy button), then schedule, resources, parameters, sharing and the timeline, in the HTML's order
+    (which is also the order on a phone, where the columns stack)."""
+    agents = AgentWorld(app, personas)
+    with app.app_context():
+        agent_services.mark_connected(agents.agent()["id"], "c1")
+    page = browser(app, "carol").get(f"/workspaces/{agents.workspace['id']}").get_data(as_text=True)
+    marks = [
+        'class="page-head"',
+        'id="connect"',
+        'id="schedule-card"',
+        'id="resources-card"',
+        'id="parameters-card"',
+        'id="sharing-card"',
+        'id="build-timeline"',
+    ]
+    positions = [page.index(mark) for mark in marks]
+    assert positions == sorted(positions), dict(zip(marks, positions, strict=True))
+    connect = page[page.index('id="connect"') : page.index('id="schedule-card"')]
+    assert ">Connect</h2>" in connect and ">Terminal</a>" in connect and "slipway ssh w1" in connect
+    assert "agent-card" in connect and "copy" in connect.lower()
+    assert page.count("agent-card") == connect.count("agent-card")  # the panel moved: not shown twice
+
+
+def test_a_workspace_without_agents_shows_no_connect_block(app: Flask, world: World) -> None:
+    workspace = world.create()
+    world.stop(workspace["id"])
+    page = browser(app, "carol").get(f"/workspaces/{workspace['id']}").get_data(as_text=True)
+    assert 'id="connect"' not in page and 'id="build-timeline"' in page
+
+
+def test_the_terminal_asks_for_the_agent_now_serving_the_workspace(app: Flask, personas: dict[str, Persona]) -> None:
+    """An open terminal whose socket closed asks which agent serves the workspace now: after a restart (a stop and
+    a start) a new one under the same name, which it reconnects to once connected; none while stopped."""
+    agents = AgentWorld(app, personas)
+    old = agents.agent()["id"]
+    path = f"/workspaces/{agents.workspace['id']}/agents/{old}/terminal/current"
+    carol = browser(app, "carol")
+    same = carol.get(path).json["agent"]
+    assert same["id"] == old and same["terminal_url"].endswith(f"/agents/{old}/terminal")
+    agents.finish(agents.build("stop")["job"]["id"], [])
+    assert carol.get(path).json == {"agent": None}
+    agents.finish(agents.build("start")["job"]["id"], AGENT_START)
+    new = agents.agent()["id"]
+    assert new != old
+    found = carol.get(path).json["agent"]
+    assert found["id"] == new and found["status"] == "connecting" and found["name"] == AGENT["name"]
+    assert found["socket_path"] == f"/api/v2/workspaceagents/{new}/tunnel"
+    with app.app_context():
+        agent_services.mark_connected(new, "c1")
+    assert carol.get(path).json["agent"]["status"] == "connected"
+    # A way in is the workspace's users' alone: the template admin reads the workspace but gets no terminal.
+    assert browser(app, "bob").get(path).status_code == 403

@@ -51,13 +51,13 @@ def test_member_creates_and_watches_a_workspace(app: Flask, client: FlaskClient,
     daemon.call(f"/jobs/{job_id}/acquire")
     daemon.call(f"/jobs/{job_id}/logs", {"logs": [{"stage": "Planning infrastructure", "output": "Plan: 2 to add"}]})
     running = client.get(created.headers["Location"]).get_data(as_text=True)
-    assert "Plan: 2 to add" in running and "status-starting" in running and "sse-connect" in running
+    assert "Plan: 2 to add" in running and "status-running" in running and "sse-connect" in running
     daemon.call(
         f"/jobs/{job_id}/complete",
         {"workspace_build": {"state": base64.b64encode(b"{}").decode(), "resources": RESOURCES["start"]}},
     )
     finished = client.get(created.headers["Location"]).get_data(as_text=True)
-    assert "status-running" in finished and "sse-connect" not in finished  # nothing left to follow
+    assert "status-succeeded" in finished and "sse-connect" not in finished  # nothing left to follow
 
     listing = client.get("/workspaces").get_data(as_text=True)
     assert "ws" in listing and "status-running" in listing
@@ -147,7 +147,7 @@ def test_page_stream_continues_stages_and_ends_with_every_line(
     assert "two" in log_event and "three" in log_event and "one" not in log_event
     assert log_event.count('class="log-stage"') == 1  # only "Starting workspace": "two" continues the open stage
     assert 'hx-swap-oob="true"' in log_event and "-duration" in log_event  # the open stage's duration, now known
-    assert "status-running" in end_event and "Open workspace" in end_event and "Succeeded in" in end_event
+    assert "status-succeeded" in end_event and "Open workspace" in end_event and "Succeeded in" in end_event
     assert '<span class="badge' in end_event and "&lt;span" not in end_event  # markup, not escaped text
 
     dave = app.test_client()

@@ -27,6 +27,7 @@ from protocol.provisionerd import (
     PlannedChange,
     PlanReview,
 )
+from protocol.resources import Resource
 from workers.archive import ArchiveError, extract_archive
 from workers.job_control import JobControl, RunnerSettings
 from workers.provider_install import install_coder_provider, provider_digest
@@ -48,6 +49,7 @@ from workers.terraform import (
 )
 from workers.terraform.binary import terraform_version
 from workers.terraform.init_cache import CachedInit, InitCache
+from workers.terraform.state import StateFormatError, state_to_show_json
 from workers.timings import TimingRecorder
 from workers.workspace_tags import WorkspaceTagsError, read_workspace_tags
 
@@ -93,7 +95,20 @@ def _run_in(
     except ParseError as exc:
         return _failed(f"The template's resources are invalid: {exc}", log)
     except TerraformError as exc:
-        return JobFailure(error=exc.message, state=exc.state or None)
+        resources = _left_resources(exc.state) if job.workspace_build is not None else ()
+        return JobFailure(error=exc.message, state=exc.state or None, resources=resources)
+
+
+def _left_resources(state: bytes | None) -> tuple[Resource, ...]:
+    """The resources a build's failed apply left in its state: created before the failure, they exist (a process,
+    its agent), so the server lists them as the failed build's. A state that does not read leaves them out: the
+    failure is still reported, with the state itself for the next build."""
+    if not state:
+        return ()
+    try:
+        return tuple(parse_show_json(state_to_show_json(state)).resources)
+    except (StateFormatError, ParseError):
+        return ()
 
 
 def drop_coder_lock_entry(workdir: Path) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import urlsplit
 
-from flask import current_app, redirect, render_template, request, url_for
+from flask import current_app, jsonify, redirect, render_template, request, url_for
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response
 
@@ -262,6 +262,28 @@ def terminal(workspace_id: str, agent_id: str) -> str:
     return render_template(
         "agents/terminal.html", context=context, socket_path=socket_path, status=status_of(context.agent)
     )
+
+
+@bp.get("/workspaces/<workspace_id>/agents/<agent_id>/terminal/current")
+def terminal_current(workspace_id: str, agent_id: str) -> Response:
+    """Where an open terminal goes when its socket closes: a rebuild (update, restart) replaces the workspace's
+    agent with a new one, and the page asks for the agent now serving the workspace under the same name (or
+    its only agent), to reconnect to it once connected. ``agent``: null while the workspace has none (stopped,
+    failed, a build running)."""
+    context = _context(workspace_id, agent_id, need="connect")
+    current = services.shown_agents(context.workspace)
+    named = [agent for agent, _ in current if agent.name == context.agent.name]
+    successor = named[0] if named else current[0][0] if len(current) == 1 else None
+    agent: JsonObject | None = None
+    if successor is not None:
+        agent = {
+            "id": successor.id,
+            "name": successor.name,
+            "status": status_of(successor),
+            "terminal_url": url_for("agents.terminal", workspace_id=workspace_id, agent_id=successor.id),
+            "socket_path": urlsplit(url_for("agents_api.tunnel", agent_id=successor.id)).path,
+        }
+    return jsonify({"agent": agent})
 
 
 # Coder's URLs: a workspace (and its agent) by its owner's and its own name, as people link to them.

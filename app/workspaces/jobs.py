@@ -106,9 +106,12 @@ def build_complete(job: ProvisionerJob, completion: JobCompletion) -> None:
 
 
 def build_fail(job: ProvisionerJob, failure: JobFailure) -> None:
-    # An apply that failed part-way still changed real infrastructure: keep the state Terraform left.
+    # An apply that failed part-way still changed real infrastructure: keep the state Terraform left, and list
+    # the resources it holds as this build's (they exist and run; the workspace page and the API show them).
     if failure.state:
-        build_for_job(job).state = failure.state
+        build = build_for_job(job)
+        build.state = failure.state
+        store_resources(job.id, build.transition, failure.resources)
 
 
 def build_late(job: ProvisionerJob, state: bytes) -> str:

@@ -279,7 +279,6 @@ def workspace_page(
         # Start and stop: also the template's own admins (they manage its workspaces' builds).
         can_start_stop=services.can_start_stop(user, workspace),
         **_sharing_context(user, workspace),
-        status_of=services.build_status,
         stream_seen=seen,
     )
 
@@ -387,7 +386,10 @@ def build(build_id: str) -> str:
     return render_template(
         "workspaces/build.html",
         build=found,
-        status=services.build_status(found),
+        # The build's own status (succeeded, failed…), not the workspace's: "running" beside "Succeeded in 2s"
+        # read as a contradiction. The workspace's status is on the workspace's page.
+        status=found.job.status,
+        job_status=True,
         can_confirm=can_confirm,
         retry_url=_retry_url(user, found),
         change_parameters_url=_change_parameters_url(user, found),
@@ -419,7 +421,6 @@ def _change_parameters_url(user: User, build: WorkspaceBuild) -> str | None:
 def build_log_stream(build_id: str) -> Response:
     user = page_user()
     found = services.get_build_for(user, build_id)
-    transition = found.transition
     link = url_for("workspaces.show", workspace_id=found.workspace_id)
     follow_up = Markup(f' <a class="btn btn-small" href="{escape(link)}">Open workspace</a>')  # noqa: S704 - escaped
     can_act = services.can_act(user, found.workspace)
@@ -434,8 +435,8 @@ def build_log_stream(build_id: str) -> Response:
     change_url = url_for("workspaces.change_parameters", workspace_id=found.workspace_id) if can_act else None
     return page_stream(
         found.job,
-        lambda job: services.status_for(job.status, transition),
-        job_status=False,
+        lambda job: job.status,
+        job_status=True,
         follow_up=follow_up,
         retry_url=retry_url,
         failure_hints=FailureHints(explain, change_url),
