@@ -131,9 +131,24 @@ FIRST_TAB_STOP = (
 )
 
 
+# Placeholders that read like values someone typed: as bold as typed text would be, or in its colour.
+VALUE_LIKE_PLACEHOLDERS = (
+    "() => {"
+    + INTERACTIVE
+    + """
+  return [...document.querySelectorAll("input[placeholder], textarea[placeholder]")].filter(shown).filter((field) => {
+    const hint = getComputedStyle(field, "::placeholder");
+    return parseFloat(hint.fontWeight) > 400 || hint.color === getComputedStyle(field).color;
+  }).map(describe);
+}"""
+)
+
+
 def tap_target_problems(page: Page) -> list[str]:
-    """What is wrong at the page's width: targets too small, primary actions or badges cut off, no skip link first."""
+    """What is wrong at the page's width: targets too small, primary actions or badges cut off, no skip link first,
+    placeholders that look like values."""
     found = [f"tap target under 24x24 px: {small}" for small in page.evaluate(SMALL_TARGETS)]
+    found += [f"placeholder looks like a value: {field}" for field in page.evaluate(VALUE_LIKE_PLACEHOLDERS)]
     found += [f"cut off: {clipped}" for clipped in page.evaluate(CLIPPED_ACTIONS)]
     first = page.evaluate(FIRST_TAB_STOP)
     if first != 'a.skip-link "Skip to content" #main':
