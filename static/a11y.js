@@ -5,6 +5,7 @@
 // column's name before it, from the attribute data-label that is filled here from the table's header row. The header
 // cells stay the one source of the names (a template need not repeat them), and the table keeps its semantics for
 // screen readers. A cell whose column has no visible name (the actions column's header is visually hidden) gets none.
+// Rows that arrive later (htmx swaps, live updates) are named as they settle.
 (function () {
   function columnNames(table) {
     var row = table.tHead && table.tHead.rows[0];
@@ -36,7 +37,8 @@
           var column = 0;
           Array.prototype.forEach.call(row.cells, function (cell) {
             var name = names[column];
-            if (name && !cell.hasAttribute("data-label")) {
+            // A cell across several columns (a list's "nothing yet" line) is no one column's value: no name.
+            if (name && (cell.colSpan || 1) === 1 && !cell.hasAttribute("data-label")) {
               cell.setAttribute("data-label", name);
             }
             column += cell.colSpan || 1;

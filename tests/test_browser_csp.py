@@ -304,6 +304,7 @@ def test_deleting_still_asks_first(deployment: Deployment, page: Page, problems:
     page.fill("input[name=name]", "doome")
     page.get_by_role("button", name="Delete doomed").click()
     expect(page.locator(".flash-error")).to_contain_text("Type the workspace's name, doomed, to delete it.")
+    expect(page.locator(".flash-error")).to_be_focused()  # the refusal, not the page's top
     # The refusal is a 400 on purpose, which Chromium reports on the console: that one is expected.
     refused = [problem for problem in problems if "/delete: Failed to load resource" in problem and "400" in problem]
     assert len(refused) == 1, problems
