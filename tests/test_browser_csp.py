@@ -603,6 +603,7 @@ def test_template_tabs_work_under_the_policy(deployment: Deployment, page: Page,
     page.locator("#tab-source").click()
     expect(page.locator(".source-code .kr", has_text="resource")).to_be_visible()  # highlighted by class
     expect(page.locator("#source-files")).to_contain_text("main.tf")
+    page.wait_for_load_state()  # styled before it is measured
     page.set_viewport_size({"width": 390, "height": 844})
     assert overflow(page) == ""
     page.screenshot(path=str(ARTIFACTS / "template-source-phone.png"), full_page=True)
@@ -611,6 +612,9 @@ def test_template_tabs_work_under_the_policy(deployment: Deployment, page: Page,
 
     page.locator("#tab-diff").click()
     expect(page.locator(".diff-add").last).to_have_text("+# second version")
+    # The lines are in the page before its stylesheet may be (a click waits for less than a load): measured unstyled,
+    # the diff's lines run on as one (seen on a busy machine).
+    page.wait_for_load_state()
     page.set_viewport_size({"width": 390, "height": 844})
     assert overflow(page) == ""
     page.screenshot(path=str(ARTIFACTS / "template-diff-phone.png"), full_page=True)
