@@ -23,7 +23,7 @@ from app.factory import create_app
 from app.organizations.models import DEFAULT_ORGANIZATION_ID
 from tests.conftest import make_settings
 from tests.support import bulk
-from tests.support.accessibility import severe_violations
+from tests.support.accessibility import severe_violations, tap_target_problems
 from tests.support.browser import ARTIFACTS, browser_page, sign_in_page, watch_for_problems
 from tests.support.deployment import Deployment, running_deployment
 from tests.support.templates import SLOW_TEMPLATE
@@ -253,6 +253,29 @@ def test_the_workspace_page_changes_parameters_through_a_real_build(
     page.screenshot(path=str(ARTIFACTS / "workspace-page-changed.png"), full_page=True)
 
 
+def test_a_refused_form_puts_focus_on_its_error_summary(
+    deployment: Deployment, page: Page, problems: list[str]
+) -> None:
+    """Issue 41: after a refused submit, focus is on the error summary (not the page's top), and each error's link
+    takes focus to its field. At a phone's width, where the summary is most easily scrolled past."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    sign_in(page, deployment)
+    open_page(page, f"{deployment.url}/workspaces/new?template=local")
+    page.fill("input[name=name]", "not a name!")
+    page.get_by_label("Dev server port").fill("80")
+    page.get_by_role("button", name="Create workspace").click()
+    summary = page.locator("#form-errors")
+    expect(summary).to_be_focused()
+    expect(summary).to_contain_text("2 fields need a change")
+    page.screenshot(path=str(ARTIFACTS / "error-summary-focused-phone.png"))
+    summary.get_by_role("link", name="Dev server port").click()
+    expect(page.get_by_label("Dev server port")).to_be_focused()
+    summary.get_by_role("link", name="Workspace name").click()
+    expect(page.locator("#workspace-name")).to_be_focused()
+    # The refused form came back as a 400, as it should: not one of the problems this module looks for.
+    problems[:] = [problem for problem in problems if not ("/workspaces" in problem and "400" in problem)]
+
+
 def answer_dialogs(page: Page, answers: list[bool]) -> list[str]:
     """Answer the next confirm() dialogs in turn (dismiss or accept); returns their messages as they come."""
     asked: list[str] = []
@@ -281,6 +304,7 @@ def test_deleting_still_asks_first(deployment: Deployment, page: Page, problems:
     page.fill("input[name=name]", "doome")
     page.get_by_role("button", name="Delete doomed").click()
     expect(page.locator(".flash-error")).to_contain_text("Type the workspace's name, doomed, to delete it.")
+    expect(page.locator(".flash-error")).to_be_focused()  # the refusal, not the page's top
     # The refusal is a 400 on purpose, which Chromium reports on the console: that one is expected.
     refused = [problem for problem in problems if "/delete: Failed to load resource" in problem and "400" in problem]
     assert len(refused) == 1, problems
@@ -469,12 +493,33 @@ def test_every_dashboard_page_is_visited_at_every_size(deployment: Deployment, a
     assert set(dashboard_pages(deployment, agent)) == page_endpoints() - set(NOT_PAGES)
 
 
+def skip_link_problem(page: Page) -> str:
+    """'' when Tab from the top of the page reaches the skip link first, shown, and Enter on it moves focus to the
+    page's <main>. Pages that focus a field as they load (sign-in, a typed delete, the terminal) start past it: their
+    first stop in the document's order is checked by tap_target_problems instead."""
+    if not page.evaluate("document.activeElement === document.body"):
+        return ""
+    page.keyboard.press("Tab")
+    focused = page.evaluate(
+        "() => { const box = document.activeElement.getBoundingClientRect();"
+        " return [document.activeElement.className, box.top >= 0 && box.bottom <= window.innerHeight]; }"
+    )
+    if focused != ["skip-link", True]:
+        return f"the first Tab stop is {focused[0]!r}, in view: {focused[1]}; not the skip link, shown"
+    page.keyboard.press("Enter")
+    if not page.evaluate("document.activeElement === document.querySelector('main#main')"):
+        return "the skip link does not move focus to <main>"
+    return ""
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_no_page_scrolls_sideways(
     deployment: Deployment, agent: dict[str, Any], page: Page, problems: list[str], size: str
 ) -> None:
     """At a phone's width axe-core checks each page too (the collapsed menu, the stacked tables): the desktop's
-    width is checked by test_every_page_passes_axe, in both themes and for a member as well."""
+    width is checked by test_every_page_passes_axe, in both themes and for a member as well. At the phone's width, in
+    the same visit, every tap target measures at least 24 by 24 px, no primary action or status badge is cut off, and
+    the skip link is the first Tab stop and takes focus to the page's main content."""
     width, height = SIZES[size]
     page.set_viewport_size({"width": width, "height": height})
     wide: list[str] = []
@@ -487,7 +532,10 @@ def test_no_page_scrolls_sideways(
             wide.append(f"{path}: {problem}")
         if size == "phone":
             wide += [f"{path} (axe at {width} px): {violation}" for violation in severe_violations(page)]
+            wide += [f"{path} (at {width} px): {problem}" for problem in tap_target_problems(page)]
         page.screenshot(path=str(ARTIFACTS / f"screens-{size}-{endpoint}.png"), full_page=True)
+        if size == "phone" and (problem := skip_link_problem(page)):
+            wide.append(f"{path}: {problem}")
     # The users page's confirmation comes from a form, not a link.
     open_page(page, f"{deployment.url}/users")
     page.locator("tr", has_text="carol@example.com").get_by_role("button", name="Suspend").click()
@@ -557,6 +605,7 @@ def test_template_tabs_work_under_the_policy(deployment: Deployment, page: Page,
     page.locator("#tab-source").click()
     expect(page.locator(".source-code .kr", has_text="resource")).to_be_visible()  # highlighted by class
     expect(page.locator("#source-files")).to_contain_text("main.tf")
+    page.wait_for_load_state()  # styled before it is measured
     page.set_viewport_size({"width": 390, "height": 844})
     assert overflow(page) == ""
     page.screenshot(path=str(ARTIFACTS / "template-source-phone.png"), full_page=True)
@@ -565,6 +614,9 @@ def test_template_tabs_work_under_the_policy(deployment: Deployment, page: Page,
 
     page.locator("#tab-diff").click()
     expect(page.locator(".diff-add").last).to_have_text("+# second version")
+    # The lines are in the page before its stylesheet may be (a click waits for less than a load): measured unstyled,
+    # the diff's lines run on as one (seen on a busy machine).
+    page.wait_for_load_state()
     page.set_viewport_size({"width": 390, "height": 844})
     assert overflow(page) == ""
     page.screenshot(path=str(ARTIFACTS / "template-diff-phone.png"), full_page=True)
