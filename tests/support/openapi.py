@@ -1,0 +1,105 @@
+"""Every JSON answer of an /api/v2 call that the in-process suite gets is checked against the OpenAPI document
+(app/apidocs): the document is the API's contract, so a reply that strays from it fails the test that got it.
+
+tests/conftest.py's ``app`` fixture turns this on. Validators are built once per (call, status) and the document
+once per process, so a check costs a few dozen microseconds (tests/test_apidocs.py measures it)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from flask import Flask, Response, request
+from jsonschema import Draft202012Validator
+
+from app.apidocs.document import openapi_document, openapi_path
+
+ENABLED = "SLIPWAY_CHECK_API_REPLIES"
+
+
+class ContractBroken(AssertionError):
+    """A reply that does not match the OpenAPI document."""
+
+
+@dataclass
+class Checks:
+    count: int = 0
+    seconds: float = 0.0
+    validators: dict[tuple[str, str, int], Draft202012Validator | None] = field(default_factory=dict)
+    # Built from the first app that needs it: every app of the suite has the same routes.
+    document: dict[str, Any] | None = None
+
+
+# Per process: the whole suite's cost, for tests/test_apidocs.py to report.
+CHECKS = Checks()
+
+
+def check_api_replies(app: Flask) -> None:
+    app.config[ENABLED] = True
+
+    @app.after_request
+    def check_reply(response: Response) -> Response:
+        if app.config.get(ENABLED) and request.path.startswith("/api/v2/") and response.mimetype == "application/json":
+            started = time.perf_counter()
+            try:
+                _check(app, response)
+            finally:
+                CHECKS.count += 1
+                CHECKS.seconds += time.perf_counter() - started
+        return response
+
+
+def _check(app: Flask, response: Response) -> None:
+    rule, method, status = request.url_rule, request.method, response.status_code
+    if method in ("HEAD", "OPTIONS") or response.is_streamed or response.direct_passthrough:
+        return
+    endpoint = rule.endpoint if rule is not None else ""
+    key = (endpoint, method, status)
+    if key not in CHECKS.validators:
+        CHECKS.validators[key] = _validator(app, rule.rule if rule is not None else "", method, status)
+    validator = CHECKS.validators[key]
+    if validator is None:
+        return
+    body = json.loads(response.get_data())
+    error = next(iter(validator.iter_errors(body)), None)
+    if error is not None:
+        where = "/".join(str(part) for part in error.absolute_path) or "(the body)"
+        raise ContractBroken(
+            f"{method} {request.path} answered {status} against the OpenAPI document (app/apidocs/contract.py): "
+            f"at {where}: {error.message}\nbody: {json.dumps(body)[:2000]}"
+        )
+
+
+def _validator(app: Flask, rule: str, method: str, status: int) -> Draft202012Validator | None:
+    if CHECKS.document is None:
+        CHECKS.document = openapi_document(app)
+    document = CHECKS.document
+    if not rule:  # no route matched: a 404 or 405 of the API, which must be an error body like any other
+        schema: dict[str, Any] = _error_schema(document)
+    else:
+        operation = document["paths"][openapi_path(rule)][method.lower()]
+        responses = operation["responses"]
+        answer = responses.get(str(status)) or responses.get(f"{str(status)[0]}XX")
+        if answer is None:
+            raise ContractBroken(
+                f"{method} {rule} answered {status}, which its OpenAPI operation does not list "
+                f"(it lists {', '.join(responses)}): app/apidocs/contract.py"
+            )
+        if "$ref" in answer:
+            schema = _error_schema(document)
+        else:
+            content = answer.get("content", {}).get("application/json")
+            if content is None:
+                raise ContractBroken(f"{method} {rule} answered {status} with JSON, where the document says no body")
+            schema = content["schema"]
+    if schema == {"$ref": "#/components/schemas/Untyped"}:
+        return None
+    # The components ride along, so that "#/components/schemas/X" resolves within the validator's own schema.
+    return Draft202012Validator({**schema, "components": document["components"]})
+
+
+def _error_schema(document: dict[str, Any]) -> dict[str, Any]:
+    schema: dict[str, Any] = document["components"]["responses"]["Error"]["content"]["application/json"]["schema"]
+    return schema
