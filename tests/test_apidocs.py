@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from flask import Flask, Response
@@ -127,3 +128,18 @@ def test_checking_a_reply_costs_little(client: FlaskClient, personas: dict[str, 
     assert CHECKS.count - count == 100
     # A bound for the slowest machine, far above the ~50 µs it takes: a regression would be milliseconds.
     assert each < 0.005
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+PROMISED_CALL = re.compile(r"`(GET|POST|PUT|PATCH|DELETE) (/api/v2/[^`\s?\[]*)")
+
+
+def test_every_call_the_readme_promises_is_in_the_document(app: Flask) -> None:
+    """README's "The API" carries over what ../shared/API.md promised: each call it names is a route still."""
+    text = README.read_text()
+    section = text[text.index("\n## The API\n") : text.index("\n## Lists in the API\n")]
+    promised = {(method.lower(), re.sub(r"\{[^}]*\}", "{}", path)) for method, path in PROMISED_CALL.findall(section)}
+    paths = openapi_document(app)["paths"]
+    documented = {(method, re.sub(r"\{[^}]*\}", "{}", path)) for path, item in paths.items() for method in item}
+    assert len(promised) > 50
+    assert promised - documented == set()
