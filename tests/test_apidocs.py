@@ -143,3 +143,11 @@ def test_every_call_the_readme_promises_is_in_the_document(app: Flask) -> None:
     documented = {(method, re.sub(r"\{[^}]*\}", "{}", path)) for path, item in paths.items() for method in item}
     assert len(promised) > 50
     assert promised - documented == set()
+
+
+def test_a_body_the_server_accepts_against_its_request_schema_fails_the_test(app: Flask) -> None:
+    """The typed request messages of calls the server reads by hand (contract.REQUESTS) are held to what it takes."""
+    body = '{"email": "carol@example.com", "password": 7}'
+    with app.test_request_context("/api/v2/users/login", method="POST", data=body):
+        with pytest.raises(ContractBroken, match="accepted a body .* at password: 7 is not of type 'string'"):
+            app.process_response(Response('{"session_token": "t"}', status=201, mimetype="application/json"))

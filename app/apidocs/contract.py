@@ -122,6 +122,14 @@ REPLIES: dict[str, Reply] = {
     "agent_api.git_ssh_key": one(agentapi.GitSSHKeyReply),
 }
 
+# Request bodies the view reads by hand (not with ``message_body``), typed here.
+REQUESTS: dict[str, type[Message]] = {
+    "users_api.login": api.LoginRequest,
+    "users_api.create_token": api.NewApiTokenRequest,
+    "workspaces_api.create_workspace": api.CreateWorkspaceRequest,
+    "workspaces_api.create_build": api.CreateBuildRequest,
+}
+
 # Calls whose success has a body other than JSON, by endpoint: content type and what it is.
 OTHER_CONTENT: dict[str, tuple[str, str]] = {
     "catalog_api.download_file": ("application/x-tar", "The template archive as uploaded (tar or zip)."),

@@ -181,7 +181,7 @@ def _request_body(endpoint: str, method: str, view: Callable[..., Any], schemas:
             "required": True,
             "content": {kind: {"schema": {"type": "string", "format": "binary"}} for kind in kinds},
         }
-    message = request_message(view)
+    message = request_message(view) or contract.REQUESTS.get(endpoint)
     if message is not None:
         return {"required": True, "content": {"application/json": {"schema": schemas.ref(message)}}}
     if method in ("POST", "PUT", "PATCH"):

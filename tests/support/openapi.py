@@ -17,6 +17,7 @@ from jsonschema import Draft202012Validator
 from app.apidocs.document import openapi_document, openapi_path
 
 ENABLED = "SLIPWAY_CHECK_API_REPLIES"
+UNTYPED = "#/components/schemas/Untyped"
 
 
 class ContractBroken(AssertionError):
@@ -55,6 +56,8 @@ def _check(app: Flask, response: Response) -> None:
     rule, method, status = request.url_rule, request.method, response.status_code
     if method in ("HEAD", "OPTIONS") or response.is_streamed or response.direct_passthrough:
         return
+    if rule is not None and 200 <= status < 300 and request.content_length:
+        _check_request(app, rule.rule, method)
     endpoint = rule.endpoint if rule is not None else ""
     key = (endpoint, method, status)
     if key not in CHECKS.validators:
@@ -72,10 +75,43 @@ def _check(app: Flask, response: Response) -> None:
         )
 
 
-def _validator(app: Flask, rule: str, method: str, status: int) -> Draft202012Validator | None:
+def _check_request(app: Flask, rule: str, method: str) -> None:
+    """A body the server accepted must be one its typed request message allows (contract.REQUESTS, message_body)."""
+    key = (rule, method, 0)
+    if key not in CHECKS.validators:
+        operation = _document(app)["paths"][openapi_path(rule)][method.lower()]
+        content = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
+        schema = content.get("schema", {"$ref": UNTYPED})
+        CHECKS.validators[key] = None if schema == {"$ref": UNTYPED} else _compile(app, schema)
+    validator = CHECKS.validators[key]
+    if validator is None:
+        return
+    try:
+        body = json.loads(request.get_data(cache=True))
+    except ValueError:
+        return  # not JSON (a raw upload), and refused or not by the view itself
+    error = next(iter(validator.iter_errors(body)), None)
+    if error is not None:
+        where = "/".join(str(part) for part in error.absolute_path) or "(the body)"
+        raise ContractBroken(
+            f"{method} {request.path} accepted a body its OpenAPI request schema refuses: at {where}: "
+            f"{error.message}\nbody: {json.dumps(body)[:2000]}"
+        )
+
+
+def _document(app: Flask) -> dict[str, Any]:
     if CHECKS.document is None:
         CHECKS.document = openapi_document(app)
-    document = CHECKS.document
+    return CHECKS.document
+
+
+def _compile(app: Flask, schema: dict[str, Any]) -> Draft202012Validator:
+    # The components ride along, so that "#/components/schemas/X" resolves within the validator's own schema.
+    return Draft202012Validator({**schema, "components": _document(app)["components"]})
+
+
+def _validator(app: Flask, rule: str, method: str, status: int) -> Draft202012Validator | None:
+    document = _document(app)
     if not rule:  # no route matched: a 404 or 405 of the API, which must be an error body like any other
         schema: dict[str, Any] = _error_schema(document)
     else:
@@ -94,10 +130,9 @@ def _validator(app: Flask, rule: str, method: str, status: int) -> Draft202012Va
             if content is None:
                 raise ContractBroken(f"{method} {rule} answered {status} with JSON, where the document says no body")
             schema = content["schema"]
-    if schema == {"$ref": "#/components/schemas/Untyped"}:
+    if schema == {"$ref": UNTYPED}:
         return None
-    # The components ride along, so that "#/components/schemas/X" resolves within the validator's own schema.
-    return Draft202012Validator({**schema, "components": document["components"]})
+    return _compile(app, schema)
 
 
 def _error_schema(document: dict[str, Any]) -> dict[str, Any]:
