@@ -9,6 +9,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from flask import Flask
+
+from app.apidocs.document import openapi_document
 from app.apidocs.schemas import REF_ROOT
 
 # A type as text: (words, anchor) pieces; an empty anchor is plain text.
@@ -69,18 +72,18 @@ class Reference:
     credentials: tuple[tuple[str, str], ...]
 
 
-_cache: dict[int, Reference] = {}
+EXTENSION = "slipway_api_reference"
 
 
-def reference_of(document: dict[str, Any]) -> Reference:
-    """The page's view of ``document`` (built once per document: the document itself is built once per app)."""
-    found = _cache.get(id(document))
+def reference_of(app: Flask) -> Reference:
+    """The page's view of the app's OpenAPI document, built once per process as the document is."""
+    found: Reference | None = app.extensions.get(EXTENSION)
     if found is None:
-        found = _cache[id(document)] = _build(document)
+        found = app.extensions[EXTENSION] = build_reference(openapi_document(app))
     return found
 
 
-def _build(document: dict[str, Any]) -> Reference:
+def build_reference(document: dict[str, Any]) -> Reference:
     by_tag: dict[str, list[Operation]] = {tag["name"]: [] for tag in document["tags"]}
     for path, item in document["paths"].items():
         for method, operation in item.items():

@@ -22,4 +22,4 @@ def openapi() -> Response:
 
 @bp.get("/docs/api")
 def page() -> str:
-    return render_template("apidocs/index.html", reference=reference_of(openapi_document(current_app)))
+    return render_template("apidocs/index.html", reference=reference_of(current_app))
