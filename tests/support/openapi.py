@@ -1,23 +1,29 @@
 """Every JSON answer of an /api/v2 call that the in-process suite gets is checked against the OpenAPI document
 (app/apidocs): the document is the API's contract, so a reply that strays from it fails the test that got it.
 
-tests/conftest.py's ``app`` fixture turns this on. Validators are built once per (call, status) and the document
+tests/conftest.py's ``app`` fixture turns this on. Checks are compiled once per schema and the document
 once per process, so a check costs a few dozen microseconds (tests/test_apidocs.py measures it)."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import fastjsonschema
 from flask import Flask, Response, request
-from jsonschema import Draft202012Validator
 
 from app.apidocs.document import openapi_document, openapi_path
 
 ENABLED = "SLIPWAY_CHECK_API_REPLIES"
-UNTYPED = "#/components/schemas/Untyped"
+SCHEMAS = "#/components/schemas/"
+UNTYPED = SCHEMAS + "Untyped"
+
+
+# A compiled schema: returns the body, or raises fastjsonschema.JsonSchemaValueException naming what is wrong.
+Check = Callable[[Any], Any]
 
 
 class ContractBroken(AssertionError):
@@ -28,7 +34,8 @@ class ContractBroken(AssertionError):
 class Checks:
     count: int = 0
     seconds: float = 0.0
-    validators: dict[tuple[str, str, int], Draft202012Validator | None] = field(default_factory=dict)
+    validators: dict[tuple[str, str, int], Check | None] = field(default_factory=dict)
+    compiled: dict[str, Check] = field(default_factory=dict)
     # Built from the first app that needs it: every app of the suite has the same routes.
     document: dict[str, Any] | None = None
 
@@ -66,13 +73,13 @@ def _check(app: Flask, response: Response) -> None:
     if validator is None:
         return
     body = json.loads(response.get_data())
-    error = next(iter(validator.iter_errors(body)), None)
-    if error is not None:
-        where = "/".join(str(part) for part in error.absolute_path) or "(the body)"
+    try:
+        validator(body)
+    except fastjsonschema.JsonSchemaValueException as error:
         raise ContractBroken(
             f"{method} {request.path} answered {status} against the OpenAPI document (app/apidocs/contract.py): "
-            f"at {where}: {error.message}\nbody: {json.dumps(body)[:2000]}"
-        )
+            f"{error.message}\nbody: {json.dumps(body)[:2000]}"
+        ) from None
 
 
 def _check_request(app: Flask, rule: str, method: str) -> None:
@@ -90,13 +97,13 @@ def _check_request(app: Flask, rule: str, method: str) -> None:
         body = json.loads(request.get_data(cache=True))
     except ValueError:
         return  # not JSON (a raw upload), and refused or not by the view itself
-    error = next(iter(validator.iter_errors(body)), None)
-    if error is not None:
-        where = "/".join(str(part) for part in error.absolute_path) or "(the body)"
+    try:
+        validator(body)
+    except fastjsonschema.JsonSchemaValueException as error:
         raise ContractBroken(
-            f"{method} {request.path} accepted a body its OpenAPI request schema refuses: at {where}: "
-            f"{error.message}\nbody: {json.dumps(body)[:2000]}"
-        )
+            f"{method} {request.path} accepted a body its OpenAPI request schema refuses: {error.message}"
+            f"\nbody: {json.dumps(body)[:2000]}"
+        ) from None
 
 
 def _document(app: Flask) -> dict[str, Any]:
@@ -105,12 +112,37 @@ def _document(app: Flask) -> dict[str, Any]:
     return CHECKS.document
 
 
-def _compile(app: Flask, schema: dict[str, Any]) -> Draft202012Validator:
-    # The components ride along, so that "#/components/schemas/X" resolves within the validator's own schema.
-    return Draft202012Validator({**schema, "components": _document(app)["components"]})
+def _compile(app: Flask, schema: dict[str, Any]) -> Check:
+    """Compiled to Python once per schema (many calls answer the same one), with the named schemas it reaches riding
+    along so that "#/components/schemas/X" resolves within it. fastjsonschema checks in tens of microseconds where
+    jsonschema took a millisecond; it speaks draft 7, which means the same as 2020-12 for every keyword we write."""
+    key = json.dumps(schema, sort_keys=True)
+    compiled = CHECKS.compiled.get(key)
+    if compiled is None:
+        named = _reachable(schema, _document(app)["components"]["schemas"], {})
+        compiled = CHECKS.compiled[key] = fastjsonschema.compile(
+            {**schema, "components": {"schemas": named}}, use_default=False
+        )
+    return compiled
 
 
-def _validator(app: Flask, rule: str, method: str, status: int) -> Draft202012Validator | None:
+def _reachable(schema: object, schemas: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith(SCHEMAS):
+            name = ref.removeprefix(SCHEMAS)
+            if name not in found:
+                found[name] = schemas[name]
+                _reachable(schemas[name], schemas, found)
+        for value in schema.values():
+            _reachable(value, schemas, found)
+    elif isinstance(schema, list):
+        for value in schema:
+            _reachable(value, schemas, found)
+    return found
+
+
+def _validator(app: Flask, rule: str, method: str, status: int) -> Check | None:
     document = _document(app)
     if not rule:  # no route matched: a 404 or 405 of the API, which must be an error body like any other
         schema: dict[str, Any] = _error_schema(document)
