@@ -14,6 +14,7 @@ from app.accounts import views as accounts_views
 from app.agents import agent_api, app_connections, app_views, bootstrap, connections, subdomain
 from app.agents import api as agents_api
 from app.agents import views as agent_views
+from app.apidocs import views as apidocs_views
 from app.appearance import api as appearance_api
 from app.appearance import views as appearance_views
 from app.audit import recorder as audit_recorder
@@ -188,6 +189,8 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
         appearance_api.bp,
         appearance_views.bp,
         metrics.bp,
+        apidocs_views.api,
+        apidocs_views.bp,
     ):
         app.register_blueprint(blueprint)
     return app

@@ -293,3 +293,44 @@ class UserSecret(Message):
     file_path: str = ""
     created_at: str | None = None
     updated_at: str | None = None
+
+
+# -- What clients send ---------------------------------------------------------------------------------------------
+# The server reads these bodies field by field (a 400 names each field that is wrong); these declare them for the
+# OpenAPI document (app/apidocs/contract.py), and the suite checks every body the server accepts against them.
+
+
+class LoginRequest(Message):
+    """``POST /users/login``."""
+
+    email: str
+    password: str
+
+
+class NewApiTokenRequest(Message):
+    """``POST /users/me/tokens``: ``lifetime_seconds`` absent or null takes the deployment's default."""
+
+    name: str
+    lifetime_seconds: int | None = None
+
+
+class CreateWorkspaceRequest(Message):
+    """``POST /workspaces``: the template's active version unless ``template_version_id`` names another."""
+
+    template_id: str
+    name: str
+    template_version_id: str | None = None
+    template_version_preset_id: str | None = None
+    rich_parameter_values: tuple[BuildParameter, ...] = ()
+    autostart_schedule: str | None = None
+    ttl_ms: int | None = None
+    automatic_updates: str | None = None
+
+
+class CreateBuildRequest(Message):
+    """``POST /workspaces/{id}/builds``: ``transition`` is start, stop or delete."""
+
+    transition: str
+    template_version_id: str | None = None
+    template_version_preset_id: str | None = None
+    rich_parameter_values: tuple[BuildParameter, ...] = ()

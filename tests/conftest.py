@@ -30,6 +30,7 @@ from app.server.embedded_redis import start_embedded_redis
 from app.server.processes import stop
 from app.users import services
 from app.users.tokens import issue_session_token
+from tests.support.openapi import check_api_replies
 from tests.support.postgres import PostgresCluster
 
 PASSWORD = "correct-horse-battery"
@@ -307,6 +308,7 @@ def app(settings: Settings, redis_server: str) -> Iterator[Flask]:
         flusher.flushdb()
     app = create_app(settings)
     app.config["TESTING"] = True
+    check_api_replies(app)  # every JSON answer of the API against the OpenAPI document (tests/support/openapi.py)
     # No app context is held during the test: each request must get its own `g`, as in production.
     yield app
     close_app(app)

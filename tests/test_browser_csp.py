@@ -446,6 +446,7 @@ def dashboard_pages(deployment: Deployment, agent: dict[str, Any]) -> dict[str, 
         "connectionlog.index": "/connectionlog",
         "insights.index": "/insights",
         "appearance.page": "/deployment/appearance",
+        "apidocs.page": "/docs/api",
     }
 
 
@@ -641,6 +642,7 @@ MEMBER_PAGES = {
     "workspaces.build", "workspaces.new", "catalog.index", "catalog.show", "users.account", "oidc.cli_auth",
     "groups.index", "groups.show",  # her own groups (Everyone among them)
     "auth.change_password",  # her own password
+    "apidocs.page",  # the API reference (public)
 }  # fmt: skip
 
 
@@ -675,6 +677,7 @@ def member_pages(deployment: Deployment, member_agent: dict[str, Any]) -> dict[s
         "groups.index": "/groups",
         "groups.show": f"/groups/{DEFAULT_ORGANIZATION_ID}",
         "auth.change_password": "/password/change",
+        "apidocs.page": "/docs/api",
     }
 
 

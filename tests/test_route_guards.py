@@ -47,6 +47,9 @@ PUBLIC_ENDPOINTS = {
     # The sign-in page shows the deployment's name, logo and service banner (its colours are in the stylesheet).
     "appearance_api.get_appearance",
     "appearance.stylesheet",
+    # The API reference and its OpenAPI document: the open source server's routes and types, no data, no secret.
+    "apidocs.page",
+    "apidocs_api.openapi",
 }
 OWNER_ONLY_ENDPOINTS = {
     "appearance.page",

@@ -12,6 +12,9 @@ from app.auth.access import api_user, must_change_password_first, refuse_read_on
 from app.core.extensions import csrf, login_manager
 
 API_PREFIX = "/api/v2"
+# The API blueprints that take a user's token, by name, with their public endpoints: the OpenAPI document
+# (app/apidocs) says from this which calls need which credential.
+TOKEN_BLUEPRINTS: dict[str, frozenset[str]] = {}
 
 
 def page_blueprint(name: str, import_name: str, *, public: Iterable[str] = ()) -> Blueprint:
@@ -37,6 +40,7 @@ def page_blueprint(name: str, import_name: str, *, public: Iterable[str] = ()) -
 def api_blueprint(name: str, import_name: str, *, public: Iterable[str] = ()) -> Blueprint:
     blueprint = Blueprint(name, import_name, url_prefix=API_PREFIX)
     public_endpoints = {f"{name}.{endpoint}" for endpoint in public}
+    TOKEN_BLUEPRINTS[name] = frozenset(public_endpoints)
     # API calls authenticate with a bearer token, never the cookie, so cross-site forms cannot forge them.
     csrf.exempt(blueprint)
 
