@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -36,10 +37,12 @@ from app.core.config import load_settings
 from app.core.extensions import db
 from app.factory import create_app
 from app.organizations.models import DEFAULT_ORGANIZATION_ID, OrganizationMember
+from app.provisioning.models import ProvisionerJob
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from bench._harness import percentile, postgres_and_redis
 from bench.scale import NOW, PASSWORD, Deployment, psycopg_connection
+from protocol.provisionerd import JOB_WORKSPACE_BUILD
 
 USERS, TEMPLATES = 2000, 200
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -69,13 +72,47 @@ DEEP_LISTS = {
 }
 
 
-def time_deep_pages(deployment: Deployment, requests: int, warmup: int) -> dict[str, tuple[float, float, int]]:
+# A workspace's builds: one of the owner's workspaces has this many, so that its timeline (the workspace page's
+# builds, 25 a page) is 40 pages deep at both sizes.
+LONG_HISTORY = 1100
+HISTORY_LABEL = "a workspace's builds"
+
+
+def add_long_history(deployment: Deployment, builds: int = LONG_HISTORY) -> str:
+    """One more workspace, the owner's, with ``builds`` builds and their jobs (no logs); its id."""
+    workspace_id, now = str(uuid.uuid4()), NOW
+    with deployment.app.app_context():
+        template_id, version_id = deployment.templates[0]
+        build_ids, jobs, rows = [str(uuid.uuid4()) for _ in range(builds)], [], []
+        for number, build_id in enumerate(build_ids, start=1):
+            job_id, when = str(uuid.uuid4()), now - timedelta(minutes=builds - number)
+            jobs.append({"id": job_id, "type": JOB_WORKSPACE_BUILD, "input": {}, "tags": {}, "queue": "bench",
+                         "file_id": deployment.file_id, "initiator_id": deployment.owner_id, "created_at": when,
+                         "updated_at": when, "started_at": when, "completed_at": when})  # fmt: skip
+            rows.append({"id": build_id, "workspace_id": workspace_id, "build_number": number,
+                         "transition": "start" if number % 2 else "stop", "template_version_id": version_id,
+                         "job_id": job_id, "initiator_id": deployment.owner_id, "parameters": [],
+                         "created_at": when, "reason": "initiator"})  # fmt: skip
+        db.session.execute(insert(ProvisionerJob), jobs)
+        db.session.execute(insert(Workspace), [{"id": workspace_id, "name": "history", "name_key": "history",
+                                                "owner_id": deployment.owner_id, "template_id": template_id,
+                                                "created_at": now, "latest_build_id": build_ids[-1]}])  # fmt: skip
+        db.session.execute(insert(WorkspaceBuild), rows)
+        db.session.commit()
+    with psycopg_connection(deployment.cluster, deployment.database) as connection:
+        connection.execute("ANALYZE")
+    return workspace_id
+
+
+def time_deep_pages(
+    deployment: Deployment, requests: int, warmup: int, history: str
+) -> dict[str, tuple[float, float, int]]:
     """Each long list's page 1, its page 40 by offset (a bookmark) and by key (the Next link of page 39), as the
     owner: requested in turn, round after round, so that the machine's drift (it is shared) weighs on all three
-    alike. Label → (p50 ms, p99 ms, HTML bytes)."""
+    alike. ``history`` is the workspace whose builds are listed. Label → (p50 ms, p99 ms, HTML bytes)."""
     owner = signed_in(deployment, "owner")
     figures = {}
-    for label, path in DEEP_LISTS.items():
+    for label, path in {**DEEP_LISTS, HISTORY_LABEL: f"/workspaces/{history}?"}.items():
         keyed = next_link(owner, f"{path}page=39")
         if keyed is None:  # fewer than 40 pages at this size (the filtered list at 1,000)
             continue
@@ -191,12 +228,13 @@ def main() -> None:
         with app.app_context():
             upgrade()
         deployment = Deployment(app, cluster, "pages", users=USERS, templates=TEMPLATES)
+        history = add_long_history(deployment)
         timings = {}
         for size in sizes:
             deployment.grow_to(size)
             grow_users_to(deployment, size)
             shallow = {} if args.deep_only else time_pages(deployment, args.requests, args.warmup)
-            timings[size] = shallow | time_deep_pages(deployment, args.requests, args.warmup)
+            timings[size] = shallow | time_deep_pages(deployment, args.requests, args.warmup, history)
     if not args.deep_only:
         report(sizes, timings)
     report_deep(sizes, timings)
@@ -228,7 +266,7 @@ def report_deep(sizes: list[int], timings: dict[int, dict[str, tuple[float, floa
     print()
     print(header)
     print("-" * len(header))
-    for label in DEEP_LISTS:
+    for label in [*DEEP_LISTS, HISTORY_LABEL]:
         row = f"{label:32}"
         for size in sizes:
             if f"{label}, page 1 (deep)" not in timings[size]:
