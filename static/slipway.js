@@ -63,11 +63,33 @@ document.addEventListener("submit", function (event) {
       window.setTimeout(function () { status.textContent = message; }, 50);
     }
   }
-  function showOnButton(button, label) {
+  // The last feedback given, so that a live refresh (the workspace page swaps its body in whenever the workspace
+  // changes) that replaces the button within those two seconds shows the same word on the button that took its place.
+  var shown = null;
+  function paint(button, label, milliseconds) {
     window.clearTimeout(button.slipwayCopyTimer);
     button.textContent = label;
-    button.slipwayCopyTimer = window.setTimeout(function () { button.textContent = "Copy"; }, 2000);
+    button.slipwayCopyTimer = window.setTimeout(function () { button.textContent = "Copy"; }, milliseconds);
   }
+  function repaintSuccessor(root) {
+    var left = shown ? shown.until - Date.now() : 0;
+    if (left <= 0 || !root.querySelectorAll) {
+      return;
+    }
+    root.querySelectorAll("button[data-copy]").forEach(function (button) {
+      if (button.getAttribute("aria-label") === shown.name) {
+        paint(button, shown.label, left);
+      }
+    });
+  }
+  function showOnButton(button, label) {
+    shown = {name: button.getAttribute("aria-label"), label: label, until: Date.now() + 2000};
+    paint(button, label, 2000);
+    if (!button.isConnected) {  // swapped out while the clipboard answered
+      repaintSuccessor(document);
+    }
+  }
+  document.addEventListener("htmx:load", function (event) { repaintSuccessor(event.target); });
   function selectText(code) {
     var range = document.createRange();
     range.selectNodeContents(code);

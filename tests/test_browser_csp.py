@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import tempfile
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -181,13 +182,31 @@ def test_copy_buttons_and_relative_times_work_under_the_policy(
     page.evaluate("window.slipwayRefreshTimes()")
     expect(created).to_have_text("2 hours ago")
 
-    # Commands in a swapped-in fragment copy too: the agent panel's SSH command.
+    # Commands in a swapped-in fragment copy too: the agent panel's SSH command. The workspace page swaps its body in
+    # whenever the workspace changes (an app turning healthy, say); a swap within the two seconds of feedback shows
+    # "Copied" on the button that replaced the one clicked. The page's clock is paused so that "within two seconds"
+    # holds however slow the machine is: its timers run only when the test says.
+    page.clock.install()
     open_page(page, f"{deployment.url}/workspaces")
     page.get_by_role("link", name="csp", exact=True).click()
     ssh = page.get_by_role("button", name="Copy SSH command")
+    expect(ssh).to_be_visible()
+    page.clock.pause_at(datetime.now(UTC) + timedelta(seconds=1))
     ssh.click()
     expect(ssh).to_have_text("Copied")
     assert page.evaluate("navigator.clipboard.readText()") == "slipway ssh csp"
+    ssh.evaluate("button => button.setAttribute('data-clicked', '')")
+    page.evaluate(
+        """() => new Promise(resolve => {
+            document.addEventListener("htmx:afterSwap", () => resolve(), {once: true});
+            htmx.trigger("#workspace-body", "sse:refresh");
+        })"""
+    )
+    page.clock.run_for(100)  # htmx settles the swap, and the new body loads
+    expect(page.locator("button[data-clicked]")).to_have_count(0)
+    expect(ssh).to_have_text("Copied")
+    page.clock.run_for(2_000)
+    expect(ssh).to_have_text("Copy")
 
 
 def test_the_workspace_page_changes_parameters_through_a_real_build(
