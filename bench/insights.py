@@ -32,7 +32,7 @@ from app.connectionlog.models import TYPES, VIA_HTTP, VIA_TUNNEL, ConnectionLog
 from app.core.config import load_settings
 from app.core.extensions import db
 from app.factory import create_app
-from app.insights import rollup
+from app.insights import histograms, rollup
 from app.insights.models import ALL_TEMPLATES, TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
 from bench._harness import percentile, postgres_and_redis
 from bench.pages import signed_in
@@ -78,6 +78,8 @@ def seed_rollups(deployment: InsightsDeployment, people_per_day: int) -> int:
                 "ready_p50_seconds": rng.uniform(30, 90) if builds else None,
                 "ready_p95_seconds": rng.uniform(90, 400) if builds else None,
                 "workspaces_by_status": '{"running": 20, "stopped": 29, "failed": 1}', "computed_at": NOW,
+                "build_histogram": histograms.encode(rng.uniform(20, 300) for _ in range(builds - failed)),
+                "ready_histogram": histograms.encode(rng.uniform(30, 400) for _ in range(builds - failed)),
             })  # fmt: skip
             apps += [
                 {"template_id": template_id, "day": day, "kind": kind, "slug": slug,
@@ -95,8 +97,10 @@ def seed_rollups(deployment: InsightsDeployment, people_per_day: int) -> int:
         for user_id in rng.sample(deployment.other_ids, people_per_day):
             # Mostly their own template; one day in five another one.
             template_id = home[user_id] if rng.random() < 0.8 else rng.choice(templates)
+            first_hour = rng.randint(0, 23)  # a working day's hours, from some hour on
+            hours = (1 << min(first_hour + rng.randint(1, 9), 24)) - (1 << first_hour)
             people.append({"template_id": template_id, "day": day, "user_id": user_id,
-                           "seconds": rng.randint(60, 28_800)})  # fmt: skip
+                           "seconds": rng.randint(60, 28_800), "active_hours": hours})  # fmt: skip
     with deployment.app.app_context():
         _insert(TemplateUsageDaily, usage)
         _insert(TemplateUserDaily, people)
@@ -135,6 +139,10 @@ def calls(deployment: InsightsDeployment) -> dict[str, str]:
         "page: 28 days, one template": f"/insights?template={template}",
         "page: a year, all templates": f"/insights?start={today - timedelta(days=364)}&end={today}",
         "API daus": "/api/v2/insights/daus",
+        "API daus, tz_offset=-5": "/api/v2/insights/daus?tz_offset=-5",
+        "API daus, two templates, tz_offset=9": (
+            f"/api/v2/insights/daus?tz_offset=9&template_ids={template},{deployment.templates[1][0]}"
+        ),
         "API templates, 28 days by day": f"/api/v2/insights/templates?{month}&interval=day",
         "API templates, a year by week": f"/api/v2/insights/templates?{year}&interval=week",
         "API user-activity, 28 days": f"/api/v2/insights/user-activity?{month}",

@@ -4,6 +4,8 @@ nothing; the backfill walks back in bounded steps; who may read which template; 
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -11,13 +13,13 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from app.catalog.models import Template, TemplateVersion
 from app.connectionlog.models import ConnectionLog
 from app.core.columns import new_id, utcnow
 from app.core.extensions import db
-from app.insights import rollup
+from app.insights import histograms, query, rollup
 from app.insights.models import ALL_TEMPLATES, TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
 from app.provisioning.models import ProvisionerJob
 from app.resources.models import WorkspaceAgent, WorkspaceResource
@@ -224,6 +226,75 @@ def test_the_api_answers_with_the_hand_counted_numbers(client: FlaskClient, fixt
     assert {u["username"]: u["seconds"] for u in local_activity.json["report"]["users"]} == {"carol": 3600, "dave": 600}
 
 
+def test_daily_active_users_in_a_time_zone_split_each_utc_day_by_its_hours(
+    app: Flask, client: FlaskClient, fixture: Fixture
+) -> None:
+    """The fixture's sessions by UTC hour: carol D0 09:30 and 23:00-24:00, D1 00:00-01:00 (template A); alice D0
+    14:00 (B); dave D1 12:00 (A). Ten hours west, carol's morning is the evening before D0, and her evening and the
+    next midnight hour are D0's afternoon; fourteen hours east, alice's afternoon and carol's evening are D1's and
+    dave's noon is today's."""
+    people, alpha = fixture.people, fixture.alpha
+    with app.app_context():
+        hours = {
+            (row.day, row.user_id): row.active_hours
+            for row in db.session.scalars(select(TemplateUserDaily).where(TemplateUserDaily.template_id == alpha))
+        }
+    assert hours[(D0, people["carol"].id)] == 1 << 9 | 1 << 23
+    assert hours[(D1, people["carol"].id)] == 1 << 0 and hours[(D1, people["dave"].id)] == 1 << 12
+
+    def daus(query: str) -> dict[date, int]:
+        answer = client.get(f"/api/v2/insights/daus?{query}", headers=people["alice"].auth)
+        assert answer.status_code == 200, answer.json
+        return {date.fromisoformat(entry["date"]): entry["amount"] for entry in answer.json["entries"]}
+
+    west = daus("tz_offset=-10")
+    assert (west[D0 - timedelta(days=1)], west[D0], west[D1]) == (1, 2, 1)
+    assert max(west) == (utcnow() - timedelta(hours=10)).date()  # the last day is today there
+    east = daus("tz_offset=14")
+    assert (east.get(D0 - timedelta(days=1), 0), east[D0], east[D1], east[TODAY]) == (0, 1, 2, 1)
+    only_a = daus(f"tz_offset=-10&template_ids={alpha}")
+    assert (only_a[D0 - timedelta(days=1)], only_a[D0], only_a[D1]) == (1, 1, 1)
+    utc = daus("tz_offset=0")
+    assert (utc[D0], utc[D1]) == (2, 2)
+
+    # Rows rolled up before the hours were kept (0) count on their UTC day in any zone.
+    with app.app_context():
+        db.session.execute(update(TemplateUserDaily).values(active_hours=0))
+        db.session.commit()
+    assert (daus("tz_offset=-10")[D0], daus("tz_offset=-10")[D1]) == (2, 2)
+
+
+def test_percentiles_over_several_templates_come_from_their_summed_histograms(app: Flask, fixture: Fixture) -> None:
+    """D0's succeeded builds ran 60 and 120 s (A) and 90 s (B): over both templates the p50 is B's 90 s (to within
+    the histograms' accuracy), where weighting each template's own p50 by its builds would say 70 s. Days rolled up
+    before the histograms existed keep the weighted figures."""
+    both = [fixture.alpha, fixture.beta]
+    with app.app_context():
+        d0 = query.daily_builds(both, query.day_range(D0, D0))[0]
+        assert d0.builds == 4 and d0.succeeded == 3
+        for value, exact in ((d0.build_p50, 90), (d0.build_p95, 120), (d0.ready_p50, 100), (d0.ready_p95, 200)):
+            assert value is not None and abs(value - exact) <= histograms.ACCURACY * exact, (value, exact)
+        db.session.execute(update(TemplateUsageDaily).values(build_histogram=None))
+        db.session.commit()
+        assert query.daily_builds(both, query.day_range(D0, D0))[0].build_p50 == pytest.approx(70)
+        # One template's own figures stay exact.
+        assert query.daily_builds([fixture.alpha], query.day_range(D0, D0))[0].build_p50 == 60
+
+
+def test_a_histogram_reads_every_percentile_within_its_accuracy() -> None:
+    rng = random.Random(38)
+    durations = [rng.lognormvariate(4, 1.2) for _ in range(5_000)] + [0.0, 0.001, 86_400.0]
+    counts: Counter[int] = Counter()
+    histograms.add(counts, histograms.encode(durations[:2_000]))
+    histograms.add(counts, histograms.encode(durations[2_000:]))
+    for share in (0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0):
+        exact = max(rollup.percentile(durations, share) or 0, histograms.SMALLEST_SECONDS)
+        found = histograms.percentile(counts, share)
+        assert found is not None and abs(found - exact) <= histograms.ACCURACY * exact, (share, found, exact)
+    assert histograms.encode(reversed(durations)) == histograms.encode(durations)
+    assert histograms.percentile(Counter(), 0.5) is None
+
+
 def test_owners_auditors_and_a_templates_admin_read_insights_members_do_not(
     app: Flask, client: FlaskClient, fixture: Fixture
 ) -> None:
@@ -306,9 +377,9 @@ def test_bad_tz_offset_and_page_dates_are_400s(app: Flask, client: FlaskClient, 
         )
     page = app.test_client()
     sign_in(page, "alice@example.com", personas["alice"].password)
-    for query in ("start=yesterday", "start=2026-11-02&end=2026-11-01", "start=2024-01-01&end=2026-11-01"):
-        response = page.get(f"/insights?{query}")
-        assert response.status_code == 400 and 'role="alert"' in response.get_data(as_text=True), query
+    for asked in ("start=yesterday", "start=2026-11-02&end=2026-11-01", "start=2024-01-01&end=2026-11-01"):
+        response = page.get(f"/insights?{asked}")
+        assert response.status_code == 400 and 'role="alert"' in response.get_data(as_text=True), asked
 
 
 def test_the_backfill_walks_back_a_bounded_number_of_days_per_pass(

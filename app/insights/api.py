@@ -3,7 +3,7 @@ the rollups. Owners, auditors and template admins read every template; a templat
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 
 from flask import Response, jsonify, request
 
@@ -22,13 +22,13 @@ def _templates() -> list[str] | None:
 
 @bp.get("/insights/daus")
 def daus() -> Response:
-    """Distinct people per UTC day over the last DAU_DAYS days; ``tz_offset`` is checked and echoed (the rollups
-    are UTC days)."""
+    """Distinct people per day over the last DAU_DAYS days, the days of the zone ``tz_offset`` hours east of UTC
+    (Coder's parameter; 0, UTC, by default)."""
     templates = _templates()
     offset = query.parse_tz_offset(request.args.get("tz_offset"))
-    today = utcnow().date()
+    today = (utcnow() + timedelta(hours=offset)).date()
     days = query.day_range(today - (query.DAU_DAYS - 1) * query.DAY, today)
-    counts = query.daily_active_users(templates, days)
+    counts = query.daily_active_users(templates, days, offset)
     entries = [{"date": day.isoformat(), "amount": amount} for day, amount in counts.items()]
     return jsonify({"entries": entries, "tz_hour_offset": offset})
 

@@ -37,6 +37,10 @@ class TemplateUsageDaily(Model):
     build_p95_seconds: Mapped[float | None] = mapped_column(Float)
     ready_p50_seconds: Mapped[float | None] = mapped_column(Float)
     ready_p95_seconds: Mapped[float | None] = mapped_column(Float)
+    # The same durations as histograms (app/insights/histograms.py), which add up: the percentiles of several
+    # templates at once come from their sum. None for days rolled up before the histograms existed.
+    build_histogram: Mapped[str | None] = mapped_column(Text)
+    ready_histogram: Mapped[str | None] = mapped_column(Text)
     # JSON object: workspace status -> count, as the rollup last saw them on this day (kept once the day is over:
     # the past cannot be asked again). "{}" for days rolled up only after they ended.
     workspaces_by_status: Mapped[str] = mapped_column(Text, default="{}")
@@ -54,6 +58,9 @@ class TemplateUserDaily(Model):
     day: Mapped[date] = mapped_column(Date, primary_key=True)
     user_id: Mapped[str] = mapped_column(String(36), primary_key=True)
     seconds: Mapped[int] = mapped_column(Integer, default=0)
+    # Bit n set: connected at some time in the UTC hour n of the day, so that a day in another time zone (``tz_offset``)
+    # is counted from these rows too. 0 for rows rolled up before the hours were kept: counted on their UTC day.
+    active_hours: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class TemplateAppDaily(Model):

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Integer, case, cast, func, literal, select
+from sqlalchemy import ColumnElement, Date, Integer, case, cast, func, literal, or_, select, union
 from sqlalchemy.orm import InstrumentedAttribute
 
 from app.catalog.access import administers_any, template_filter
 from app.catalog.models import Template
 from app.core.errors import Forbidden, InvalidInput
 from app.core.extensions import db
+from app.insights import histograms
 from app.insights.models import ALL_TEMPLATES, TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
 from app.users.models import User
 
@@ -119,9 +121,12 @@ def parse_tz_offset(text: str | None) -> int:
     return offset
 
 
-def daily_active_users(templates: list[str] | None, days: DayRange) -> dict[date, int]:
+def daily_active_users(templates: list[str] | None, days: DayRange, tz_offset: int = 0) -> dict[date, int]:
     """Distinct people per day, over the templates (a person on two templates counts once): the deployment's rows
-    say it for all of them."""
+    say it for all of them. With ``tz_offset`` (hours east of UTC) the days are that zone's: each person's UTC day is
+    split by the hours they were connected in (rows kept before the hours were count on their UTC day)."""
+    if tz_offset:
+        return _zoned_daily_active_users(templates, days, tz_offset)
     if templates is None:
         row = TemplateUsageDaily
         query = select(row.day, row.active_users).where(_in_range(row.day, days), *_usage_of(None))
@@ -136,6 +141,30 @@ def daily_active_users(templates: list[str] | None, days: DayRange) -> dict[date
     # DISTINCT, then a count: PostgreSQL hashes the pairs, where COUNT(DISTINCT …) would sort them.
     query = select(pairs.c.day, func.count()).group_by(pairs.c.day)
     counts = {day: int(count) for day, count in db.session.execute(query)}
+    return {day: counts.get(day, 0) for day in days.days}
+
+
+def _zoned_daily_active_users(templates: list[str] | None, days: DayRange, tz_offset: int) -> dict[date, int]:
+    """A UTC day's hours fall on two local days: for an offset east of UTC its last ``tz_offset`` hours are the
+    next local day's, west of it its first ones are the day before's. Each (local day, person) pair once (UNION),
+    then a count per local day; the UTC days read are the range's and one on the side the zone spills to."""
+    row = TemplateUserDaily
+    spill = 1 if tz_offset > 0 else -1
+    whole_day = (1 << 24) - 1
+    # The bits of the UTC hours that stay on their own local day, and of those that spill over.
+    own = (1 << (24 - tz_offset)) - 1 if tz_offset > 0 else whole_day - ((1 << -tz_offset) - 1)
+    spilled = whole_day - own
+    scanned = day_range(min(days.first, days.first - spill * DAY), max(days.last, days.last - spill * DAY))
+    where = [_in_range(row.day, scanned), *_of(row.template_id, templates)]
+    stays = select(row.day.label("day"), row.user_id).where(
+        *where, or_(row.active_hours == 0, row.active_hours.op("&")(own) != 0)
+    )
+    moves = select(_days_after(row.day, spill).label("day"), row.user_id).where(
+        *where, row.active_hours.op("&")(spilled) != 0
+    )
+    pairs = union(stays, moves).subquery()
+    query = select(pairs.c.day, func.count()).where(pairs.c.day.between(days.first, days.last)).group_by(pairs.c.day)
+    counts = {_as_date(day): int(count) for day, count in db.session.execute(query)}
     return {day: counts.get(day, 0) for day in days.days}
 
 
@@ -239,9 +268,9 @@ class DayBuilds:
 
 
 def daily_builds(templates: list[str] | None, days: DayRange) -> list[DayBuilds]:
-    """Builds per day. For all templates, the deployment's rows (exact); over some of them a day's p50 and p95 are
-    the templates' own, weighted by their succeeded builds: percentiles do not add up, and this stays one grouped
-    query at any range."""
+    """Builds per day. For all templates (the deployment's rows) and for one, the p50 and p95 are exact; over
+    several they come from the sum of the templates' histograms (within histograms.ACCURACY), and for a day rolled up
+    before the histograms existed, from the templates' own weighted by their succeeded builds."""
     row = TemplateUsageDaily
     query = (
         select(row.day, func.sum(row.builds), func.sum(row.builds_succeeded), func.sum(row.builds_failed),
@@ -254,7 +283,43 @@ def daily_builds(templates: list[str] | None, days: DayRange) -> list[DayBuilds]
         values[0]: DayBuilds(values[0], *(int(n or 0) for n in values[1:4]), *(_float(v) for v in values[4:]))
         for values in db.session.execute(query)
     }
+    if templates is not None and len(templates) > 1:
+        for day, (build_p50, build_p95, ready_p50, ready_p95) in _summed_percentiles(templates, days).items():
+            if day in found:
+                found[day] = replace(
+                    found[day], build_p50=build_p50, build_p95=build_p95, ready_p50=ready_p50, ready_p95=ready_p95
+                )
     return [found.get(day) or DayBuilds(day, 0, 0, 0, None, None, None, None) for day in days.days]
+
+
+Percentiles = tuple[float | None, float | None, float | None, float | None]
+
+
+def _summed_percentiles(templates: list[str], days: DayRange) -> dict[date, Percentiles]:
+    """Build and ready p50/p95 per day from the sum of the templates' histograms; only the days on which every row
+    has them (a day rolled up before they existed keeps the weighted figures)."""
+    row = TemplateUsageDaily
+    query = select(row.day, row.build_histogram, row.ready_histogram).where(
+        _in_range(row.day, days), _of(row.template_id, templates)[0]
+    )
+    builds: dict[date, Counter[int]] = defaultdict(Counter)
+    ready: dict[date, Counter[int]] = defaultdict(Counter)
+    incomplete: set[date] = set()
+    for day, build_histogram, ready_histogram in db.session.execute(query):
+        if build_histogram is None or ready_histogram is None:
+            incomplete.add(day)
+            continue
+        histograms.add(builds[day], build_histogram)
+        histograms.add(ready[day], ready_histogram)
+    return {
+        day: (
+            histograms.percentile(builds[day], 0.5),
+            histograms.percentile(builds[day], 0.95),
+            histograms.percentile(ready[day], 0.5),
+            histograms.percentile(ready[day], 0.95),
+        )
+        for day in builds.keys() - incomplete
+    }
 
 
 def workspaces_by_status(templates: list[str] | None, days: DayRange) -> tuple[date | None, dict[str, int]]:
@@ -322,6 +387,17 @@ def _usage_of(templates: list[str] | None) -> list[ColumnElement[bool]]:
 
 def _in_range(column: InstrumentedAttribute[date], days: DayRange) -> ColumnElement[bool]:
     return column.between(days.first, days.last)
+
+
+def _days_after(column: InstrumentedAttribute[date], count: int) -> ColumnElement[date]:
+    """``column`` moved by ``count`` days, in SQL (PostgreSQL adds days to a date; SQLite's dates are text)."""
+    if db.session.get_bind().dialect.name == "postgresql":
+        return column + literal(count)
+    return func.date(column, f"{count:+d} day", type_=Date)
+
+
+def _as_date(value: object) -> date:
+    return value if isinstance(value, date) else date.fromisoformat(str(value))
 
 
 def _bucket(column: InstrumentedAttribute[date], first: date, step: int) -> ColumnElement[int]:

@@ -23,6 +23,7 @@ from app.core.columns import utcnow
 from app.core.config import Settings
 from app.core.extensions import db
 from app.core.redis_client import get_redis
+from app.insights import histograms
 from app.insights.models import (
     ALL_TEMPLATES,
     KIND_APP,
@@ -59,6 +60,8 @@ class DayUsage:
     build_seconds: list[float] = field(default_factory=list)
     ready_seconds: list[float] = field(default_factory=list)
     user_seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # user id -> the UTC hours of the day they were connected in, as bits (TemplateUserDaily.active_hours)
+    user_hours: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     # (kind, slug) -> [sessions, seconds]
     apps: dict[tuple[str, str], list[float]] = field(default_factory=lambda: defaultdict(lambda: [0, 0.0]))
 
@@ -150,7 +153,13 @@ def roll_up_days(first: date, last: date, now: datetime) -> None:
             if template_id == ALL_TEMPLATES:
                 continue  # people and apps are read from the templates' rows
             db.session.add_all(
-                TemplateUserDaily(template_id=template_id, day=day, user_id=user_id, seconds=round(seconds))
+                TemplateUserDaily(
+                    template_id=template_id,
+                    day=day,
+                    user_id=user_id,
+                    seconds=round(seconds),
+                    active_hours=day_usage.user_hours[user_id],
+                )
                 for user_id, seconds in day_usage.user_seconds.items()
             )
             db.session.add_all(
@@ -179,6 +188,7 @@ def _deployment_usage(usage: Usage) -> dict[date, DayUsage]:
         whole.ready_seconds += part.ready_seconds
         for user_id, seconds in part.user_seconds.items():
             whole.user_seconds[user_id] += seconds
+            whole.user_hours[user_id] |= part.user_hours[user_id]
     return days
 
 
@@ -202,6 +212,8 @@ def _fill(row: TemplateUsageDaily, usage: DayUsage, statuses: str | None, now: d
         "build_p95_seconds": percentile(usage.build_seconds, 0.95),
         "ready_p50_seconds": percentile(usage.ready_seconds, 0.5),
         "ready_p95_seconds": percentile(usage.ready_seconds, 0.95),
+        "build_histogram": histograms.encode(usage.build_seconds),
+        "ready_histogram": histograms.encode(usage.ready_seconds),
         "workspaces_by_status": row.workspaces_by_status if statuses is None else statuses,
     }
     if all(getattr(row, name) == value for name, value in figures.items()) and row.computed_at is not None:
@@ -272,13 +284,23 @@ def _add_connections(usage: Usage, start: datetime, end: datetime, now: datetime
             ended = last_seen if via == VIA_HTTP else now
         app = (KIND_APP, slug_or_port) if kind == TYPE_WORKSPACE_APP else (KIND_BUILTIN, BUILTIN_SLUGS.get(kind, kind))
         for day in _days(max(began, start).date(), min(max(ended, began), end - timedelta(microseconds=1)).date()):
-            seconds = max((min(ended, _midnight(day + DAY)) - max(began, _midnight(day))).total_seconds(), 0.0)
+            since, until = max(began, _midnight(day)), min(ended, _midnight(day + DAY))
+            seconds = max((until - since).total_seconds(), 0.0)
             day_usage = usage[(template_id, day)]
             if user_id is not None:
                 day_usage.user_seconds[user_id] += seconds
+                day_usage.user_hours[user_id] |= hours_between(since, until)
             counts = day_usage.apps[app]
             counts[0] += began.date() == day  # a session is counted on the day it began
             counts[1] += seconds
+
+
+def hours_between(since: datetime, until: datetime) -> int:
+    """The UTC hours of ``since``'s day that [since, until) touches, as bits (hour n is bit n); a session of no
+    length touches the hour it began in. ``until`` is at most the next midnight."""
+    first = since.hour
+    last = first if until <= since else (until - timedelta(microseconds=1)).hour
+    return (1 << (last + 1)) - (1 << first)
 
 
 def _workspaces_by_status() -> dict[str, dict[str, int]]:
