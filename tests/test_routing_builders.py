@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import pytest
 from flask import Flask
 from werkzeug.routing import Map, Rule
 
+from app.core.config import Settings
 from app.core.routing import LazyBuilderRule
 
 pytestmark = pytest.mark.databases("sqlite")
@@ -43,3 +45,29 @@ def test_every_route_builds_the_url_werkzeugs_own_rules_build(app: Flask) -> Non
             assert got == expected, rule.rule
     with app.test_request_context():
         assert app.url_for("auth.login", next="/w") == eager.build("auth.login", {"next": "/w"})
+
+
+def test_rules_parsed_once_per_process_match_as_werkzeugs_own_and_keep_their_apps_converters(
+    app: Flask, app_factory: Callable[[Settings], Flask]
+) -> None:
+    """The second app of a process takes every rule's parts from the first one's parsing: the same regular
+    expressions, trace, arguments and converter kinds as Werkzeug's own parsing, with converters of its own map;
+    and its URL map matches and builds as the first one's does."""
+    second = app_factory(app.config["SLIPWAY_SETTINGS"])
+    eager = Map(
+        [Rule(rule.rule, websocket=rule.websocket, **rule.get_empty_kwargs()) for rule in second.url_map.iter_rules()],
+        converters=second.url_map.converters,
+        strict_slashes=second.url_map.strict_slashes,
+        merge_slashes=second.url_map.merge_slashes,
+    )
+    expected = {(rule.rule, tuple(sorted(rule.methods or ()))): rule for rule in eager.iter_rules()}
+    for rule in second.url_map.iter_rules():
+        own = expected[(rule.rule, tuple(sorted(rule.methods or ())))]
+        assert (rule._parts, rule._trace, rule.arguments) == (own._parts, own._trace, own.arguments), rule.rule
+        assert {name: type(c) for name, c in rule._converters.items()} == {
+            name: type(c) for name, c in own._converters.items()
+        }
+        assert all(converter.map is second.url_map for converter in rule._converters.values()), rule.rule
+    first_urls, second_urls = app.url_map.bind("localhost"), second.url_map.bind("localhost")
+    for path in ("/workspaces", f"/workspaces/{uuid.UUID(int=9)}", "/api/v2/users/me", "/static/slipway.css"):
+        assert second_urls.match(path) == first_urls.match(path), path
