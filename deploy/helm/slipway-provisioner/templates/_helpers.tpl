@@ -49,9 +49,12 @@ containers:
       {{- if $once }}
       - --once
       {{- end }}
+      {{- /* A provisioner key fixes the daemon's tags (the daemon refuses --tag with --key). */}}
+      {{- if eq $root.Values.auth "psk" }}
       {{- range $key, $value := $root.Values.tags }}
       - --tag
       - {{ printf "%s=%s" $key (toString $value) | quote }}
+      {{- end }}
       {{- end }}
       {{- with $root.Values.idleExit }}
       {{- if not $once }}
