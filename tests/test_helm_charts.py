@@ -7,6 +7,7 @@ flag and variable the charts name is one Slipway really has. No cluster runs her
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from tests.support.slipway_commands import command, known_variables
 CHARTS = Path(__file__).resolve().parent.parent / "deploy" / "helm"
 SERVER = CHARTS / "slipway"
 PROVISIONER = CHARTS / "slipway-provisioner"
+README = CHARTS.parent.parent / "README.md"
 # The oldest Kubernetes the charts support (Chart.yaml kubeVersion; preStop `sleep` is GA-enabled there) and the
 # newest the validator knows.
 KUBE_VERSIONS = ["1.30.0", kubernetes_validate.utils.latest_version() + ".0"]
@@ -352,3 +354,41 @@ def test_every_value_is_in_the_schema_and_documented_in_the_readme(chart: Path) 
 
     values = yaml.safe_load((chart / "values.yaml").read_text())
     assert leaves(values, schema, "") == documented
+
+
+def install_commands(readme: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Each `helm install NAME deploy/helm/CHART --set …` of a README, with the values its --set flags give."""
+    text = readme.read_text().replace("\\\n", " ")
+    found = []
+    for line in re.findall(r"^\s*helm install .*$", text, re.MULTILINE):
+        words = shlex.split(line)
+        values: dict[str, Any] = {}
+        for flag, expression in zip(words, words[1:], strict=False):
+            if flag == "--set":
+                merge(values, helm.parse_set_string(expression))
+        found.append((CHARTS.parent.parent / words[3], values))
+    return found
+
+
+def merge(into: dict[str, Any], more: dict[str, Any]) -> None:
+    """As repeated --set flags combine."""
+    for key, value in more.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge(into[key], value)
+        else:
+            into[key] = value
+
+
+@pytest.mark.parametrize(
+    "readme", [README, SERVER / "README.md", PROVISIONER / "README.md"], ids=lambda p: p.parent.name
+)
+def test_the_readmes_install_commands_give_values_the_charts_accept(readme: Path) -> None:
+    commands = install_commands(readme)
+    assert commands
+    for chart, values in commands:
+        assert chart in (SERVER, PROVISIONER), chart
+        validate(render(chart, values))
+    # The Secret the README creates holds every key the server needs (the chart's secretKeys).
+    created = set(re.findall(r"--from-literal=([a-z-]+)=", readme.read_text()))
+    if readme != PROVISIONER / "README.md":
+        assert {"database-url", "redis-url", "secret-key", "encryption-keys", "provisioner-psk"} <= created
