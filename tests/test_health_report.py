@@ -81,13 +81,16 @@ def test_provisioner_findings_dismissal_and_the_dot(
             daemon = db.session.scalars(db.select(ProvisionerDaemon).filter_by(name=name)).one()
             daemon.last_seen_at = utcnow() - timedelta(minutes=5)
         db.session.commit()
+    # A new version of the template waits on the same tag set: one finding, the waiting job's, not two.
+    waiting = push_version(client, bob, {"gpu": "a100"})
 
     report = client.get("/api/v2/debug/health?force=true", headers=alice.auth).json
     provisioners = report["provisioners"]
+    assert codes(provisioners).count("tags_unserved") == 1
     assert provisioners["severity"] == "warning" and provisioners["online"] == 1
     assert set(codes(provisioners)) == {"daemons_silent", "tags_unserved", "daemon_version"}
     unserved = next(w for w in provisioners["warnings"] if w["code"] == "tags_unserved")
-    assert "gpu=a100" in unserved["message"] and "gpu" in unserved["message"]
+    assert "gpu=a100" in unserved["message"] and f"version {waiting['name']}" in unserved["message"]
     silent = next(w for w in provisioners["warnings"] if w["code"] == "daemons_silent")
     assert "gpu-box" in silent["message"] and "run-once-7" not in silent["message"]
     # No server listens at the test's access URL: both checks through it say so.
