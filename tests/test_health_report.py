@@ -17,7 +17,7 @@ from app.core.config import Settings
 from app.core.extensions import db
 from app.provisioning.models import ProvisionerDaemon
 from tests.conftest import PASSWORD, Persona, make_settings
-from tests.support.daemon import PSK, PSK_HEADERS, FakeDaemon, push_version
+from tests.support.daemon import PSK, PSK_HEADERS, FakeDaemon, import_template, push_version
 from tests.support.http_daemon import api_client, sign_up_owner
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_until
@@ -47,7 +47,7 @@ def test_a_healthy_server_reports_ok_through_its_own_access_url(tmp_path: Any) -
         wait_until(daemon_counted, 60, "the built-in daemon in the report")
         assert report["access_url"]["severity"] == "ok" and report["access_url"]["reachable"] is True
         assert report["websocket"]["severity"] == "ok", report["websocket"]
-        assert report["provisioners"]["severity"] == "ok", report["provisioners"]
+        assert "tags_unserved" not in codes(report["provisioners"]), report["provisioners"]["warnings"]
         # Latency thresholds may be crossed on a loaded machine: a warning, never an error.
         assert report["database"]["severity"] in ("ok", "warning") and report["database"]["latency_ms"] >= 0
         assert report["redis"]["severity"] in ("ok", "warning")
@@ -81,13 +81,16 @@ def test_provisioner_findings_dismissal_and_the_dot(
             daemon = db.session.scalars(db.select(ProvisionerDaemon).filter_by(name=name)).one()
             daemon.last_seen_at = utcnow() - timedelta(minutes=5)
         db.session.commit()
+    # A new version of the template waits on the same tag set: one finding, the waiting job's, not two.
+    waiting = push_version(client, bob, {"gpu": "a100"})
 
     report = client.get("/api/v2/debug/health?force=true", headers=alice.auth).json
     provisioners = report["provisioners"]
+    assert codes(provisioners).count("tags_unserved") == 1
     assert provisioners["severity"] == "warning" and provisioners["online"] == 1
     assert set(codes(provisioners)) == {"daemons_silent", "tags_unserved", "daemon_version"}
     unserved = next(w for w in provisioners["warnings"] if w["code"] == "tags_unserved")
-    assert "gpu=a100" in unserved["message"] and "gpu" in unserved["message"]
+    assert "gpu=a100" in unserved["message"] and f"version {waiting['name']}" in unserved["message"]
     silent = next(w for w in provisioners["warnings"] if w["code"] == "daemons_silent")
     assert "gpu-box" in silent["message"] and "run-once-7" not in silent["message"]
     # No server listens at the test's access URL: both checks through it say so.
@@ -139,3 +142,72 @@ def test_the_maintenance_loop_refreshes_an_expired_report_once_the_server_has_se
         first = get_redis().get(checks.REPORT_KEY)
         checks.refresh_report(settings)  # still fresh: left alone
         assert get_redis().get(checks.REPORT_KEY) == first
+
+
+def unserved(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [warning for warning in report["provisioners"]["warnings"] if warning["code"] == "tags_unserved"]
+
+
+def test_a_pushed_version_waiting_on_tags_nobody_serves_is_named_until_a_daemon_serves_them(
+    client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    alice, bob = personas["alice"], personas["bob"]
+    FakeDaemon(client, "plain")
+    FakeDaemon(client, "a100-box", {"gpu": "a100"})
+    queued = push_version(client, bob, {"gpu": "a100"})  # served: merely queued, no finding
+    first = push_version(client, bob, {"gpu": "h100"})
+    push_version(client, bob, {"gpu": "h100"})
+
+    report = client.get("/api/v2/debug/health?force=true", headers=alice.auth).json
+    [warning] = unserved(report)
+    assert "gpu=h100" in warning["message"] and "2 jobs wait" in warning["message"]
+    assert f"version {first['name']}" in warning["message"] and "--tag gpu=h100" in warning["message"]
+    assert "a100" not in warning["message"] and "Organisation" not in warning["message"]
+    [finding] = report["provisioners"]["unserved"]
+    assert finding["tags"] == {"gpu": "h100", "scope": "organization", "owner": ""} and finding["jobs"] == 2
+    assert finding["oldest_created_at"] == first["job"]["created_at"] and finding["oldest_waiting_seconds"] >= 0
+    assert queued["job"]["status"] == "pending"
+
+    FakeDaemon(client, "h100-box", {"gpu": "h100"})
+    report = client.get("/api/v2/debug/health?force=true", headers=alice.auth).json
+    assert unserved(report) == [] and report["provisioners"]["unserved"] == []
+    assert "tags_unserved" not in codes(report["provisioners"]), report["provisioners"]["warnings"]
+
+
+def test_a_build_waiting_on_its_owners_own_daemon_is_named_under_its_organisation(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    from app.catalog.models import Template
+    from app.organizations.models import Organization
+
+    alice, carol = personas["alice"], personas["carol"]
+    daemon = FakeDaemon(client, "plain")
+    # The template's builds run on their owner's own daemons (coder_workspace_tags gives scope=user).
+    template = import_template(client, personas, daemon, workspace_tags={"scope": "user"})
+    body = {"template_id": template["id"], "name": "ws", "rich_parameter_values": [{"name": "region", "value": "eu"}]}
+    assert client.post("/api/v2/workspaces", json=body, headers=carol.auth).status_code == 201
+    with app.app_context():  # a second organisation, which the template has moved to
+        acme = Organization(name="acme", display_name="Acme")
+        db.session.add(acme)
+        db.session.flush()
+        db.session.get_one(Template, template["id"]).organization_id = acme.id
+        db.session.commit()
+        acme_id = acme.id
+
+    report = client.get("/api/v2/debug/health?force=true", headers=alice.auth).json
+    [warning] = unserved(report)
+    assert warning["organization_id"] == acme_id
+    assert warning["message"].startswith("Organisation acme: No online daemon serves scope=user: 1 job waits")
+    assert "workspace carol/ws" in warning["message"]
+    assert "carol starts a daemon of their own: slipway provisionerd start --tag scope=user." in warning["message"]
+    organizations = {entry["name"]: entry for entry in report["provisioners"]["organizations"]}
+    assert organizations["default"]["online"] == 1 and organizations["default"]["unserved"] == []
+    assert [finding["example"] for finding in organizations["acme"]["unserved"]] == ["workspace carol/ws"]
+    sign_in(client, alice.email, PASSWORD)
+    page = client.get("/health").text
+    assert 'data-organization="acme"' in page and 'data-organization="default"' in page
+    assert page.index("workspace carol/ws") > page.index('data-organization="acme"')
+
+    FakeDaemon(client, "carols-own", {"scope": "user"}, credential=carol.auth)
+    report = client.get("/api/v2/debug/health?force=true", headers=alice.auth).json
+    assert unserved(report) == [] and report["provisioners"]["organizations"][0]["unserved"] == []

@@ -14,12 +14,15 @@ import logging
 import secrets
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import httpx
 from flask import current_app
-from sqlalchemy import select, text
+from sqlalchemy import func, literal, select, text
+from sqlalchemy.orm import aliased
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
 
@@ -32,10 +35,13 @@ from app.core.extensions import db
 from app.core.redis_client import get_redis
 from app.core.signing import signer
 from app.core.version import server_version
+from app.organizations.models import DEFAULT_ORGANIZATION_ID, Organization
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
 from app.provisioning.queue import queue_depths, untagged_rule
+from app.users.models import User
+from app.workspaces.models import Workspace, WorkspaceBuild
 from protocol.codec import JsonObject
-from protocol.tags import SCOPE_USER, daemon_can_run
+from protocol.tags import LOW_PRIORITY_SUFFIX, RESERVED, SCOPE_USER, UNTAGGED_ONLY, daemon_can_run, format_tags
 from protocol.values import format_size
 
 log = logging.getLogger("slipway.health")
@@ -65,8 +71,12 @@ class Section:
         self.severity = OK
         self.details: dict[str, Any] = {}
 
-    def warn(self, code: str, message: str, severity: str = WARNING) -> None:
-        self.warnings.append({"code": code, "message": message})
+    def warn(self, code: str, message: str, severity: str = WARNING, *, organization_id: str = "") -> None:
+        """``organization_id``: the finding is one organisation's (the page groups them by it)."""
+        warning = {"code": code, "message": message}
+        if organization_id:
+            warning["organization_id"] = organization_id
+        self.warnings.append(warning)
         if SEVERITY_ORDER.index(severity) > SEVERITY_ORDER.index(self.severity):
             self.severity = severity
 
@@ -203,15 +213,29 @@ def check_provisioners() -> Section:
     other = sorted({f"{daemon.name} ({daemon.version})" for daemon in online if daemon.version != ours})
     if other:
         section.warn("daemon_version", f"Daemons of another version than the server's {ours}: {', '.join(other)}.")
+    names = _organization_names()
     rule = untagged_rule()
-    for tags, names in _needed_tag_sets().items():
-        if online and not any(daemon_can_run(daemon.tags, dict(tags), rule) for daemon in online):
-            shown = " ".join(f"{key}={value}" for key, value in tags if key not in ("scope", "owner")) or "untagged"
+    findings = _unserved_waiting(online, rule, now)
+    warned = {(finding.organization_id, _tag_key(finding.tags)) for finding in findings}
+    for finding in findings:
+        message = _in_organization(names, finding.organization_id) + finding.message()
+        section.warn("tags_unserved", message, organization_id=finding.organization_id)
+    if online:
+        # Templates whose active version builds with tags nobody serves: their next build would wait, even when
+        # none waits yet. A tag set that jobs already wait on was named above, with more to say.
+        for (organization_id, tags), templates in _needed_tag_sets().items():
+            if (organization_id, tags) in warned or any(daemon_can_run(d.tags, dict(tags), rule) for d in online):
+                continue
+            plural = len(templates) > 1
             section.warn(
                 "tags_unserved",
-                f"No online daemon serves {shown}, which template{'s' if len(names) > 1 else ''} "
-                f"{', '.join(sorted(names))} need{'' if len(names) > 1 else 's'}: their builds wait.",
+                f"{_in_organization(names, organization_id)}No online daemon serves {format_tags(dict(tags))}, which "
+                f"template{'s' if plural else ''} {', '.join(sorted(templates))} need{'' if plural else 's'}: "
+                f"their builds would wait.",
+                organization_id=organization_id,
             )
+    section.details["unserved"] = [finding.to_json() for finding in findings]
+    section.details["organizations"] = _by_organization(names, online, findings)
     for queue, count in sorted(queue_depths().items()):
         if count > QUEUE_DEPTH_WARNING:
             section.warn("queue_deep", f"{count} jobs are waiting in {queue}.")
@@ -219,18 +243,155 @@ def check_provisioners() -> Section:
     return section
 
 
-def _needed_tag_sets() -> dict[tuple[tuple[str, str], ...], set[str]]:
-    """The tag sets the active versions of templates build with (organisation scope: a person's own daemons are
-    theirs to run), and the templates that need each."""
+TagKey = tuple[tuple[str, str], ...]
+
+
+def _tag_key(tags: Mapping[str, str]) -> TagKey:
+    return tuple(sorted(tags.items()))
+
+
+def _organization_names() -> dict[str, str]:
+    rows = db.session.execute(select(Organization.id, Organization.name).order_by(Organization.name))
+    return {str(organization_id): str(name) for organization_id, name in rows}
+
+
+def _in_organization(names: Mapping[str, str], organization_id: str) -> str:
+    """Messages name their organisation once there is more than one (until then it would only be noise)."""
+    return f"Organisation {names.get(organization_id, organization_id)}: " if len(names) > 1 else ""
+
+
+@dataclass(frozen=True)
+class Unserved:
+    """Jobs of one organisation waiting on a tag set that no online daemon serves."""
+
+    organization_id: str
+    tags: dict[str, str]
+    jobs: int
+    oldest: datetime
+    waited_seconds: int
+    example: str
+    fix: str
+
+    def message(self) -> str:
+        waits = f"{self.jobs} job{'s' if self.jobs > 1 else ''} wait{'' if self.jobs > 1 else 's'}"
+        seconds = self.waited_seconds
+        since = f"{seconds // 60}m {seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+        return (
+            f"No online daemon serves {format_tags(self.tags)}: {waits} on it, "
+            f"{'the oldest' if self.jobs > 1 else 'it'} for {since} (e.g. {self.example}). Fix: {self.fix}."
+        )
+
+    def to_json(self) -> JsonObject:
+        return {
+            "organization_id": self.organization_id,
+            "tags": dict(self.tags),
+            "shown": format_tags(self.tags),
+            "jobs": self.jobs,
+            "oldest_created_at": rfc3339(self.oldest),
+            "oldest_waiting_seconds": self.waited_seconds,
+            "example": self.example,
+            "fix": self.fix,
+        }
+
+
+def _unserved_waiting(online: Sequence[ProvisionerDaemon], rule: str, now: datetime) -> list[Unserved]:
+    """Every tag set that waiting jobs need and no online daemon serves, per organisation: how many wait, since
+    when, an example and the fix.
+
+    One query over the waiting jobs (the partial index of unfinished jobs serves its filter): grouped by tag set
+    (the queue's name, both priorities as one) and organisation, with each group's size and its oldest job, whose
+    tags and names stand for the group. A job's organisation is its template's (a version pushed before it has a
+    template belongs to the default one, where every version is created today). Matching is the acquire path's
+    own ``daemon_can_run``: it does not look at organisations yet, so neither does this.
+    """
+    version_template, build_template = aliased(Template), aliased(Template)
+    tag_set = func.replace(ProvisionerJob.queue, LOW_PRIORITY_SUFFIX, "")
+    organization_id = func.coalesce(
+        version_template.organization_id, build_template.organization_id, literal(DEFAULT_ORGANIZATION_ID)
+    )
+    group = (tag_set, organization_id)
+    waiting = (
+        select(
+            ProvisionerJob.tags,
+            ProvisionerJob.created_at,
+            organization_id.label("organization_id"),
+            TemplateVersion.name.label("version"),
+            func.coalesce(version_template.name, TemplateVersion.publish_as).label("template"),
+            Workspace.name.label("workspace"),
+            User.username.label("owner"),
+            func.count().over(partition_by=group).label("jobs"),
+            func.row_number()
+            .over(partition_by=group, order_by=(ProvisionerJob.created_at, ProvisionerJob.id))
+            .label("rank"),
+        )
+        .outerjoin(TemplateVersion, TemplateVersion.job_id == ProvisionerJob.id)
+        .outerjoin(version_template, version_template.id == TemplateVersion.template_id)
+        .outerjoin(WorkspaceBuild, WorkspaceBuild.job_id == ProvisionerJob.id)
+        .outerjoin(Workspace, Workspace.id == WorkspaceBuild.workspace_id)
+        .outerjoin(build_template, build_template.id == Workspace.template_id)
+        .outerjoin(User, User.id == Workspace.owner_id)
+        .where(ProvisionerJob.waiting())
+        .subquery()
+    )
     rows = db.session.execute(
-        select(Template.name, ProvisionerJob.tags)
+        select(waiting).where(waiting.c.rank == 1).order_by(waiting.c.created_at, waiting.c.organization_id)
+    ).all()
+    findings = []
+    for row in rows:
+        tags: dict[str, str] = dict(row.tags)
+        if any(daemon_can_run(daemon.tags, tags, rule) for daemon in online):
+            continue
+        if row.workspace is not None:
+            example = f"workspace {row.owner}/{row.workspace}"
+        else:
+            example = f"version {row.version}" + (f" of template {row.template}" if row.template else "")
+        waited = max(0, int((now - row.created_at).total_seconds()))
+        fix = _fix(tags, rule, row.owner)
+        findings.append(Unserved(str(row.organization_id), tags, int(row.jobs), row.created_at, waited, example, fix))
+    return findings
+
+
+def _fix(tags: Mapping[str, str], rule: str, owner: str | None) -> str:
+    """The one command that would serve the tag set (a key with these tags does it too, for organisation ones)."""
+    free = " ".join(f"--tag {key}={value}" for key, value in sorted(tags.items()) if key not in RESERVED)
+    if tags.get("scope") == SCOPE_USER:
+        who = owner or "its owner"
+        return f"{who} starts a daemon of their own: slipway provisionerd start --tag scope=user {free}".rstrip()
+    if not free:
+        untagged = " with no tags" if rule == UNTAGGED_ONLY else ""
+        return f"start a daemon{untagged}: slipway provisionerd start"
+    return f"start a daemon with these tags: slipway provisionerd start {free} (or a provisioner key with them)"
+
+
+def _by_organization(
+    names: Mapping[str, str], online: Sequence[ProvisionerDaemon], findings: Sequence[Unserved]
+) -> list[JsonObject]:
+    """The section per organisation: its online daemons and the tag sets its waiting jobs need unserved."""
+    return [
+        {
+            "id": organization_id,
+            "name": name,
+            "online": sum(1 for daemon in online if daemon.organization_id == organization_id),
+            "unserved": [finding.to_json() for finding in findings if finding.organization_id == organization_id],
+        }
+        for organization_id, name in names.items()
+    ]
+
+
+def _needed_tag_sets() -> dict[tuple[str, TagKey], set[str]]:
+    """The tag sets the active versions of templates build with, per organisation (organisation scope: a
+    person's own daemons are theirs to run, and a waiting build of theirs is named above), and the templates that
+    need each."""
+    rows = db.session.execute(
+        select(Template.organization_id, Template.name, ProvisionerJob.tags)
         .join(TemplateVersion, TemplateVersion.id == Template.active_version_id)
         .join(ProvisionerJob, ProvisionerJob.id == TemplateVersion.job_id)
+        .where(Template.deleted_at.is_(None))
     ).all()
-    needed: dict[tuple[tuple[str, str], ...], set[str]] = {}
-    for name, tags in rows:
+    needed: dict[tuple[str, TagKey], set[str]] = {}
+    for organization_id, name, tags in rows:
         if tags.get("scope") != SCOPE_USER:
-            needed.setdefault(tuple(sorted(tags.items())), set()).add(name)
+            needed.setdefault((str(organization_id), _tag_key(tags)), set()).add(name)
     return needed
 
 
