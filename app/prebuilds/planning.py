@@ -21,15 +21,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Final, Literal
 
 # Where a prebuild stands, read from its latest build and its agents (app/prebuilds/reconciler.py).
-BUILDING = "building"  # its start build is queued or running
-RUNNING = "running"  # started, agent not (yet) ready
-READY = "ready"  # started and every agent connected and ready: claimable
-FAILED = "failed"  # its latest build failed
-STOPPED = "stopped"  # stopped (by someone, or a stop build): of no use to anyone
-DELETING = "deleting"  # its delete build is queued or running
+BUILDING: Final = "building"  # its start build is queued or running
+RUNNING: Final = "running"  # started, agent not (yet) ready
+READY: Final = "ready"  # started and every agent connected and ready: claimable
+FAILED: Final = "failed"  # its latest build failed
+STOPPED: Final = "stopped"  # stopped (by someone, or a stop build): of no use to anyone
+DELETING: Final = "deleting"  # its delete build is queued or running
 PrebuildStatus = Literal["building", "running", "ready", "failed", "stopped", "deleting"]
 
 # The order in which a shrinking pool gives its prebuilds up: the least useful first.

@@ -530,3 +530,21 @@ def build_for_job(job: ProvisionerJob) -> WorkspaceBuild:
     if build is None:
         raise NotFound("The job's workspace build is gone.")
     return build
+
+
+def queue_prebuild(
+    owner: User, template: Template, version: TemplateVersion, preset_id: str, name: str, *, priority: str
+) -> ProvisionerJob:
+    """A new prebuilt workspace of ``owner`` (the ``prebuilds`` system user) and its first build, with the preset's
+    values and the version's defaults, added to the session (the reconciler commits and dispatches). Not
+    :func:`create_workspace`: nobody's access, name or Git links are checked for a system user, and its builds
+    wait behind people's (``priority``)."""
+    values = resolve_parameters(version.parameters, with_preset(version, preset_id, {}), previous=None)
+    workspace = Workspace(
+        name=check_workspace_name(name), owner_id=owner.id, template_id=template.id, template=template
+    )
+    db.session.add(workspace)
+    db.session.flush()
+    return _queue_build(
+        owner, workspace, version, "start", values, state=None, number=1, preset_id=preset_id, priority=priority
+    )
