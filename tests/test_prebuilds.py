@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -10,6 +11,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
 
+from app.catalog.presets import preset_id
 from app.core.extensions import db
 from app.prebuilds.reconciler import ReconcileReport, run_tick
 from app.provisioning.models import ProvisionerJob
@@ -48,7 +50,7 @@ def test_members_do_not_see_the_prebuilds_user(client: FlaskClient, personas: di
 
 EUROPE = {
     "name": "Europe",
-    "parameters": [{"name": "region", "value": "eu"}, {"name": "size", "value": "4"}],
+    "parameters": [{"name": "region", "value": "eu"}],  # size: its default (1), unless a person chooses
     "desired_prebuild_instances": 2,
 }
 
@@ -100,3 +102,77 @@ def test_the_reconciler_fills_a_pool_at_low_priority_and_backs_off_on_failure(
     assert "quota exceeded at the cloud" in pool.failure_reason and pool.backoff_until is not None
     later = _tick(app, now=pool.backoff_until + timedelta(seconds=1))
     assert [(a.kind, a.preset_name) for a in later.queued] == [("create", "Europe")]
+
+
+def _ready_pool(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> tuple[FakeDaemon, dict[str, Any]]:
+    """A template whose Europe preset has 2 prebuilds, both built (no agents: ready once built)."""
+    daemon = FakeDaemon(client)
+    template = import_template(client, personas, daemon, presets=[EUROPE])
+    assert len(_tick(app).queued) == 2
+    for job_id, _, _ in _prebuild_jobs(app):
+        assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
+        assert daemon.call(f"/jobs/{job_id}/complete", {"workspace_build": {"resources": []}}).status_code == 204
+    return daemon, template
+
+
+def _create(client: FlaskClient, persona: Persona, template: dict[str, Any], name: str, **extra: Any) -> Any:
+    body = {
+        "template_id": template["id"],
+        "name": name,
+        "template_version_preset_id": preset_id(template["active_version_id"], "Europe"),
+        **extra,
+    }
+    reply = client.post("/api/v2/workspaces", json=body, headers=persona.auth)
+    assert reply.status_code == 201, reply.get_json()
+    return reply.get_json()
+
+
+@pytest.mark.databases("sqlite", "postgresql")
+def test_a_create_with_the_preset_claims_a_ready_prebuild_and_the_pool_refills(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    _, template = _ready_pool(app, client, personas)
+    with app.app_context():
+        pool = set(db.session.scalars(select(Workspace.id).where(Workspace.owner_id == PREBUILDS_USER_ID)))
+    carol = personas["carol"]
+    mine = _create(client, carol, template, "mine")
+    assert mine["id"] in pool and mine["owner_name"] == "carol" and mine["name"] == "mine"
+    # A start build with carol as its initiator and owner, queued at once (people's priority).
+    build = mine["latest_build"]
+    assert (build["build_number"], build["transition"]) == (2, "start")
+    with app.app_context():
+        job = db.session.get_one(ProvisionerJob, build["job"]["id"])
+        assert (job.priority, job.initiator_id, job.status) == ("high", carol.id, "pending")
+    # Other values beyond the preset's: not this prebuild (a normal build, no error).
+    other = _create(client, carol, template, "other", rich_parameter_values=[{"name": "size", "value": "5"}])
+    assert other["id"] not in pool and other["latest_build"]["build_number"] == 1
+    # The pool refills: one left, one created.
+    refill = _tick(app)
+    assert [(a.kind, a.preset_name) for a in refill.queued] == [("create", "Europe")]
+
+
+@pytest.mark.databases("sqlite", "postgresql")
+def test_concurrent_claims_never_take_the_same_prebuild(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    _, template = _ready_pool(app, client, personas)
+    with app.app_context():
+        pool = set(db.session.scalars(select(Workspace.id).where(Workspace.owner_id == PREBUILDS_USER_ID)))
+    people = [personas[name] for name in ("alice", "bob", "carol", "dave")]
+    start = threading.Barrier(len(people))
+    results: dict[str, Any] = {}
+
+    def create(persona: Persona) -> None:
+        own = app.test_client()
+        start.wait(timeout=30)
+        results[persona.username] = _create(own, persona, template, f"race-{persona.username}")
+
+    threads = [threading.Thread(target=create, args=(persona,)) for persona in people]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert len(results) == len(people)
+    claimed = [w["id"] for w in results.values() if w["id"] in pool]
+    assert sorted(claimed) == sorted(pool)  # both prebuilds claimed, each once
+    assert len({w["id"] for w in results.values()}) == len(people)  # the others built their own
