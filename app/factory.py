@@ -54,6 +54,7 @@ from app.lifecycle import models as lifecycle_models  # noqa: F401 - the executo
 from app.lifecycle import views as lifecycle_views
 from app.notifications import api as notifications_api
 from app.notifications import delivery
+from app.prebuilds import api as prebuilds_api
 from app.provisioning import api as provisioning_api
 from app.provisioning import daemon_api, jobs, maintenance
 from app.provisioning import sections as job_sections
@@ -187,6 +188,7 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
         insights_api.bp,
         insights_views.bp,
         appearance_api.bp,
+        prebuilds_api.bp,
         appearance_views.bp,
         metrics.bp,
         apidocs_views.api,

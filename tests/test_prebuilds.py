@@ -149,6 +149,14 @@ def test_a_create_with_the_preset_claims_a_ready_prebuild_and_the_pool_refills(
     # The pool refills: one left, one created.
     refill = _tick(app)
     assert [(a.kind, a.preset_name) for a in refill.queued] == [("create", "Europe")]
+    metrics = client.get("/metrics", headers=personas["alice"].auth).get_data(as_text=True)
+    labels = '{preset_name="Europe",template_name="dev"}'
+    for line in ("created_total", "claimed_total"):
+        assert f"slipway_prebuilt_workspaces_{line}{labels} " in metrics
+    assert f"slipway_prebuilt_workspaces_created_total{labels} 3.0" in metrics
+    assert f"slipway_prebuilt_workspaces_claimed_total{labels} 1.0" in metrics
+    assert f"slipway_prebuilt_workspaces_desired{labels} 2.0" in metrics
+    assert f"slipway_prebuilt_workspaces_eligible{labels} 1.0" in metrics
 
 
 @pytest.mark.databases("sqlite", "postgresql")
@@ -176,3 +184,24 @@ def test_concurrent_claims_never_take_the_same_prebuild(
     claimed = [w["id"] for w in results.values() if w["id"] in pool]
     assert sorted(claimed) == sorted(pool)  # both prebuilds claimed, each once
     assert len({w["id"] for w in results.values()}) == len(people)  # the others built their own
+
+
+def test_pausing_stops_reconciliation_and_status_shows_the_pools(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    import_template(client, personas, FakeDaemon(client), presets=[EUROPE])
+    bob, carol = personas["bob"].auth, personas["carol"].auth
+    assert client.get("/api/v2/prebuilds/settings", headers=bob).get_json() == {"reconciliation_paused": False}
+    bad = client.put("/api/v2/prebuilds/settings", json={"reconciliation_paused": "yes"}, headers=bob)
+    assert bad.status_code == 400 and bad.get_json()["validations"][0]["field"] == "reconciliation_paused"
+    assert (
+        client.put("/api/v2/prebuilds/settings", json={"reconciliation_paused": True}, headers=carol).status_code == 403
+    )
+    paused = client.put("/api/v2/prebuilds/settings", json={"reconciliation_paused": True}, headers=bob)
+    assert paused.get_json() == {"reconciliation_paused": True}
+    assert _tick(app).queued == [] and _prebuild_jobs(app) == []
+    status = client.get("/api/v2/prebuilds/status", headers=bob).get_json()
+    assert status["reconciliation_paused"] is True
+    assert [(p["preset_name"], p["desired"], p["running"]) for p in status["pools"]] == [("Europe", 2, 0)]
+    client.put("/api/v2/prebuilds/settings", json={"reconciliation_paused": False}, headers=bob)
+    assert len(_tick(app).queued) == 2

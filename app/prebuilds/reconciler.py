@@ -25,6 +25,7 @@ from app.core.columns import utcnow
 from app.core.errors import DomainError
 from app.core.extensions import db
 from app.core.redis_client import get_redis
+from app.prebuilds.models import SETTINGS_ROW_ID, PrebuildsSettings
 from app.prebuilds.planning import (
     BUILDING,
     DELETING,
@@ -215,6 +216,9 @@ def _failures(versions: dict[str, TemplateVersion]) -> dict[str, dict[str, Failu
 
 
 def _reconcile(now: datetime, max_in_flight: int) -> ReconcileReport:
+    settings = db.session.get(PrebuildsSettings, SETTINGS_ROW_ID)
+    if settings is not None and settings.reconciliation_paused:
+        return ReconcileReport()
     states, templates, versions = read_state()
     report = ReconcileReport(acted=True)
     report.plan = plan(states, now, max_in_flight=max_in_flight, backoff_base=BACKOFF_BASE, backoff_max=BACKOFF_MAX)

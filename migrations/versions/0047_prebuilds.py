@@ -1,5 +1,5 @@
-"""the prebuilds system user: owns prebuilt workspaces until a person claims one (no password, login type none,
-no organisation membership; app/users/models.py PREBUILDS_USER_ID)
+"""prebuilt workspaces: the prebuilds system user, who owns them until a person claims one (no password, login type
+none, no organisation membership; app/users/models.py PREBUILDS_USER_ID), and the reconciler's settings (one row)
 
 Revision ID: 0047
 Revises: 0046
@@ -25,6 +25,13 @@ PREBUILDS_USER_ID = "5e1f0b1d-0c2a-4f6e-9b8d-7a3c2e1f0b42"
 
 
 def upgrade():
+    op.create_table(
+        "prebuilds_settings",
+        sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column("reconciliation_paused", sa.Boolean(), server_default=sa.false(), nullable=False),
+        sa.Column("updated_at", app.core.columns.UTCDateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_prebuilds_settings")),
+    )
     users = sa.table(
         "users",
         sa.column("id", sa.String(36)),
@@ -48,3 +55,4 @@ def upgrade():
 
 def downgrade():
     op.execute(sa.text("DELETE FROM users WHERE id = :id").bindparams(id=PREBUILDS_USER_ID))
+    op.drop_table("prebuilds_settings")
