@@ -20,6 +20,7 @@ from app.workspaces.models import Workspace, WorkspaceBuild
 from protocol.tags import PRIORITY_LOW
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template
+from tests.support.web import post_form, sign_in
 
 pytestmark = pytest.mark.databases("sqlite")
 
@@ -205,3 +206,24 @@ def test_pausing_stops_reconciliation_and_status_shows_the_pools(
     assert [(p["preset_name"], p["desired"], p["running"]) for p in status["pools"]] == [("Europe", 2, 0)]
     client.put("/api/v2/prebuilds/settings", json={"reconciliation_paused": False}, headers=bob)
     assert len(_tick(app).queued) == 2
+
+
+def test_the_template_page_shows_its_pools_to_its_admins_only(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    template = import_template(client, personas, FakeDaemon(client), presets=[EUROPE])
+    page = f"/templates/{template['name']}"
+    member = app.test_client()
+    sign_in(member, personas["carol"].email, PASSWORD)
+    assert "template-prebuilds" not in member.get(page).get_data(as_text=True)
+    admin = app.test_client()
+    sign_in(admin, personas["bob"].email, PASSWORD)
+    html = admin.get(page).get_data(as_text=True)
+    assert 'id="template-prebuilds"' in html and '<tr data-preset="Europe">' in html
+    assert "<td>Europe</td><td>2</td><td>0</td><td>0</td><td>0</td>" in html
+    paused = post_form(
+        admin, "/deployment/prebuilds/settings", {"reconciliation_paused": "true", "next": page}, token_from=page
+    )
+    assert paused.status_code == 302 and paused.headers["Location"] == page
+    assert "Reconciliation is paused" in admin.get(page).get_data(as_text=True)
+    assert _tick(app).queued == []
