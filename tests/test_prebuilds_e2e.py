@@ -80,3 +80,15 @@ def test_a_pool_of_two_is_claimed_by_a_create_and_refills(deployment: Deployment
     # The pool refills: two ready prebuilds again, one of them new.
     wait_until(lambda: len([w for w in _prebuilds(deployment) if _ready(w)]) == 2, 90, "the pool refilled")
     assert len({w["id"] for w in _prebuilds(deployment)} - set(pool)) == 1
+    # The CLI: status names the pool; pause and resume say what they did.
+    status = deployment.cli("bob", "prebuilds", "status")
+    assert status.returncode == 0, status.stderr
+    assert (
+        "Reconciliation is running." in status.stdout and "Quick: 2 ready, 2 running, 0 building of 2" in status.stdout
+    )
+    paused = deployment.cli("bob", "prebuilds", "pause")
+    assert paused.returncode == 0 and "Reconciliation is paused." in paused.stdout
+    resumed = deployment.cli("bob", "prebuilds", "resume")
+    assert resumed.returncode == 0 and "Reconciliation is running." in resumed.stdout
+    refused = deployment.cli("carol", "prebuilds", "pause")
+    assert refused.returncode != 0
