@@ -144,6 +144,10 @@ def test_a_create_with_the_preset_claims_a_ready_prebuild_and_the_pool_refills(
     with app.app_context():
         job = db.session.get_one(ProvisionerJob, build["job"]["id"])
         assert (job.priority, job.initiator_id, job.status) == ("high", carol.id, "pending")
+    # The claim is in the audit log: the owner and name it changed, by carol.
+    entries = client.get("/api/v2/audit?q=resource_type:workspace", headers=personas["alice"].auth).get_json()
+    claim = next(e for e in entries["audit_logs"] if e["resource_id"] == mine["id"] and "owner_id" in e["diff"])
+    assert claim["diff"]["owner_id"]["new"] == carol.id and claim["user"]["username"] == "carol"
     # Other values beyond the preset's: not this prebuild (a normal build, no error).
     other = _create(client, carol, template, "other", rich_parameter_values=[{"name": "size", "value": "5"}])
     assert other["id"] not in pool and other["latest_build"]["build_number"] == 1

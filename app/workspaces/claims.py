@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import exists, select, update
 
+from app.audit.recorder import ACTION_WRITE, change, record
 from app.catalog.models import Template, TemplateVersion
 from app.core.columns import utcnow
 from app.core.extensions import db, rows_changed
@@ -64,7 +65,9 @@ def claim_for(
         return None
     wanted = {(item.name, item.value) for item in values}
     for workspace_id in ready_prebuilds(template, version, preset_id):
-        build = db.session.get(WorkspaceBuild, db.session.get_one(Workspace, workspace_id).latest_build_id)
+        prebuild = db.session.get_one(Workspace, workspace_id)
+        old_name = prebuild.name
+        build = db.session.get(WorkspaceBuild, prebuild.latest_build_id)
         if build is None or {(item.name, item.value) for item in build.parameters} != wanted:
             continue  # the person chose other values beyond the preset's: this prebuild is not theirs to use
         claimed = db.session.execute(
@@ -74,7 +77,9 @@ def claim_for(
             .execution_options(synchronize_session=False)
         )
         if rows_changed(claimed) == 1:
-            workspace = db.session.get_one(Workspace, workspace_id)
-            db.session.refresh(workspace)
-            return workspace
+            # The UPDATE is below the session's audited flush: the claim is recorded as the change it is.
+            diff = {"owner_id": change(owner.id, PREBUILDS_USER_ID), "name": change(name, old_name)}
+            record("workspace", workspace_id, name, ACTION_WRITE, diff)
+            db.session.refresh(prebuild)
+            return prebuild
     return None
