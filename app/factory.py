@@ -54,6 +54,8 @@ from app.lifecycle import models as lifecycle_models  # noqa: F401 - the executo
 from app.lifecycle import views as lifecycle_views
 from app.notifications import api as notifications_api
 from app.notifications import delivery
+from app.prebuilds import api as prebuilds_api
+from app.prebuilds import views as prebuilds_views
 from app.provisioning import api as provisioning_api
 from app.provisioning import daemon_api, jobs, maintenance
 from app.provisioning import sections as job_sections
@@ -134,7 +136,7 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
     sections.init_app(app, [agent_views.AGENTS_SECTION])
     job_sections.init_app(app, [timings_views.render_job_timings])
     # A template's page: the workspaces on it (a feature above the catalog's).
-    template_sections.init_app(app, [template_workspace_views.workspaces_section])
+    template_sections.init_app(app, [template_workspace_views.workspaces_section, prebuilds_views.prebuilds_section])
     # Who holds open ways into workspaces, told when someone loses access (a share removed, a suspension).
     access_events.init_app(app, [connections.close_lost])
     appearance_views.init_app(app)
@@ -187,6 +189,8 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
         insights_api.bp,
         insights_views.bp,
         appearance_api.bp,
+        prebuilds_api.bp,
+        prebuilds_views.bp,
         appearance_views.bp,
         metrics.bp,
         apidocs_views.api,

@@ -8,17 +8,21 @@ from collections.abc import Iterator
 
 from flask import Blueprint, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 
 from app.auth.access import api_user
+from app.catalog.models import Template, TemplateVersion
+from app.catalog.presets import preset_id
 from app.core.errors import Forbidden
 from app.core.extensions import csrf, db
-from app.provisioning.models import ProvisionerJob
+from app.prebuilds.services import pools
+from app.provisioning.models import FAILED, ProvisionerJob
 from app.provisioning.overview import DAEMON_STATUSES, daemon_views
 from app.provisioning.queue import queue_depths
-from app.users.models import ROLE_AUDITOR, ROLE_OWNER, ROLE_TEMPLATE_ADMIN
+from app.users.models import PREBUILDS_USER_ID, ROLE_AUDITOR, ROLE_OWNER, ROLE_TEMPLATE_ADMIN
+from app.workspaces.models import Workspace, WorkspaceBuild
 
 bp = Blueprint("metrics", __name__)
 csrf.exempt(bp)
@@ -84,10 +88,75 @@ class ProvisioningCollector(Collector):
         return family
 
 
+class PrebuildsCollector(Collector):
+    """Coder's prebuilt workspace metrics (coderd_prebuilt_workspaces_*) under our prefix, per template and preset:
+    the totals read from the builds (every prebuild's first build is the reconciler's), the gauges from the pools."""
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["template_name", "preset_name"]
+        created = CounterMetricFamily("slipway_prebuilt_workspaces_created", "Prebuilds created.", labels=labels)
+        failed = CounterMetricFamily(
+            "slipway_prebuilt_workspaces_failed", "Prebuilds whose build failed.", labels=labels
+        )
+        claimed = CounterMetricFamily("slipway_prebuilt_workspaces_claimed", "Prebuilds claimed.", labels=labels)
+        # Grouped by plain columns (the job's status is a CASE over several, which PostgreSQL will not group by
+        # when it is bound twice): failures and claims are summed.
+        claimed_flag = case((Workspace.owner_id != PREBUILDS_USER_ID, 1), else_=0)
+        failed_flag = case((ProvisionerJob.status == FAILED, 1), else_=0)
+        rows = db.session.execute(
+            select(
+                Template.name,
+                WorkspaceBuild.template_version_id,
+                WorkspaceBuild.template_version_preset_id,
+                func.count(),
+                func.sum(failed_flag),
+                func.sum(claimed_flag),
+            )
+            .join(ProvisionerJob, ProvisionerJob.id == WorkspaceBuild.job_id)
+            .join(Workspace, Workspace.id == WorkspaceBuild.workspace_id)
+            .join(Template, Template.id == Workspace.template_id)
+            .where(WorkspaceBuild.build_number == 1, ProvisionerJob.initiator_id == PREBUILDS_USER_ID)
+            .group_by(Template.name, WorkspaceBuild.template_version_id, WorkspaceBuild.template_version_preset_id)
+        ).all()
+        versions = {row[1] for row in rows}
+        names = {
+            (version.id, preset_id(version.id, preset.name)): preset.name
+            for version in db.session.scalars(select(TemplateVersion).where(TemplateVersion.id.in_(versions)))
+            for preset in version.presets
+        }
+        totals: dict[tuple[str, str], list[int]] = {}
+        for template_name, version_id, wanted, count, failures, claims in rows:
+            key = (template_name, names.get((version_id, wanted or ""), ""))
+            total = totals.setdefault(key, [0, 0, 0])
+            total[0] += count
+            total[1] += int(failures or 0)
+            total[2] += int(claims or 0)
+        for key, (made, broke, taken) in sorted(totals.items()):
+            created.add_metric(list(key), made)
+            failed.add_metric(list(key), broke)
+            claimed.add_metric(list(key), taken)
+        yield from (created, failed, claimed)
+        template_names: dict[str, str] = {
+            ident: name for ident, name in db.session.execute(select(Template.id, Template.name))
+        }
+        desired = GaugeMetricFamily("slipway_prebuilt_workspaces_desired", "Prebuilds a pool wants.", labels=labels)
+        running = GaugeMetricFamily("slipway_prebuilt_workspaces_running", "Prebuilds running.", labels=labels)
+        eligible = GaugeMetricFamily(
+            "slipway_prebuilt_workspaces_eligible", "Prebuilds ready to be claimed.", labels=labels
+        )
+        for pool in pools():
+            pool_key = [template_names.get(pool.template_id, pool.template_id), pool.preset_name]
+            desired.add_metric(pool_key, pool.desired)
+            running.add_metric(pool_key, pool.running)
+            eligible.add_metric(pool_key, pool.ready)
+        yield from (desired, running, eligible)
+
+
 @bp.get("/metrics")
 def metrics() -> Response:
     if not api_user().has_role(ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_AUDITOR):
         raise Forbidden("Metrics are for owners, template admins and auditors.")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ProvisioningCollector())
+    registry.register(PrebuildsCollector())
     return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)

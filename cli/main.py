@@ -50,6 +50,7 @@ SECTIONS: dict[str, dict[str, str]] = {
         "groups": "cli.groups:groups",
         "provisioner": "cli.provisioners:provisioner",
         "audit": "cli.audit:audit",
+        "prebuilds": "cli.prebuilds:prebuilds",
     },
     "Run Slipway": {
         "server": "cli.server:server",

@@ -443,6 +443,11 @@ CASES: tuple[Case, ...] = (
         (Expect("appearance", "create", "alice", {"application_name": (None, "Acme")}),),
     ),
     Case(
+        "prebuilds_api.update_settings",
+        lambda w: w.call("PUT", "/prebuilds/settings", "alice", {"reconciliation_paused": True}),
+        (Expect("prebuilds_settings", "create", "alice", {"reconciliation_paused": (None, True)}),),
+    ),
+    Case(
         "lifecycle_api.set_quiet_hours",
         lambda w: w.call("PUT", "/users/me/quiet-hours", "carol", {"schedule": "CRON_TZ=UTC 0 2 * * *"}),
         (Expect("user", "write", "carol", {"quiet_hours_schedule": (None, "CRON_TZ=UTC 0 2 * * *")}),),

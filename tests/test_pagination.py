@@ -12,10 +12,9 @@ import httpx
 import pytest
 from flask import Flask, render_template
 from flask.testing import FlaskClient
-from sqlalchemy import select
 
 from app.core.pagination import PagePosition, page_of
-from app.users.models import User
+from app.users.services import users_query
 from cli.client import SlipwayClient
 from cli.workspaces import read_log
 from tests.conftest import PASSWORD, Persona
@@ -251,7 +250,7 @@ def test_the_workspaces_page_shows_one_page_at_a_time(
 
 def test_a_list_counted_a_few_pages_ahead_says_there_are_more(app: Flask, personas: dict[str, Persona]) -> None:
     """Four users, a page of one, counted one page ahead: page 1 knows of two pages and more, page 3 of all."""
-    users = select(User).order_by(User.username, User.id)
+    users = users_query()  # the Users page's own (people only: not the prebuilds system user)
     with app.test_request_context("/users"):
         first = page_of(users, 1, size=1, pages_ahead=1)
         assert (first.total, first.more, first.count) == (2, True, 2)

@@ -98,6 +98,10 @@ ADMIN_ONLY_ENDPOINTS = {
     "insights_api.daus",
     "insights_api.templates_report",
     "insights_api.user_activity",
+    "prebuilds_api.get_settings",
+    "prebuilds_api.update_settings",
+    "prebuilds_api.status",
+    "prebuilds.update_settings",
 }
 # A template's own: those who may not use it get 404 (it does not exist for them); TEMPLATE_ADMIN_ENDPOINTS also
 # refuse (403) those who may use it but do not administer it. Proven on a real template (see below).

@@ -90,6 +90,7 @@ def describe(url: str) -> dict[str, Any]:
                 "revision": connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all(),
                 "organizations": _rows(connection, "SELECT id, name, display_name, is_default FROM organizations"),
                 "groups": _rows(connection, "SELECT id, organization_id, name, source FROM groups"),
+                "users": _rows(connection, "SELECT id, username, email, password_hash, login_type, status FROM users"),
             }
         return {"tables": tables, "seeded": seeded}
     finally:

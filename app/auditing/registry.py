@@ -20,6 +20,7 @@ from app.insights.models import TemplateAppDaily, TemplateUsageDaily, TemplateUs
 from app.lifecycle.models import LifecycleTick
 from app.notifications.models import Notification, NotificationDelivery, NotificationPreference
 from app.organizations.models import Organization, OrganizationMember
+from app.prebuilds.models import PrebuildsSettings
 from app.provisioning.models import (
     ProvisionerDaemon,
     ProvisionerJob,
@@ -52,6 +53,7 @@ def register_models() -> None:
     register(ApiKey, _spec("api_key", "name"))
     register(UserInvitation, _spec("user_invitation", "email"))
     register(Template, _spec("template", "name"))
+    register(PrebuildsSettings, _spec("prebuilds_settings"))
     register(TemplateVersion, _spec("template_version", "name"))
     register(TemplateAcl, _spec("template_acl"))
     register(Workspace, _spec("workspace", "name", ignored=frozenset({"next_start_at", "latest_build_id"})))

@@ -41,6 +41,8 @@ class Settings:
     provisioner_daemons: int = 3
     # Seconds between lifecycle executor ticks (app/lifecycle/executor.py); 0 = this replica runs none.
     lifecycle_interval: int = 60
+    # Seconds between prebuilds reconciler ticks (app/prebuilds/reconciler.py); 0 = this replica runs none.
+    prebuilds_interval: int = 15
     # Seconds between writes of workspaces' last use (app/lifecycle/activity.py): at most one per workspace.
     activity_flush_interval: int = 60
     web_workers: int = 2
@@ -195,6 +197,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         embedded_redis=not redis_url,
         provisioner_daemons=_int(env, "PROVISIONER_DAEMONS", 3, minimum=0, maximum=64),
         lifecycle_interval=_int(env, "LIFECYCLE_INTERVAL", 60, minimum=0, maximum=3600),
+        prebuilds_interval=_int(env, "PREBUILDS_INTERVAL", 15, minimum=0, maximum=3600),
         activity_flush_interval=_int(env, "ACTIVITY_FLUSH_INTERVAL", 60, minimum=1, maximum=3600),
         web_workers=web_workers,
         web_worker_connections=worker_connections,

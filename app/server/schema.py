@@ -17,7 +17,7 @@ from pathlib import Path
 
 from flask import Flask
 from flask_migrate import Migrate, stamp, upgrade
-from sqlalchemy import func, insert, inspect, select, table
+from sqlalchemy import column, func, insert, inspect, select, table
 
 from app.audit.models import CHAIN_HEAD_ID, GENESIS_HASH, AuditChainHead
 from app.core import encryption_keys
@@ -26,6 +26,14 @@ from app.core.config import Settings
 from app.core.extensions import db, engine_options
 from app.groups.models import EVERYONE, Group
 from app.organizations.models import DEFAULT_ORGANIZATION_ID, DEFAULT_ORGANIZATION_NAME, Organization
+from app.users.models import (
+    LOGIN_TYPE_NONE,
+    PREBUILDS_EMAIL,
+    PREBUILDS_USER_ID,
+    PREBUILDS_USERNAME,
+    SYSTEM_USER_IDS,
+    User,
+)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -46,8 +54,10 @@ def schema_app(settings: Settings) -> Flask:
 
 
 def user_count() -> int:
-    """How many people have accounts, read without the users' model (and so without every model it relates to)."""
-    return db.session.scalar(select(func.count()).select_from(table("users"))) or 0
+    """How many people have accounts, read without the users' model (and so without every model it relates to);
+    system users (``prebuilds``) are not people."""
+    users = table("users", column("id"))
+    return db.session.scalar(select(func.count()).select_from(users).where(users.c.id.not_in(SYSTEM_USER_IDS))) or 0
 
 
 def bring_schema_to_head() -> bool:
@@ -71,9 +81,10 @@ def create_schema_from_models() -> None:
 
 
 def seed_rows() -> None:
-    """The rows migrations insert into an empty database: the default organisation and its Everyone group (0038) and
-    the audit chain's head (0042). Written as the migrations write them, below the session, so that they are not
-    audited changes: a database made from the models starts with the same rows and the same empty audit log."""
+    """The rows migrations insert into an empty database: the default organisation and its Everyone group (0038),
+    the audit chain's head (0042) and the ``prebuilds`` system user (0047). Written as the migrations write them,
+    below the session, so that they are not audited changes: a database made from the models starts with the same
+    rows and the same empty audit log."""
     now = utcnow()
     connection = db.session.connection()
     connection.execute(
@@ -100,3 +111,20 @@ def seed_rows() -> None:
             id=CHAIN_HEAD_ID, last_seq=0, last_hash=GENESIS_HASH, base_seq=0, base_hash=GENESIS_HASH
         )
     )
+    connection.execute(insert(User).values(**prebuilds_user_row(now)))
+
+
+def prebuilds_user_row(now: object) -> dict[str, object]:
+    """The ``prebuilds`` system user's row, as migration 0047 writes it (no organisation membership: in no group)."""
+    return {
+        "id": PREBUILDS_USER_ID,
+        "username": PREBUILDS_USERNAME,
+        "email": PREBUILDS_EMAIL,
+        "password_hash": None,
+        "roles": [],
+        "status": "active",
+        "login_type": LOGIN_TYPE_NONE,
+        "created_at": now,
+        "updated_at": now,
+        "must_change_password": False,
+    }

@@ -233,6 +233,8 @@ class Supervisor:
         threading.Thread(target=self._maintain, name="maintenance", daemon=True).start()
         if self.settings.lifecycle_interval:
             threading.Thread(target=self._run_lifecycle, name="lifecycle", daemon=True).start()
+        if self.settings.prebuilds_interval:
+            threading.Thread(target=self._run_prebuilds, name="prebuilds", daemon=True).start()
         self.serving.set()
 
     def _start_notifier(self) -> None:
@@ -315,6 +317,24 @@ class Supervisor:
                         db.session.remove()
             except Exception:  # the loop must outlive a database or Redis hiccup
                 log.exception("lifecycle tick failed; retrying in %d s", interval)
+
+    def _run_prebuilds(self) -> None:
+        """The prebuilds reconciler's loop; with several replicas, the one holding its lock acts."""
+        from app.core.extensions import db
+        from app.factory import create_app
+        from app.prebuilds.reconciler import run_tick
+
+        app = create_app(self.settings)
+        interval = self.settings.prebuilds_interval
+        while not self.stopping.wait(interval):
+            try:
+                with app.app_context():
+                    try:
+                        run_tick()
+                    finally:
+                        db.session.remove()
+            except Exception:  # the loop must outlive a database or Redis hiccup
+                log.exception("prebuilds tick failed; retrying in %d s", interval)
 
     def _announce(self, first_user_needed: bool) -> None:
         url = self.settings.access_url

@@ -25,6 +25,16 @@ ALL_ROLES = (ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN, ROLE_AUDITOR, ROL
 STATUS_ACTIVE = "active"
 STATUS_SUSPENDED = "suspended"
 
+# The system user that owns prebuilt workspaces until a person claims one (app/prebuilds). Not a person: no
+# password and login type "none" (no way to sign in), no organisation membership (so in no group), left out of the
+# users list and of the count that decides whether the first-run setup is due. Seeded by migration 0047 and by
+# app/server/schema.py's seed_rows, with this fixed id so that every replica and every database agree on it.
+PREBUILDS_USER_ID = "5e1f0b1d-0c2a-4f6e-9b8d-7a3c2e1f0b42"
+PREBUILDS_USERNAME = "prebuilds"
+PREBUILDS_EMAIL = "prebuilds@system.slipway.invalid"
+LOGIN_TYPE_NONE = "none"
+SYSTEM_USER_IDS = (PREBUILDS_USER_ID,)
+
 
 class User(Model):
     __tablename__ = "users"
@@ -69,6 +79,10 @@ class User(Model):
 
     def get_id(self) -> str:
         return self.id
+
+    @property
+    def is_system(self) -> bool:
+        return self.id in SYSTEM_USER_IDS
 
     @property
     def oidc_link_allowed(self) -> bool:

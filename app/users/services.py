@@ -23,6 +23,7 @@ from app.users.models import (
     ROLE_OWNER,
     STATUS_ACTIVE,
     STATUS_SUSPENDED,
+    SYSTEM_USER_IDS,
     ApiKey,
     User,
 )
@@ -42,7 +43,8 @@ OIDC_LINK_WINDOW = timedelta(days=7)
 
 
 def user_count() -> int:
-    return db.session.scalar(select(func.count()).select_from(User)) or 0
+    """How many people have accounts (system users such as ``prebuilds`` are not people)."""
+    return db.session.scalar(select(func.count()).select_from(User).where(User.id.not_in(SYSTEM_USER_IDS))) or 0
 
 
 def normalise_roles(roles: Iterable[str]) -> list[str]:
@@ -134,8 +136,8 @@ def authenticate(identifier: str, password: str) -> User:
 
 
 def users_query() -> Select[User]:
-    """Every user by username (then id, so that pages never overlap)."""
-    return select(User).order_by(User.username, User.id)
+    """Every person by username (then id, so that pages never overlap): system users are nobody's to manage."""
+    return select(User).where(User.id.not_in(SYSTEM_USER_IDS)).order_by(User.username, User.id)
 
 
 def get_user(user_id: str) -> User:

@@ -22,7 +22,7 @@ from app.groups.models import ACL_ADMIN
 from app.provisioning.jobs import confirm_job, dispatch, new_job
 from app.provisioning.models import DEBUG_LOGGING, FAILED, SUCCEEDED, ProvisionerJob
 from app.users.models import User
-from app.workspaces import schedule_rules, sharing
+from app.workspaces import claims, schedule_rules, sharing
 from app.workspaces.models import REASON_INITIATOR, TRANSITIONS, Workspace, WorkspaceBuild
 from app.workspaces.parameters import resolve_parameters
 from protocol.codec import JSON, JsonObject
@@ -295,6 +295,10 @@ def create_workspace(
         raise InvalidInput(message, validations=validations + ([taken_problem] if taken else []))
     if taken:
         raise Conflict(f"You already have a workspace named {name!r}.", validations=[taken_problem])
+    # A ready prebuilt workspace of this preset, if there is one, becomes theirs (app/workspaces/claims.py).
+    claimed = _claim_prebuild(owner, template, version, preset_id, name, values, schedule)
+    if claimed is not None:
+        return claimed
     workspace = Workspace(name=name, owner_id=owner.id, template_id=template.id, template=template)
     if schedule:
         schedule_rules.apply_on_create(workspace, schedule)
@@ -530,3 +534,46 @@ def build_for_job(job: ProvisionerJob) -> WorkspaceBuild:
     if build is None:
         raise NotFound("The job's workspace build is gone.")
     return build
+
+
+def queue_prebuild(
+    owner: User, template: Template, version: TemplateVersion, preset_id: str, name: str, *, priority: str
+) -> ProvisionerJob:
+    """A new prebuilt workspace of ``owner`` (the ``prebuilds`` system user) and its first build, with the preset's
+    values and the version's defaults, added to the session (the reconciler commits and dispatches). Not
+    :func:`create_workspace`: nobody's access, name or Git links are checked for a system user, and its builds
+    wait behind people's (``priority``)."""
+    values = resolve_parameters(version.parameters, with_preset(version, preset_id, {}), previous=None)
+    workspace = Workspace(
+        name=check_workspace_name(name), owner_id=owner.id, template_id=template.id, template=template
+    )
+    db.session.add(workspace)
+    db.session.flush()
+    return _queue_build(
+        owner, workspace, version, "start", values, state=None, number=1, preset_id=preset_id, priority=priority
+    )
+
+
+def _claim_prebuild(
+    owner: User, template: Template, version: TemplateVersion, preset_id: str | None, name: str,
+    values: tuple[NameValue, ...], schedule: Mapping[str, JSON] | None,
+) -> Workspace | None:  # fmt: skip
+    """Claim a ready prebuild for ``owner`` and queue its start build with them as its owner (so that the template
+    sees who owns it); None when there is none (the caller builds as usual)."""
+    try:
+        workspace = claims.claim_for(owner, template, version, preset_id, name, values)
+    except IntegrityError as exc:  # the person created a workspace of that name meanwhile
+        db.session.rollback()
+        raise Conflict(f"You already have a workspace named {name!r}.") from exc
+    if workspace is None:
+        return None
+    if schedule:
+        schedule_rules.apply_on_create(workspace, schedule)
+    previous = latest_build(workspace)
+    job = _queue_build(
+        owner, workspace, version, "start", values,
+        state=previous.state, number=previous.build_number + 1, preset_id=preset_id,
+    )  # fmt: skip
+    db.session.commit()
+    dispatch(job)
+    return workspace

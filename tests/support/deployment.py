@@ -293,7 +293,11 @@ def shared_deployment(tmp_path_factory: pytest.TempPathFactory) -> Deployment:
     """This process's shared deployment (the personas signed up, no template pushed), started on first use."""
     global _shared
     if _shared is None:
-        _shared = start_deployment(tmp_path_factory.mktemp("shared-deployment"))
+        # The prebuilds reconciler ticks every second (tests/test_prebuilds_e2e.py); no other module's template
+        # asks for prebuilds, so it has nothing to do for them.
+        _shared = start_deployment(
+            tmp_path_factory.mktemp("shared-deployment"), env={"SLIPWAY_PREBUILDS_INTERVAL": "1"}
+        )
     return _shared
 
 
