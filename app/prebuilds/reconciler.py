@@ -223,7 +223,7 @@ def _reconcile(now: datetime, max_in_flight: int) -> ReconcileReport:
     report = ReconcileReport(acted=True)
     report.plan = plan(states, now, max_in_flight=max_in_flight, backoff_base=BACKOFF_BASE, backoff_max=BACKOFF_MAX)
     owner = db.session.get(User, PREBUILDS_USER_ID)
-    if owner is None:  # a database older than migration 0047 cannot be: the server migrates first
+    if owner is None:  # a database older than migration 0048 cannot be: the server migrates first
         return report
     jobs: list[tuple[str, str]] = []
     for action in report.plan.actions:

@@ -82,7 +82,7 @@ def create_schema_from_models() -> None:
 
 def seed_rows() -> None:
     """The rows migrations insert into an empty database: the default organisation and its Everyone group (0038),
-    the audit chain's head (0042) and the ``prebuilds`` system user (0047). Written as the migrations write them,
+    the audit chain's head (0042) and the ``prebuilds`` system user (0048). Written as the migrations write them,
     below the session, so that they are not audited changes: a database made from the models starts with the same
     rows and the same empty audit log."""
     now = utcnow()
@@ -115,7 +115,7 @@ def seed_rows() -> None:
 
 
 def prebuilds_user_row(now: object) -> dict[str, object]:
-    """The ``prebuilds`` system user's row, as migration 0047 writes it (no organisation membership: in no group)."""
+    """The ``prebuilds`` system user's row, as migration 0048 writes it (no organisation membership: in no group)."""
     return {
         "id": PREBUILDS_USER_ID,
         "username": PREBUILDS_USERNAME,

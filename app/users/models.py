@@ -27,7 +27,7 @@ STATUS_SUSPENDED = "suspended"
 
 # The system user that owns prebuilt workspaces until a person claims one (app/prebuilds). Not a person: no
 # password and login type "none" (no way to sign in), no organisation membership (so in no group), left out of the
-# users list and of the count that decides whether the first-run setup is due. Seeded by migration 0047 and by
+# users list and of the count that decides whether the first-run setup is due. Seeded by migration 0048 and by
 # app/server/schema.py's seed_rows, with this fixed id so that every replica and every database agree on it.
 PREBUILDS_USER_ID = "5e1f0b1d-0c2a-4f6e-9b8d-7a3c2e1f0b42"
 PREBUILDS_USERNAME = "prebuilds"

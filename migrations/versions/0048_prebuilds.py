@@ -1,8 +1,8 @@
 """prebuilt workspaces: the prebuilds system user, who owns them until a person claims one (no password, login type
 none, no organisation membership; app/users/models.py PREBUILDS_USER_ID), and the reconciler's settings (one row)
 
-Revision ID: 0047
-Revises: 0046
+Revision ID: 0048
+Revises: 0047
 Create Date: 2026-11-28 15:10:00.000000
 
 """
@@ -16,8 +16,8 @@ import app.core.columns
 
 
 # revision identifiers, used by Alembic.
-revision = "0047"
-down_revision = "0046"
+revision = "0048"
+down_revision = "0047"
 branch_labels = None
 depends_on = None
 
