@@ -457,7 +457,8 @@ def migrate_database(settings: Settings) -> bool:
 
     from app.core.crypto import current_keyring
     from app.core.encryption_keys import KeyProblem, check_keys
-    from app.server.schema import bring_schema_to_head, schema_app, user_count
+    from app.core.extensions import db
+    from app.server.schema import SchemaTooNew, bring_schema_to_head, schema_app, user_count
 
     app = schema_app(settings)
     try:
@@ -466,12 +467,16 @@ def migrate_database(settings: Settings) -> bool:
             # Before serving: no row may be encrypted with a key this server lacks.
             check_keys(current_keyring())
             return user_count() == 0
-    except KeyProblem as exc:
+    except (KeyProblem, SchemaTooNew) as exc:
         raise StartupError(str(exc)) from exc
     except OperationalError as exc:
         raise StartupError(f"cannot use the database: {exc.orig}".splitlines()[0]) from exc
     except SQLAlchemyError as exc:
         raise StartupError(f"database error while migrating: {exc}".splitlines()[0]) from exc
+    finally:
+        # The schema app is done with: its connections are not left for the collector to find still open.
+        with app.app_context():
+            db.engine.dispose()
 
 
 @contextmanager
