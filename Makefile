@@ -39,7 +39,7 @@ $(VENV)/.agent-bundle: pyproject.toml | $(VENV)/.installed
 	else echo "warning: the agent bundle could not be built (see $(VENV)/agent-bundle.log); run 'make agent-bundle' later"; fi
 	@touch $@
 
-system-deps: ## install what the tests need from Debian: PostgreSQL, chromium, npm, OpenSSH's client, rsync, acl, git
+system-deps: ## install what the tests need from Debian: PostgreSQL, chromium, npm, OpenSSH's client, rsync, acl, git, nginx
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
@@ -48,6 +48,7 @@ system-deps: ## install what the tests need from Debian: PostgreSQL, chromium, n
 	command -v rsync >/dev/null || missing="$$missing rsync"; \
 	command -v setfacl >/dev/null || missing="$$missing acl"; \
 	command -v git >/dev/null || missing="$$missing git"; \
+	[ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
 	if [ -n "$$missing" ]; then \
 		echo "Installing with apt-get:$$missing"; \
 		$(APT) update -qq && $(APT) install -y -qq --no-install-recommends $$missing >/dev/null; \

@@ -8,7 +8,7 @@ import logging
 from flask import Blueprint, Response, current_app
 from sqlalchemy import text
 
-from app.core.config import Settings
+from app.core.config import Settings, draining_marker
 from app.core.disk import MIN_FREE_BYTES, disk_space
 from app.core.extensions import db
 from app.core.redis_client import get_redis
@@ -20,6 +20,10 @@ bp = Blueprint("health", __name__)
 
 @bp.get("/healthz")
 def healthz() -> Response:
+    settings: Settings = current_app.config["SLIPWAY_SETTINGS"]
+    # Readiness fails first when the replica is told to stop: the load balancer takes it out while it still serves.
+    if draining_marker(settings.data_dir).exists():
+        return Response("unhealthy: draining (this replica is stopping)\n", 503, mimetype="text/plain")
     failing = []
     try:
         db.session.execute(text("SELECT 1"))
@@ -34,7 +38,6 @@ def healthz() -> Response:
         log.warning("health check: redis did not answer", exc_info=True)
         failing.append("redis")
     problems = [f"{', '.join(failing)} not answering"] if failing else []
-    settings: Settings = current_app.config["SLIPWAY_SETTINGS"]
     try:
         free, _ = disk_space(settings.data_dir)
     except OSError:

@@ -145,6 +145,13 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "A live log or status stream ends after this and the client resumes where it was. [default: 30m]",
     ),
     (
+        "--drain-period",
+        "SLIPWAY_DRAIN_PERIOD",
+        "After SIGTERM, keep serving this long with /healthz answering 503 'draining' (so that a load balancer "
+        "stops sending requests first) while live streams end with a retry hint; 15s or more ends every stream. "
+        "[default: 0s]",
+    ),
+    (
         "--request-header-timeout",
         "SLIPWAY_REQUEST_HEADER_TIMEOUT",
         "Time a client has to send a request's line and headers; stalled connections are closed. [default: 10s]",

@@ -67,7 +67,7 @@ SHARED_DEPLOYMENT = {"test_presets_e2e", "test_user_secrets_e2e", "test_cli_temp
 # What a module uses that makes it end to end (a real `slipway server`, daemons or agents) or a browser test.
 E2E_SUPPORT = (
     "tests.support.server", "tests.support.deployment", "tests.support.provisionerd", "tests.support.soak",
-    "tests.support.agent_bundle", "tests.support.http_daemon",
+    "tests.support.agent_bundle", "tests.support.http_daemon", "tests.support.rolling",
 )  # fmt: skip
 BROWSER_SUPPORT = ("tests.support.browser", "playwright.")
 

@@ -174,6 +174,17 @@ def test_a_stream_without_ids_marks_its_reconnect() -> None:
     assert "id:" not in again[-1]
 
 
+def test_a_stream_of_a_draining_replica_ends_at_its_next_event_with_a_retry_hint(tmp_path: Path) -> None:
+    closed: list[bool] = []
+    marker = tmp_path / "draining"
+    stream = BoundedStream(_events("id: 7\nevent: log\ndata: {}\n\n", closed=closed), Slot("s5", ()), 3600,
+                           has_ids=True, draining=marker)  # fmt: skip
+    assert next(stream).startswith("id: 7") and next(stream) == ": heartbeat\n\n"
+    marker.touch()  # SIGTERM: the server starts draining
+    assert next(stream).endswith("retry: 1000\n\n") and closed == [True]
+    assert list(stream) == []
+
+
 def test_a_stream_closed_before_its_first_event_frees_its_slot() -> None:
     slot = Slot("s4", ())
     stream = BoundedStream(_events(closed=[]), slot, 60, has_ids=False)

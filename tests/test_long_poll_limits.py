@@ -16,7 +16,7 @@ import redis
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.core.config import Settings
+from app.core.config import Settings, draining_marker
 from app.core.extensions import db
 from app.core.limits import LiveSlots, Slot, holders, person_budgets
 from app.externalauth.models import ExternalAuthLink
@@ -131,3 +131,15 @@ def test_the_operators_daemons_are_not_counted(client: FlaskClient, ledger: redi
     daemon = FakeDaemon(client)  # the PSK: the operator's, as are provisioner keys and the built-in daemons
     assert daemon.call("/jobs/wait", {"timeout_seconds": 0}).status_code == 204
     assert holders(ledger, "all") == 0
+
+
+def test_a_draining_replica_ends_a_daemons_wait_for_a_job_before_it_stops(
+    app: Flask, settings: Settings, ledger: redis.Redis
+) -> None:
+    daemon = FakeDaemon(app.test_client())
+    thread, answers = in_thread(lambda: daemon.call("/jobs/wait", {"timeout_seconds": 60}))
+    draining_marker(settings.data_dir).touch()  # SIGTERM: the replica drains
+    thread.join(timeout=45)  # ends within a recheck (5 s), not at the poll's minute
+    assert answers and answers[0].status_code == 204, answers
+    # A daemon asking a draining replica is answered after one look.
+    assert daemon.call("/jobs/wait", {"timeout_seconds": 60}).status_code == 204

@@ -5,6 +5,7 @@ so four start here.) And a replica that waits for another's migrations refuses c
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 from pathlib import Path
@@ -75,7 +76,7 @@ def test_a_replica_waiting_for_the_migrations_refuses_connections_then_serves(
     balancer sends it elsewhere at once."""
     postgres.execute("CREATE DATABASE held_migrations")
     server = ServerProcess(
-        tmp_path / "data", "--provisioner-daemons", "0",
+        tmp_path / "data", "--provisioner-daemons", "0", "--drain-period", "3",
         env={"SLIPWAY_DATABASE_URL": postgres.url("held_migrations")},
     )  # fmt: skip
     started: list[ServerProcess] = []
@@ -95,5 +96,15 @@ def test_a_replica_waiting_for_the_migrations_refuses_connections_then_serves(
     try:
         assert started, server.log()
         assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
+        # Stopped as Kubernetes stops a pod: readiness fails first, while requests are still served, then it stops.
+        assert server.process is not None
+        server.process.send_signal(signal.SIGTERM)
+        wait_until(lambda: httpx.get(f"{server.url}/healthz", timeout=10).status_code == 503, what="readiness to fail")
+        draining = httpx.get(f"{server.url}/healthz", timeout=10)
+        assert draining.text == "unhealthy: draining (this replica is stopping)\n"
+        assert httpx.get(f"{server.url}/login", timeout=10, follow_redirects=True).status_code == 200
+        assert server.stop(signum=signal.SIGTERM) == 0, server.log()
+        assert "Draining for 3 s" in server.log()
+        assert not (tmp_path / "data" / "draining").exists()
     finally:
         server.stop()

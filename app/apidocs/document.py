@@ -118,7 +118,8 @@ def build_document(app: Flask) -> dict[str, Any]:
             "responses": {
                 "Error": {
                     "description": "A refusal: 400 invalid input, 401 no or bad credential, 403 not allowed, 404 "
-                    "absent or not visible to you, 409 conflict, 413 too large, 429 rate limited, 503 retry.",
+                    "absent or not visible to you, 409 conflict, 413 too large, 429 rate limited, 503 retry, 507 the "
+                    "server's disk is full.",
                     "content": {"application/json": {"schema": schemas.ref(publicapi.ErrorBody)}},
                 }
             },

@@ -13,6 +13,7 @@ from app.audit.recorder import AuditSpec, exempt, register
 from app.catalog.models import Template, TemplateAcl, TemplateVersion
 from app.connectionlog.models import ConnectionLog
 from app.core.encryption_keys import EncryptionKeyRecord
+from app.core.schema_release import SchemaRelease
 from app.externalauth.models import ExternalAuthLink, GitSSHKey
 from app.files.models import File, FileUpload
 from app.groups.models import Group, GroupMember
@@ -85,6 +86,7 @@ def register_models() -> None:
 
     sign_in = "sign-in and sign-out are recorded explicitly (app/auth)"
     exempt(BrowserSession, sign_in)
+    exempt(SchemaRelease, "written by the server itself when it migrates, never by a person or a client")
     exempt(PasswordReset, "a 'forgot password' link anyone may ask for; using it changes the user, which is audited")
     exempt(ProvisionerDaemon, "a registration is recorded explicitly, with the key or PSK it used")
     for output in (ProvisionerJob, ProvisionerJobLog, ProvisionerJobTiming, WorkspaceResource, WorkspaceAgent,

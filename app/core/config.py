@@ -56,6 +56,9 @@ class Settings:
     max_live_connections: int = 3000
     # A stream ends after this long (with a retry hint); the client resumes where it was (Last-Event-ID).
     stream_max_lifetime: int = 1800
+    # Seconds a replica keeps serving after SIGTERM with /healthz answering 503 "draining", so that a load balancer
+    # stops sending it requests before it stops (app/server/supervisor.py); 0 stops at once.
+    drain_period: int = 0
     # Time a client has to send a request line and headers; a connection that stalls mid-head is closed (408).
     request_header_timeout: int = 10
     # Open connections one client address may hold in each web worker; 0 turns the limit off.
@@ -209,6 +212,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         ),
         stream_max_lifetime=_duration(env, "STREAM_MAX_LIFETIME", "30m"),
         request_header_timeout=_duration(env, "REQUEST_HEADER_TIMEOUT", "10s"),
+        drain_period=_duration(env, "DRAIN_PERIOD", "0s", allow_zero=True),
         # A quarter of a worker's slots: one address (or IPv6 /64) can never take the rest.
         max_connections_per_client=_int(
             env, "MAX_CONNECTIONS_PER_CLIENT", worker_connections // 4, minimum=0, maximum=100_000
@@ -446,6 +450,12 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     if raw not in choices:
         raise SettingsError(f"{PREFIX}{name} must be one of {', '.join(choices)}, got {raw!r}")
     return raw
+
+
+def draining_marker(data_dir: Path) -> Path:
+    """The file whose presence says this replica is draining: written by `slipway server` on SIGTERM, read by
+    /healthz and the live streams of its web workers (other processes: a file is what they share)."""
+    return data_dir / "draining"
 
 
 def _duration(env: Mapping[str, str], name: str, default: str, *, allow_zero: bool = False) -> int:

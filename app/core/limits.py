@@ -27,12 +27,13 @@ import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import redis
 from flask import Flask, Response, current_app, g, make_response, request
 from flask_login import current_user
 
-from app.core.config import Settings
+from app.core.config import Settings, draining_marker
 from app.core.errors import RateLimited, error_response
 from app.core.redis_client import EXTENSION_KEY as REDIS_EXTENSION_KEY
 
@@ -287,8 +288,13 @@ def until_closed(response: Response) -> Response:
 class BoundedStream:
     """An SSE stream that holds a slot while open and ends once its lifetime is over, between two events."""
 
-    def __init__(self, events: Iterator[str], slot: Slot, lifetime: float, *, has_ids: bool) -> None:
+    def __init__(
+        self, events: Iterator[str], slot: Slot, lifetime: float, *, has_ids: bool, draining: Path | None = None
+    ) -> None:
         self.events = events
+        # While this file exists the replica is draining: the stream ends at its next event or heartbeat, cleanly,
+        # and the client resumes on another replica rather than being cut off when this one stops.
+        self.draining = draining
         self.slot = slot
         self.deadline = time.monotonic() + lifetime
         self.has_ids = has_ids
@@ -303,7 +309,7 @@ class BoundedStream:
     def __next__(self) -> str:
         if self.finished:
             raise StopIteration
-        if time.monotonic() >= self.deadline:
+        if time.monotonic() >= self.deadline or (self.draining is not None and self.draining.exists()):
             self.close()
             # No id of its own: mark the reconnect. With ids, EventSource resends the last one it saw.
             marker = "" if self.has_ids else f"id: {RESUME_MARKER}\n"
@@ -336,7 +342,13 @@ def live_stream(events: Iterator[str]) -> Iterator[str]:
     lifetime = _settings().stream_max_lifetime * random.uniform(0.9, 1.0)  # noqa: S311 - spreading, not secrecy
     # A client that resumes with a real event id has seen ids on this stream before.
     last_id = request.headers.get("Last-Event-ID", "")
-    return BoundedStream(events, slot, lifetime, has_ids=bool(last_id) and last_id != RESUME_MARKER)
+    return BoundedStream(
+        events,
+        slot,
+        lifetime,
+        has_ids=bool(last_id) and last_id != RESUME_MARKER,
+        draining=draining_marker(_settings().data_dir),
+    )
 
 
 def resumed_stream() -> bool:

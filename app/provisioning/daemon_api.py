@@ -8,7 +8,7 @@ from contextlib import nullcontext
 from flask import Blueprint, Response, current_app, request
 
 from app.auth.access import bearer_token
-from app.core.config import Settings
+from app.core.config import Settings, draining_marker
 from app.core.errors import Forbidden, InvalidInput, Unauthorized
 from app.core.extensions import csrf
 from app.core.limits import live_connection, person_budgets
@@ -120,9 +120,13 @@ def wait() -> Response:
     held = live_connection(budgets=person_budgets(settings, credential.user.id)) if credential.user else nullcontext()
     with held:
         queues = daemon_queue_names(daemon.tags, settings.provisioner_untagged_jobs)
+        # A draining replica (SIGTERM: app/server/supervisor.py) answers after one look, and a poll under way within a
+        # recheck: the daemon asks again, through the load balancer, of a replica that stays.
+        draining = draining_marker(settings.data_dir)
         waited = daemons.wait_for_job(
-            daemon.id, queues, wanted.timeout_seconds, get_relay(), get_redis(), daemon.terraform_version
-        )
+            daemon.id, queues, wanted.timeout_seconds, get_relay(), get_redis(), daemon.terraform_version,
+            until=draining.exists,
+        )  # fmt: skip
     return _reply(waited)
 
 

@@ -16,7 +16,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -256,7 +256,7 @@ def _payload(job_id: str, settings: Settings) -> AcquiredJob:
 
 def wait_for_job(
     daemon_id: str, queues: Sequence[str], timeout: float, relay: EventRelay, leases: redis.Redis,
-    terraform_version: str = "",
+    terraform_version: str = "", until: Callable[[], bool] = lambda: False,
 ) -> JobOffer | None:  # fmt: skip
     """The HTTP path: the first job pending on one of ``queues`` (high priority first, then oldest) that no other
     waiting daemon was just offered, waiting up to ``timeout`` seconds for one to be queued. No database connection
@@ -266,7 +266,8 @@ def wait_for_job(
     job claimed for a daemon that left would sit "running" until the hang timeout. The short offer lease keeps
     daemons waiting together from all being offered the same job (only one could acquire it; the others would
     come back for the next, one round per job); if the offered daemon went away, the lease runs out and the job is
-    offered again."""
+    offered again. The wait also ends (no job) once ``until()`` is true, looked at every few seconds: a draining
+    replica answers its long polls before it stops rather than leaving them to be cut."""
     waiter = threading.Event()
     for name in queues:
         relay.watch(queue_key(name), waiter)
@@ -290,7 +291,7 @@ def wait_for_job(
                 if _lease_offer(leases, job_id, daemon_id):
                     return JobOffer(job_id=job_id)
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or until():
                 return None
             waiter.wait(min(remaining, WAIT_RECHECK_SECONDS))
     finally:

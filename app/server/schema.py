@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from alembic.script import ScriptDirectory
 from flask import Flask
 from flask_migrate import Migrate, stamp, upgrade
 from sqlalchemy import column, func, insert, inspect, select, table
@@ -24,6 +25,8 @@ from app.core import encryption_keys
 from app.core.columns import utcnow
 from app.core.config import Settings
 from app.core.extensions import db, engine_options
+from app.core.schema_release import SINGLETON_ID, SchemaRelease
+from app.core.version import server_version
 from app.groups.models import EVERYONE, Group
 from app.organizations.models import DEFAULT_ORGANIZATION_ID, DEFAULT_ORGANIZATION_NAME, Organization
 from app.users.models import (
@@ -60,13 +63,59 @@ def user_count() -> int:
     return db.session.scalar(select(func.count()).select_from(users).where(users.c.id.not_in(SYSTEM_USER_IDS))) or 0
 
 
+class SchemaTooNew(Exception):
+    """The database's schema is at a revision this release does not have: a newer release migrated it."""
+
+
 def bring_schema_to_head() -> bool:
-    """Create or upgrade the database of the current app; returns True when it was created from the models."""
-    if inspect(db.engine).get_table_names():
+    """Create or upgrade the database of the current app; returns True when it was created from the models.
+
+    Refuses (SchemaTooNew) a database a newer release migrated: this release would neither know how to upgrade it
+    nor be able to read it safely, and says which release it needs."""
+    tables = inspect(db.engine).get_table_names()
+    if tables:
+        check_schema_not_newer(tables)
         upgrade()
-        return False
-    create_schema_from_models()
-    return True
+        created = False
+    else:
+        create_schema_from_models()
+        created = True
+    record_release()
+    return created
+
+
+def check_schema_not_newer(tables: list[str]) -> None:
+    if "alembic_version" not in tables:
+        return
+    scripts = ScriptDirectory(str(MIGRATIONS_DIR))
+    known = {script.revision for script in scripts.walk_revisions()}
+    current = db.session.scalar(select(table("alembic_version", column("version_num"))))
+    db.session.rollback()  # a read: no transaction left open across the migrations
+    if current is None or current in known:
+        return
+    needed = "a newer release"
+    if "schema_release" in tables:
+        row = db.session.get(SchemaRelease, SINGLETON_ID)
+        db.session.rollback()
+        if row is not None and row.revision == current:
+            needed = f"slipway {row.release} or newer"
+    raise SchemaTooNew(
+        f"the database's schema is at revision {current}, newer than this release (slipway {server_version()}, "
+        f"which knows revisions up to {scripts.get_current_head()}): it needs {needed}. Run that release's image; "
+        "a schema is never migrated back (to go back, restore the backup taken before the upgrade)"
+    )
+
+
+def record_release() -> None:
+    """Name this release as the one that brought the schema to its revision, when it is the first to serve at that
+    revision: a later release on the same schema leaves the row alone, so it names the oldest release that will do."""
+    head = ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head() or ""
+    row = db.session.get(SchemaRelease, SINGLETON_ID)
+    if row is None:
+        db.session.add(SchemaRelease(id=SINGLETON_ID, release=server_version(), revision=head))
+    elif row.revision != head:
+        row.release, row.revision = server_version(), head
+    db.session.commit()
 
 
 def create_schema_from_models() -> None:

@@ -26,7 +26,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from app.core.config import Settings, ensure_secret_key
+from app.core.config import Settings, draining_marker, ensure_secret_key
 from app.server.embedded_redis import (
     EmbeddedRedisError,
     embedded_redis_password,
@@ -368,9 +368,24 @@ class Supervisor:
                             f"slipway: a server process exited unexpectedly (exit code {child.returncode}); stopping."
                         )
                         return 1
+            self._drain()
             return 0
         finally:
             self.stopping.set()
+
+    def _drain(self) -> None:
+        """Keep serving for the drain period with /healthz failing, as Kubernetes expects of a pod it stops: the load
+        balancer sees the replica unready and sends new requests elsewhere, requests in flight finish, and live
+        streams end with a retry hint at their next event or heartbeat (clients resume on another replica, from
+        their last event). A second signal ends the wait (it kills the children)."""
+        period = self.settings.drain_period
+        if period <= 0 or not self.serving.is_set():
+            return
+        draining_marker(self.settings.data_dir).touch()
+        self.echo(f"Draining for {period} s: /healthz answers 503 and live streams end; then the server stops.")
+        deadline = time.monotonic() + period
+        while time.monotonic() < deadline and all(child.poll() is None for child in self.children):
+            time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Python runs this on the main thread between any two bytecodes, maybe while that thread holds a lock:
@@ -386,6 +401,7 @@ class Supervisor:
 
     def shutdown(self) -> None:
         self._close_web_gate()
+        draining_marker(self.settings.data_dir).unlink(missing_ok=True)
         daemon_processes = [daemon.process for daemon in self.daemons if daemon.process is not None]
         if any(process.poll() is None for process in daemon_processes):
             self.echo("Stopping: built-in provisioner daemons cancel any running build first (Ctrl-C again: at once).")
@@ -407,6 +423,7 @@ def prepare_data_dir(settings: Settings) -> list[str]:
         probe = data_dir / ".write-test"
         probe.write_text("ok")
         probe.unlink()
+        draining_marker(data_dir).unlink(missing_ok=True)  # left by a replica killed while draining
     except OSError as exc:
         raise StartupError(f"data dir {data_dir} is not writable: {exc.strerror}") from exc
     try:
@@ -477,7 +494,8 @@ def migrate_database(settings: Settings) -> bool:
 
     from app.core.crypto import current_keyring
     from app.core.encryption_keys import KeyProblem, check_keys
-    from app.server.schema import bring_schema_to_head, schema_app, user_count
+    from app.core.extensions import db
+    from app.server.schema import SchemaTooNew, bring_schema_to_head, schema_app, user_count
 
     app = schema_app(settings)
     try:
@@ -486,12 +504,16 @@ def migrate_database(settings: Settings) -> bool:
             # Before serving: no row may be encrypted with a key this server lacks.
             check_keys(current_keyring())
             return user_count() == 0
-    except KeyProblem as exc:
+    except (KeyProblem, SchemaTooNew) as exc:
         raise StartupError(str(exc)) from exc
     except OperationalError as exc:
         raise StartupError(f"cannot use the database: {exc.orig}".splitlines()[0]) from exc
     except SQLAlchemyError as exc:
         raise StartupError(f"database error while migrating: {exc}".splitlines()[0]) from exc
+    finally:
+        # The schema app is done with: its connections are not left for the collector to find still open.
+        with app.app_context():
+            db.engine.dispose()
 
 
 @contextmanager
