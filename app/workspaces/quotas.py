@@ -1,0 +1,125 @@
+"""Workspace quotas, as Coder's: a person's budget is the sum of the ``quota_allowance`` of their groups (the
+Everyone group of their organisation included); what they consume is the ``daily_cost`` (coder_metadata's field) of
+the resources of each of their workspaces' latest build: every resource of a started workspace, only the persistent
+ones of a stopped workspace (a stop's state holds only what survives it: a home volume, not the container).
+
+Quotas are on once any group sets an allowance above 0; until then nobody has a budget to be held to, and a
+deployment that never heard of quotas builds as before (Coder gets the same effect from its licence switch: with it
+off, no CommitQuota call refuses a build).
+
+Prebuilt workspaces (owned by the system user ``prebuilds``) never count against anyone's budget: their template's
+``prebuild_budget`` holds them until a person claims one, which then becomes theirs and counts for them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import func, or_, select
+
+from app.core.extensions import db
+from app.groups.models import Group
+from app.groups.services import group_ids_of
+from app.resources.models import WorkspaceResource
+from app.users.models import User
+from app.workspaces.models import Workspace, WorkspaceBuild
+
+# The system user who owns prebuilt workspaces until they are claimed (the prebuilds feature creates it).
+PREBUILDS_USERNAME = "prebuilds"
+
+
+@dataclass(frozen=True)
+class WorkspaceCost:
+    workspace_id: str
+    name: str
+    daily_cost: int
+
+
+@dataclass(frozen=True)
+class Quota:
+    budget: int
+    consumed: int
+    workspaces: tuple[WorkspaceCost, ...]  # those that cost something, dearest first
+    enabled: bool
+
+    def to_json(self) -> dict[str, int]:
+        # Coder's WorkspaceQuota.
+        return {"credits_consumed": self.consumed, "budget": self.budget}
+
+
+def quotas_enabled() -> bool:
+    return db.session.scalar(select(Group.id).where(Group.quota_allowance > 0).limit(1)) is not None
+
+
+def budget_of(user: User) -> int:
+    total = db.session.scalar(
+        select(func.coalesce(func.sum(Group.quota_allowance), 0)).where(Group.id.in_(group_ids_of(user.id)))
+    )
+    return int(total or 0)
+
+
+def workspace_costs(owner_id: str) -> list[WorkspaceCost]:
+    """The daily cost of each of ``owner_id``'s workspaces (not deleted) that costs something, in one query."""
+    cost = func.sum(WorkspaceResource.daily_cost)
+    rows = db.session.execute(
+        select(Workspace.id, Workspace.name, cost)
+        .join(WorkspaceBuild, WorkspaceBuild.id == Workspace.latest_build_id)
+        .join(
+            WorkspaceResource,
+            (WorkspaceResource.job_id == WorkspaceBuild.job_id)
+            & (WorkspaceResource.transition == WorkspaceBuild.transition),
+        )
+        .where(
+            Workspace.owner_id == owner_id,
+            Workspace.deleted.is_(False),
+            WorkspaceBuild.transition != "delete",
+            or_(WorkspaceBuild.transition == "start", WorkspaceResource.lifecycle == "persistent"),
+        )
+        .group_by(Workspace.id, Workspace.name)
+        .having(cost > 0)
+    ).all()
+    costs = [WorkspaceCost(workspace_id, name, int(total)) for workspace_id, name, total in rows]
+    return sorted(costs, key=lambda item: (-item.daily_cost, item.name))
+
+
+def quota_of(user: User) -> Quota:
+    if user.username == PREBUILDS_USERNAME:  # prebuilds answer to their templates' prebuild_budget instead
+        return Quota(budget=0, consumed=0, workspaces=(), enabled=False)
+    costs = workspace_costs(user.id)
+    return Quota(
+        budget=budget_of(user),
+        consumed=sum(item.daily_cost for item in costs),
+        workspaces=tuple(costs),
+        enabled=quotas_enabled(),
+    )
+
+
+def refusal(user: User, quota: Quota, build_cost: int, workspace_name: str) -> str:
+    """Why a build that would cost ``build_cost`` a day is refused: the budget, the use and what costs what."""
+    dearest = ", ".join(f"{item.name} {item.daily_cost}" for item in quota.workspaces) or "none"
+    return (
+        f"This build of {workspace_name} would cost {build_cost} a day and take {user.username} over their quota: "
+        f"budget {quota.budget}, in use {quota.consumed} (workspaces: {dearest}). Stop or delete a workspace, or "
+        "ask an admin for a larger allowance."
+    )
+
+
+def over_budget(user: User, workspace_id: str, build_cost: int) -> str | None:
+    """The refusal when a build of ``workspace_id`` costing ``build_cost`` a day would take ``user`` past their
+    budget (its own current cost is replaced by the new one, so a build that costs less always passes), else None."""
+    quota = quota_of(user)
+    if not quota.enabled:
+        return None
+    current = next((item.daily_cost for item in quota.workspaces if item.workspace_id == workspace_id), 0)
+    if build_cost <= current or quota.consumed - current + build_cost <= quota.budget:
+        return None
+    name = db.session.scalar(select(Workspace.name).where(Workspace.id == workspace_id)) or workspace_id
+    return refusal(user, quota, build_cost, name)
+
+
+def prebuilds_consumed(template_id: str) -> int:
+    """What the prebuilt workspaces of a template cost a day together (held to its ``prebuild_budget``)."""
+    owner = db.session.scalar(select(User.id).where(User.username == PREBUILDS_USERNAME))
+    if owner is None:
+        return 0
+    ids = set(db.session.scalars(select(Workspace.id).where(Workspace.template_id == template_id)))
+    return sum(item.daily_cost for item in workspace_costs(owner) if item.workspace_id in ids)
