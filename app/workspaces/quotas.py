@@ -50,6 +50,11 @@ def quotas_enabled() -> bool:
     return db.session.scalar(select(Group.id).where(Group.quota_allowance > 0).limit(1)) is not None
 
 
+def applies_to(user: User) -> bool:
+    """Whether a build of ``user``'s must fit a budget (checked by the daemon between plan and apply)."""
+    return user.username != PREBUILDS_USERNAME and quotas_enabled()
+
+
 def budget_of(user: User) -> int:
     total = db.session.scalar(
         select(func.coalesce(func.sum(Group.quota_allowance), 0)).where(Group.id.in_(group_ids_of(user.id)))
@@ -106,6 +111,8 @@ def refusal(user: User, quota: Quota, build_cost: int, workspace_name: str) -> s
 def over_budget(user: User, workspace_id: str, build_cost: int) -> str | None:
     """The refusal when a build of ``workspace_id`` costing ``build_cost`` a day would take ``user`` past their
     budget (its own current cost is replaced by the new one, so a build that costs less always passes), else None."""
+    # One check at a time per person (PostgreSQL; SQLite serialises writers anyway): the daemon's answer commits.
+    db.session.execute(select(User.id).where(User.id == user.id).with_for_update())
     quota = quota_of(user)
     if not quota.enabled:
         return None
