@@ -5,6 +5,7 @@ one), quotas are on once any group sets an allowance, and ``GET /api/v2/workspac
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -14,7 +15,8 @@ from flask.testing import FlaskClient
 from app.core.extensions import db
 from app.users.models import User
 from app.workspaces import quotas
-from tests.conftest import Persona
+from tests.conftest import PASSWORD, Persona
+from tests.support.web import sign_in
 from tests.test_workspace_updates import World
 
 pytestmark = pytest.mark.databases("sqlite", "postgresql")
@@ -131,3 +133,26 @@ def test_only_the_person_owners_user_admins_and_auditors_read_a_quota(world: Quo
     assert world.quota("carol", "bob").status_code == 403  # template admins manage templates, not people
     assert world.quota("carol", "alice").json == {"credits_consumed": 0, "budget": 0}
     assert world.quota("nobody", "alice").status_code == 404
+
+
+def test_the_workspaces_page_shows_use_and_budget_and_the_users_page_everyones_once_quotas_are_on(
+    app: Flask, world: Quotas
+) -> None:
+    world.make("big", costly(home=2, dev=5))
+    carol, alice = app.test_client(), app.test_client()
+    sign_in(carol, "carol@example.com", PASSWORD)
+    sign_in(alice, "alice@example.com", PASSWORD)
+    assert 'id="workspace-quota"' not in carol.get("/workspaces").get_data(as_text=True)  # quotas off
+    assert "user-quota" not in alice.get("/users").get_data(as_text=True)
+    everyone = world.client.get(GROUPS, headers=world.personas["alice"].auth).json[0]
+    world.allow(everyone["id"], 4)
+    page = carol.get("/workspaces").get_data(as_text=True)
+    assert (
+        "Quota: your workspaces cost <strong>7</strong> of your budget of <strong>4</strong> credits a day (big 7)."
+        in page
+    )
+    users = alice.get("/users").get_data(as_text=True)
+    row = users[users.index(f'id="user-{world.personas["carol"].id}"') :]
+    assert re.search(r'class="small user-quota field-error">7 / 4</td>', row[: row.index("</tr>")])
+    dave = users[users.index(f'id="user-{world.personas["dave"].id}"') :]
+    assert re.search(r'class="small user-quota">0 / 4</td>', dave[: dave.index("</tr>")])
