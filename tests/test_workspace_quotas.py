@@ -156,3 +156,39 @@ def test_the_workspaces_page_shows_use_and_budget_and_the_users_page_everyones_o
     assert re.search(r'class="small user-quota field-error">7 / 4</td>', row[: row.index("</tr>")])
     dave = users[users.index(f'id="user-{world.personas["dave"].id}"') :]
     assert re.search(r'class="small user-quota">0 / 4</td>', dave[: dave.index("</tr>")])
+
+
+def test_the_daemons_check_counts_builds_still_applying_and_asks_only_for_starts_under_quotas(world: Quotas) -> None:
+    """Two starts by one person at once: the first's accepted cost counts while it applies, so the second is refused
+    (the check between plan and apply, as the daemon calls it); stops are never asked about."""
+    everyone = world.client.get(GROUPS, headers=world.personas["alice"].auth).json[0]
+    first, second = world.make("one", costly(0, 0)), world.make("two", costly(0, 0))
+    world.build(first, "stop", costly(0, 0))
+    world.build(second, "stop", costly(0, 0))
+    world.allow(everyone["id"], 10)
+    jobs = []
+    for workspace_id in (first, second):
+        path = f"/api/v2/workspaces/{workspace_id}/builds"
+        reply = world.client.post(path, json={"transition": "start"}, headers=world.personas["carol"].auth)
+        assert reply.status_code == 201, reply.json
+        job_id = reply.json["job"]["id"]
+        acquired = world.daemon.call(f"/jobs/{job_id}/acquire")
+        assert acquired.json["workspace_build"]["commit_quota"] is True
+        jobs.append(job_id)
+    assert world.daemon.call(f"/jobs/{jobs[0]}/quota", {"daily_cost": 8}).json == {"ok": True, "message": ""}
+    assert world.quota("me", "carol").json == {"credits_consumed": 8, "budget": 10}
+    refused = world.daemon.call(f"/jobs/{jobs[1]}/quota", {"daily_cost": 8}).json
+    assert refused["ok"] is False
+    assert refused["message"].startswith("This build of two would cost 8 a day and take carol over their quota: ")
+    assert "budget 10, in use 8 (workspaces: one 8)" in refused["message"]
+    bad = world.daemon.call(f"/jobs/{jobs[1]}/quota", {"daily_cost": -1})
+    assert bad.status_code == 400
+    # Once the first ends, its recorded resources count instead of what was accepted.
+    done = {"workspace_build": {"resources": costly(home=1, dev=2)["start"]}}
+    assert world.daemon.call(f"/jobs/{jobs[0]}/complete", done).status_code == 204
+    assert world.quota("me", "carol").json == {"credits_consumed": 3, "budget": 10}
+    stop = world.client.post(
+        f"/api/v2/workspaces/{first}/builds", json={"transition": "stop"}, headers=world.personas["carol"].auth
+    )
+    acquired = world.daemon.call(f"/jobs/{stop.json['job']['id']}/acquire")
+    assert acquired.json["workspace_build"]["commit_quota"] is False

@@ -79,7 +79,10 @@ def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: Agen
 def build_commit_quota(job: ProvisionerJob, daily_cost: int) -> str:
     """The daemon's question between plan and apply: "" when the build's daily cost fits its owner's budget."""
     build = build_for_job(job)
-    return quotas.over_budget(build.workspace.owner, build.workspace_id, daily_cost) or ""
+    refusal = quotas.over_budget(build.workspace.owner, build.workspace_id, daily_cost)
+    if not refusal:  # counted for its owner from now on, while it applies (the next check sees it)
+        build.daily_cost = daily_cost
+    return refusal or ""
 
 
 def persistent_resources(import_job_id: str) -> tuple[str, ...]:

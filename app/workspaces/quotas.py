@@ -21,6 +21,7 @@ from app.core.extensions import db
 from app.groups.models import Group, GroupMember
 from app.groups.services import group_ids_of
 from app.organizations.models import OrganizationMember
+from app.provisioning.models import ProvisionerJob
 from app.resources.models import WorkspaceResource
 from app.users.models import User
 from app.workspaces.models import Workspace, WorkspaceBuild
@@ -89,9 +90,21 @@ def workspace_costs_of(owner_ids: Sequence[str]) -> dict[str, list[WorkspaceCost
         .group_by(Workspace.owner_id, Workspace.id, Workspace.name)
         .having(cost > 0)
     ).all()
+    # A build still running has no resources recorded yet: what its quota check accepted counts until it ends.
+    running = db.session.execute(
+        select(Workspace.owner_id, Workspace.id, Workspace.name, WorkspaceBuild.daily_cost)
+        .join(WorkspaceBuild, WorkspaceBuild.id == Workspace.latest_build_id)
+        .join(ProvisionerJob, ProvisionerJob.id == WorkspaceBuild.job_id)
+        .where(
+            Workspace.owner_id.in_(list(owner_ids)),
+            Workspace.deleted.is_(False),
+            ProvisionerJob.completed_at.is_(None),
+            WorkspaceBuild.daily_cost > 0,
+        )
+    ).all()
     costs: dict[str, list[WorkspaceCost]] = {}
-    for owner_id, workspace_id, name, total in rows:
-        costs.setdefault(owner_id, []).append(WorkspaceCost(workspace_id, name, int(total)))
+    for owner_id, workspace_id, name, total in [*rows, *running]:
+        costs.setdefault(owner_id, []).append(WorkspaceCost(workspace_id, name, int(total or 0)))
     for items in costs.values():
         items.sort(key=lambda item: (-item.daily_cost, item.name))
     return costs
@@ -150,7 +163,8 @@ def refusal(user: User, quota: Quota, build_cost: int, workspace_name: str) -> s
 
 def over_budget(user: User, workspace_id: str, build_cost: int) -> str | None:
     """The refusal when a build of ``workspace_id`` costing ``build_cost`` a day would take ``user`` past their
-    budget (its own current cost is replaced by the new one, so a build that costs less always passes), else None."""
+    budget (its own current cost is replaced by the new one, so a build that costs less always passes), else None.
+    The caller records the accepted cost on the build and commits, which releases the owner's row for the next."""
     # One check at a time per person (PostgreSQL; SQLite serialises writers anyway): the daemon's answer commits.
     db.session.execute(select(User.id).where(User.id == user.id).with_for_update())
     quota = quota_of(user)
