@@ -192,3 +192,34 @@ def test_the_daemons_check_counts_builds_still_applying_and_asks_only_for_starts
     )
     acquired = world.daemon.call(f"/jobs/{stop.json['job']['id']}/acquire")
     assert acquired.json["workspace_build"]["commit_quota"] is False
+
+
+def test_prebuilds_answer_to_their_templates_prebuild_budget_not_to_a_persons_quota(world: Quotas) -> None:
+    alice = world.personas["alice"]
+    body = {"username": "prebuilds", "email": "prebuilds@example.com", "password": alice.password, "roles": []}
+    assert world.client.post("/api/v2/users", json=body, headers=alice.auth).status_code == 201
+    login = world.client.post("/api/v2/users/login", json={"email": body["email"], "password": body["password"]})
+    world.personas["prebuilds"] = Persona("", "prebuilds", body["email"], body["password"], login.json["session_token"])
+    made = []
+    for name in ("p1", "p2"):
+        request = {"template_id": world.template["id"], "name": name, "rich_parameter_values": VALUES}
+        reply = world.client.post("/api/v2/workspaces", json=request, headers=world.personas["prebuilds"].auth)
+        assert reply.status_code == 201, reply.json
+        world.complete(reply.json["latest_build"], costly(home=1, dev=2)["start"])
+        made.append(reply.json["id"])
+    assert world.quota("prebuilds", "alice").json == {"credits_consumed": 0, "budget": 0}  # nobody's quota
+    path = f"/api/v2/templates/{world.template['id']}"
+    assert world.client.patch(path, json={"prebuild_budget": 5}, headers=world.personas["bob"].auth).status_code == 200
+    builds = f"/api/v2/workspaces/{made[1]}/builds"
+    stop = world.client.post(builds, json={"transition": "stop"}, headers=world.personas["prebuilds"].auth)
+    world.complete(stop.json, costly(home=1, dev=2)["stop"])
+    start = world.client.post(builds, json={"transition": "start"}, headers=world.personas["prebuilds"].auth)
+    acquired = world.daemon.call(f"/jobs/{start.json['job']['id']}/acquire")
+    assert acquired.json["workspace_build"]["commit_quota"] is True  # though no group sets an allowance
+    refused = world.daemon.call(f"/jobs/{start.json['job']['id']}/quota", {"daily_cost": 3}).json
+    assert refused == {
+        "ok": False,
+        "message": f"This prebuild would cost 3 a day and take the prebuilds of template {world.template['name']} "
+        "over their budget: prebuild_budget 5, in use 3 (workspaces: p1 3).",
+    }
+    assert world.daemon.call(f"/jobs/{start.json['job']['id']}/quota", {"daily_cost": 2}).json["ok"] is True

@@ -71,7 +71,7 @@ def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: Agen
         confirmed_plan=build.saved_plan or b"",
         debug_logging=job.debug_logging,
         # Only a start can cost more than the workspace does now (a stop keeps less, a delete nothing).
-        commit_quota=build.transition == "start" and quotas.applies_to(owner),
+        commit_quota=build.transition == "start" and quotas.applies_to(owner, template),
     )
     return replace(base, workspace_build=body)
 
@@ -79,7 +79,8 @@ def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: Agen
 def build_commit_quota(job: ProvisionerJob, daily_cost: int) -> str:
     """The daemon's question between plan and apply: "" when the build's daily cost fits its owner's budget."""
     build = build_for_job(job)
-    refusal = quotas.over_budget(build.workspace.owner, build.workspace_id, daily_cost)
+    workspace = build.workspace
+    refusal = quotas.check_build(workspace.owner, workspace.template, workspace.id, daily_cost)
     if not refusal:  # counted for its owner from now on, while it applies (the next check sees it)
         build.daily_cost = daily_cost
     return refusal or ""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import func, or_, select
 
+from app.catalog.models import Template
 from app.core.extensions import db
 from app.groups.models import Group, GroupMember
 from app.groups.services import group_ids_of
@@ -53,9 +54,12 @@ def quotas_enabled() -> bool:
     return db.session.scalar(select(Group.id).where(Group.quota_allowance > 0).limit(1)) is not None
 
 
-def applies_to(user: User) -> bool:
-    """Whether a build of ``user``'s must fit a budget (checked by the daemon between plan and apply)."""
-    return user.username != PREBUILDS_USERNAME and quotas_enabled()
+def applies_to(user: User, template: Template) -> bool:
+    """Whether a build of ``user``'s workspace of ``template`` must fit a budget (checked by the daemon between plan
+    and apply): a person's once quotas are on; a prebuild's when its template sets a prebuild_budget."""
+    if user.username == PREBUILDS_USERNAME:
+        return template.prebuild_budget > 0
+    return quotas_enabled()
 
 
 def budget_of(user: User) -> int:
@@ -177,10 +181,27 @@ def over_budget(user: User, workspace_id: str, build_cost: int) -> str | None:
     return refusal(user, quota, build_cost, name)
 
 
-def prebuilds_consumed(template_id: str) -> int:
-    """What the prebuilt workspaces of a template cost a day together (held to its ``prebuild_budget``)."""
-    owner = db.session.scalar(select(User.id).where(User.username == PREBUILDS_USERNAME))
-    if owner is None:
-        return 0
-    ids = set(db.session.scalars(select(Workspace.id).where(Workspace.template_id == template_id)))
-    return sum(item.daily_cost for item in workspace_costs(owner) if item.workspace_id in ids)
+def prebuild_costs(owner: User, template: Template) -> list[WorkspaceCost]:
+    """What each prebuilt workspace of ``template`` (owned by ``owner``, the prebuilds user) costs a day."""
+    ids = set(db.session.scalars(select(Workspace.id).where(Workspace.template_id == template.id)))
+    return [item for item in workspace_costs(owner.id) if item.workspace_id in ids]
+
+
+def check_build(owner: User, template: Template, workspace_id: str, build_cost: int) -> str | None:
+    """The daemon's question for a start under a budget: a person's quota, or the template's prebuild_budget for
+    a prebuild (its cost never touches a person's until it is claimed)."""
+    if owner.username != PREBUILDS_USERNAME:
+        return over_budget(owner, workspace_id, build_cost)
+    if template.prebuild_budget <= 0:
+        return None
+    db.session.execute(select(Template.id).where(Template.id == template.id).with_for_update())
+    costs = prebuild_costs(owner, template)
+    consumed = sum(item.daily_cost for item in costs)
+    current = next((item.daily_cost for item in costs if item.workspace_id == workspace_id), 0)
+    if build_cost <= current or consumed - current + build_cost <= template.prebuild_budget:
+        return None
+    dearest = ", ".join(f"{item.name} {item.daily_cost}" for item in costs) or "none"
+    return (
+        f"This prebuild would cost {build_cost} a day and take the prebuilds of template {template.name} over their "
+        f"budget: prebuild_budget {template.prebuild_budget}, in use {consumed} (workspaces: {dearest})."
+    )
