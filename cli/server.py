@@ -167,6 +167,11 @@ SERVER_FLAGS: list[tuple[str, str, str]] = [
         "SLIPWAY_TEMPLATE_STORAGE_QUOTA",
         "Template archives each person may keep, e.g. 500MiB or 2GiB; 0 means no limit. [default: 1GiB]",
     ),
+    (
+        "--max-workspaces-per-person",
+        "SLIPWAY_MAX_WORKSPACES_PER_PERSON",
+        "Workspaces each person may have, whatever their templates; 0 means no limit. [default: 0]",
+    ),
     ("--terraform-path", "SLIPWAY_TERRAFORM_PATH", "Terraform for built-in daemons. [default: PATH, else bundled]"),
     (
         "--agent-wheelhouse",

@@ -143,6 +143,22 @@ class BuildJob(Message):
     # Run Terraform with TF_LOG=debug (a person's "Retry with debug logging"): this job only; its lines are
     # masked like any other.
     debug_logging: bool = False
+    # Quotas apply to this build's owner: plan first, ask the server (``jobs/{id}/quota``) whether what the plan
+    # costs a day fits their budget, and apply only if it does (Coder's CommitQuota, between plan and apply).
+    commit_quota: bool = False
+
+
+class CommitQuota(Message):
+    """``jobs/{id}/quota``: what the build's plan costs a day (the daily_cost of its coder_metadata)."""
+
+    daily_cost: Annotated[int, Bounds(0, 2**31 - 1)]
+
+
+class QuotaCommitted(Message):
+    """The server's answer: ``ok``, or why not (the budget, the use and what costs what), for the job's error."""
+
+    ok: bool
+    message: str = ""
 
 
 class AcquiredJob(Message):

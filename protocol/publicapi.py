@@ -25,6 +25,13 @@ class User(Message):
     created_at: str | None = None
 
 
+class WorkspaceQuota(Message):
+    """Coder's: what a person's workspaces cost a day, and their budget (the sum of their groups' allowances)."""
+
+    credits_consumed: int
+    budget: int
+
+
 class SessionToken(Message):
     session_token: str
 

@@ -63,7 +63,9 @@ FAULTS = {
 }  # fmt: skip
 # Modules that share one deployment (tests/support/deployment.py's shared_deployment): one unit in parallel runs and
 # next to each other in a serial one, so that it starts once.
-SHARED_DEPLOYMENT = {"test_presets_e2e", "test_user_secrets_e2e", "test_cli_templates", "test_prebuilds_e2e"}
+SHARED_DEPLOYMENT = {
+    "test_presets_e2e", "test_user_secrets_e2e", "test_cli_templates", "test_prebuilds_e2e", "test_quotas_e2e",
+}  # fmt: skip
 # What a module uses that makes it end to end (a real `slipway server`, daemons or agents) or a browser test.
 E2E_SUPPORT = (
     "tests.support.server", "tests.support.deployment", "tests.support.provisionerd", "tests.support.soak",

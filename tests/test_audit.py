@@ -523,7 +523,7 @@ NOT_IN_TABLE = {
     "notifications_api.mark_all_read": "marks messages in one's own inbox; no change to the deployment",
     "notifications_api.retry_delivery": "resends a message; no change to the deployment",
     **{f"provisionerd_api.{name}": "a daemon reporting on a job it runs (the build or version is audited)"
-       for name in ("acquire", "complete", "fail", "heartbeat", "logs", "wait")},
+       for name in ("acquire", "complete", "fail", "heartbeat", "logs", "quota", "wait")},
     **{f"agent_api.{name}": "an agent reporting on its workspace" for name in
        ("app_health", "lifecycle", "listening_ports", "logs", "metadata", "script_timings", "startup")},
 }  # fmt: skip

@@ -14,11 +14,13 @@ from protocol.provisionerd import (
     KEY_HEADER,
     PSK_HEADER,
     AcquiredJob,
+    CommitQuota,
     JobCompletion,
     JobFailure,
     JobOffer,
     LogBatch,
     LogBatchReply,
+    QuotaCommitted,
     Registered,
     Registration,
     WaitForJob,
@@ -130,6 +132,10 @@ class ProvisionerClient:
     def post_logs(self, job_id: str, batch: LogBatch, *, retry_for: float | None = None) -> LogBatchReply:
         """Send a batch (also the heartbeat); the reply says whether the job was canceled or its log is full."""
         return LogBatchReply.from_json(self.call(f"/jobs/{job_id}/logs", batch, retry_for=retry_for))
+
+    def commit_quota(self, job_id: str, daily_cost: int) -> QuotaCommitted:
+        """Coder's CommitQuota: may a build whose plan costs ``daily_cost`` a day be applied?"""
+        return QuotaCommitted.from_json(self.call(f"/jobs/{job_id}/quota", CommitQuota(daily_cost=daily_cost)))
 
     def complete(self, job_id: str, completion: JobCompletion) -> None:
         self.call(f"/jobs/{job_id}/complete", completion)

@@ -54,6 +54,8 @@ from workers.timings import TimingRecorder
 from workers.workspace_tags import WorkspaceTagsError, read_workspace_tags
 
 REQUIRED_TEMPLATE_VARIABLES = "REQUIRED_TEMPLATE_VARIABLES"
+# A build refused between plan and apply: it would take its owner over their quota.
+QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
 LOCK_FILE = ".terraform.lock.hcl"
 # The lock entry of the real coder/coder provider: its hashes can never match the provider we install.
 _CODER_LOCK_ENTRY = re.compile(r'^provider "registry\.terraform\.io/coder/coder" \{.*?^\}\n?', re.MULTILINE | re.DOTALL)
@@ -62,21 +64,30 @@ TRANSITIONS: dict[str, Transition] = {"start": "start", "stop": "stop", "delete"
 
 Log = Callable[[LogLine], None]
 JobOutcome = JobCompletion | JobFailure
+# Asks the server whether a build whose plan costs this much a day may be applied: "" yes, else why not.
+QuotaCheck = Callable[[int], str]
 
 
-def run_job(job: AcquiredJob, settings: RunnerSettings, log: Log, control: JobControl) -> JobOutcome:
+def _no_quota(daily_cost: int) -> str:
+    return ""
+
+
+def run_job(
+    job: AcquiredJob, settings: RunnerSettings, log: Log, control: JobControl, quota: QuotaCheck = _no_quota
+) -> JobOutcome:
     """Run the job; its outcome carries the timings of whatever ran, success or not."""
     timings = TimingRecorder()
     with job_workdir(settings.cache_dir, job.id, log) as workdir:
         # The failure is logged before the work dir goes: the log reads in the order things ran, the error under
         # the stage it happened in and "Cleaning up" last.
-        outcome = _run_in(job, workdir, settings, timings, log, control)
+        outcome = _run_in(job, workdir, settings, timings, log, control, quota)
     return replace(outcome, timings=timings.timings())
 
 
 def _run_in(
-    job: AcquiredJob, workdir: Path, settings: RunnerSettings, timings: TimingRecorder, log: Log, control: JobControl
-) -> JobOutcome:
+    job: AcquiredJob, workdir: Path, settings: RunnerSettings, timings: TimingRecorder, log: Log, control: JobControl,
+    quota: QuotaCheck,
+) -> JobOutcome:  # fmt: skip
     try:
         body = job.workspace_build or job.template_import
         if body is None:
@@ -85,7 +96,7 @@ def _run_in(
         drop_coder_lock_entry(workdir)
         toolchain = _Toolchain.of(settings, workdir, timings)
         if job.workspace_build is not None:
-            return _build(job, job.workspace_build, workdir, toolchain, log, control)
+            return _build(job, job.workspace_build, workdir, toolchain, log, control, quota)
         assert job.template_import is not None  # noqa: S101 - one of the two, checked above
         return _import(job, job.template_import, workdir, toolchain, log, control)
     except ArchiveError as exc:
@@ -245,8 +256,9 @@ def _import_env(job: AcquiredJob, transition: Transition) -> dict[str, str]:
 
 
 def _build(
-    job: AcquiredJob, body: BuildJob, workdir: Path, toolchain: _Toolchain, log: Log, control: JobControl
-) -> JobOutcome:
+    job: AcquiredJob, body: BuildJob, workdir: Path, toolchain: _Toolchain, log: Log, control: JobControl,
+    quota: QuotaCheck,
+) -> JobOutcome:  # fmt: skip
     transition = TRANSITIONS[body.transition]
     meta = body.metadata
     coder_env = build_coder_env(
@@ -272,11 +284,16 @@ def _build(
     variables = {item.name: item.value for item in body.variable_values}
     executor = _executor(workdir, toolchain, coder_env, log, control, debug_logging=body.debug_logging)
     # A build whose state holds no resources (a workspace's first) cannot destroy one: no review to hold it for,
-    # so one `terraform apply` does, instead of plan, show and apply (two Terraform runs and provider starts fewer).
-    if body.protect_persistent and transition != "destroy" and (body.confirmed_plan or _holds_resources(body.state)):
-        reviewed = _plan_then_apply(executor, transition, body, variables, log)
+    # so one `terraform apply` does, instead of plan, show and apply (two Terraform runs and provider starts fewer),
+    # unless the owner's quota needs the plan's cost before anything is applied.
+    reviews = body.protect_persistent and (bool(body.confirmed_plan) or _holds_resources(body.state))
+    costs = body.commit_quota and transition == "start"
+    if transition != "destroy" and (reviews or costs):
+        reviewed = _plan_then_apply(executor, transition, body, variables, log, quota if costs else None)
         if isinstance(reviewed, PlanReview):
             return JobCompletion(workspace_build=BuildResult(state=body.state, review=reviewed))
+        if isinstance(reviewed, JobFailure):
+            return reviewed
         result = reviewed
     else:
         result = executor.run_build(transition, state=body.state, variables=variables)
@@ -296,18 +313,27 @@ def _holds_resources(state: bytes) -> bool:
 
 
 def _plan_then_apply(
-    executor: TerraformExecutor, transition: Transition, body: BuildJob, variables: Mapping[str, str], log: Log
-) -> ApplyResult | PlanReview:
+    executor: TerraformExecutor, transition: Transition, body: BuildJob, variables: Mapping[str, str], log: Log,
+    quota: QuotaCheck | None,
+) -> ApplyResult | PlanReview | JobFailure:  # fmt: skip
     """Plan, and apply that very plan file, unless it destroys a persistent resource nobody confirmed: then the
-    review to show. A confirmed plan is applied as it is, or planned again if it went stale."""
+    review to show; or unless what it costs a day takes the owner over their quota (``quota``: the server says):
+    then the failure, before anything changed. A confirmed plan is applied as it is, or planned again if it went
+    stale (its cost was checked when it was first planned, before it waited for a person)."""
     executor.init()
     if body.confirmed_plan:
         applied = executor.apply_confirmed(transition, body.confirmed_plan, body.state)
         if applied is not None:
             return applied
     planned = executor.plan(transition, state=body.state, variables=variables)
+    if quota is not None:
+        daily_cost = sum(resource.daily_cost for resource in parse_show_json(planned.plan or {}).resources)
+        refusal = quota(daily_cost)
+        if refusal:
+            log(LogLine(level="error", stage=STAGE_PLAN, source="provisioner_daemon", output=refusal))
+            return JobFailure(error=refusal, error_code=QUOTA_EXCEEDED)
     review = plan_review(planned.plan or {}, set(body.persistent_resources))
-    if any(change.persistent for change in review.destroys):
+    if body.protect_persistent and any(change.persistent for change in review.destroys):
         names = ", ".join(change.address for change in review.destroys if change.persistent)
         log(LogLine(level="warn", stage=STAGE_PLAN, source="provisioner_daemon",
                     output=f"This plan destroys persistent resources ({names}): waiting for the workspace's owner "

@@ -107,7 +107,7 @@ class JobRunner:
             )  # fmt: skip
             with shipper:
                 try:
-                    outcome = run_job(job, self.settings, shipper.add, control)
+                    outcome = run_job(job, self.settings, shipper.add, control, self._quota_check(job.id))
                 except Exception as exc:  # never leave a job running because of a bug of ours
                     log.exception("job %s crashed", job.id)
                     outcome = JobFailure(error=f"The provisioner daemon failed: {exc}")
@@ -128,6 +128,13 @@ class JobRunner:
         # that a server away for long (or this daemon stopping meanwhile) loses nothing.
         first_seq, lines = shipper.unsent()
         self.deliver(Undelivered(job.id, outcome, first_seq, lines))
+
+    def _quota_check(self, job_id: str) -> Callable[[int], str]:
+        def check(daily_cost: int) -> str:
+            answer = self.client.commit_quota(job_id, daily_cost)
+            return "" if answer.ok else answer.message or "The build would take its owner over their quota."
+
+        return check
 
     def deliver_kept(self) -> None:
         """Report what an earlier run of this daemon kept because the server could not be reached."""

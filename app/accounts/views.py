@@ -37,6 +37,7 @@ from app.users.search import listed_users
 from app.users.tokens import api_tokens_query, create_api_token, revoke_api_token
 from app.usersecrets import services as user_secrets
 from app.usersecrets.services import SecretFields
+from app.workspaces import quotas
 from protocol.values import parse_duration
 
 bp = page_blueprint("users", __name__)
@@ -84,6 +85,7 @@ def index() -> str | tuple[str, int] | Response:
             errors=errors,
             roles=ASSIGNABLE_ROLES,
             user_groups=groups_of_users([user.id for user in page.rows], DEFAULT_ORGANIZATION_ID),
+            user_quotas=quotas.quotas_of_users([user.id for user in page.rows]),
         ),
         status,
     )
@@ -148,7 +150,10 @@ def allow_oidc_link(user_id: str) -> str:
         user = services.allow_oidc_linking(user_id, request.form.get("allow") == "true")
     except DomainError as exc:
         user, error = services.get_user(user_id), exc.message
-    return render_template("users/_partials/row.html", user=user, roles=ASSIGNABLE_ROLES, error=error)
+    return render_template(
+        "users/_partials/row.html", user=user, roles=ASSIGNABLE_ROLES, error=error,
+        user_groups=groups_of_users([user.id], DEFAULT_ORGANIZATION_ID), user_quotas=quotas.quotas_of_users([user.id]),
+    )  # fmt: skip
 
 
 @bp.get("/account")

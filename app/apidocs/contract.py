@@ -81,6 +81,7 @@ REPLIES: dict[str, Reply] = {
     "workspaces_api.create_workspace": one(api.Workspace, 201),
     "workspaces_api.list_workspaces": many(api.Workspace),
     "workspaces_api.get_workspace": one(api.Workspace),
+    "workspaces_api.workspace_quota": one(api.WorkspaceQuota),
     "workspaces_api.list_builds": many(api.WorkspaceBuild),
     "workspaces_api.create_build": one(api.WorkspaceBuild, 201),
     "workspaces_api.get_build": one(api.WorkspaceBuild),

@@ -65,6 +65,11 @@ class Template(Model):
     protect_persistent_resources: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     # The widest a workspace's owner may share a listening port: owner (no sharing), authenticated or public.
     max_port_share_level: Mapped[str] = mapped_column(String(16), default="owner", server_default="owner")
+    # At most this many workspaces of this template per person (0: no limit; app/quotas/limits.py).
+    max_workspaces_per_person: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Daily cost the template's prebuilt workspaces may use together before they are claimed (0: no limit): they
+    # count against this, never against a person's quota (app/quotas/services.py).
+    prebuild_budget: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     def to_json(self) -> JsonObject:
         return {
@@ -90,6 +95,8 @@ class Template(Model):
             "require_active_version": self.require_active_version,
             "protect_persistent_resources": self.protect_persistent_resources,
             "max_port_share_level": self.max_port_share_level,
+            "max_workspaces_per_person": self.max_workspaces_per_person,
+            "prebuild_budget": self.prebuild_budget,
             "created_at": rfc3339(self.created_at),
             "updated_at": rfc3339(self.updated_at),
         }

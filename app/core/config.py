@@ -119,6 +119,8 @@ class Settings:
     dangerous_allow_path_app_same_origin: bool = False
     # Bytes of template archives each person may keep (their uploads and their versions' archives); 0: no limit.
     template_storage_quota: int = 1024**3
+    # Workspaces each person may have (not deleted), whatever their templates; 0: no limit (app/workspaces/limits.py).
+    max_workspaces_per_person: int = 0
     # A new template's access list starts with Everyone→use (anyone in its organisation may use it); false: it
     # starts empty, and only its admins, owners and template admins see it until someone is granted access.
     new_templates_for_everyone: bool = True
@@ -259,6 +261,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         wildcard_access_url=_parse_wildcard_access_url(_get(env, "WILDCARD_ACCESS_URL"), access_url),
         dangerous_allow_path_app_same_origin=_bool(env, "DANGEROUS_ALLOW_PATH_APP_SAME_ORIGIN", False),
         template_storage_quota=_size(env, "TEMPLATE_STORAGE_QUOTA", "1GiB"),
+        max_workspaces_per_person=_int(env, "MAX_WORKSPACES_PER_PERSON", 0, minimum=0, maximum=1_000_000),
         new_templates_for_everyone=_bool(env, "NEW_TEMPLATES_FOR_EVERYONE", True),
     )
     return _with_external_auth(_with_notifications(_with_oidc(settings, env), env), env)

@@ -117,6 +117,8 @@ _DURATIONS = (
     "default_ttl_ms", "activity_bump_ms", "failure_ttl_ms", "time_til_dormant_ms", "time_til_dormant_autodelete_ms",
 )  # fmt: skip
 _FLAGS = ("allow_user_autostart", "allow_user_autostop", "require_active_version", "protect_persistent_resources")
+# Whole numbers, 0 for "no limit": workspaces per person, the daily cost its prebuilds may use together.
+_COUNTS = ("max_workspaces_per_person", "prebuild_budget")
 _TEXTS = {"display_name": 64, "description": 4096, "icon": 256, "deprecation_message": 4096}
 
 
@@ -124,7 +126,7 @@ def update_template(template: Template, body: Mapping[str, JSON]) -> Template:
     """``PATCH /api/v2/templates/{id}``: only the fields given change; all are checked before any is."""
     errors = FieldErrors()
     changes: dict[str, object] = {}
-    known = {*_DURATIONS, *_FLAGS, *_TEXTS, "autostop_requirement", "max_port_share_level"}
+    known = {*_DURATIONS, *_FLAGS, *_TEXTS, *_COUNTS, "autostop_requirement", "max_port_share_level"}
     for unknown in sorted(set(body) - known):
         errors.add(unknown, "Not a template setting.")
     _texts(body, errors, changes)
@@ -135,6 +137,7 @@ def update_template(template: Template, body: Mapping[str, JSON]) -> Template:
                 errors.add(name, "Must be true or false.")
             else:
                 changes[name] = body[name]
+    _counts(body, errors, changes)
     if "autostop_requirement" in body:
         _requirement(body["autostop_requirement"], errors, changes)
     if "max_port_share_level" in body and body["max_port_share_level"] not in SHARE_LEVELS:
@@ -165,6 +168,17 @@ def _texts(body: Mapping[str, JSON], errors: FieldErrors, changes: dict[str, obj
             errors.add(name, "Use an https:// URL or a path on this server (/icon/...).")
         else:
             changes[name] = value.strip()
+
+
+def _counts(body: Mapping[str, JSON], errors: FieldErrors, changes: dict[str, object]) -> None:
+    for name in _COUNTS:
+        if name not in body:
+            continue
+        value = body[name]
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 2**31 - 1:
+            errors.add(name, "Must be a whole number, 0 for no limit.")
+        else:
+            changes[name] = value
 
 
 def _durations(body: Mapping[str, JSON], errors: FieldErrors, changes: dict[str, object]) -> None:

@@ -190,6 +190,12 @@ def template_settings(name: str) -> Response | str | tuple[str, int]:
         days: list[JSON] = [day for day in WEEKDAYS if form.get(f"requirement_{day}") == "on"]
         body["autostop_requirement"] = {"days_of_week": days, "weeks": int(weeks) if weeks.isdecimal() else 0}
         body["max_port_share_level"] = form.get("max_port_share_level", "owner")
+        for count in ("max_workspaces_per_person", "prebuild_budget"):
+            text = form.get(count, "").strip() or "0"
+            if text.isdecimal():
+                body[count] = int(text)
+            else:
+                errors[count] = "Enter a whole number (0: no limit)."
         if not errors:
             try:
                 settings.update_template(template, body)

@@ -26,6 +26,7 @@ from protocol.provisionerd import (
     DAEMON_HEADER,
     KEY_HEADER,
     PSK_HEADER,
+    CommitQuota,
     JobCompletion,
     JobFailure,
     LogBatch,
@@ -138,6 +139,12 @@ def acquire(job_id: str) -> Response:
 @bp.post("/jobs/<job_id>/logs")
 def logs(job_id: str) -> Response:
     return _reply(daemons.append_logs(_daemon(), job_id, message_body(LogBatch)))
+
+
+@bp.post("/jobs/<job_id>/quota")
+def quota(job_id: str) -> Response:
+    """Coder's CommitQuota: asked between plan and apply by a build under quotas; ``{ok, message}``."""
+    return _reply(daemons.commit_quota(_daemon(), job_id, message_body(CommitQuota)))
 
 
 @bp.post("/jobs/<job_id>/complete")

@@ -41,11 +41,13 @@ from app.users.models import User
 from protocol.logs import STAGE_CLEANUP, LogLine
 from protocol.provisionerd import (
     AcquiredJob,
+    CommitQuota,
     JobCompletion,
     JobFailure,
     JobOffer,
     LogBatch,
     LogBatchReply,
+    QuotaCommitted,
     Registered,
     Registration,
 )
@@ -318,6 +320,15 @@ def owned_running_job(daemon: ProvisionerDaemon, job_id: str) -> ProvisionerJob:
     if job.completed_at is not None:
         raise Conflict(f"The job already ended ({job.status}).")
     return job
+
+
+def commit_quota(daemon: ProvisionerDaemon, job_id: str, request: CommitQuota) -> QuotaCommitted:
+    """Whether the running job's plan, costing ``request.daily_cost`` a day, may be applied (its type decides)."""
+    job = owned_running_job(daemon, job_id)
+    refusal = handlers_for(job).commit_quota(job, request.daily_cost)
+    # The answer ends the check's transaction, and with it the lock the check took on the owner's row.
+    db.session.commit()
+    return QuotaCommitted(ok=not refusal, message=refusal)
 
 
 def append_logs(daemon: ProvisionerDaemon, job_id: str, batch: LogBatch) -> LogBatchReply:

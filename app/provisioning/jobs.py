@@ -64,6 +64,10 @@ def _nothing_late(job: ProvisionerJob, state: bytes) -> str:
     return ""
 
 
+def _no_quota(job: ProvisionerJob, daily_cost: int) -> str:
+    return ""
+
+
 def _nothing_when_failed(job: ProvisionerJob) -> None:
     pass
 
@@ -89,6 +93,9 @@ class JobHandlers:
     # A result the daemon reported after the job had ended (the reaper failed it while the daemon was cut off):
     # keep what must not be lost (a build's Terraform state); returns what to say in the job's log ("": nothing).
     late: Callable[[ProvisionerJob, bytes], str] = _nothing_late
+    # Between plan and apply, the daemon asks whether what the plan costs a day fits (builds under quotas):
+    # "" lets it apply, anything else is why not.
+    commit_quota: Callable[[ProvisionerJob, int], str] = _no_quota
     # Values that must never be stored in the job's log (masked before storage).
     secrets: Callable[[ProvisionerJob], list[str]] = _no_secrets
     # What each of some jobs of this type is about, read for all of them at once (lists show hundreds).

@@ -20,8 +20,9 @@ from app.provisioning.presenter import jobs_json
 from app.resources.models import WorkspaceResource
 from app.resources.presenter import health_of, resource_json
 from app.resources.services import job_resources, jobs_resources
-from app.users.models import ROLE_OWNER, ROLE_TEMPLATE_ADMIN, User
-from app.workspaces import failure_hints, services, updates
+from app.users.models import ROLE_AUDITOR, ROLE_OWNER, ROLE_TEMPLATE_ADMIN, ROLE_USER_ADMIN, User
+from app.users.services import get_user_by_reference
+from app.workspaces import failure_hints, quotas, services, updates
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import parameter_values_field
 from app.workspaces.search import searched, sorted_workspaces
@@ -239,3 +240,19 @@ def cancel_build(build_id: str) -> Response:
         raise Forbidden("Only those who may use the workspace (or an admin) may cancel its builds.")
     cancel_job(build.job)
     return jsonify(build_json(build, viewer=user))
+
+
+@bp.get("/workspace-quota/<user_ref>")
+def workspace_quota(user_ref: str) -> Response:
+    """Coder's ``{credits_consumed, budget}`` of a person (``me``, id or username): theirs to read, and owners',
+    user admins' and auditors'."""
+    caller = api_user()
+    if user_ref == "me":
+        person = caller
+    elif caller.has_role(ROLE_OWNER, ROLE_USER_ADMIN, ROLE_AUDITOR):
+        person = get_user_by_reference(user_ref)
+    else:
+        if user_ref not in (caller.id, caller.username) and user_ref.lower() != caller.username.lower():
+            raise Forbidden("Only the person themselves, owners, user admins and auditors can read a quota.")
+        person = caller
+    return jsonify(quotas.quota_of(person).to_json())

@@ -22,6 +22,7 @@ from app.resources.models import WorkspaceResource
 from app.resources.services import store_resources
 from app.users.models import User
 from app.usersecrets import services as user_secrets
+from app.workspaces import quotas
 from app.workspaces.deadlines import start_deadlines
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.services import build_for_job
@@ -69,8 +70,20 @@ def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: Agen
         # Only a confirmed job runs again after its plan was saved: the plan it ran is the one confirmed.
         confirmed_plan=build.saved_plan or b"",
         debug_logging=job.debug_logging,
+        # Only a start can cost more than the workspace does now (a stop keeps less, a delete nothing).
+        commit_quota=build.transition == "start" and quotas.applies_to(owner, template),
     )
     return replace(base, workspace_build=body)
+
+
+def build_commit_quota(job: ProvisionerJob, daily_cost: int) -> str:
+    """The daemon's question between plan and apply: "" when the build's daily cost fits its owner's budget."""
+    build = build_for_job(job)
+    workspace = build.workspace
+    refusal = quotas.check_build(workspace.owner, workspace.template, workspace.id, daily_cost)
+    if not refusal:  # counted for its owner from now on, while it applies (the next check sees it)
+        build.daily_cost = daily_cost
+    return refusal or ""
 
 
 def persistent_resources(import_job_id: str) -> tuple[str, ...]:
@@ -198,4 +211,5 @@ def build_handlers(agent_scripts: AgentScripts) -> JobHandlers:
         late=build_late,
         secrets=build_secrets,
         describe=build_subjects,
+        commit_quota=build_commit_quota,
     )

@@ -134,6 +134,9 @@ class WorkspaceBuild(Model):
     # The version's preset it was built with (Coder's template_version_preset_id): its values won over the person's.
     template_version_preset_id: Mapped[str | None] = mapped_column(String(36))
     saved_plan: Mapped[bytes | None] = mapped_column(EncryptedBytes(), deferred=True)
+    # What its plan costs a day, as the quota check accepted it (app/workspaces/quotas.py): counted for its owner
+    # while the build runs, before its resources are recorded. None: not checked (quotas off, a stop, a delete).
+    daily_cost: Mapped[int | None] = mapped_column(Integer)
 
     workspace: Mapped[Workspace] = relationship()
     job: Mapped[ProvisionerJob] = relationship()

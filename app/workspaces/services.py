@@ -22,7 +22,7 @@ from app.groups.models import ACL_ADMIN
 from app.provisioning.jobs import confirm_job, dispatch, new_job
 from app.provisioning.models import DEBUG_LOGGING, FAILED, SUCCEEDED, ProvisionerJob
 from app.users.models import User
-from app.workspaces import claims, schedule_rules, sharing
+from app.workspaces import claims, limits, schedule_rules, sharing
 from app.workspaces.models import REASON_INITIATOR, TRANSITIONS, Workspace, WorkspaceBuild
 from app.workspaces.parameters import resolve_parameters
 from protocol.codec import JSON, JsonObject
@@ -295,6 +295,7 @@ def create_workspace(
         raise InvalidInput(message, validations=validations + ([taken_problem] if taken else []))
     if taken:
         raise Conflict(f"You already have a workspace named {name!r}.", validations=[taken_problem])
+    limits.check_create(owner, template)
     # A ready prebuilt workspace of this preset, if there is one, becomes theirs (app/workspaces/claims.py).
     claimed = _claim_prebuild(owner, template, version, preset_id, name, values, schedule)
     if claimed is not None:

@@ -31,7 +31,7 @@ from app.provisioning.overview import daemons_serving
 from app.provisioning.sections import job_sections
 from app.resources.services import job_resources
 from app.users.models import User
-from app.workspaces import failure_hints, services, sharing, sharing_views
+from app.workspaces import failure_hints, quotas, services, sharing, sharing_views
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import field_labels, form_parameters, form_values, shown_parameters
 from app.workspaces.search import searched, sorted_workspaces
@@ -80,7 +80,14 @@ def index() -> str | tuple[str, int]:
         sort=sort or "name",
         status_of=services.build_status,
         stream_seen=seen,
+        quota=_own_quota(),
     )
+
+
+def _own_quota() -> quotas.Quota | None:
+    """The signed-in person's use and budget, shown above their workspaces while quotas are on."""
+    quota = quotas.quota_of(page_user())
+    return quota if quota.enabled else None
 
 
 PAGES_COUNTED_AHEAD = 10
