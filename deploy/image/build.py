@@ -44,7 +44,9 @@ UID = GID = 1000
 SITE = "/opt/slipway"
 DATA_DIR = "/var/lib/slipway"
 CACHE_DIR = "/var/cache/slipway"
-HOME = "/home/slipway"
+# The user's home is the data dir: the root filesystem may be read-only, and anything a tool keeps in ~ (git's,
+# ssh's known_hosts) then lives with the rest of the deployment's state.
+HOME = DATA_DIR
 WHEELHOUSE = "/usr/share/slipway/agent-wheels"
 # Debian bookworm: its python3 is 3.11, the minor our wheels are fetched for (the build checks it runs 3.11 too).
 SUITE = "bookworm"
@@ -221,7 +223,7 @@ def add_user(rootfs: Path) -> None:
         group.write(f"slipway:x:{GID}:\n")
     with (etc / "shadow").open("a") as shadow:
         shadow.write("slipway:!:0::::::\n")
-    for directory in (HOME, DATA_DIR, CACHE_DIR):
+    for directory in (DATA_DIR, CACHE_DIR):
         path = rootfs / directory.lstrip("/")
         path.mkdir(parents=True, exist_ok=True)
         os.chown(path, UID, GID)
