@@ -57,7 +57,8 @@ MIRRORS = (
     "deb http://deb.debian.org/debian-security bookworm-security main",
 )
 # What Slipway runs besides Python: git for template repositories, ssh for git over SSH, CA certificates for HTTPS.
-PACKAGES = ("python3", "git", "openssh-client", "ca-certificates")
+# libstdc++6: google-re2's wheel links it without bundling it (the build checks every .so finds its libraries).
+PACKAGES = ("python3", "git", "openssh-client", "ca-certificates", "libstdc++6")
 # Documentation, manuals and translations are a third of a Debian rootfs and nobody reads them in a container.
 DPKG_EXCLUDES = (
     "path-exclude=/usr/share/doc/*",
@@ -202,6 +203,18 @@ def install_slipway(rootfs: Path, wheels: Path, ours: Path, source: Path) -> Non
          "--invalidation-mode", "unchecked-hash", SITE),
         check=True, stdout=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+def check_shared_libraries(rootfs: Path) -> None:
+    """Some wheels link system libraries they do not bundle: a missing one fails the build here, not an import
+    in production."""
+    found = subprocess.run(
+        ("chroot", str(rootfs), "/bin/sh", "-c", f"find {SITE} -name '*.so*' -type f -exec ldd {{}} + 2>/dev/null"),
+        capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    missing = sorted({line.split()[0] for line in found.splitlines() if "not found" in line})
+    if missing:
+        raise SystemExit(f"libraries the wheels need are missing from the image (add their packages): {missing}")
 
 
 def install_wheelhouse(rootfs: Path) -> None:
@@ -403,6 +416,7 @@ def main() -> None:
         debian_rootfs(rootfs, commit)
         log("Debian rootfs built", started)
         install_slipway(rootfs, wheels, ours, work / "source")
+        check_shared_libraries(rootfs)
         install_wheelhouse(rootfs)
         add_user(rootfs)
         scrub(rootfs)

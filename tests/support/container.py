@@ -103,6 +103,8 @@ class Podman:
     def close(self) -> None:
         subprocess.run(["podman", "rm", "--all", "--force"], env=self.env, capture_output=True, timeout=120)
         subprocess.run(["podman", "system", "reset", "--force"], env=self.env, capture_output=True, timeout=120)
+        # podman keeps its overlay directory mounted on itself (a private mount), even after the reset.
+        subprocess.run(["umount", str(self.root / "storage" / "overlay")], capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
