@@ -102,8 +102,8 @@ class Podman:
 
     def close(self) -> None:
         subprocess.run(["podman", "rm", "--all", "--force"], env=self.env, capture_output=True, timeout=120)
-        subprocess.run(["podman", "system", "reset", "--force"], env=self.env, capture_output=True, timeout=120)
-        # podman keeps its overlay directory mounted on itself (a private mount), even after the reset.
+        # podman keeps its overlay directory mounted on itself (a private mount); with no container left, that
+        # is the only mount, and deleting the storage is quicker than `podman system reset` (25 s here).
         subprocess.run(["umount", str(self.root / "storage" / "overlay")], capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
