@@ -6,7 +6,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT    := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-dev agent-bundle system-deps oidc-deps axe-deps run lint test test-quick bench clean
+.PHONY: help install install-dev agent-bundle system-deps image-deps image oidc-deps axe-deps run lint test test-quick bench clean
 
 help: ## list the commands
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -54,6 +54,19 @@ system-deps: ## install what the tests need from Debian: PostgreSQL, chromium, n
 		$(APT) update -qq && $(APT) install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
+# mmdebstrap builds the image's Debian, skopeo writes the docker archive; podman with runc runs it in the tests
+# (crun refuses this kind of host's hybrid cgroups) and umoci unpacks it for inspection.
+image-deps: ## install what builds and runs the container image: mmdebstrap, skopeo, umoci, podman, runc
+	@missing=""; \
+	for tool in mmdebstrap skopeo umoci podman runc; do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "Installing with apt-get:$$missing"; \
+		$(APT) update -qq && $(APT) install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+image: install image-deps ## build the OCI image: dist/image/ (layout, tags VERSION and latest) and dist/slipway-image.tar
+	$(BIN)/python deploy/image/build.py
+
 tests/oidc/node_modules/.installed: tests/oidc/package-lock.json
 	npm ci --prefix tests/oidc --no-audit --no-fund --loglevel=error
 	@touch $@
@@ -81,7 +94,7 @@ lint: install-dev ## ruff, formatting, mypy --strict and the import contracts
 # finish sooner; tests/conftest.py groups each module on one worker and the fault tests on one worker of their own.
 TEST_WORKERS ?= 4
 
-test: install-dev system-deps oidc-deps axe-deps lint ## install everything the tests need, then lint and run the whole suite
+test: install-dev system-deps image-deps oidc-deps axe-deps lint ## install everything the tests need, then lint and run the whole suite
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-quick: install-dev lint ## lint, then the unit and in-process tests (no servers, browsers, faults or Terraform runs)

@@ -107,7 +107,7 @@ def assert_locked_down(spec: dict[str, Any]) -> None:
     assert context["readOnlyRootFilesystem"] is True and context["allowPrivilegeEscalation"] is False
     assert context["capabilities"]["drop"] == ["ALL"]
     mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
-    assert {"/tmp", "/home/slipway/.cache"} <= mounts
+    assert {"/tmp", "/var/cache/slipway"} <= mounts
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
 
 
