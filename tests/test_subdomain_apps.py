@@ -12,12 +12,15 @@ import pytest
 import redis
 from flask import Flask
 from flask.testing import FlaskClient
+from sqlalchemy import update
 from werkzeug.test import TestResponse
 
 from app.agents import app_tokens
 from app.agents.hosts import AppHost, NotAnAppHost, Wildcard, parse_label
 from app.agents.proxy import is_slipway_cookie
 from app.core.config import Settings, SettingsError, load_settings
+from app.core.extensions import db
+from app.users.models import User
 from tests.conftest import PASSWORD, Persona, make_settings
 from tests.support.daemon import FakeDaemon, push_version
 from tests.support.dev_urls import AGENT, create_workspace
@@ -306,3 +309,24 @@ def test_an_import_warns_of_subdomain_apps_the_server_cannot_serve(app: Flask, p
     warnings = [line["output"] for line in logs if line["level"] == "warn"]
     assert len(warnings) == 3 and all("--wildcard-access-url" in warning for warning in warnings)
     assert any("'site'" in warning for warning in warnings)
+
+
+def test_a_person_who_must_change_their_password_opens_no_app_until_they_do(
+    app: Flask, workspace: dict[str, Any], personas: dict[str, Persona]
+) -> None:
+    """An administrator set carol's password after she opened her app: her app host's cookie and her dashboard
+    session lead to the change-password page, her token gets the API's refusal, on app hosts and app paths alike."""
+    browser = sign_in_to_app(app, "carol")
+    assert on_host(browser, SITE).status_code == 502  # through to the (unreachable) app
+    with app.app_context():
+        db.session.execute(update(User).where(User.username == "carol").values(must_change_password=True))
+        db.session.commit()
+    sent = on_host(browser, SITE, "/page")
+    location = urlsplit(sent.headers["Location"])
+    assert sent.status_code == 302 and location.path == "/api/v2/applications/auth-redirect"
+    asked = browser.get(f"{location.path}?{location.query}")
+    assert asked.status_code == 302 and asked.headers["Location"].startswith("/password/change")
+    on_path = browser.get("/@carol/w1/apps/path/")
+    assert on_path.status_code == 302 and on_path.headers["Location"].startswith("/password/change?next=")
+    scripted = app.test_client().get("/@carol/w1/apps/path/", headers=personas["carol"].auth)
+    assert scripted.status_code == 403 and "must choose a new password" in scripted.get_data(as_text=True)

@@ -11,7 +11,7 @@ from app.agents.access import AgentContext, ensure_reachable
 from app.agents.app_connections import AppUnavailable, PoolKey, connection_pool
 from app.agents.apps import AppTarget, app_for, sandboxed_for
 from app.agents.tunnels import Holder
-from app.auth.access import api_user, bearer_token, page_user
+from app.auth.access import CHANGE_YOURS_FIRST, api_user, bearer_token, must_change_password_first, page_user
 from app.core.errors import BadGateway, Conflict, Forbidden, NotFound
 from app.core.extensions import csrf, db
 from app.core.limits import live_connection, until_closed
@@ -49,6 +49,11 @@ def serve_app(owner: str, workspace_and_agent: str, slug: str, rest: str = "") -
     if current_app.config["SLIPWAY_SETTINGS"].disable_path_apps:
         raise NotFound("Path-based apps are turned off on this server (--disable-path-apps).")
     person = viewer()
+    if person is not None and must_change_password_first(person):
+        # As anywhere else on the dashboard: the password an administrator chose opens nothing but its change.
+        if bearer_token() is not None:
+            raise Forbidden(CHANGE_YOURS_FIRST)
+        return redirect(url_for("auth.change_password", next=request.full_path.rstrip("?")))
     try:
         target = app_for(person, owner, workspace_and_agent, slug)
     except Forbidden:

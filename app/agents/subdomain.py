@@ -61,6 +61,9 @@ def route_app_host() -> Response | None:
         return _trade_code(code, label)
     cookie = request.cookies.get(app_tokens.APP_SESSION_COOKIE, "")
     person = app_tokens.user_of_cookie(signer(), cookie, label) if cookie else None
+    if person is not None and person.must_change_password:
+        # Back through the dashboard, which asks for the new password first and then hands out a new code.
+        return _sign_in(host)
     _as_requester(person)
     try:
         target = app_for_host(person, host)
