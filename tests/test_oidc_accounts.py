@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from flask import Flask
-from sqlalchemy import select
 
 from app.auth.oidc import LinkNeeded, OidcError, sign_in, unique_username
 from app.core.columns import utcnow
@@ -22,7 +21,7 @@ from app.core.config import Settings, SettingsError, load_settings
 from app.core.errors import Conflict
 from app.core.extensions import db
 from app.users.models import User
-from app.users.services import allow_oidc_linking, update_user
+from app.users.services import allow_oidc_linking, update_user, users_query
 from tests.conftest import Persona
 
 pytestmark = pytest.mark.databases("sqlite")
@@ -40,7 +39,7 @@ def _oidc(settings: Settings, **changes: Any) -> Settings:
 
 def _users(app: Flask) -> dict[str, User]:
     with app.app_context():
-        return {user.username: user for user in db.session.scalars(select(User))}
+        return {user.username: user for user in db.session.scalars(users_query())}  # people, not system users
 
 
 def test_a_new_person_becomes_a_member_with_a_valid_unique_username(

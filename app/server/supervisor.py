@@ -6,6 +6,7 @@ signal), so one Ctrl-C leaves no process behind.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import http.client
 import logging
@@ -401,7 +402,9 @@ class Supervisor:
 
     def shutdown(self) -> None:
         self._close_web_gate()
-        draining_marker(self.settings.data_dir).unlink(missing_ok=True)
+        # A data dir that never was (a start refused for it) has no marker: that start's error is the one to tell.
+        with contextlib.suppress(OSError):
+            draining_marker(self.settings.data_dir).unlink(missing_ok=True)
         daemon_processes = [daemon.process for daemon in self.daemons if daemon.process is not None]
         if any(process.poll() is None for process in daemon_processes):
             self.echo("Stopping: built-in provisioner daemons cancel any running build first (Ctrl-C again: at once).")
