@@ -123,6 +123,11 @@ class CronSchedule:
             return in_days or in_weekdays
         return in_days and in_weekdays
 
+    def matches_hour(self, moment: datetime) -> bool:
+        """Whether ``moment``'s month, day and hour match, whatever its minute and second (a prebuild schedule,
+        whose minute is always ``*``, covers whole hours)."""
+        return moment.month in self.months and self._day_matches(moment) and moment.hour in self.hours
+
     def next_after(self, moment: datetime) -> datetime:
         """The first matching second strictly after ``moment``."""
         candidate = moment.replace(microsecond=0) + timedelta(seconds=1)

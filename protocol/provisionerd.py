@@ -78,6 +78,21 @@ class NameValue(Message):
     value: str = ""
 
 
+class PrebuildSchedule(Message):
+    """One ``schedule`` of a preset's ``prebuilds.scheduling``: while ``cron`` matches (Coder's five fields, the
+    minute always ``*``, so whole hours), the pool holds ``instances``."""
+
+    cron: str
+    instances: int
+
+
+class PrebuildScheduling(Message):
+    """A preset's ``prebuilds.scheduling``: its schedules, read in ``timezone`` (an IANA name; "" is UTC)."""
+
+    timezone: str = ""
+    schedules: tuple[PrebuildSchedule, ...] = ()
+
+
 class Preset(Message):
     """A named set of parameter values a workspace can be created with (``data "coder_workspace_preset"``)."""
 
@@ -89,6 +104,10 @@ class Preset(Message):
     icon: str = ""
     # How many prebuilt workspaces Coder keeps ready for it (its `prebuilds.instances`); None: no prebuilds block.
     desired_prebuild_instances: int | None = None
+    # Its `prebuilds.expiration_policy.ttl`: a prebuild older than this many seconds is replaced (None or 0: never).
+    prebuild_ttl_seconds: int | None = None
+    # Its `prebuilds.scheduling`: instance counts by time of day (None: `desired_prebuild_instances` at all hours).
+    prebuild_scheduling: PrebuildScheduling | None = None
 
 
 class ImportJob(Message):

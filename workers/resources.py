@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from protocol.codec import Message, ProtocolError
 from protocol.parameters import RichParameter
-from protocol.provisionerd import NameValue, Preset
+from protocol.provisionerd import NameValue, PrebuildSchedule, PrebuildScheduling, Preset
 from protocol.resources import (
     Agent,
     App,
@@ -37,6 +37,7 @@ from protocol.resources import (
     Script,
     SecretRequirement,
 )
+from workers.coder_provider.presets import check_prebuild_cron, overlapping_schedules, timezone_error
 from workers.show_json import Instance, closest_dependent, pick_instance, read_instances
 
 # Coder's provisioner.AgentNameRegex, which is case-insensitive.
@@ -145,6 +146,38 @@ def _preset(instance: Instance) -> Preset:
         description=str(values.get("description") or ""),
         icon=str(values.get("icon") or ""),
         desired_prebuild_instances=int(instances) if isinstance(instances, int | float) else None,
+        prebuild_ttl_seconds=_prebuild_ttl(prebuilds),
+        prebuild_scheduling=parse_prebuild_scheduling(instance.address, prebuilds),
+    )
+
+
+def _prebuild_ttl(prebuilds: Mapping[str, Any]) -> int | None:
+    ttl = _first_block(prebuilds, "expiration_policy").get("ttl")
+    return int(ttl) if isinstance(ttl, int | float) and ttl > 0 else None
+
+
+def parse_prebuild_scheduling(address: str, prebuilds: Mapping[str, Any]) -> PrebuildScheduling | None:
+    """The preset's ``prebuilds.scheduling``, checked as Coder's provider checks it (our provider already refused a
+    bad one at plan time; this also covers a state written by another provider), so that the reconciler never
+    meets a schedule it cannot read."""
+    scheduling = _first_block(prebuilds, "scheduling")
+    if not scheduling:
+        return None
+    timezone = str(scheduling.get("timezone") or "")
+    problem = timezone_error(timezone)
+    schedules = []
+    for schedule in scheduling.get("schedule") or []:
+        cron, count = str(schedule.get("cron") or ""), schedule.get("instances")
+        problem = problem or check_prebuild_cron(cron)
+        if not problem and not (isinstance(count, int | float) and count >= 0):
+            problem = f"schedule {cron!r}: instances must be a whole number of at least 0"
+        schedules.append((cron, count))
+    specs = [cron for cron, _ in schedules]
+    problem = problem or overlapping_schedules(specs)
+    if problem:
+        raise ParseError(f"{address}: prebuilds scheduling: {problem}")
+    return PrebuildScheduling(
+        timezone=timezone, schedules=tuple(PrebuildSchedule(cron=c, instances=int(n)) for c, n in schedules)
     )
 
 

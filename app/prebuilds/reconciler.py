@@ -36,6 +36,7 @@ from app.prebuilds.planning import (
     Action,
     Failures,
     Plan,
+    PoolPolicy,
     Prebuild,
     PrebuildStatus,
     TemplateState,
@@ -48,6 +49,7 @@ from app.resources.models import WorkspaceAgent, WorkspaceResource
 from app.users.models import PREBUILDS_USER_ID, User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.services import latest_builds, queue_build, queue_prebuild
+from protocol.provisionerd import Preset
 from protocol.tags import PRIORITY_LOW
 
 log = logging.getLogger("slipway.prebuilds")
@@ -132,17 +134,23 @@ def read_state() -> tuple[list[TemplateState], dict[str, Template], dict[str, Te
     for template_id in sorted(set(by_id) | set(pools)):
         template = by_id.get(template_id)
         active = versions.get(template.active_version_id or "") if template else None
-        desired = {p.name: p.desired_prebuild_instances or 0 for p in active.presets} if active else {}
+        presets = active.presets if active else ()
         states.append(
             TemplateState(
                 template_id,
                 active.id if active else None,
-                desired,
+                {p.name: p.desired_prebuild_instances or 0 for p in presets},
                 pools.get(template_id, []),
                 failures.get(active.id, {}) if active else {},
+                {p.name: _policy(p) for p in presets if p.prebuild_ttl_seconds or p.prebuild_scheduling},
             )
         )
     return states, by_id, versions
+
+
+def _policy(preset: Preset) -> PoolPolicy:
+    ttl = timedelta(seconds=preset.prebuild_ttl_seconds) if preset.prebuild_ttl_seconds else None
+    return PoolPolicy(ttl=ttl, scheduling=preset.prebuild_scheduling)
 
 
 def _status(build: WorkspaceBuild, ready: set[str]) -> PrebuildStatus:

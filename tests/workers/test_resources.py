@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
 
 import pytest
 
 from protocol.parameters import ParameterOption
-from protocol.provisionerd import NameValue, Preset
+from protocol.provisionerd import NameValue, PrebuildSchedule, PrebuildScheduling, Preset
 from protocol.resources import AgentMetadata, DisplayApps, Healthcheck, Resource
 from tests.workers.conftest import TemplateDir
-from workers.resources import ParseError, mark_lifecycles, parse_show_json
+from workers.resources import ParseError, parse_prebuild_scheduling, mark_lifecycles, parse_show_json
 
 Template = Callable[..., TemplateDir]
 
@@ -328,6 +329,16 @@ data "coder_workspace_preset" "big" {
   }
   prebuilds {
     instances = 3
+    expiration_policy {
+      ttl = 86400
+    }
+    scheduling {
+      timezone = "Europe/Berlin"
+      schedule {
+        cron      = "* 8-18 * * 1-5"
+        instances = 5
+      }
+    }
   }
 }
 
@@ -348,9 +359,35 @@ def test_presets_are_read_with_their_values_and_prebuilds(template: Template) ->
             description="Four cores near Berlin",
             icon="/icon/eu.svg",
             desired_prebuild_instances=3,
+            prebuild_ttl_seconds=86400,
+            prebuild_scheduling=PrebuildScheduling(
+                timezone="Europe/Berlin", schedules=(PrebuildSchedule(cron="* 8-18 * * 1-5", instances=5),)
+            ),
         ),
         Preset(name="Plain"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("scheduling", "message"),
+    [
+        ({"timezone": "Mars/Olympus", "schedule": []}, "unknown time zone Mars/Olympus"),
+        ({"timezone": "UTC", "schedule": [{"cron": "0 8 * * *", "instances": 1}]}, "minute field should be *"),
+        ({"timezone": "UTC", "schedule": [{"cron": "* 25 * * *", "instances": 1}]}, "above maximum (23)"),
+        (
+            {
+                "timezone": "UTC",
+                "schedule": [{"cron": "* 8-18 * * *", "instances": 1}, {"cron": "* 9 * * 1", "instances": 2}],
+            },
+            "schedules overlap",
+        ),
+        ({"timezone": "UTC", "schedule": [{"cron": "* 8 * * *", "instances": -1}]}, "at least 0"),
+    ],
+)
+def test_a_preset_schedule_that_cannot_be_read_fails_the_import(scheduling: dict[str, object], message: str) -> None:
+    # What another provider's state may hold (ours refuses these at plan time, tests/workers/test_coder_provider_extras.py).
+    with pytest.raises(ParseError, match=re.escape(message)):
+        parse_prebuild_scheduling("data.coder_workspace_preset.big", {"scheduling": [scheduling]})
 
 
 TASK_AND_DEVCONTAINER = """
