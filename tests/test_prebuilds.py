@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import select
+from sqlalchemy import select, update
 
+from app.catalog.models import TemplateVersion
 from app.catalog.presets import preset_id
 from app.core.extensions import db
 from app.prebuilds.reconciler import ReconcileReport, run_tick
 from app.provisioning.models import ProvisionerJob
 from app.users.models import PREBUILDS_USER_ID, PREBUILDS_USERNAME
 from app.workspaces.models import Workspace, WorkspaceBuild
+from protocol.provisionerd import PrebuildScheduling
 from protocol.tags import PRIORITY_LOW
 from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import FakeDaemon, import_template
@@ -231,3 +233,57 @@ def test_the_template_page_shows_its_pools_to_its_admins_only(
     assert paused.status_code == 302 and paused.headers["Location"] == page
     assert "Reconciliation is paused" in admin.get(page).get_data(as_text=True)
     assert _tick(app).queued == []
+
+
+def _complete_pending(app: Flask, daemon: FakeDaemon) -> None:
+    for job_id, _, status in _prebuild_jobs(app):
+        if status == "pending":
+            assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
+            assert daemon.call(f"/jobs/{job_id}/complete", {"workspace_build": {"resources": []}}).status_code == 204
+
+
+def _date_prebuilds(app: Flask, created_at: datetime, *, known: set[str]) -> set[str]:
+    """Date the prebuilds made since ``known`` on the test's clock (they carry the real clock's)."""
+    with app.app_context():
+        everyone = select(Workspace.id).where(Workspace.owner_id == PREBUILDS_USER_ID, Workspace.deleted.is_(False))
+        rows = set(db.session.scalars(everyone)) - known
+        db.session.execute(update(Workspace).where(Workspace.id.in_(rows)).values(created_at=created_at))
+        db.session.commit()
+    return rows
+
+
+@pytest.mark.databases("sqlite", "postgresql")
+def test_expired_prebuilds_are_replaced_a_new_one_first_and_a_schedule_sets_the_count(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    daemon = FakeDaemon(client)
+    scheduling = {"timezone": "Europe/Berlin", "schedules": [{"cron": "* 8-18 * * 1-5", "instances": 2}]}
+    preset = {
+        **EUROPE,
+        "desired_prebuild_instances": 1,
+        "prebuild_ttl_seconds": 86400,
+        "prebuild_scheduling": scheduling,
+    }
+    import_template(client, personas, daemon, presets=[preset])
+    with app.app_context():
+        (version,) = db.session.scalars(select(TemplateVersion))
+        assert version.presets[0].prebuild_scheduling == PrebuildScheduling.from_json(scheduling)
+    # Sunday 08:00 in Berlin: no schedule matches, the base count (1).
+    sunday = datetime(2026, 11, 29, 7, 0, tzinfo=UTC)
+    assert [a.kind for a in _tick(app, now=sunday).queued] == ["create"]
+    _complete_pending(app, daemon)
+    (first,) = _date_prebuilds(app, sunday, known=set())
+    # Monday 09:00 in Berlin: the schedule's 2, and the Sunday one has expired (25 h old). Two fresh ones first; the
+    # expired one stays, the only one ready.
+    monday = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+    filling = _tick(app, now=monday)
+    assert [(a.kind, a.why) for a in filling.queued] == [("create", "pool Europe has 0 of 2")] * 2
+    assert (filling.plan.pools[0].desired, filling.plan.pools[0].expired) == (2, 1)
+    _complete_pending(app, daemon)
+    _date_prebuilds(app, monday, known={first})
+    # Both ready: now the expired one goes.
+    replaced = _tick(app, now=monday + timedelta(minutes=5))
+    assert [(a.kind, a.workspace_id) for a in replaced.queued] == [("delete", first)]
+    # Monday 20:00 in Berlin: the base again; the surplus goes.
+    evening = _tick(app, now=datetime(2026, 11, 30, 19, 0, tzinfo=UTC))
+    assert [a.kind for a in evening.queued] == ["delete"] and evening.plan.pools[0].desired == 1
