@@ -287,3 +287,39 @@ def test_expired_prebuilds_are_replaced_a_new_one_first_and_a_schedule_sets_the_
     # Monday 20:00 in Berlin: the base again; the surplus goes.
     evening = _tick(app, now=datetime(2026, 11, 30, 19, 0, tzinfo=UTC))
     assert [a.kind for a in evening.queued] == ["delete"] and evening.plan.pools[0].desired == 1
+
+
+@pytest.mark.databases("sqlite", "postgresql")
+def test_prebuilds_are_listed_only_by_owner_prebuilds_and_only_to_owners_and_template_admins(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    template = import_template(client, personas, FakeDaemon(client), presets=[EUROPE])
+    alice, bob, carol = (personas[name] for name in ("alice", "bob", "carol"))
+    # carol administers this template (its access list), which shows her its people's workspaces, not its pool.
+    acl = {"user_perms": {carol.id: "admin"}}
+    assert client.patch(f"/api/v2/templates/{template['id']}/acl", json=acl, headers=alice.auth).status_code == 200
+    _create(client, carol, template, "carols")  # no prebuild ready yet: built for her
+    assert len(_tick(app).queued) == 2
+
+    def names(persona: Persona, q: str) -> list[str]:
+        reply = client.get("/api/v2/workspaces", query_string={"q": q}, headers=persona.auth)
+        assert reply.status_code == 200, reply.get_json()
+        return sorted(w["owner_name"] for w in reply.get_json())
+
+    for persona in (alice, bob, carol):
+        for q in ("", "template:dev", "name:prebuild", "owner:carol"):
+            assert PREBUILDS_USERNAME not in names(persona, q), (persona.username, q)
+    for persona in (alice, bob):
+        assert names(persona, "owner:prebuilds") == [PREBUILDS_USERNAME] * 2
+        assert names(persona, "owner:Prebuilds template:dev status:pending") == [PREBUILDS_USERNAME] * 2
+    assert names(carol, "owner:prebuilds") == []
+    # The dashboard's list and its search read the same rule; so does the template's "update all" page.
+    pool = [w["name"] for w in client.get("/api/v2/workspaces?q=owner:prebuilds", headers=alice.auth).get_json()]
+    for persona, listed in ((alice, True), (bob, True), (carol, False)):
+        browser = app.test_client()
+        sign_in(browser, persona.email, PASSWORD)
+        assert not any(name in browser.get("/workspaces").get_data(as_text=True) for name in pool)
+        searched = browser.get("/workspaces?q=owner:prebuilds").get_data(as_text=True)
+        assert all((name in searched) == listed for name in pool), persona.username
+        update_all = browser.get(f"/templates/{template['name']}/update-all").get_data(as_text=True)
+        assert not any(name in update_all for name in pool)

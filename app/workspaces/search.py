@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Select, exists, func, select
+from sqlalchemy import ColumnElement, Select, exists, false, func, select
 
 from app.catalog.models import Template
 from app.core.filters import Orders, one_of, ordered, parse_terms, true_or_false
 from app.provisioning.models import JOB_STATUSES, RUNNING, SUCCEEDED, ProvisionerJob
-from app.users.models import User
+from app.users.models import PREBUILDS_USER_ID, PREBUILDS_USERNAME, User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.services import DONE, IN_PROGRESS
 
@@ -59,8 +59,9 @@ _EXAMPLES = {"owner": "me", "template": "docker", "status": "running", "outdated
 
 
 def searched(query: Select[Workspace], text: str, user: User) -> Select[Workspace]:
-    """``query`` (of workspaces) narrowed by the filter ``text`` says; all of it when ``text`` is blank."""
-    return filtered(query, parse_filter(text), user) if text.strip() else query
+    """``query`` (of workspaces) narrowed by the filter ``text`` says; all of it when ``text`` is blank (but for
+    prebuilt workspaces, which only ``owner:prebuilds`` lists)."""
+    return filtered(query, parse_filter(text) if text.strip() else WorkspaceFilter(), user)
 
 
 def sorted_workspaces(query: Select[Workspace], sort: str) -> Select[Workspace]:
@@ -70,6 +71,7 @@ def sorted_workspaces(query: Select[Workspace], sort: str) -> Select[Workspace]:
 
 def filtered(query: Select[Workspace], wanted: WorkspaceFilter, user: User) -> Select[Workspace]:
     """``query`` (of workspaces) narrowed to what ``wanted`` says; ``owner:me`` is ``user``."""
+    query = _prebuilds_if_named(query, wanted.owner, user)
     if wanted.owner is not None:
         if wanted.owner.lower() == "me":
             query = query.where(Workspace.owner_id == user.id)
@@ -92,6 +94,14 @@ def filtered(query: Select[Workspace], wanted: WorkspaceFilter, user: User) -> S
         outdated = _latest_build_where(WorkspaceBuild.template_version_id != active)
         query = query.where(outdated if wanted.outdated else ~outdated)
     return query
+
+
+def _prebuilds_if_named(query: Select[Workspace], owner: str | None, user: User) -> Select[Workspace]:
+    """Prebuilt workspaces are nobody's yet: lists leave them out unless the filter names their owner, and then
+    only for owners and template admins (as Coder's ``owner:prebuilds``); to anyone else that list is empty."""
+    if owner is None or owner.lower() != PREBUILDS_USERNAME:
+        return query.where(Workspace.owner_id != PREBUILDS_USER_ID)
+    return query if user.is_template_admin else query.where(false())
 
 
 def _latest_build_where(condition: ColumnElement[bool]) -> ColumnElement[bool]:

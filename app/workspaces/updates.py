@@ -19,7 +19,7 @@ from app.core.errors import DomainError, InvalidInput
 from app.core.extensions import db
 from app.notifications import services as notifications
 from app.provisioning.jobs import dispatch
-from app.users.models import User
+from app.users.models import PREBUILDS_USER_ID, User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.parameters import resolve_parameters
 from app.workspaces.services import (
@@ -83,8 +83,11 @@ class VersionCount:
 
 
 def template_workspaces_query(viewer: User, template: Template) -> Select[Workspace]:
-    """The template's workspaces that ``viewer`` may see (the workspaces list's own rule), by name."""
-    return visible_workspaces_query(viewer).where(Workspace.template_id == template.id)
+    """The template's workspaces that ``viewer`` may see (the workspaces list's own rule), by name. Not its prebuilt
+    ones: the reconciler replaces those itself (the template page shows them in its prebuilds card)."""
+    return visible_workspaces_query(viewer).where(
+        Workspace.template_id == template.id, Workspace.owner_id != PREBUILDS_USER_ID
+    )
 
 
 def version_counts(viewer: User, template: Template) -> list[VersionCount]:
