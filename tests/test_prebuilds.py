@@ -86,6 +86,7 @@ def test_the_reconciler_fills_a_pool_at_low_priority_and_backs_off_on_failure(
     jobs = _prebuild_jobs(app)
     assert [(priority, status) for _, priority, status in jobs] == [(PRIORITY_LOW, "pending")] * 2
     assert _tick(app).queued == []  # building: the pool is full
+    assert _pool_findings(client, personas) == []  # filling is no finding
     # Owners see them by owner, members never.
     alice, carol = personas["alice"].auth, personas["carol"].auth
     seen = client.get("/api/v2/workspaces?q=owner:prebuilds", headers=alice).get_json()
@@ -103,8 +104,19 @@ def test_the_reconciler_fills_a_pool_at_low_priority_and_backs_off_on_failure(
     (pool,) = [p for p in after.plan.pools if p.preset_name == "Europe"]
     assert (pool.desired, pool.ready, pool.failures) == (2, 1, 1)
     assert "quota exceeded at the cloud" in pool.failure_reason and pool.backoff_until is not None
+    # The health report names the pool that stays short, and why.
+    (finding,) = _pool_findings(client, personas)
+    assert finding.startswith("Template dev, preset Europe: 1 of 2 prebuilt workspaces running; 1 failed build(s)")
+    assert "the last: quota exceeded at the cloud; next try after " in finding
     later = _tick(app, now=pool.backoff_until + timedelta(seconds=1))
     assert [(a.kind, a.preset_name) for a in later.queued] == [("create", "Europe")]
+
+
+def _pool_findings(client: FlaskClient, personas: dict[str, Persona]) -> list[str]:
+    report = client.get("/api/v2/debug/health?force=true", headers=personas["alice"].auth).get_json()
+    section = report["prebuilds"]
+    assert section["severity"] == ("warning" if section["warnings"] else "ok")
+    return [w["message"] for w in section["warnings"] if w["code"] == "prebuild_pool_short"]
 
 
 def _ready_pool(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> tuple[FakeDaemon, dict[str, Any]]:
@@ -210,6 +222,10 @@ def test_pausing_stops_reconciliation_and_status_shows_the_pools(
     status = client.get("/api/v2/prebuilds/status", headers=bob).get_json()
     assert status["reconciliation_paused"] is True
     assert [(p["preset_name"], p["desired"], p["running"]) for p in status["pools"]] == [("Europe", 2, 0)]
+    assert _pool_findings(client, personas) == [
+        "Template dev, preset Europe: 0 of 2 prebuilt workspaces running; reconciliation is paused "
+        "(slipway prebuilds resume)."
+    ]
     client.put("/api/v2/prebuilds/settings", json={"reconciliation_paused": False}, headers=bob)
     assert len(_tick(app).queued) == 2
 

@@ -36,6 +36,7 @@ from app.core.redis_client import get_redis
 from app.core.signing import signer
 from app.core.version import server_version
 from app.organizations.models import DEFAULT_ORGANIZATION_ID, Organization
+from app.prebuilds import services as prebuild_services
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
 from app.provisioning.queue import queue_depths, untagged_rule
 from app.users.models import User
@@ -47,7 +48,7 @@ from protocol.values import format_size
 log = logging.getLogger("slipway.health")
 OK, WARNING, ERROR = "ok", "warning", "error"
 SEVERITY_ORDER = (OK, WARNING, ERROR)
-SECTIONS = ("database", "redis", "access_url", "websocket", "provisioners", "audit")
+SECTIONS = ("database", "redis", "access_url", "websocket", "provisioners", "audit", "prebuilds")
 # Medians of five round trips above these are worth a look (Coder's database default is 15 ms).
 DATABASE_THRESHOLD_MS = 15.0
 REDIS_THRESHOLD_MS = 15.0
@@ -405,6 +406,30 @@ def check_audit() -> Section:
     return section
 
 
+def check_prebuilds() -> Section:
+    """Pools below their target that will not fill by themselves: their last builds failed (the reconciler backs off
+    between tries), or reconciliation is paused. A pool that is merely filling is no finding."""
+    section = Section()
+    paused = prebuild_services.is_paused()
+    pools = prebuild_services.pools()
+    short = [pool for pool in pools if pool.running < pool.desired and (pool.failures > 0 or paused)]
+    ids = {pool.template_id for pool in short}
+    names = {
+        row.id: row.name for row in db.session.execute(select(Template.id, Template.name).where(Template.id.in_(ids)))
+    }
+    for pool in short:
+        where = f"Template {names.get(pool.template_id, pool.template_id)}, preset {pool.preset_name}"
+        held = f"{pool.running} of {pool.desired} prebuilt workspaces running"
+        if pool.failures > 0:
+            retry = f"; next try after {rfc3339(pool.backoff_until)}" if pool.backoff_until else ""
+            why = f"{pool.failures} failed build(s) in a row, the last: {pool.failure_reason}{retry}"
+        else:
+            why = "reconciliation is paused (slipway prebuilds resume)"
+        section.warn("prebuild_pool_short", f"{where}: {held}; {why}.")
+    section.details.update(paused=paused, pools=len(pools), short=len(short))
+    return section
+
+
 CHECKS: dict[str, Callable[[], Section]] = {
     "database": check_database,
     "redis": check_redis,
@@ -412,6 +437,7 @@ CHECKS: dict[str, Callable[[], Section]] = {
     "websocket": check_websocket,
     "provisioners": check_provisioners,
     "audit": check_audit,
+    "prebuilds": check_prebuilds,
 }
 
 
@@ -445,8 +471,8 @@ def report(*, force: bool = False) -> JsonObject:
     """The cached report (at most 10 min old), or a new one."""
     if not force:
         raw = get_redis().get(REPORT_KEY)
-        if raw:
-            cached: JsonObject = json.loads(raw)
+        cached: JsonObject = json.loads(raw) if raw else {}
+        if all(name in cached for name in SECTIONS):  # one cached by an older release lacks a section: made anew
             return cached
     return run_report()
 
