@@ -225,6 +225,12 @@ def _describe_preset(preset: Preset) -> str:
     values = ", ".join(f"{item.name}={item.value}" for item in preset.parameters) or "no parameters"
     default = " (default)" if preset.default else ""
     prebuilds = f"; {preset.desired_prebuild_instances} prebuilt" if preset.desired_prebuild_instances else ""
+    if preset.prebuild_ttl_seconds:
+        prebuilds += f", replaced after {preset.prebuild_ttl_seconds} s"
+    scheduling = preset.prebuild_scheduling
+    if scheduling and scheduling.schedules:
+        hours = ", ".join(f"{item.instances} at {item.cron!r}" for item in scheduling.schedules)
+        prebuilds += f"; by schedule ({scheduling.timezone or 'UTC'}): {hours}"
     return f"{preset.name}{default}: {values}{prebuilds}"
 
 

@@ -45,9 +45,10 @@ def test_the_import_records_the_version_presets(app: Flask, client: FlaskClient,
     with app.app_context():
         version = db.session.get(TemplateVersion, version_id)
         assert version is not None
+        unset = {"prebuild_ttl_seconds": None, "prebuild_scheduling": None}
         assert [preset.to_json() for preset in version.presets] == [
-            EUROPE,
-            {**AMERICA, "default": False, "description": "", "icon": "", "desired_prebuild_instances": None},
+            {**EUROPE, **unset},
+            {**AMERICA, "default": False, "description": "", "icon": "", "desired_prebuild_instances": None, **unset},
         ]
 
 

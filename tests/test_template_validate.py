@@ -87,11 +87,27 @@ data "coder_workspace_preset" "big" {
   name       = "Big"
   default    = true
   parameters = { size = "8" }
+  prebuilds {
+    instances = 1
+    expiration_policy {
+      ttl = 7200
+    }
+    scheduling {
+      timezone = "Europe/Berlin"
+      schedule {
+        cron      = "* 8-18 * * 1-5"
+        instances = 3
+      }
+    }
+  }
 }
 """
     result = validate(cache_home, "-d", str(template(tmp_path, body)))
     assert result.exit_code == 0, result.output
-    assert "Presets (1):\n  Big (default): size=8\n" in result.output
+    assert (
+        "Presets (1):\n  Big (default): size=8; 1 prebuilt, replaced after 7200 s; by schedule (Europe/Berlin): 3 at "
+        "'* 8-18 * * 1-5'\n" in result.output
+    )
     as_json = json.loads(validate(cache_home, "-d", str(tmp_path), "-o", "json").stdout)
     assert [(preset["name"], preset["default"]) for preset in as_json["presets"]] == [("Big", True)]
 

@@ -43,6 +43,8 @@ class Settings:
     lifecycle_interval: int = 60
     # Seconds between prebuilds reconciler ticks (app/prebuilds/reconciler.py); 0 = this replica runs none.
     prebuilds_interval: int = 15
+    # At most this many prebuild builds (creates and deletes) of one template at once.
+    prebuilds_max_in_flight: int = 3
     # Seconds between writes of workspaces' last use (app/lifecycle/activity.py): at most one per workspace.
     activity_flush_interval: int = 60
     web_workers: int = 2
@@ -203,6 +205,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         provisioner_daemons=_int(env, "PROVISIONER_DAEMONS", 3, minimum=0, maximum=64),
         lifecycle_interval=_int(env, "LIFECYCLE_INTERVAL", 60, minimum=0, maximum=3600),
         prebuilds_interval=_int(env, "PREBUILDS_INTERVAL", 15, minimum=0, maximum=3600),
+        prebuilds_max_in_flight=_int(env, "PREBUILDS_MAX_IN_FLIGHT", 3, minimum=1, maximum=1000),
         activity_flush_interval=_int(env, "ACTIVITY_FLUSH_INTERVAL", 60, minimum=1, maximum=3600),
         web_workers=web_workers,
         web_worker_connections=worker_connections,

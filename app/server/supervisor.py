@@ -331,7 +331,7 @@ class Supervisor:
             try:
                 with app.app_context():
                     try:
-                        run_tick()
+                        run_tick(max_in_flight=self.settings.prebuilds_max_in_flight)
                     finally:
                         db.session.remove()
             except Exception:  # the loop must outlive a database or Redis hiccup
