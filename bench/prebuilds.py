@@ -1,5 +1,5 @@
 """The prebuilds reconciler at scale, on PostgreSQL (in process): 200 templates, each with one preset of 5
-instances, and their 1,000 prebuilds all ready.
+instances (with a ttl and a schedule), and their 1,000 prebuilds all ready.
 
 Prints
 - the time of one reconciliation tick that has nothing to do (median of --rounds; target ≤ 1 s),
@@ -38,12 +38,22 @@ from app.provisioning.models import ProvisionerJob
 from app.users.models import PREBUILDS_USER_ID, User
 from app.workspaces.models import Workspace, WorkspaceBuild
 from bench._harness import postgres_and_redis
-from protocol.provisionerd import JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD, Preset
+from protocol.provisionerd import (
+    JOB_TEMPLATE_IMPORT,
+    JOB_WORKSPACE_BUILD,
+    PrebuildSchedule,
+    PrebuildScheduling,
+    Preset,
+)
 from tests.support.queries import counted
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 TEMPLATES = 200
 INSTANCES = 5
+# Every preset has a ttl and a schedule, so that the tick reads and plans them too (neither applies at NOW: the
+# prebuilds are fresh, and the schedule covers the night, in Berlin).
+TTL_SECONDS = 86400
+NIGHT = PrebuildScheduling(timezone="Europe/Berlin", schedules=(PrebuildSchedule(cron="* 0-5 * * *", instances=1),))
 
 
 class Pools:
@@ -66,7 +76,10 @@ class Pools:
                 )  # fmt: skip
                 db.session.add(job)
                 db.session.flush()
-                preset = Preset(name="p", parameters=(), desired_prebuild_instances=instances)
+                preset = Preset(
+                    name="p", parameters=(), desired_prebuild_instances=instances, prebuild_ttl_seconds=TTL_SECONDS,
+                    prebuild_scheduling=NIGHT,
+                )  # fmt: skip
                 version = TemplateVersion(name="v1", job_id=job.id, created_by=owner.id, presets=(preset,))
                 db.session.add(version)
                 db.session.flush()

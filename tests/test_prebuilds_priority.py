@@ -75,6 +75,6 @@ def test_fifty_queued_prebuilds_delay_a_persons_build_by_at_most_one_build_per_d
         # took before it (in the moment between its row's time and its commit): at most one per daemon.
         ahead = [job for job in jobs if job["started_at"] and _at(job["started_at"]) <= started]
         waited_for = [job for job in ahead if not job["completed_at"] or _at(job["completed_at"]) > queued]
-        assert len(waited_for) <= DAEMONS, waited_for
+        assert len(waited_for) <= DAEMONS, [job["id"] for job in waited_for]
         # And many prebuilds were still waiting when it started: the person did not simply come last.
         assert sum(1 for job in jobs if not job["started_at"] or _at(job["started_at"]) > started) >= POOL - 2 * DAEMONS

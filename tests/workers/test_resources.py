@@ -13,7 +13,7 @@ from protocol.parameters import ParameterOption
 from protocol.provisionerd import NameValue, PrebuildSchedule, PrebuildScheduling, Preset
 from protocol.resources import AgentMetadata, DisplayApps, Healthcheck, Resource
 from tests.workers.conftest import TemplateDir
-from workers.resources import ParseError, parse_prebuild_scheduling, mark_lifecycles, parse_show_json
+from workers.resources import ParseError, mark_lifecycles, parse_prebuild_scheduling, parse_show_json
 
 Template = Callable[..., TemplateDir]
 
@@ -385,7 +385,7 @@ def test_presets_are_read_with_their_values_and_prebuilds(template: Template) ->
     ],
 )
 def test_a_preset_schedule_that_cannot_be_read_fails_the_import(scheduling: dict[str, object], message: str) -> None:
-    # What another provider's state may hold (ours refuses these at plan time, tests/workers/test_coder_provider_extras.py).
+    # What another provider's state may hold (ours refuses these at plan time: test_coder_provider_extras.py).
     with pytest.raises(ParseError, match=re.escape(message)):
         parse_prebuild_scheduling("data.coder_workspace_preset.big", {"scheduling": [scheduling]})
 
