@@ -43,6 +43,8 @@ def status() -> None:
             f"{pool.get('template_id')} {pool.get('preset_name')}: {pool.get('ready')} ready, "
             f"{pool.get('running')} running, {pool.get('building')} building of {pool.get('desired')}"
         )
+        if pool.get("expired"):
+            line += f"; {pool.get('expired')} expired, being replaced"
         if pool.get("failures"):
             line += (
                 f"; {pool.get('failures')} failed ({pool.get('failure_reason')}), next try {pool.get('backoff_until')}"

@@ -339,3 +339,25 @@ def test_prebuilds_are_listed_only_by_owner_prebuilds_and_only_to_owners_and_tem
         assert all((name in searched) == listed for name in pool), persona.username
         update_all = browser.get(f"/templates/{template['name']}/update-all").get_data(as_text=True)
         assert not any(name in update_all for name in pool)
+
+
+def test_the_template_page_and_status_show_expired_prebuilds(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    daemon = FakeDaemon(client)
+    import_template(client, personas, daemon, presets=[{**EUROPE, "prebuild_ttl_seconds": 3600}])
+    assert len(_tick(app).queued) == 2
+    _complete_pending(app, daemon)
+    with app.app_context():  # one of them was made two hours ago (on the real clock, which the page reads)
+        oldest = db.session.scalars(select(Workspace).where(Workspace.owner_id == PREBUILDS_USER_ID)).first()
+        assert oldest is not None
+        oldest.created_at -= timedelta(hours=2)
+        db.session.commit()
+    bob = personas["bob"]
+    (pool,) = client.get("/api/v2/prebuilds/status", headers=bob.auth).get_json()["pools"]
+    assert (pool["desired"], pool["ready"], pool["expired"]) == (2, 2, 1)
+    admin = app.test_client()
+    sign_in(admin, bob.email, PASSWORD)
+    assert '<td>2 <span class="muted small">(1 expired, being replaced)</span></td>' in admin.get(
+        "/templates/dev"
+    ).get_data(as_text=True)

@@ -47,6 +47,7 @@ def pool_json(pool: PoolSummary) -> JsonObject:
         "failures": pool.failures,
         "backoff_until": pool.backoff_until.isoformat() if pool.backoff_until else None,
         "failure_reason": pool.failure_reason,
+        "expired": pool.expired,
     }
 
 
