@@ -259,6 +259,8 @@ class CurrentJob(Message):
 
 class ProvisionerDaemon(Message):
     name: str
+    # The organisation whose jobs it runs.
+    organization_id: str = ""
     key_name: str | None = None
     status: str = ""
     tags: dict[str, str] = field(default_factory=dict)

@@ -55,6 +55,13 @@ def test_each_organisations_daemons_take_only_its_jobs(
     depth = f'slipway_provisioner_queue_depth{{queue="slipway:jobs:{acme_id}/owner=&scope=organization"}} 1.0'
     assert depth in metrics and 'queue="slipway:jobs:owner=&scope=organization"} 1.0' in metrics
 
+    # "Which daemons would take it" answers within the organisation asked about.
+    for organization, expected in (("acme", ["theirs"]), ("default", ["ours"]), (acme_id, ["theirs"])):
+        listed = client.get(f"/api/v2/provisionerdaemons?tags={{}}&organization={organization}", headers=bob.auth)
+        assert [daemon["name"] for daemon in listed.json] == expected
+    listed = client.get("/api/v2/provisionerdaemons", headers=bob.auth).json
+    assert {daemon["name"]: daemon["organization_id"] for daemon in listed}["theirs"] == acme_id
+
     # The long poll offers each daemon its own organisation's job, never the other's.
     assert _wait(ours).json == {"job_id": default_job["id"]}
     assert _wait(theirs).json == {"job_id": acme_job["id"]}
