@@ -4,6 +4,7 @@ provisioner key and a person's token."""
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -13,9 +14,10 @@ from flask.testing import FlaskClient
 
 from app.core.extensions import db
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
-from tests.conftest import Persona
+from tests.conftest import PASSWORD, Persona
 from tests.support.daemon import PSK_HEADERS, FakeDaemon, push_version
 from tests.support.organizations import add_organization
+from tests.support.web import sign_in
 
 pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
@@ -73,6 +75,13 @@ def test_each_organisations_daemons_take_only_its_jobs(
     assert _wait(ours).status_code == 204
     assert client.get(f"/api/v2/provisionerjobs/{acme_job['id']}", headers=alice.auth).json["status"] == "pending"
     assert theirs.call(f"/jobs/{acme_job['id']}/acquire").status_code == 200
+
+    # The Provisioners page says whose jobs each daemon runs, now that there are two organisations.
+    sign_in(client, bob.email, PASSWORD)
+    page = client.get("/provisioners").text
+    assert "<th>Organisation</th>" in page
+    assert re.search(r'data-daemon="theirs">.*?data-organization="acme"', page, re.S)
+    assert re.search(r'data-daemon="ours">.*?data-organization="default"', page, re.S)
 
 
 def test_a_job_whose_organisation_has_no_daemon_says_no_daemon_matches(

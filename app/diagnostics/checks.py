@@ -35,7 +35,8 @@ from app.core.extensions import db
 from app.core.redis_client import get_redis
 from app.core.signing import signer
 from app.core.version import server_version
-from app.organizations.models import DEFAULT_ORGANIZATION_ID, Organization
+from app.organizations.models import DEFAULT_ORGANIZATION_ID
+from app.organizations.services import organization_names
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
 from app.provisioning.queue import queue_depths, untagged_rule
 from app.users.models import User
@@ -213,7 +214,7 @@ def check_provisioners() -> Section:
     other = sorted({f"{daemon.name} ({daemon.version})" for daemon in online if daemon.version != ours})
     if other:
         section.warn("daemon_version", f"Daemons of another version than the server's {ours}: {', '.join(other)}.")
-    names = _organization_names()
+    names = organization_names()
     rule = untagged_rule()
     findings = _unserved_waiting(online, rule, now, names)
     warned = {(finding.organization_id, _tag_key(finding.tags)) for finding in findings}
@@ -248,11 +249,6 @@ TagKey = tuple[tuple[str, str], ...]
 
 def _tag_key(tags: Mapping[str, str]) -> TagKey:
     return tuple(sorted(tags.items()))
-
-
-def _organization_names() -> dict[str, str]:
-    rows = db.session.execute(select(Organization.id, Organization.name).order_by(Organization.name))
-    return {str(organization_id): str(name) for organization_id, name in rows}
 
 
 def _in_organization(names: Mapping[str, str], organization_id: str) -> str:
