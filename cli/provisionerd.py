@@ -93,6 +93,14 @@ def provisionerd() -> None:
     show_envvar=True,
     help="Serve jobs with these tags (repeatable; scope=user serves only your own jobs).",
 )
+@click.option(
+    "--org",
+    "organization",
+    metavar="NAME",
+    envvar="SLIPWAY_PROVISIONERD_ORGANIZATION",
+    show_envvar=True,
+    help="Run the jobs of this organisation (a provisioner key's own organisation needs none). [default: default]",
+)
 @click.option("--psk", envvar="SLIPWAY_PROVISIONER_DAEMON_PSK", show_envvar=True, help="The server's pre-shared key.")
 @click.option("--key", envvar="SLIPWAY_PROVISIONER_DAEMON_KEY", show_envvar=True, help="A provisioner key.")
 @click.option(
@@ -152,6 +160,7 @@ def provisionerd() -> None:
 def start(
     url: str | None,
     tags: tuple[str, ...],
+    organization: str | None,
     psk: str | None,
     key: str | None,
     name: str | None,
@@ -203,7 +212,8 @@ def start(
             _fail(f"--prometheus-address: {exc}")
     _configure_logging(log_json, verbose)
     shown = " ".join(f"{k}={v}" for k, v in sorted(wanted.items())) or ("the key's tags" if key else "untagged")
-    click.echo(f"slipway provisionerd: {name} serving {shown} for {server}, with {credential_name}", err=True)
+    where = f" of organisation {organization}" if organization else ""
+    click.echo(f"slipway provisionerd: {name} serving {shown}{where} for {server}, with {credential_name}", err=True)
     if not wanted and not key:
         click.echo(
             "  An untagged daemon takes untagged jobs (and, under the server's untagged-only rule, only those).",
@@ -215,6 +225,7 @@ def start(
         redis_url=redis_url or None,
         name=name,
         tags=wanted,
+        organization=organization or "",
         cache_dir=cache_dir or default_cache_dir(),
         terraform_path=terraform_path or None,
         init_cache_bytes=init_cache_bytes,

@@ -45,6 +45,9 @@ class Registration(Message):
     # Who the daemon is (workers/identity.py: kept in its cache dir): the same after a restart, different on another
     # host whatever the name. "": a daemon from before identities, known by its name.
     instance_id: Annotated[str, MaxLength(64)] = ""
+    # The organisation whose jobs it runs, by name or id (`provisionerd start --org`). "": the default one, or a
+    # provisioner key's own (a key belongs to one organisation).
+    organization: Annotated[str, MaxLength(64)] = ""
 
 
 class Registered(Message):
@@ -54,6 +57,8 @@ class Registered(Message):
     # The queues to listen on, and where: None means "no Redis for you: wait for jobs with POST /jobs/wait".
     queues: tuple[str, ...] = ()
     redis_url: str | None = None
+    # The name of the organisation whose jobs it runs.
+    organization: str = ""
     heartbeat_seconds: int = 10
     force_cancel_seconds: int = 600
 

@@ -77,6 +77,8 @@ class Job(Message):
     file_id: str = ""
     error: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    # The organisation whose daemons run it.
+    organization_id: str = ""
     created_at: str | None = None
     queue_position: int | None = None
     queue_size: int | None = None
@@ -95,6 +97,8 @@ class Template(Message):
     id: str
     name: str
     display_name: str = ""
+    # The organisation it belongs to (its versions import and its workspaces build on that organisation's daemons).
+    organization_id: str = ""
     active_version_id: str | None = None
     created_at: str | None = None
 
@@ -255,6 +259,8 @@ class CurrentJob(Message):
 
 class ProvisionerDaemon(Message):
     name: str
+    # The organisation whose jobs it runs.
+    organization_id: str = ""
     key_name: str | None = None
     status: str = ""
     tags: dict[str, str] = field(default_factory=dict)

@@ -62,19 +62,24 @@ def daemon_can_run(daemon_tags: Mapping[str, str], job_tags: Mapping[str, str], 
     return all(daemon_tags.get(key) == value for key, value in job_tags.items())
 
 
-def queue_name(tags: Mapping[str, str], priority: str = PRIORITY_HIGH) -> str:
-    """A stable, unambiguous queue name for a normalised tag set (keys sorted, parts percent-encoded) and a
-    priority. Without the priority it also names the tag set itself (the queue-depth metric's label)."""
-    name = QUEUE_PREFIX + "&".join(f"{quote(key, safe='')}={quote(tags[key], safe='')}" for key in sorted(tags))
+def queue_name(tags: Mapping[str, str], priority: str = PRIORITY_HIGH, namespace: str = "") -> str:
+    """A stable, unambiguous queue name for a normalised tag set (keys sorted, parts percent-encoded), a priority
+    and an organisation's namespace ("" for the default organisation, whose names are those from before there were
+    organisations, so that queued jobs survive the upgrade). Without the priority it also names the tag set itself
+    (the queue-depth metric's label). Percent-encoding leaves no "/" in the tags' part, so a namespace, which ends
+    in one, cannot be mistaken for tags."""
+    tag_part = "&".join(f"{quote(key, safe='')}={quote(tags[key], safe='')}" for key in sorted(tags))
+    name = QUEUE_PREFIX + (f"{quote(namespace, safe='')}/" if namespace else "") + tag_part
     return name + LOW_PRIORITY_SUFFIX if priority == PRIORITY_LOW else name
 
 
-def daemon_queue_names(daemon_tags: Mapping[str, str], untagged_rule: str) -> list[str]:
+def daemon_queue_names(daemon_tags: Mapping[str, str], untagged_rule: str, namespace: str = "") -> list[str]:
     """The queues of every subset of the daemon's free tags, always with its own scope and owner.
 
     Jobs carry the reserved keys too, so only the other tags vary; their count is capped, which keeps this at
-    most 2 * 2**8 queues. Every high-priority queue comes first (an RQ worker takes from the first queue that has a
-    job), then within each priority the most specific, so a daemon prefers the work only it can do.
+    most 2 * 2**8 queues, all in the daemon's organisation (``namespace``, as in :func:`queue_name`). Every
+    high-priority queue comes first (an RQ worker takes from the first queue that has a job), then within each
+    priority the most specific, so a daemon prefers the work only it can do.
     """
     free = sorted(key for key in daemon_tags if key not in RESERVED)
     if len(free) > MAX_DAEMON_TAGS:
@@ -85,7 +90,7 @@ def daemon_queue_names(daemon_tags: Mapping[str, str], untagged_rule: str) -> li
         for subset in combinations(free, size):
             job_tags = {**reserved, **{key: daemon_tags[key] for key in subset}}
             if daemon_can_run(daemon_tags, job_tags, untagged_rule):
-                names.append(queue_name(job_tags))
+                names.append(queue_name(job_tags, namespace=namespace))
     return names + [name + LOW_PRIORITY_SUFFIX for name in names]
 
 

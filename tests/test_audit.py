@@ -110,15 +110,17 @@ def _keep(world: World, name: str, value: str) -> None:
     world.ids[name] = value
 
 
-def _push(world: World, name: str, template: str | None = None) -> TestResponse:
-    """A version pushed (for ``template``, or for none yet) and imported by the stand-in daemon."""
+def _push(world: World, name: str, template: str | None = None, organization: str = "") -> TestResponse:
+    """A version pushed (for ``template``, or for none yet; by Coder's path to ``organization`` when given) and
+    imported by the stand-in daemon."""
     bob = world.people["bob"]
     archive = tar_of({"main.tf": 'resource "terraform_data" "home" {}\n'})
     upload = _ok(
         world.api.post("/api/v2/files", data=archive, headers={**bob.auth, "Content-Type": "application/x-tar"})
     )
     body = {"file_id": upload.json["id"], **({"template_id": world.ids[template]} if template else {})}
-    version = _ok(world.call("POST", "/templateversions", "bob", body)).json
+    path = f"/organizations/{organization}/templateversions" if organization else "/templateversions"
+    version = _ok(world.call("POST", path, "bob", body)).json
     _keep(world, name, version["id"])
     world.complete_import(version)
     return world.call("GET", f"/templateversions/{version['id']}", "bob")
@@ -278,6 +280,11 @@ CASES: tuple[Case, ...] = (
     Case(
         "catalog_api.create_version",
         lambda w: _push(w, "v1"),
+        (Expect("template_version", "create", "bob", {"job_id": ANY}),),
+    ),
+    Case(
+        "catalog_api.create_organization_version",
+        lambda w: _push(w, "v1-default", organization="default"),
         (Expect("template_version", "create", "bob", {"job_id": ANY}),),
     ),
     Case(

@@ -19,6 +19,7 @@ from app.provisioning.models import ProvisionerDaemon
 from tests.conftest import PASSWORD, Persona, make_settings
 from tests.support.daemon import PSK, PSK_HEADERS, FakeDaemon, import_template, push_version
 from tests.support.http_daemon import api_client, sign_up_owner
+from tests.support.organizations import add_organization
 from tests.support.server import ServerProcess
 from tests.support.waiting import wait_until
 from tests.support.web import sign_in
@@ -177,37 +178,37 @@ def test_a_pushed_version_waiting_on_tags_nobody_serves_is_named_until_a_daemon_
 def test_a_build_waiting_on_its_owners_own_daemon_is_named_under_its_organisation(
     app: Flask, client: FlaskClient, personas: dict[str, Persona]
 ) -> None:
-    from app.catalog.models import Template
-    from app.organizations.models import Organization
-
-    alice, carol = personas["alice"], personas["carol"]
-    daemon = FakeDaemon(client, "plain")
+    alice, bob, carol = personas["alice"], personas["bob"], personas["carol"]
+    FakeDaemon(client, "plain")  # the default organisation's: it serves none of acme's jobs
+    acme_id = add_organization(app, "acme", [bob.id, carol.id])
+    acme_daemon = FakeDaemon(client, "acme-plain", organization="acme")
     # The template's builds run on their owner's own daemons (coder_workspace_tags gives scope=user).
-    template = import_template(client, personas, daemon, workspace_tags={"scope": "user"})
+    template = import_template(client, personas, acme_daemon, workspace_tags={"scope": "user"}, organization="acme")
+    assert template["organization_id"] == acme_id
     body = {"template_id": template["id"], "name": "ws", "rich_parameter_values": [{"name": "region", "value": "eu"}]}
     assert client.post("/api/v2/workspaces", json=body, headers=carol.auth).status_code == 201
-    with app.app_context():  # a second organisation, which the template has moved to
-        acme = Organization(name="acme", display_name="Acme")
-        db.session.add(acme)
-        db.session.flush()
-        db.session.get_one(Template, template["id"]).organization_id = acme.id
-        db.session.commit()
-        acme_id = acme.id
 
     report = client.get("/api/v2/debug/health?force=true", headers=alice.auth).json
     [warning] = unserved(report)
     assert warning["organization_id"] == acme_id
     assert warning["message"].startswith("Organisation acme: No online daemon serves scope=user: 1 job waits")
     assert "workspace carol/ws" in warning["message"]
-    assert "carol starts a daemon of their own: slipway provisionerd start --tag scope=user." in warning["message"]
+    fix = "carol starts a daemon of their own: slipway provisionerd start --org acme --tag scope=user."
+    assert fix in warning["message"]
     organizations = {entry["name"]: entry for entry in report["provisioners"]["organizations"]}
     assert organizations["default"]["online"] == 1 and organizations["default"]["unserved"] == []
+    assert organizations["acme"]["online"] == 1
     assert [finding["example"] for finding in organizations["acme"]["unserved"]] == ["workspace carol/ws"]
     sign_in(client, alice.email, PASSWORD)
     page = client.get("/health").text
     assert 'data-organization="acme"' in page and 'data-organization="default"' in page
     assert page.index("workspace carol/ws") > page.index('data-organization="acme"')
 
+    # Carol's own daemon in the default organisation serves none of acme's jobs; in acme it does.
     FakeDaemon(client, "carols-own", {"scope": "user"}, credential=carol.auth)
+    assert [
+        w["organization_id"] for w in unserved(client.get("/api/v2/debug/health?force=true", headers=alice.auth).json)
+    ] == [acme_id]
+    FakeDaemon(client, "carols-acme", {"scope": "user"}, credential=carol.auth, organization="acme")
     report = client.get("/api/v2/debug/health?force=true", headers=alice.auth).json
-    assert unserved(report) == [] and report["provisioners"]["organizations"][0]["unserved"] == []
+    assert unserved(report) == [] and all(entry["unserved"] == [] for entry in report["provisioners"]["organizations"])

@@ -62,6 +62,8 @@ class DaemonConfig:
     redis_url: str | None = None
     name: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
     tags: dict[str, str] = field(default_factory=dict)
+    # The organisation whose jobs it runs, by name or id ("": the default one, or its provisioner key's).
+    organization: str = ""
     cache_dir: Path = field(default_factory=default_cache_dir)
     terraform_path: str | None = None
     init_cache_bytes: int = DEFAULT_MAX_BYTES
@@ -259,6 +261,7 @@ def _register(client: ProvisionerClient, config: DaemonConfig, instance_id: str)
             registration = Registration(
                 name=config.name, tags=config.tags, version=daemon_version(), ephemeral=ephemeral,
                 terraform_binary=terraform.program, terraform_version=terraform.version, instance_id=instance_id,
+                organization=config.organization,
             )  # fmt: skip
             return client.register(registration)
         except ConnectionError as exc:

@@ -66,6 +66,7 @@ REPLIES: dict[str, Reply] = {
     # Templates and their versions.
     "catalog_api.upload_file": one(api.UploadedFile, 201),
     "catalog_api.create_version": one(api.TemplateVersion, 201),
+    "catalog_api.create_organization_version": one(api.TemplateVersion, 201),
     "catalog_api.get_version": one(api.TemplateVersion),
     "catalog_api.list_versions": many(api.TemplateVersion),
     "catalog_api.version_by_name": one(api.TemplateVersion),

@@ -13,11 +13,12 @@ from app.catalog.access import TemplateNeed
 from app.catalog.models import TemplateVersion
 from app.catalog.presets import preset_json
 from app.catalog.search import listed_templates
-from app.core.errors import InvalidInput, TooLarge
+from app.core.errors import InvalidInput, NotFound, TooLarge
 from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, name_values, string_field, string_map_field
 from app.externalauth import services as external_auth
 from app.files.services import MAX_ARCHIVE_BYTES, usable_file
+from app.organizations.services import get_organization, is_member
 from app.provisioning.jobs import cancel_job
 from app.provisioning.log_api import logs_response
 from app.provisioning.presenter import jobs_json
@@ -68,6 +69,20 @@ def version_json(version: TemplateVersion) -> JsonObject:
 @bp.post("/templateversions")
 def create_version() -> tuple[Response, int]:
     """A template's own admins push to it; only owners and template admins push what becomes a new template."""
+    return _create_version(None)
+
+
+@bp.post("/organizations/<organization>/templateversions")
+def create_organization_version(organization: str) -> tuple[Response, int]:
+    """Coder's path: a version imported (and a new template published) in that organisation, by its daemons."""
+    user = api_user()
+    found = get_organization(organization)
+    if not user.is_owner and not is_member(found.id, user.id):
+        raise NotFound(f"No organisation {organization!r}.")
+    return _create_version(found.id)
+
+
+def _create_version(organization_id: str | None) -> tuple[Response, int]:
     access.require_author(api_user())
     body, errors = json_body(), FieldErrors()
     file_id = string_field(body, "file_id", errors)
@@ -79,7 +94,7 @@ def create_version() -> tuple[Response, int]:
     errors.raise_if_any()
     version = services.create_version(
         api_user(), file_id, template_id=template_id, name=name, provisioner_tags=tags, user_variable_values=values,
-        message=message,
+        message=message, organization_id=organization_id,
     )  # fmt: skip
     return jsonify(version_json(version)), 201
 

@@ -74,6 +74,7 @@ class Template(Model):
     def to_json(self) -> JsonObject:
         return {
             "id": self.id,
+            "organization_id": self.organization_id,
             "name": self.name,
             "display_name": self.display_name or self.name,
             "description": self.description,

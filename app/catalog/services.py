@@ -21,6 +21,8 @@ from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
 from app.files.services import archive_bytes, usable_file
 from app.groups.models import ACL_USE
+from app.organizations.models import DEFAULT_ORGANIZATION_ID
+from app.organizations.services import is_member
 from app.provisioning.jobs import dispatch, new_job
 from app.provisioning.models import CANCELED, DEBUG_LOGGING, FAILED, SUCCEEDED, ProvisionerJob
 from app.users.models import User
@@ -53,15 +55,22 @@ def create_version(
     publish_as: str = "",
     debug_logging: bool = False,
     message: str = "",
+    organization_id: str | None = None,
 ) -> TemplateVersion:
     """``publish_as``: a template name the version is published as once its import succeeds (see
     :func:`publish_imported`); empty, it waits for someone to publish it. ``debug_logging``: its import runs
     Terraform with TF_LOG=debug. ``message``: what changed, in the pusher's words. A failed (or canceled) version
-    holding ``name`` is renamed to free it."""
+    holding ``name`` is renamed to free it. ``organization_id``: where the version is imported (a template's versions
+    are its organisation's); None: the template's, or the default organisation for a version of no template yet."""
     stored = usable_file(file_id)
     template = get_template_for(actor, template_id, "admin") if template_id is not None else None
     if template is None:
-        _require_may_publish(actor, publish_as)
+        organization_id = organization_id or DEFAULT_ORGANIZATION_ID
+        _require_may_publish(actor, publish_as, organization_id)
+    elif organization_id is None:
+        organization_id = template.organization_id
+    elif organization_id != template.organization_id:
+        raise NotFound("No such template in this organisation.")
     name = new_version_name(template, name.strip())
     if len(message.strip()) > MAX_VERSION_MESSAGE:
         detail = f"At most {MAX_VERSION_MESSAGE} characters."
@@ -72,8 +81,8 @@ def create_version(
         raise InvalidInput(str(exc)) from exc
     required = required_terraform(archive_bytes(stored.id))
     job = new_job(
-        JOB_TEMPLATE_IMPORT, file_id=stored.id, initiator_id=actor.id, tags=tags, job_input={},
-        required_terraform=required,
+        JOB_TEMPLATE_IMPORT, organization_id=organization_id, file_id=stored.id, initiator_id=actor.id, tags=tags,
+        job_input={}, required_terraform=required,
     )  # fmt: skip
     version = TemplateVersion(
         template_id=template_id,
@@ -98,13 +107,19 @@ def create_version(
     return version
 
 
-def _require_may_publish(actor: User, publish_as: str) -> None:
-    """A version of no template yet: only owners and template admins make new templates, while a template's own
-    admins may publish to it by name."""
-    if actor.is_template_admin:
+def _require_may_publish(actor: User, publish_as: str, organization_id: str) -> None:
+    """A version of no template yet: only owners and template admins make new templates (template admins in
+    organisations they belong to), while a template's own admins may publish to it by name."""
+    if actor.is_owner or (actor.is_template_admin and is_member(organization_id, actor.id)):
         return
+    if not is_member(organization_id, actor.id):
+        raise NotFound("No such organisation.")
     existing = db.session.scalar(
-        select(Template).where(func.lower(Template.name) == publish_as.lower(), Template.deleted_at.is_(None))
+        select(Template).where(
+            func.lower(Template.name) == publish_as.lower(),
+            Template.organization_id == organization_id,
+            Template.deleted_at.is_(None),
+        )
     )
     if not publish_as or existing is None:
         raise Forbidden("Only owners and template admins create templates: push a version to a template you manage.")
@@ -125,6 +140,7 @@ def retry_import(actor: User, failed: TemplateVersion, *, debug_logging: bool = 
         publish_as=failed.publish_as,
         debug_logging=debug_logging,
         message=failed.message,
+        organization_id=failed.job.organization_id,
     )
 
 
@@ -216,11 +232,15 @@ def create_template(actor: User, name: str, version_id: str, display_name: str =
         raise InvalidInput(f"The version's import has not succeeded (it is {version.job.status}).")
     if version.template_id is not None:
         raise Conflict("That version already belongs to a template.")
-    if db.session.scalar(select(Template.id).where(func.lower(Template.name) == name.lower())):
+    # The template is the organisation's whose daemons imported its first version.
+    organization_id = version.job.organization_id
+    named = func.lower(Template.name) == name.lower()
+    if db.session.scalar(select(Template.id).where(named, Template.organization_id == organization_id)):
         raise Conflict(f"A template named {name!r} already exists.")
     template = Template(
-        name=name, display_name=display_name.strip()[:64], description=description[:4096], created_by=actor.id
-    )
+        name=name, display_name=display_name.strip()[:64], description=description[:4096], created_by=actor.id,
+        organization_id=organization_id,
+    )  # fmt: skip
     db.session.add(template)
     try:
         db.session.flush()
@@ -241,10 +261,16 @@ def publish_imported(version: TemplateVersion) -> Template | None:
     if not version.publish_as or version.archived_at is not None:
         return None
     template = db.session.get(Template, version.template_id) if version.template_id else None
+    # A version of no template yet is published in the organisation it was imported in.
+    organization_id = version.job.organization_id
     if template is None or template.deleted_at is not None:
-        template = db.session.scalar(select(Template).where(func.lower(Template.name) == version.publish_as.lower()))
+        template = db.session.scalar(
+            select(Template).where(
+                func.lower(Template.name) == version.publish_as.lower(), Template.organization_id == organization_id
+            )
+        )
     if template is None:
-        template = Template(name=version.publish_as, created_by=version.created_by)
+        template = Template(name=version.publish_as, created_by=version.created_by, organization_id=organization_id)
         try:
             with db.session.begin_nested():  # created by someone else just now: leave it to a person
                 db.session.add(template)

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 from flask import current_app
-from sqlalchemy import func, literal, select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import aliased
 from websockets.exceptions import WebSocketException
 from websockets.sync.client import connect
@@ -35,7 +35,8 @@ from app.core.extensions import db
 from app.core.redis_client import get_redis
 from app.core.signing import signer
 from app.core.version import server_version
-from app.organizations.models import DEFAULT_ORGANIZATION_ID, Organization
+from app.organizations.models import DEFAULT_ORGANIZATION_ID
+from app.organizations.services import organization_names
 from app.prebuilds import services as prebuild_services
 from app.provisioning.models import ProvisionerDaemon, ProvisionerJob
 from app.provisioning.queue import queue_depths, untagged_rule
@@ -214,9 +215,9 @@ def check_provisioners() -> Section:
     other = sorted({f"{daemon.name} ({daemon.version})" for daemon in online if daemon.version != ours})
     if other:
         section.warn("daemon_version", f"Daemons of another version than the server's {ours}: {', '.join(other)}.")
-    names = _organization_names()
+    names = organization_names()
     rule = untagged_rule()
-    findings = _unserved_waiting(online, rule, now)
+    findings = _unserved_waiting(online, rule, now, names)
     warned = {(finding.organization_id, _tag_key(finding.tags)) for finding in findings}
     for finding in findings:
         message = _in_organization(names, finding.organization_id) + finding.message()
@@ -225,7 +226,7 @@ def check_provisioners() -> Section:
         # Templates whose active version builds with tags nobody serves: their next build would wait, even when
         # none waits yet. A tag set that jobs already wait on was named above, with more to say.
         for (organization_id, tags), templates in _needed_tag_sets().items():
-            if (organization_id, tags) in warned or any(daemon_can_run(d.tags, dict(tags), rule) for d in online):
+            if (organization_id, tags) in warned or _served(online, organization_id, dict(tags), rule):
                 continue
             plural = len(templates) > 1
             section.warn(
@@ -249,11 +250,6 @@ TagKey = tuple[tuple[str, str], ...]
 
 def _tag_key(tags: Mapping[str, str]) -> TagKey:
     return tuple(sorted(tags.items()))
-
-
-def _organization_names() -> dict[str, str]:
-    rows = db.session.execute(select(Organization.id, Organization.name).order_by(Organization.name))
-    return {str(organization_id): str(name) for organization_id, name in rows}
 
 
 def _in_organization(names: Mapping[str, str], organization_id: str) -> str:
@@ -295,21 +291,20 @@ class Unserved:
         }
 
 
-def _unserved_waiting(online: Sequence[ProvisionerDaemon], rule: str, now: datetime) -> list[Unserved]:
+def _unserved_waiting(
+    online: Sequence[ProvisionerDaemon], rule: str, now: datetime, names: Mapping[str, str]
+) -> list[Unserved]:
     """Every tag set that waiting jobs need and no online daemon serves, per organisation: how many wait, since
     when, an example and the fix.
 
     One query over the waiting jobs (the partial index of unfinished jobs serves its filter): grouped by tag set
     (the queue's name, both priorities as one) and organisation, with each group's size and its oldest job, whose
-    tags and names stand for the group. A job's organisation is its template's (a version pushed before it has a
-    template belongs to the default one, where every version is created today). Matching is the acquire path's
-    own ``daemon_can_run``: it does not look at organisations yet, so neither does this.
+    tags and names stand for the group. Matching is the acquire path's: a daemon of the job's organisation whose
+    tags take it.
     """
-    version_template, build_template = aliased(Template), aliased(Template)
+    version_template = aliased(Template)
     tag_set = func.replace(ProvisionerJob.queue, LOW_PRIORITY_SUFFIX, "")
-    organization_id = func.coalesce(
-        version_template.organization_id, build_template.organization_id, literal(DEFAULT_ORGANIZATION_ID)
-    )
+    organization_id = ProvisionerJob.organization_id
     group = (tag_set, organization_id)
     waiting = (
         select(
@@ -329,7 +324,6 @@ def _unserved_waiting(online: Sequence[ProvisionerDaemon], rule: str, now: datet
         .outerjoin(version_template, version_template.id == TemplateVersion.template_id)
         .outerjoin(WorkspaceBuild, WorkspaceBuild.job_id == ProvisionerJob.id)
         .outerjoin(Workspace, Workspace.id == WorkspaceBuild.workspace_id)
-        .outerjoin(build_template, build_template.id == Workspace.template_id)
         .outerjoin(User, User.id == Workspace.owner_id)
         .where(ProvisionerJob.waiting())
         .subquery()
@@ -340,28 +334,35 @@ def _unserved_waiting(online: Sequence[ProvisionerDaemon], rule: str, now: datet
     findings = []
     for row in rows:
         tags: dict[str, str] = dict(row.tags)
-        if any(daemon_can_run(daemon.tags, tags, rule) for daemon in online):
+        if _served(online, row.organization_id, tags, rule):
             continue
         if row.workspace is not None:
             example = f"workspace {row.owner}/{row.workspace}"
         else:
             example = f"version {row.version}" + (f" of template {row.template}" if row.template else "")
         waited = max(0, int((now - row.created_at).total_seconds()))
-        fix = _fix(tags, rule, row.owner)
+        organization = "" if row.organization_id == DEFAULT_ORGANIZATION_ID else names.get(row.organization_id, "")
+        fix = _fix(tags, rule, row.owner, organization)
         findings.append(Unserved(str(row.organization_id), tags, int(row.jobs), row.created_at, waited, example, fix))
     return findings
 
 
-def _fix(tags: Mapping[str, str], rule: str, owner: str | None) -> str:
-    """The one command that would serve the tag set (a key with these tags does it too, for organisation ones)."""
+def _served(online: Sequence[ProvisionerDaemon], organization_id: str, tags: Mapping[str, str], rule: str) -> bool:
+    return any(d.organization_id == organization_id and daemon_can_run(d.tags, tags, rule) for d in online)
+
+
+def _fix(tags: Mapping[str, str], rule: str, owner: str | None, organization: str = "") -> str:
+    """The one command that would serve the tag set (a key with these tags does it too, for organisation ones);
+    ``organization``: the job's, when not the default one."""
+    org = f" --org {organization}" if organization else ""
     free = " ".join(f"--tag {key}={value}" for key, value in sorted(tags.items()) if key not in RESERVED)
     if tags.get("scope") == SCOPE_USER:
         who = owner or "its owner"
-        return f"{who} starts a daemon of their own: slipway provisionerd start --tag scope=user {free}".rstrip()
+        return f"{who} starts a daemon of their own: slipway provisionerd start{org} --tag scope=user {free}".rstrip()
     if not free:
         untagged = " with no tags" if rule == UNTAGGED_ONLY else ""
-        return f"start a daemon{untagged}: slipway provisionerd start"
-    return f"start a daemon with these tags: slipway provisionerd start {free} (or a provisioner key with them)"
+        return f"start a daemon{untagged}: slipway provisionerd start{org}"
+    return f"start a daemon with these tags: slipway provisionerd start{org} {free} (or a provisioner key with them)"
 
 
 def _by_organization(

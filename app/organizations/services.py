@@ -35,3 +35,9 @@ def organization_ids_of(user_id: str) -> Select[str]:
 
 def is_member(organization_id: str, user_id: str) -> bool:
     return db.session.get(OrganizationMember, (organization_id, user_id)) is not None
+
+
+def organization_names() -> dict[str, str]:
+    """Every organisation's name by id, in name order (pages and reports that name them once there are several)."""
+    rows = db.session.execute(select(Organization.id, Organization.name).order_by(Organization.name))
+    return {str(organization_id): str(name) for organization_id, name in rows}

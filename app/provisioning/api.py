@@ -12,6 +12,8 @@ from app.auth.blueprints import api_blueprint
 from app.core.errors import InvalidInput
 from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, query_int, string_field, string_map_field
+from app.organizations.models import DEFAULT_ORGANIZATION_ID
+from app.organizations.services import get_organization
 from app.provisioning import keys, overview
 from app.provisioning.jobs import cancel_job
 from app.provisioning.presenter import job_json
@@ -38,7 +40,8 @@ def list_daemons() -> Response:
             parse_constraints(required)
         except ConstraintError as exc:
             raise InvalidInput(str(exc), validations=[{"field": "terraform", "detail": str(exc)}]) from None
-    serving = overview.daemons_serving(tags, api_user().id, status)
+    organization = get_organization(request.args.get("organization") or DEFAULT_ORGANIZATION_ID)
+    serving = overview.daemons_serving(tags, api_user().id, status, organization.id)
     return _daemons_page([view for view in serving if satisfies(view.daemon.terraform_version, required)], page)
 
 

@@ -33,7 +33,6 @@ from protocol.provisionerd import (
     Registration,
     WaitForJob,
 )
-from protocol.tags import daemon_queue_names
 
 bp = Blueprint("provisionerd_api", __name__, url_prefix=API_PREFIX)
 # Daemons authenticate with a pre-shared key header, not a cookie.
@@ -120,7 +119,7 @@ def wait() -> Response:
     daemons.heartbeat(daemon)  # alive even when refused a slot: it asks again shortly
     held = live_connection(budgets=person_budgets(settings, credential.user.id)) if credential.user else nullcontext()
     with held:
-        queues = daemon_queue_names(daemon.tags, settings.provisioner_untagged_jobs)
+        queues = daemon.queue_names(settings.provisioner_untagged_jobs)
         # A draining replica (SIGTERM: app/server/supervisor.py) answers after one look, and a poll under way within a
         # recheck: the daemon asks again, through the load balancer, of a replica that stays.
         draining = draining_marker(settings.data_dir)

@@ -32,9 +32,18 @@ from app.core.extensions import db, rows_changed
 from app.core.offload import run_off_loop
 from app.events.notices import publish_job_notice
 from app.events.relay import EventRelay, queue_key
+from app.organizations.models import DEFAULT_ORGANIZATION_ID, Organization
+from app.organizations.services import get_organization, is_member
 from app.provisioning.jobs import handlers_for
 from app.provisioning.masking import JobMasks, SecretMask, build_mask, secret_needles
-from app.provisioning.models import RUNNING, ProvisionerDaemon, ProvisionerJob, ProvisionerJobLog, ProvisionerKey
+from app.provisioning.models import (
+    RUNNING,
+    ProvisionerDaemon,
+    ProvisionerJob,
+    ProvisionerJobLog,
+    ProvisionerKey,
+    queue_namespace,
+)
 from app.provisioning.queue import terraform_fits
 from app.provisioning.timings import add_job_timings
 from app.users.models import User
@@ -115,14 +124,35 @@ def daemon_tags(credential: DaemonCredential, requested: dict[str, str]) -> dict
     return tags
 
 
+def daemon_organization(credential: DaemonCredential, requested: str) -> Organization:
+    """The organisation whose jobs this credential may run, from the one the daemon named ("": the default one):
+    a key's is its own; a person's must be one they belong to; the PSK's and the built-in daemons' any."""
+    if credential.key is not None:
+        own = get_organization(credential.key.organization_id)
+        if requested and requested not in (own.id, own.name):
+            raise InvalidInput(f"This provisioner key belongs to organisation {own.name}: drop --org {requested}.")
+        return own
+    try:
+        found = get_organization(requested or DEFAULT_ORGANIZATION_ID)
+    except NotFound as exc:
+        raise InvalidInput(f"No organisation {requested!r}: check --org (`slipway organizations list`).") from exc
+    user = credential.user
+    if user is not None and not user.is_owner and not is_member(found.id, user.id):
+        raise InvalidInput(f"No organisation {requested!r}: check --org (`slipway organizations list`).")
+    return found
+
+
 def register_daemon(credential: DaemonCredential, registration: Registration, settings: Settings) -> Registered:
     """Create or refresh the daemon row; a daemon registering again (a restart) fails the jobs it held."""
     name = registration.name.strip()
     if not DAEMON_NAME_PATTERN.match(name):
         raise InvalidInput("A provisioner daemon name is 1-64 letters, digits, '.', '_' or '-'.")
     normalised = daemon_tags(credential, registration.tags)
+    organization = daemon_organization(credential, registration.organization.strip())
     try:
-        queues = daemon_queue_names(normalised, settings.provisioner_untagged_jobs)
+        queues = daemon_queue_names(
+            normalised, settings.provisioner_untagged_jobs, queue_namespace(organization.id)
+        )  # fmt: skip
     except TagError as exc:
         raise InvalidInput(str(exc)) from exc
     instance_id = registration.instance_id.strip() or None
@@ -151,12 +181,13 @@ def register_daemon(credential: DaemonCredential, registration: Registration, se
         # The same daemon came back (restart, crash): whatever it was running is lost with the old process.
         fail_jobs_held_by(daemon.id, "The provisioner daemon restarted while running this job.")
     daemon.name, daemon.tags = name, normalised  # the name is a label: it may change across restarts
+    daemon.organization_id = organization.id
     daemon.version, daemon.last_seen_at = registration.version[:64], utcnow()
     daemon.ephemeral = registration.ephemeral
     daemon.terraform_binary, daemon.terraform_version = registration.terraform_binary, registration.terraform_version
     db.session.flush()  # its id, for the audit entry
     # Which credential registered it (a key by name, the PSK), never the credential itself.
-    diff = {"auth": change(credential.kind), "tags": change(normalised)}
+    diff = {"auth": change(credential.kind), "tags": change(normalised), "organization": change(organization.name)}
     record("provisioner_daemon", daemon.id, daemon.name, ACTION_REGISTER, diff)
     db.session.commit()
     trusted = trusted_with_redis(credential.kind, settings)
@@ -164,6 +195,7 @@ def register_daemon(credential: DaemonCredential, registration: Registration, se
         daemon_id=daemon.id,
         name=daemon.name,
         tags=daemon.tags,
+        organization=organization.name,
         queues=tuple(queues) if trusted else (),
         redis_url=settings.advertised_redis_url if trusted else None,
         heartbeat_seconds=settings.provisioner_heartbeat_interval,
@@ -220,7 +252,7 @@ def _claim(daemon: ProvisionerDaemon, job_id: str) -> bool:
 def acquire_job(daemon: ProvisionerDaemon, job_id: str, settings: Settings) -> AcquiredJob:
     """Claim a pending job for the daemon that its queue woke (the RQ path)."""
     job = db.session.get(ProvisionerJob, job_id)
-    if job is None:
+    if job is None or job.organization_id != daemon.organization_id:  # another organisation's: not even named
         raise NotFound("No such job.")
     if not daemon_can_run(daemon.tags, job.tags, settings.provisioner_untagged_jobs):
         raise Forbidden("This daemon's tags do not match the job's tags.")

@@ -26,7 +26,7 @@ from app.core.errors import InvalidInput
 from app.core.extensions import db, rows_changed
 from app.core.redis_client import get_redis
 from app.events.notices import publish_job_notice, publish_job_queued
-from app.provisioning.models import LogLine, ProvisionerJob, ProvisionerJobLog
+from app.provisioning.models import LogLine, ProvisionerJob, ProvisionerJobLog, queue_namespace
 from protocol.codec import JsonObject
 from protocol.provisionerd import RUN_JOB_FUNCTION, AcquiredJob, JobCompletion, JobFailure
 from protocol.tags import PRIORITY_HIGH, queue_name
@@ -112,13 +112,15 @@ def handlers_for(job: ProvisionerJob) -> JobHandlers:
 
 
 def new_job(
-    job_type: str, *, file_id: str, initiator_id: str, tags: dict[str, str], job_input: JsonObject,
-    priority: str = PRIORITY_HIGH, required_terraform: str | None = None,
+    job_type: str, *, organization_id: str, file_id: str, initiator_id: str, tags: dict[str, str],
+    job_input: JsonObject, priority: str = PRIORITY_HIGH, required_terraform: str | None = None,
 ) -> ProvisionerJob:  # fmt: skip
-    """Add a pending job to the session; the caller commits and then calls :func:`dispatch`."""
+    """Add a pending job of ``organization_id`` (only its daemons run it) to the session; the caller commits and
+    then calls :func:`dispatch`."""
+    queue = queue_name(tags, priority, queue_namespace(organization_id))
     job = ProvisionerJob(
-        type=job_type, file_id=file_id, initiator_id=initiator_id, tags=tags, queue=queue_name(tags, priority),
-        input=job_input, priority=priority, required_terraform=required_terraform,
+        type=job_type, organization_id=organization_id, file_id=file_id, initiator_id=initiator_id, tags=tags,
+        queue=queue, input=job_input, priority=priority, required_terraform=required_terraform,
     )  # fmt: skip
     db.session.add(job)
     return job

@@ -31,7 +31,7 @@ from app.organizations.models import DEFAULT_ORGANIZATION_ID
 from protocol.codec import JSON as JsonValue
 from protocol.codec import JsonObject
 from protocol.provisionerd import JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD
-from protocol.tags import PRIORITY_HIGH, PRIORITY_LOW
+from protocol.tags import PRIORITY_HIGH, PRIORITY_LOW, daemon_queue_names
 
 JOB_TYPES = (JOB_TEMPLATE_IMPORT, JOB_WORKSPACE_BUILD)
 
@@ -74,8 +74,14 @@ class ProvisionerJob(Model):
     type: Mapped[str] = mapped_column(String(32))
     input: Mapped[JsonObject] = mapped_column(JSON, default=dict)
     tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
-    # The RQ queue of the tag set and priority (protocol.tags.queue_name): daemons waiting over HTTP find their
-    # jobs by it.
+    # The organisation of its template: only that organisation's daemons see or take it (its queue is named in the
+    # organisation's namespace, and acquisition checks it again).
+    organization_id: Mapped[str] = mapped_column(
+        ForeignKey("organizations.id", ondelete="CASCADE"), default=DEFAULT_ORGANIZATION_ID,
+        server_default=DEFAULT_ORGANIZATION_ID,
+    )  # fmt: skip
+    # The RQ queue of the tag set, priority and organisation (protocol.tags.queue_name): daemons waiting over HTTP
+    # find their jobs by it.
     queue: Mapped[str] = mapped_column(Text, index=True)
     # The template's required_version constraints (app/catalog/terraform_requirements.py): only a daemon whose
     # Terraform satisfies them may take the job. None: any.
@@ -186,6 +192,7 @@ class ProvisionerJob(Model):
             "error": self.error or "",
             "error_code": self.error_code or "",
             "tags": self.tags,
+            "organization_id": self.organization_id,
             "priority": self.priority,
             "required_terraform": self.required_terraform,
             "created_at": rfc3339(self.created_at),
@@ -269,13 +276,19 @@ class LogLine:
         }
 
 
+def queue_namespace(organization_id: str) -> str:
+    """The organisation's part of its queues' names (protocol.tags.queue_name): none for the default one, whose
+    queues keep the names they had before there were organisations (jobs queued across an upgrade still run)."""
+    return "" if organization_id == DEFAULT_ORGANIZATION_ID else organization_id
+
+
 class ProvisionerDaemon(Model):
     __tablename__ = "provisioner_daemons"
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
     # The label it registered under; two daemons may share it (hosts with one hostname, replicas' builtin-1).
     name: Mapped[str] = mapped_column(String(128))
-    # The organisation whose jobs it runs (the default one until there are more).
+    # The organisation whose jobs it runs: a key's, or the one it named when it registered (the default one).
     organization_id: Mapped[str] = mapped_column(
         ForeignKey("organizations.id", ondelete="CASCADE"), index=True, default=DEFAULT_ORGANIZATION_ID
     )
@@ -296,6 +309,10 @@ class ProvisionerDaemon(Model):
     # The Terraform it runs ("terraform" or "tofu", and its version), as it said when it registered.
     terraform_binary: Mapped[str] = mapped_column(String(16), default="", server_default="")
     terraform_version: Mapped[str] = mapped_column(String(32), default="", server_default="")
+
+    def queue_names(self, untagged_rule: str) -> list[str]:
+        """The queues of the jobs it may take: of its tags, in its organisation."""
+        return daemon_queue_names(self.tags, untagged_rule, queue_namespace(self.organization_id))
 
     @property
     def terraform(self) -> str:

@@ -15,6 +15,7 @@ from sqlalchemy.orm import aliased
 from app.core.columns import rfc3339
 from app.core.errors import InvalidInput, NotFound
 from app.core.extensions import db
+from app.organizations.models import DEFAULT_ORGANIZATION_ID
 from app.provisioning.jobs import JobSubject, describe_job, describe_jobs
 from app.provisioning.keys import BUILTIN_KEY_NAME, PSK_KEY_NAME, USER_KEY_NAME
 from app.provisioning.models import (
@@ -63,6 +64,7 @@ class DaemonView:
         daemon = self.daemon
         return {
             "id": daemon.id,
+            "organization_id": daemon.organization_id,
             "name": daemon.name,
             "tags": daemon.tags,
             "version": daemon.version,
@@ -101,15 +103,23 @@ def key_name(daemon: ProvisionerDaemon, keys: dict[str, str]) -> str:
     return {"builtin": BUILTIN_KEY_NAME, "psk": PSK_KEY_NAME}.get(daemon.auth, USER_KEY_NAME)
 
 
-def daemons_serving(job_tags: Mapping[str, str], user_id: str, status: str | None = None) -> list[DaemonView]:
-    """The daemons that would take a job with ``job_tags`` (as a template or build of ``user_id`` would carry them,
-    normalised the same way): what `templates push` and the upload form tell before anything is queued."""
+def daemons_serving(
+    job_tags: Mapping[str, str], user_id: str, status: str | None = None,
+    organization_id: str = DEFAULT_ORGANIZATION_ID,
+) -> list[DaemonView]:  # fmt: skip
+    """The daemons that would take a job of ``organization_id`` with ``job_tags`` (as a template or build of
+    ``user_id`` would carry them, normalised the same way): what `templates push` and the upload form tell before
+    anything is queued."""
     try:
         tags = normalise_tags(job_tags, user_id)
     except TagError as exc:
         raise InvalidInput(str(exc), validations=[{"field": "tags", "detail": str(exc)}]) from None
     rule = untagged_rule()
-    return [view for view in daemon_views(status) if daemon_can_run(view.daemon.tags, tags, rule)]
+    return [
+        view
+        for view in daemon_views(status)
+        if view.daemon.organization_id == organization_id and daemon_can_run(view.daemon.tags, tags, rule)
+    ]
 
 
 def daemons_query(status: str | None = None) -> Select[ProvisionerDaemon]:

@@ -42,7 +42,8 @@ def untagged_rule() -> str:
 
 
 def queue_depths() -> Counter[str]:
-    """Pending jobs per tag set, of both priorities: what autoscalers scale on and the health report watches."""
+    """Pending jobs per tag set and organisation (the queue's name without its priority), of both priorities: what
+    autoscalers scale on and the health report watches."""
     query = select(ProvisionerJob.queue, func.count()).where(ProvisionerJob.waiting()).group_by(ProvisionerJob.queue)
     depths: Counter[str] = Counter()
     for queue, count in db.session.execute(query):
@@ -55,9 +56,14 @@ def terraform_fits(daemon: ProvisionerDaemon, job: ProvisionerJob) -> bool:
     return not job.required_terraform or satisfies(daemon.terraform_version, job.required_terraform)
 
 
+def serves(daemon: ProvisionerDaemon, job: ProvisionerJob, rule: str) -> bool:
+    """The daemon is of the job's organisation and its tags take the job (Terraform aside)."""
+    return daemon.organization_id == job.organization_id and daemon_can_run(daemon.tags, job.tags, rule)
+
+
 def matching_daemons(job: ProvisionerJob, daemons: Sequence[ProvisionerDaemon]) -> list[ProvisionerDaemon]:
     rule = untagged_rule()
-    return [daemon for daemon in daemons if daemon_can_run(daemon.tags, job.tags, rule) and terraform_fits(daemon, job)]
+    return [daemon for daemon in daemons if serves(daemon, job, rule) and terraform_fits(daemon, job)]
 
 
 def needs_terraform(job: ProvisionerJob, daemons: Sequence[ProvisionerDaemon]) -> str:
@@ -66,7 +72,7 @@ def needs_terraform(job: ProvisionerJob, daemons: Sequence[ProvisionerDaemon]) -
     if not job.required_terraform:
         return ""
     rule = untagged_rule()
-    tagged = [daemon for daemon in daemons if daemon_can_run(daemon.tags, job.tags, rule)]
+    tagged = [daemon for daemon in daemons if serves(daemon, job, rule)]
     if not tagged or any(terraform_fits(daemon, job) for daemon in tagged):
         return ""
     have = sorted({daemon.terraform or "an unknown version" for daemon in tagged})
@@ -75,10 +81,12 @@ def needs_terraform(job: ProvisionerJob, daemons: Sequence[ProvisionerDaemon]) -
 
 @dataclass(frozen=True)
 class _Group:
-    """Pending jobs that every daemon takes or leaves alike: one queue (tag set and priority) and Terraform need."""
+    """Pending jobs that every daemon takes or leaves alike: one queue (tag set, priority and organisation) and
+    Terraform need."""
 
     queue: str
     required_terraform: str | None
+    organization_id: str
 
 
 def queue_infos(jobs: Sequence[ProvisionerJob]) -> dict[str, QueueInfo]:
@@ -97,7 +105,7 @@ def queue_infos(jobs: Sequence[ProvisionerJob]) -> dict[str, QueueInfo]:
     able = {group: len(daemon_ids) for group, daemon_ids in serving.items()}
     infos = {}
     for job in jobs:
-        group = _Group(job.queue, job.required_terraform)
+        group = _Group(job.queue, job.required_terraform, job.organization_id)
         if job.status != PENDING or group not in serving or job.id not in waiting.ahead:
             if group not in able:
                 able[group] = len(matching_daemons(job, daemons))
@@ -126,15 +134,17 @@ def _waiting_in_order(asked: set[str]) -> _Waiting:
     """One pass over the waiting jobs in the order daemons take them, reading three short columns of each: cheaper
     than comparing every job asked about with every waiting one in SQL, which grows with their product."""
     query = (
-        select(ProvisionerJob.id, ProvisionerJob.queue, ProvisionerJob.required_terraform)
+        select(
+            ProvisionerJob.id, ProvisionerJob.queue, ProvisionerJob.required_terraform, ProvisionerJob.organization_id
+        )
         .where(ProvisionerJob.waiting())
         .order_by(*ProvisionerJob.queue_order())
     )
     totals: Counter[_Group] = Counter()
     examples: dict[str, _Group] = {}
     ahead: dict[str, Counter[_Group]] = {}
-    for job_id, queue, required in db.session.execute(query):
-        group = _Group(queue, required)
+    for job_id, queue, required, organization_id in db.session.execute(query):
+        group = _Group(queue, required, organization_id)
         if group not in totals:
             examples[job_id] = group
         totals[group] += 1
@@ -145,7 +155,9 @@ def _waiting_in_order(asked: set[str]) -> _Waiting:
 
 
 def _daemons_serving(group: _Group, tags: dict[str, str], daemons: Sequence[ProvisionerDaemon]) -> set[str]:
-    example = ProvisionerJob(tags=tags, required_terraform=group.required_terraform)
+    example = ProvisionerJob(
+        tags=tags, required_terraform=group.required_terraform, organization_id=group.organization_id
+    )
     return {daemon.id for daemon in matching_daemons(example, daemons)}
 
 

@@ -18,6 +18,7 @@ from app.core.pagination import Page, PagePosition, page_of, requested_page, req
 from app.events import get_relay
 from app.events.sse import event_stream
 from app.events.streams import follow_statuses, seen_token
+from app.organizations.services import organization_names
 from app.provisioning import keys, overview
 from app.provisioning.jobs import cancel_job
 from app.provisioning.models import JOB_STATUSES, PENDING
@@ -42,6 +43,8 @@ def _page_context(**extra: Any) -> dict[str, Any]:
             keys.keys_query(), requested_page("keys_page"), endpoint="provisioners.index", param="keys_page"
         ),
         "stream_seen": seen_token({"refresh": _live_state(views, jobs)}),
+        # With more than one organisation each daemon says whose jobs it runs.
+        "organization_names": organization_names(),
         **extra,
     }
 

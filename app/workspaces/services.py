@@ -471,7 +471,8 @@ def _queue_build(
     if debug_logging:  # Terraform runs with TF_LOG=debug for this job only (BuildJob.debug_logging)
         job_input[DEBUG_LOGGING] = True
     job = new_job(
-        JOB_WORKSPACE_BUILD, file_id=version.job.file_id, initiator_id=actor.id, tags=tags,
+        JOB_WORKSPACE_BUILD, organization_id=version.job.organization_id, file_id=version.job.file_id,
+        initiator_id=actor.id, tags=tags,
         job_input=job_input, priority=priority,
         required_terraform=version.job.required_terraform,
     )  # fmt: skip

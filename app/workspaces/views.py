@@ -241,7 +241,8 @@ def new_routing() -> str:
         tags = services.build_tags(version, user.id, values)
     except DomainError as error:
         return render_template("workspaces/_partials/routing.html", problem=error.message, tags={}, online=0)
-    online = sum(1 for view in daemons_serving(tags, user.id) if view.status != "offline")
+    serving = daemons_serving(tags, user.id, organization_id=version.job.organization_id)
+    online = sum(1 for view in serving if view.status != "offline")
     return render_template("workspaces/_partials/routing.html", problem="", tags=tags, online=online)
 
 

@@ -59,12 +59,16 @@ class FakeDaemon:
         return self.client.post(f"/api/v2/provisionerd{path}", json=body or {}, headers=headers)
 
 
-def push_version(client: FlaskClient, admin: Persona, tags: dict[str, str] | None = None) -> dict[str, Any]:
+def push_version(
+    client: FlaskClient, admin: Persona, tags: dict[str, str] | None = None, organization: str = ""
+) -> dict[str, Any]:
+    """A version pushed (to the default organisation, or by Coder's path to ``organization``), waiting to import."""
     archive = tar_of({"main.tf": 'resource "terraform_data" "home" {}\n'})
     upload = client.post("/api/v2/files", data=archive, headers={**admin.auth, "Content-Type": "application/x-tar"})
     assert upload.status_code == 201, upload.json
     body = {"file_id": upload.json["id"], "provisioner_tags": tags or {}}
-    version = client.post("/api/v2/templateversions", json=body, headers=admin.auth)
+    path = f"/api/v2/organizations/{organization}/templateversions" if organization else "/api/v2/templateversions"
+    version = client.post(path, json=body, headers=admin.auth)
     assert version.status_code == 201, version.json
     return dict(version.json)
 
@@ -98,9 +102,10 @@ def import_template(
     presets: list[dict[str, Any]] | None = None,
     parameters: list[dict[str, Any]] | None = None,
     secrets: list[dict[str, str]] | None = None,
+    organization: str = "",
 ) -> dict[str, Any]:
     bob = personas["bob"]
-    version = push_version(client, bob)
+    version = push_version(client, bob, organization=organization)
     job_id = version["job"]["id"]
     acquired = daemon.call(f"/jobs/{job_id}/acquire")
     assert acquired.status_code == 200, acquired.json

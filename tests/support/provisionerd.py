@@ -98,13 +98,17 @@ class DaemonProcess:
         self.stop()
 
 
-def push_import(api: httpx.Client, tags: dict[str, str] | None = None, files: dict[str, str] | None = None) -> Any:
-    """Upload a template and queue its import; the reply is the version, with its job."""
+def push_import(
+    api: httpx.Client, tags: dict[str, str] | None = None, files: dict[str, str] | None = None, organization: str = ""
+) -> Any:
+    """Upload a template and queue its import (in ``organization``, by Coder's path, when given); the reply is the
+    version, with its job."""
     upload = api.post(
         "/files", content=tar_of(files or TRIVIAL_TEMPLATE), headers={"Content-Type": "application/x-tar"}
     )
     assert upload.status_code == 201, upload.text
-    version = api.post("/templateversions", json={"file_id": upload.json()["id"], "provisioner_tags": tags or {}})
+    path = f"/organizations/{organization}/templateversions" if organization else "/templateversions"
+    version = api.post(path, json={"file_id": upload.json()["id"], "provisioner_tags": tags or {}})
     assert version.status_code == 201, version.text
     return version.json()
 
