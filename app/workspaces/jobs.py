@@ -22,7 +22,7 @@ from app.resources.models import WorkspaceResource
 from app.resources.services import store_resources
 from app.users.models import User
 from app.usersecrets import services as user_secrets
-from app.workspaces import quotas
+from app.workspaces import claims, quotas
 from app.workspaces.deadlines import start_deadlines
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.services import build_for_job
@@ -65,6 +65,7 @@ def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: Agen
         agent_scripts=dict(agent_scripts()),
         external_auth_tokens=external_auth.build_tokens(owner, version.external_auth),
         secret_env=user_secrets.build_secret_env(owner.id, version.secrets),
+        running_agent_tokens=claims.running_agent_tokens(earlier) if build.transition == "start" else {},
         protect_persistent=template.protect_persistent_resources and build.transition != "delete",
         persistent_resources=persistent_resources(version.job_id),
         # Only a confirmed job runs again after its plan was saved: the plan it ran is the one confirmed.
