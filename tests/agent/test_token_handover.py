@@ -21,7 +21,7 @@ from agent.main import Agent, _new_token
 from protocol.agentapi import TOKEN_HEADER, Dial, Manifest, NewToken
 from tests.agent.support import run
 
-GOOD_TOKEN = "the-new-token"  # noqa: S105 - a test's token
+GOOD_TOKEN = "the-new-token"
 
 
 class _Server(ThreadingHTTPServer):
@@ -48,14 +48,14 @@ class _OnlyTheNewToken(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         self._answer()
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self._answer()
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
