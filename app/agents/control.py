@@ -59,6 +59,7 @@ class ControlConnection:
         db.session.remove()  # hold no database connection while the agent is connected
         reader = threading.Thread(target=self._read, name=f"agent-{self.agent_id[:8]}", daemon=True)
         reader.start()
+        self.dials.put_nowait(LOOK_NOW)  # an agent let in only to be handed its new token waits for no heartbeat
         try:
             self._loop()
         finally:

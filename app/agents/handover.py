@@ -5,6 +5,8 @@ is refused from the claim on, so only the control connection it already holds ca
 claim's build runs, that connection stays open (looked at every :data:`HANDOVER_POLL` seconds); once the build has
 an agent of the same name whose token is the pending one, the token is handed over and the agent reconnects with it.
 A build that failed, or that replaced the agent with one of another token, leaves the old agent simply outdated.
+An agent whose connection dropped meanwhile may open it again with its old token (:func:`agent_awaiting_token`):
+the only way in that token still has, until the new one is handed over.
 """
 
 from __future__ import annotations
@@ -27,6 +29,18 @@ HANDOVER_POLL = 0.2
 class Handover(NamedTuple):
     waiting: bool  # the claim's build still runs: keep the connection open
     token: str = ""  # hand this over now ("" and not waiting: nothing to hand over, the agent is outdated)
+
+
+def agent_awaiting_token(token: str) -> WorkspaceAgent | None:
+    """The agent whose old ``token`` this is, while a claim's new token waits to be handed to it."""
+    token_hash = hashlib.sha256(token.strip().encode()).hexdigest()
+    agent: WorkspaceAgent | None = db.session.scalar(
+        select(WorkspaceAgent)
+        .where(WorkspaceAgent.token_hash == token_hash, WorkspaceAgent.pending_token.is_not(None))
+        .order_by(WorkspaceAgent.created_at.desc())
+        .limit(1)
+    )
+    return agent
 
 
 def token_handover(agent_id: str) -> Handover:
