@@ -143,7 +143,8 @@ class ControlConnection:
                 return
 
     def _still_wanted(self) -> bool:
-        """Stamp the heartbeat; close when the agent is outdated or another connection of it took over."""
+        """Stamp the heartbeat; close when the agent is outdated (handing it its new token first when a claim gave it
+        one, and waiting for the claim's build before that) or another connection of it took over."""
         try:
             current = services.agent_is_current(self.agent_id)
             alive = current and services.record_heartbeat(self.agent_id, self.connection_id)
