@@ -279,6 +279,8 @@ def test_a_claimed_prebuilds_agent_gets_a_new_token_and_its_old_one_only_reaches
     tokens = acquired["workspace_build"]["running_agent_tokens"]
     assert list(tokens) == [f"tf-{old}"] and tokens[f"tf-{old}"] not in ("", old)
     new = tokens[f"tf-{old}"]
+    # Nothing of anyone's to protect in a prebuild: no plan to review first, one Terraform run sooner.
+    assert acquired["workspace_build"]["protect_persistent"] is False
     # The old token is refused, but for the control connection that will carry the new one (past the token check,
     # the test client has no socket to take over: 400).
     assert _agent_get(client, "rpc", old) == 400

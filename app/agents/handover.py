@@ -23,7 +23,7 @@ from app.resources.models import WorkspaceAgent, WorkspaceResource
 from app.workspaces.services import latest_build
 
 # How often a connection waiting for its claim's build looks again (only then, and only while that build runs).
-HANDOVER_POLL = 0.2
+HANDOVER_POLL = 0.1
 
 
 class Handover(NamedTuple):
