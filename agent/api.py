@@ -146,11 +146,14 @@ def _error_message(status: int, body: bytes | str) -> str:
     return text.strip()[:200] or httpx.codes.get_reason_phrase(status)
 
 
+UNAUTHORIZED = 401
+
+
 def _raise_for(status: int, body: bytes | str) -> None:
     if status < 400:
         return
     message = _error_message(status, body)
-    if status == 401 or status >= 500 or status in (408, 429):
+    if status == UNAUTHORIZED or status >= 500 or status in (408, 429):
         raise ServerUnavailable(f"{status} {message}")
     raise AgentAPIError(status, message)
 
@@ -161,6 +164,19 @@ class AgentAPI:
         self.base = f"{self.url}{API_PREFIX}"
         self._headers = {TOKEN_HEADER: token}
         self._http = http or httpx.AsyncClient(timeout=HTTP_TIMEOUT)
+        # Set while the server answers 401 to this token (until a call succeeds): retrying will not change that.
+        self.refused = asyncio.Event()
+
+    def use_token(self, token: str) -> None:
+        """Authenticate every later call (and connection) with ``token``, which the server handed over."""
+        self._headers = {TOKEN_HEADER: token}
+        self.refused.clear()
+
+    def _note_answer(self, status: int) -> None:
+        if status == UNAUTHORIZED:
+            self.refused.set()
+        elif status < 400:
+            self.refused.clear()
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -172,6 +188,7 @@ class AgentAPI:
             response = await self._http.request(method, self.base + path, content=content, headers=headers)
         except httpx.TransportError as exc:
             raise ServerUnavailable(f"cannot reach {self.url}: {exc or type(exc).__name__}") from None
+        self._note_answer(response.status_code)
         _raise_for(response.status_code, response.content)
         return response
 
@@ -217,6 +234,7 @@ class AgentAPI:
             response = await self._http.get(self.base + path, headers=self._headers, timeout=timeout)
         except httpx.TransportError as exc:
             raise ServerUnavailable(f"cannot reach {self.url}: {exc or type(exc).__name__}") from None
+        self._note_answer(response.status_code)
         _raise_for(response.status_code, response.content)
         return ExternalAuthReply.loads(response.content)
 
@@ -228,13 +246,16 @@ class AgentAPI:
 
     async def _open_websocket(self, path: str, **options: Any) -> ClientConnection:
         try:
-            return await connect(self._websocket_url(path), additional_headers=self._headers, **options)
+            websocket = await connect(self._websocket_url(path), additional_headers=self._headers, **options)
         except InvalidStatus as exc:
             response = exc.response
+            self._note_answer(response.status_code)
             _raise_for(response.status_code, bytes(response.body or b""))
             raise ServerUnavailable(f"{response.status_code}: the server refused the WebSocket") from None
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             raise ServerUnavailable(f"cannot reach {self.url}: {exc or type(exc).__name__}") from None
+        self.refused.clear()
+        return websocket
 
     async def connect_control(self) -> ClientConnection:
         """The control connection; the library answers the server's pings, and pings the server itself."""

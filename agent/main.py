@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ from agent.script_timings import ScriptTimingReporter
 from agent.scripts import OUTPUT_CLOSE_WAIT, ScriptResult, ScriptRunner
 from agent.ssh_service import SSHService
 from agent.tunnels import TunnelDialer, control_dial
-from protocol.agentapi import LifecycleState, Manifest
+from protocol.agentapi import CLOSE_NEW_TOKEN, CLOSE_OUTDATED, LifecycleState, Manifest, NewToken
 from protocol.codec import ProtocolError
 from protocol.cron import CronError, parse_schedule
 from protocol.resources import Script
@@ -71,6 +71,7 @@ STABLE_CONNECTION = 30.0
 # the usual half second then would add that to every workspace's time to ready.
 CONNECT_FIRST_RETRY = 0.1
 STOP_LEFTOVERS_GRACE = 5.0
+# At start-up, each flush; at shutdown, all of them together (logs, timings, the last lifecycle state).
 FLUSH_TIMEOUT = 5.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -212,13 +213,17 @@ class Agent:
             finally:
                 await websocket.close()
             self._note_closed(websocket)
+            if websocket.close_code == CLOSE_NEW_TOKEN:
+                continue  # the new token is in hand: reconnect with it at once (the workspace waits for that)
             if time.monotonic() - connected_at > STABLE_CONNECTION:
                 backoff.reset()
             await asyncio.sleep(backoff.next_delay())
 
     def _note_closed(self, websocket: ClientConnection) -> None:
         code, reason = websocket.close_code, websocket.close_reason
-        if code == 4001:
+        if code == CLOSE_NEW_TOKEN:
+            log.info("the server handed this agent a new token (the workspace was claimed); reconnecting with it")
+        elif code == CLOSE_OUTDATED:
             self._problems.report(f"this agent no longer belongs to the workspace's current build (4001 {reason})")
         elif code is not None and code >= 4000:
             self._problems.report(f"the server closed the control connection ({code} {reason})")
@@ -229,7 +234,13 @@ class Agent:
         manifest = await retry(self._api.get_manifest, self._problems)
         await self._apply_manifest(manifest)
         async for message in websocket:
-            dial = control_dial(message) if isinstance(message, str) else None
+            if not isinstance(message, str):
+                continue
+            new_token = _new_token(message)
+            if new_token is not None:
+                self._api.use_token(new_token.token)
+                continue
+            dial = control_dial(message)
             if dial is not None:
                 self._tunnels.dial(dial)
 
@@ -347,14 +358,40 @@ class Agent:
             await asyncio.wait({self._startup}, timeout=OUTPUT_CLOSE_WAIT + 2)
             self._startup.cancel()
             await asyncio.gather(self._startup, return_exceptions=True)
-        # The stop scripts' output before "off", as their output comes before "ready" at start.
-        if not await self._logs.flush(FLUSH_TIMEOUT):
+        # The stop scripts' output before "off", as their output comes before "ready" at start. One deadline for
+        # all that is sent: an agent whose server is gone (or refuses its token) stops within it.
+        deadline = time.monotonic() + FLUSH_TIMEOUT
+        if not await self._flush_until(self._logs.flush, deadline):
             log.warning("%d log lines could not be sent before exiting", self._logs.queued_lines)
-        await self._script_timings.flush(FLUSH_TIMEOUT)
+        await self._flush_until(self._script_timings.flush, deadline)
         if started:
             self._lifecycle.report(outcome(results, SHUTDOWN_TIMEOUT, SHUTDOWN_ERROR, OFF))
-            if not await self._lifecycle.flush(FLUSH_TIMEOUT):
+            if not await self._flush_until(self._lifecycle.flush, deadline):
                 log.warning("the server did not take the last lifecycle report in time")
+
+    async def _flush_until(self, flush: Callable[[float], Awaitable[bool]], deadline: float) -> bool:
+        """One of shutdown's flushes, until ``deadline`` (monotonic) or until the server refuses this agent's token
+        (401: a workspace rebuilt or claimed), which no retry changes. True if everything went."""
+        if self._api.refused.is_set():
+            return False
+        sending = asyncio.ensure_future(flush(max(deadline - time.monotonic(), 0.0)))
+        refused = asyncio.ensure_future(self._api.refused.wait())
+        await asyncio.wait({sending, refused}, return_when=asyncio.FIRST_COMPLETED)
+        refused.cancel()
+        if not sending.done():
+            sending.cancel()
+            await asyncio.gather(sending, return_exceptions=True)
+            return False
+        return sending.result()
+
+
+def _new_token(message: str) -> NewToken | None:
+    if '"token"' not in message:  # dials, the usual message, go straight on
+        return None
+    try:
+        return NewToken.loads(message)
+    except ProtocolError:
+        return None
 
 
 def configure_logging(log_dir: Path) -> None:

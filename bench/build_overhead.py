@@ -66,11 +66,12 @@ class SlipwayDeployment:
     """A server with one built-in daemon that keeps prepared inits up to ``init_cache_size`` ("0": none), with
     ``template`` imported (the import itself prepares the init)."""
 
-    def __init__(self, scratch: Path, template: Path, init_cache_size: str) -> None:
+    def __init__(self, scratch: Path, template: Path, init_cache_size: str, env: dict[str, str] | None = None) -> None:
         self.scratch, self.label = scratch, f"{template.name}-{init_cache_size}"
         self.workspace_ids: list[str] = []
         self.server = Server(
-            extra_args=("--provisioner-daemons", "1"), env={"SLIPWAY_PROVISIONER_INIT_CACHE_SIZE": init_cache_size}
+            extra_args=("--provisioner-daemons", "1"),
+            env={"SLIPWAY_PROVISIONER_INIT_CACHE_SIZE": init_cache_size, **(env or {})},
         ).start()
         base = self.server.url
         httpx.post(

@@ -34,6 +34,7 @@ DEFAULT_LOG_LIMIT_BYTES = 1024 * 1024
 # Close codes of the control connection and of tunnels (agent/README.md).
 CLOSE_OUTDATED = 4001  # the agent no longer belongs to the workspace's current build
 CLOSE_SUPERSEDED = 4002  # a newer connection of the same agent took over
+CLOSE_NEW_TOKEN = 4005  # the agent was handed a new token (:class:`NewToken`) on this connection: reconnect with it
 CLOSE_ACCESS_REVOKED = 4403  # the person lost access to the workspace (a share removed) while the tunnel was open
 CLOSE_DIAL_FAILED = 4502  # the agent could not reach what the user asked for
 CLOSE_NO_ANSWER = 4504  # the agent (or the other half of a tunnel) did not answer
@@ -147,6 +148,18 @@ class Dial(Message):
     # pty only: the terminal session to attach to (kept 5 minutes after its last tunnel closes), from the server:
     # an HMAC of the user, the agent and the browser's id. Empty: a terminal that ends with its tunnel.
     reconnect: Annotated[str, MaxLength(128)] = ""
+
+
+class NewToken(Message):
+    """A control message: from now on authenticate with ``token`` (a claimed prebuilt workspace's agent, whose old
+    token stops working). The server then closes the connection with :data:`CLOSE_NEW_TOKEN`."""
+
+    type: Literal["token"] = "token"
+    token: Annotated[str, MaxLength(256)]
+
+
+# The one unsigned message on an agent's control channel (Redis): the connection only looks at the database again.
+CONTROL_RECHECK = b"recheck"
 
 
 class TunnelControl(Message):

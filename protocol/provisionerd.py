@@ -158,6 +158,10 @@ class BuildJob(Message):
     # (protocol/usersecrets.py): CODER_SECRET_ENV_<env> or CODER_SECRET_FILE_<hex of path> -> value. Made when the
     # job is handed out, never stored with the job.
     secret_env: dict[str, str] = field(default_factory=dict)
+    # A start that claims a prebuilt workspace for a person: the id of each running coder_agent (in the state) ->
+    # the new token it takes (the provider reads CODER_RUNNING_WORKSPACE_AGENT_TOKEN_<sha256 of the id>). Made when
+    # the job is handed out, never stored with the job.
+    running_agent_tokens: dict[str, str] = field(default_factory=dict)
     # Plan first, and stop for a person's confirmation when the plan destroys or replaces one of these resources
     # ("<type>.<name>", those the import found persistent: they outlive a stop, like a home volume).
     protect_persistent: bool = False

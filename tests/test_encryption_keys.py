@@ -78,6 +78,7 @@ def test_rotation_moves_every_secret_to_the_first_key_even_when_interrupted(
         "template_versions.user_variable_values",
         "user_secrets.value",
         "workspace_agents.definition",
+        "workspace_agents.pending_token",
         "workspace_builds.saved_plan",
         "workspace_builds.state",
     }

@@ -12,10 +12,12 @@ from flask.testing import FlaskClient
 from sqlalchemy import select, update
 
 from app.catalog.models import TemplateVersion
+from app.agents.handover import Handover, token_handover
 from app.catalog.presets import preset_id
 from app.core.extensions import db
 from app.prebuilds.reconciler import ReconcileReport, run_tick
 from app.provisioning.models import ProvisionerJob
+from app.resources.models import WorkspaceAgent
 from app.users.models import PREBUILDS_USER_ID, PREBUILDS_USERNAME
 from app.workspaces.models import Workspace, WorkspaceBuild
 from protocol.provisionerd import PrebuildScheduling
@@ -361,3 +363,75 @@ def test_the_template_page_and_status_show_expired_prebuilds(
     assert '<td>2 <span class="muted small">(1 expired, being replaced)</span></td>' in admin.get(
         "/templates/dev"
     ).get_data(as_text=True)
+def _agent_resources(token: str) -> list[dict[str, Any]]:
+    agent = {"name": "main", "id": f"tf-{token}", "os": "linux", "arch": "amd64", "token": token}
+    return [{"name": "dev", "type": "terraform_data", "agents": [agent]}]
+
+
+UPGRADE = {
+    "Upgrade": "websocket",
+    "Connection": "Upgrade",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+    "Sec-WebSocket-Version": "13",
+}
+
+
+def _agent_get(client: FlaskClient, path: str, token: str) -> int:
+    headers = {"Slipway-Agent-Token": token, **(UPGRADE if path == "rpc" else {})}
+    status: int = client.get(f"/api/v2/workspaceagents/me/{path}", headers=headers).status_code
+    return status
+
+
+@pytest.mark.databases("sqlite", "postgresql")
+def test_a_claimed_prebuilds_agent_gets_a_new_token_and_its_old_one_only_reaches_the_handover(
+    app: Flask, client: FlaskClient, personas: dict[str, Persona]
+) -> None:
+    daemon = FakeDaemon(client)
+    template = import_template(client, personas, daemon, presets=[EUROPE])
+    _tick(app)
+    for number, (job_id, _, _) in enumerate(_prebuild_jobs(app)):
+        assert daemon.call(f"/jobs/{job_id}/acquire").status_code == 200
+        built = daemon.call(
+            f"/jobs/{job_id}/complete", {"workspace_build": {"resources": _agent_resources(f"old{number}")}}
+        )
+        assert built.status_code == 204
+        ready = {"state": "ready"}
+        reported = client.post(
+            "/api/v2/workspaceagents/me/lifecycle", json=ready, headers={"Slipway-Agent-Token": f"old{number}"}
+        )
+        assert reported.status_code == 204
+    mine = _create(client, personas["carol"], template, "mine")
+    (old,) = [token for token in ("old0", "old1") if _agent_get(client, "manifest", token) == 401]
+    # The claim's build sets the running agent's token in place: the new one, by the agent's Terraform id.
+    acquired = daemon.call(f"/jobs/{mine['latest_build']['job']['id']}/acquire").get_json()
+    tokens = acquired["workspace_build"]["running_agent_tokens"]
+    assert list(tokens) == [f"tf-{old}"] and tokens[f"tf-{old}"] not in ("", old)
+    new = tokens[f"tf-{old}"]
+    # Nothing of anyone's to protect in a prebuild: no plan to review first, one Terraform run sooner.
+    assert acquired["workspace_build"]["protect_persistent"] is False
+    # The old token is refused, but for the control connection that will carry the new one (past the token check,
+    # the test client has no socket to take over: 400).
+    assert _agent_get(client, "rpc", old) == 400
+    assert _agent_get(client, "rpc", "someone-else") == 401
+    with app.app_context():
+        (old_agent,) = [a for a in db.session.scalars(select(WorkspaceAgent)) if a.pending_token == new]
+        assert token_handover(old_agent.id) == Handover(waiting=True)  # the claim's build runs
+    finished = daemon.call(
+        f"/jobs/{mine['latest_build']['job']['id']}/complete",
+        {
+            "workspace_build": {
+                "resources": [
+                    {
+                        **_agent_resources(new)[0],
+                        "agents": [{**_agent_resources(new)[0]["agents"][0], "id": f"tf-{old}"}],
+                    }
+                ]
+            }
+        },
+    )
+    assert finished.status_code == 204
+    with app.app_context():
+        assert token_handover(old_agent.id) == Handover(waiting=False, token=new)
+        assert token_handover(old_agent.id) == Handover(waiting=False)  # handed over once, then gone
+    assert _agent_get(client, "rpc", old) == 401
+    assert _agent_get(client, "manifest", new) == 200

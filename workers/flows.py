@@ -280,6 +280,7 @@ def _build(
         agent_scripts=body.agent_scripts,
         external_auth_tokens=body.external_auth_tokens,
         secret_env=body.secret_env,
+        running_agent_tokens=body.running_agent_tokens,
     )
     variables = {item.name: item.value for item in body.variable_values}
     executor = _executor(workdir, toolchain, coder_env, log, control, debug_logging=body.debug_logging)

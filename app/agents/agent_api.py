@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, g, request
 
-from app.agents import ports, services, tunnels
+from app.agents import handover, ports, services, tunnels
 from app.agents.control import ControlConnection
 from app.agents.manifest import build_manifest
 from app.core.config import Settings
-from app.core.errors import Forbidden, NotFound
+from app.core.errors import Forbidden, NotFound, Unauthorized
 from app.core.extensions import csrf, db
 from app.core.limits import agent_budget, live_connection, person_budgets
 from app.core.redis_client import get_redis
@@ -48,7 +48,15 @@ def _settings() -> Settings:
 @bp.before_request
 def authenticate_agent() -> None:
     token = next((request.headers[name] for name in TOKEN_HEADERS if request.headers.get(name)), "")
-    g.agent = services.agent_for_token(token)
+    try:
+        g.agent = services.agent_for_token(token)
+    except Unauthorized:
+        # A claimed prebuild's agent that lost its control connection before it was handed its new token: the
+        # control connection is the one way in its old token still has, to be handed the new one.
+        waiting = handover.agent_awaiting_token(token) if request.endpoint == "agent_api.control" else None
+        if waiting is None:
+            raise
+        g.agent = waiting
 
 
 def _agent() -> WorkspaceAgent:

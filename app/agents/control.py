@@ -10,25 +10,29 @@ needs no password once the server has dialed it).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
 
 from app.agents import services
+from app.agents.handover import HANDOVER_POLL, token_handover
 from app.agents.tunnels import DIAL_FRESH_SECONDS, verified_dial
 from app.core.columns import new_id
 from app.core.extensions import db
 from app.core.signing import Signer
 from app.core.websocket import WebSocket, WebSocketClosed
 from app.events.relay import EventRelay
-from protocol.agentapi import CLOSE_OUTDATED, CLOSE_SUPERSEDED
+from protocol.agentapi import CLOSE_NEW_TOKEN, CLOSE_OUTDATED, CLOSE_SUPERSEDED, CONTROL_RECHECK, NewToken
 
 log = logging.getLogger(__name__)
 
 OUTDATED_REASON = "This agent no longer belongs to the workspace's current build."
 # Dials waiting to be written; beyond this the agent is not keeping up and further dials fail (they time out).
 MAX_PENDING_DIALS = 256
+# Queued instead of a dial: look at the database now (never a dial's text, which is JSON).
+LOOK_NOW = ""
 
 
 class ControlConnection:
@@ -45,6 +49,8 @@ class ControlConnection:
         # Tunnels whose dial this connection passed on, until their dials are too old to pass anyway.
         self.passed_on: dict[str, float] = {}
         self.closed = threading.Event()
+        # A claim's build runs that will give this agent a new token: look again soon, not at the next heartbeat.
+        self.awaiting_token = False
 
     def serve(self) -> None:
         # Listen for dials before the agent shows as connected: users dial as soon as it does.
@@ -53,6 +59,7 @@ class ControlConnection:
         db.session.remove()  # hold no database connection while the agent is connected
         reader = threading.Thread(target=self._read, name=f"agent-{self.agent_id[:8]}", daemon=True)
         reader.start()
+        self.dials.put_nowait(LOOK_NOW)  # an agent let in only to be handed its new token waits for no heartbeat
         try:
             self._loop()
         finally:
@@ -63,6 +70,10 @@ class ControlConnection:
 
     def _queue_dial(self, message: bytes) -> None:
         """Called by the relay's one thread, for each message published for this agent."""
+        if message == CONTROL_RECHECK:
+            with contextlib.suppress(queue.Full):  # a full queue wakes the loop anyway
+                self.dials.put_nowait(LOOK_NOW)
+            return
         dial = verified_dial(self.signer, self.agent_id, message)
         if dial is None:
             log.warning("agent %s: dropped a control message that the server did not sign", self.agent_id)
@@ -104,7 +115,10 @@ class ControlConnection:
         while not self.closed.is_set():
             try:
                 message = self.dials.get(timeout=max(min(next_beat - time.monotonic(), 1.0), 0.0))
-                self.websocket.send(message)
+                if message == LOOK_NOW:
+                    next_beat = time.monotonic()
+                else:
+                    self.websocket.send(message)
             except queue.Empty:
                 pass
             except WebSocketClosed:
@@ -114,6 +128,9 @@ class ControlConnection:
             next_beat = time.monotonic() + interval
             if not self._still_wanted():
                 return
+            if self.awaiting_token:
+                next_beat = time.monotonic() + HANDOVER_POLL
+                continue
             if self.websocket.last_pong < ping_sent:  # the last ping is unanswered: no new one until it is
                 if time.monotonic() - ping_sent > 2 * interval:
                     self.websocket.close(1011, "ping timeout")
@@ -126,14 +143,28 @@ class ControlConnection:
                 return
 
     def _still_wanted(self) -> bool:
-        """Stamp the heartbeat; close when the agent is outdated or another connection of it took over."""
+        """Stamp the heartbeat; close when the agent is outdated (handing it its new token first when a claim gave it
+        one, and waiting for the claim's build before that) or another connection of it took over."""
         try:
             current = services.agent_is_current(self.agent_id)
             alive = current and services.record_heartbeat(self.agent_id, self.connection_id)
+            handover = token_handover(self.agent_id) if not current else None
         finally:
             db.session.remove()
-        if not current:
+        self.awaiting_token = handover is not None and handover.waiting
+        if self.awaiting_token:
+            return True
+        if handover is not None and handover.token:
+            self._hand_over(handover.token)
+        elif not current:
             self.websocket.close(CLOSE_OUTDATED, OUTDATED_REASON)
         elif not alive:
             self.websocket.close(CLOSE_SUPERSEDED, "A newer connection of this agent took over.")
         return alive
+
+    def _hand_over(self, token: str) -> None:
+        try:
+            self.websocket.send(NewToken(token=token).dumps())
+            self.websocket.close(CLOSE_NEW_TOKEN, "This agent has a new token: reconnect with it.")
+        except WebSocketClosed:
+            log.warning("agent %s left before its new token could be handed over", self.agent_id)

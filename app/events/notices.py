@@ -5,7 +5,13 @@ from __future__ import annotations
 import logging
 
 from app.core.redis_client import get_redis
-from protocol.channels import AGENT_EVENTS_CHANNEL_PREFIX, JOB_LOG_CHANNEL_PREFIX, JOB_QUEUED_CHANNEL_PREFIX
+from protocol.agentapi import CONTROL_RECHECK
+from protocol.channels import (
+    AGENT_CONTROL_CHANNEL_PREFIX,
+    AGENT_EVENTS_CHANNEL_PREFIX,
+    JOB_LOG_CHANNEL_PREFIX,
+    JOB_QUEUED_CHANNEL_PREFIX,
+)
 
 log = logging.getLogger(__name__)
 
@@ -18,6 +24,12 @@ def publish_job_notice(job_id: str, *, end: bool = False) -> None:
 def publish_agent_notice(agent_id: str) -> None:
     """An agent changed (connection, lifecycle, logs, metadata, app health); pages read what from the database."""
     _publish(AGENT_EVENTS_CHANNEL_PREFIX + agent_id, b"changed", f"agent {agent_id}")
+
+
+def publish_agent_recheck(agent_id: str) -> None:
+    """The agent's control connection (whichever process holds it) looks at the database now, not at its next
+    heartbeat: a claim gave the agent a new token to be handed over."""
+    _publish(AGENT_CONTROL_CHANNEL_PREFIX + agent_id, CONTROL_RECHECK, f"agent {agent_id}")
 
 
 def publish_job_queued(queue: str) -> None:

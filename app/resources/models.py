@@ -9,7 +9,7 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 from sqlalchemy.sql.expression import false
 
 from app.core.columns import IdColumn, MessageListColumn, UTCDateTime, new_id, rfc3339, utcnow
-from app.core.encrypted_columns import EncryptedMessageColumn
+from app.core.encrypted_columns import EncryptedMessageColumn, EncryptedText
 from app.core.extensions import Model
 from app.core.safe_urls import safe_icon_url
 from protocol.codec import JsonObject
@@ -59,6 +59,9 @@ class WorkspaceAgent(Model):
     )
     # SHA-256 of the agent token from the build's state: the agent authenticates with the token itself.
     token_hash: Mapped[str | None] = mapped_column(String(64), index=True)
+    # A claimed prebuild's running agent: the new token its claim build gives it, until the server has handed it
+    # over on the agent's control connection (the old token is refused from the claim on).
+    pending_token: Mapped[str | None] = mapped_column(EncryptedText, nullable=True)
     lifecycle_state: Mapped[str] = mapped_column(String(32), default="created")
     lifecycle_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -5,10 +5,17 @@ Atomic on both databases by a conditional UPDATE: the owner changes only ``WHERE
 ``prebuilds`` user, so of two people racing for one prebuild exactly one changes the row and the other moves on to
 the next candidate (or to a normal build). Then a start build with the new owner runs, so that the template sees
 its real owner (``data.coder_workspace_owner``). No candidate is no error: the caller builds as usual.
+
+The running agent gets a new token: the claim gives each of the prebuild's agents a pending one, the claim build
+hands it to Terraform (the provider changes ``coder_agent.token`` in place, so a template that keeps its
+infrastructure across a change of owner keeps its running process), and the agent's control connection hands it to
+the agent once that build has succeeded (app/agents/control.py). The old token is refused from the claim on: its
+build is no longer the workspace's current one.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 
 from sqlalchemy import exists, select, update
@@ -81,5 +88,29 @@ def claim_for(
             diff = {"owner_id": change(owner.id, PREBUILDS_USER_ID), "name": change(name, old_name)}
             record("workspace", workspace_id, name, ACTION_WRITE, diff)
             db.session.refresh(prebuild)
+            for agent in build_agents(build):
+                agent.pending_token = secrets.token_urlsafe(32)
             return prebuild
     return None
+
+
+def build_agents(build: WorkspaceBuild) -> list[WorkspaceAgent]:
+    return list(
+        db.session.scalars(
+            select(WorkspaceAgent)
+            .join(WorkspaceResource, WorkspaceResource.id == WorkspaceAgent.resource_id)
+            .where(WorkspaceResource.job_id == build.job_id)
+        )
+    )
+
+
+def running_agent_tokens(earlier: WorkspaceBuild | None) -> dict[str, str]:
+    """For the build after ``earlier``: the Terraform id of each of its agents that a claim gave a new token ->
+    that token (empty for any build but a claim's)."""
+    if earlier is None:
+        return {}
+    return {
+        agent.definition.id: agent.pending_token
+        for agent in build_agents(earlier)
+        if agent.pending_token and agent.definition.id
+    }

@@ -22,7 +22,7 @@ from app.resources.models import WorkspaceResource
 from app.resources.services import store_resources
 from app.users.models import User
 from app.usersecrets import services as user_secrets
-from app.workspaces import quotas
+from app.workspaces import claims, quotas
 from app.workspaces.deadlines import start_deadlines
 from app.workspaces.models import Workspace, WorkspaceBuild
 from app.workspaces.services import build_for_job
@@ -41,6 +41,8 @@ def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: Agen
         .order_by(WorkspaceBuild.build_number.desc())
         .limit(1)
     )
+    # A claim of a prebuilt workspace: its running agents' new tokens (none for any other build).
+    agent_tokens = claims.running_agent_tokens(earlier) if build.transition == "start" else {}
     body = BuildJob(
         workspace_build_id=build.id,
         transition=build.transition,  # type: ignore[arg-type]  # one of TRANSITIONS, checked when it was created
@@ -65,7 +67,10 @@ def build_payload(job: ProvisionerJob, base: AcquiredJob, *, agent_scripts: Agen
         agent_scripts=dict(agent_scripts()),
         external_auth_tokens=external_auth.build_tokens(owner, version.external_auth),
         secret_env=user_secrets.build_secret_env(owner.id, version.secrets),
-        protect_persistent=template.protect_persistent_resources and build.transition != "delete",
+        running_agent_tokens=agent_tokens,
+        # A claim has nothing to protect (a prebuild holds nobody's work yet), and a plan to review first would cost
+        # the person waiting for it two more Terraform runs.
+        protect_persistent=template.protect_persistent_resources and build.transition != "delete" and not agent_tokens,
         persistent_resources=persistent_resources(version.job_id),
         # Only a confirmed job runs again after its plan was saved: the plan it ran is the one confirmed.
         confirmed_plan=build.saved_plan or b"",

@@ -17,6 +17,7 @@ from app.core.columns import new_id, utcnow
 from app.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
+from app.events.notices import publish_agent_recheck
 from app.externalauth import services as external_auth
 from app.groups.models import ACL_ADMIN
 from app.provisioning.jobs import confirm_job, dispatch, new_job
@@ -578,4 +579,6 @@ def _claim_prebuild(
     )  # fmt: skip
     db.session.commit()
     dispatch(job)
+    for agent in claims.build_agents(previous):  # their connections wait for the build, to hand the new tokens over
+        publish_agent_recheck(agent.id)
     return workspace

@@ -91,7 +91,10 @@ data "coder_parameter" "dev_share" {
 }
 
 locals {
-  dir = "${var.workspaces_root}/${data.coder_workspace_owner.me.name}/${data.coder_workspace.me.name}"
+  # Where a new workspace's directory goes; once created it stays there (terraform_data.home), so that a change of
+  # owner or name (a claimed prebuilt workspace) leaves the running workspace alone.
+  new_dir = "${var.workspaces_root}/${data.coder_workspace_owner.me.name}/${data.coder_workspace.me.name}"
+  dir     = terraform_data.home.output
 }
 
 resource "coder_agent" "main" {
@@ -101,11 +104,11 @@ resource "coder_agent" "main" {
   connection_timeout = var.agent_connection_timeout
   startup_script     = <<-EOT
     echo '${data.coder_parameter.greeting.value}' > greeting
-    echo "Workspace ${data.coder_workspace.me.name} is up: wrote '${data.coder_parameter.greeting.value}' to $PWD/greeting"
+    echo "Workspace $CODER_WORKSPACE_NAME is up: wrote '${data.coder_parameter.greeting.value}' to $PWD/greeting"
   EOT
   shutdown_script    = <<-EOT
     echo "stopped at $(date -u +%Y-%m-%dT%H:%M:%SZ)" >> shutdown.log
-    echo "Workspace ${data.coder_workspace.me.name} is stopping: noted in $PWD/shutdown.log"
+    echo "Workspace $CODER_WORKSPACE_NAME is stopping: noted in $PWD/shutdown.log"
   EOT
 
   metadata {
@@ -138,9 +141,12 @@ resource "coder_app" "dev" {
   }
 }
 
-# The home directory: kept while the workspace exists, removed when it is deleted.
+# The home directory: kept while the workspace exists (where it was created), removed when it is deleted.
 resource "terraform_data" "home" {
-  input = local.dir
+  input = local.new_dir
+  lifecycle {
+    ignore_changes = [input]
+  }
 
   provisioner "local-exec" {
     command = "mkdir -p '${self.input}' && echo '${data.coder_parameter.greeting.value}' > '${self.input}/greeting'"
@@ -163,6 +169,8 @@ resource "terraform_data" "process" {
   }
   # A build that replaces the agent (a changed startup script, parameter or template while the workspace runs)
   # gives it a new id and token: the process restarts with them, or the old agent, refused, would be stranded.
+  # A claim of a prebuilt workspace keeps the agent (nothing it is made of names the owner) and changes only its
+  # token, which the server hands to the running agent: the process goes on.
   triggers_replace = [coder_agent.main.id]
 
   provisioner "local-exec" {
@@ -228,5 +236,9 @@ resource "coder_metadata" "home" {
   item {
     key   = "path"
     value = local.dir
+  }
+  item {
+    key   = "owner"
+    value = data.coder_workspace_owner.me.name
   }
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from tf.schema import Block
 from tf.types import Map
@@ -116,6 +117,11 @@ def agent_token() -> str:
     return env(f"CODER_RUNNING_WORKSPACE_AGENT_TOKEN_{sha256_hex('')}") or str(uuid.uuid4())
 
 
+def running_agent_token(agent_id: str) -> str:
+    """The token a running agent takes in place (Slipway's claim of a prebuilt workspace), or ""."""
+    return env(f"CODER_RUNNING_WORKSPACE_AGENT_TOKEN_{sha256_hex(agent_id)}")
+
+
 def init_script(os_name: str, arch: str, access_url: str, auth: str) -> str:
     """Coder's bootstrap script for the platform, or a script that fails saying why when none was provided."""
     variable = f"CODER_AGENT_SCRIPT_{os_name}_{arch}"
@@ -169,6 +175,16 @@ class AgentResource(CoderResource):
             for name, default in DISPLAY_APP_DEFAULTS.items():
                 if apps.get(name) is None:
                     apps[name] = default
+        return planned
+
+    def plan(self, ctx: Any, current: State | None, planned: State) -> State:
+        planned = super().plan(ctx, current, planned)
+        # An agent kept by an update may still be handed a new token in place, so that whatever runs it is not
+        # replaced: the agent switches to the new token when the server hands it over (a claimed prebuild).
+        agent_id = current.get("id") if current is not None else None
+        token = running_agent_token(agent_id) if isinstance(agent_id, str) else ""
+        if token:
+            planned["token"] = token
         return planned
 
     def fill(self, state: State) -> State:

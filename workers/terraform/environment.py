@@ -45,6 +45,7 @@ def build_coder_env(
     agent_scripts: Mapping[str, str] | None = None,
     external_auth_tokens: Mapping[str, str] | None = None,
     secret_env: Mapping[str, str] | None = None,
+    running_agent_tokens: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The CODER_* variables the coder provider reads, as Coder's provisioner sets them for plan and apply.
 
@@ -78,6 +79,12 @@ def build_coder_env(
         env[f"CODER_EXTERNAL_AUTH_ACCESS_TOKEN_{provider_id}"] = token
     # data.coder_secret: the owner's secrets, already named as the provider reads them (protocol/usersecrets.py).
     env.update(secret_env or {})
+    # A claim of a prebuilt workspace (Coder's variables): each running agent, by the sha256 of its id, takes a new
+    # token in place, so the workspace keeps running while its agent switches to the token only it was handed.
+    if running_agent_tokens:
+        env["CODER_WORKSPACE_IS_PREBUILD_CLAIM"] = "true"
+    for agent_id, token in (running_agent_tokens or {}).items():
+        env[f"CODER_RUNNING_WORKSPACE_AGENT_TOKEN_{hashlib.sha256(agent_id.encode()).hexdigest()}"] = token
     return env
 
 

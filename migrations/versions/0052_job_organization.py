@@ -1,7 +1,7 @@
 """provisioner jobs: the organisation whose daemons run them (every existing job is the default organisation's)
 
-Revision ID: 0055
-Revises: 0050
+Revision ID: 0052
+Revises: 0051
 Create Date: 2026-11-28 21:50:00.000000
 
 """
@@ -11,8 +11,8 @@ import sqlalchemy as sa
 
 
 # revision identifiers, used by Alembic.
-revision = "0055"
-down_revision = "0050"
+revision = "0052"
+down_revision = "0051"
 branch_labels = None
 depends_on = None
 
