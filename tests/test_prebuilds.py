@@ -11,8 +11,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select, update
 
-from app.catalog.models import TemplateVersion
 from app.agents.handover import Handover, token_handover
+from app.catalog.models import TemplateVersion
 from app.catalog.presets import preset_id
 from app.core.extensions import db
 from app.prebuilds.reconciler import ReconcileReport, run_tick
@@ -363,6 +363,8 @@ def test_the_template_page_and_status_show_expired_prebuilds(
     assert '<td>2 <span class="muted small">(1 expired, being replaced)</span></td>' in admin.get(
         "/templates/dev"
     ).get_data(as_text=True)
+
+
 def _agent_resources(token: str) -> list[dict[str, Any]]:
     agent = {"name": "main", "id": f"tf-{token}", "os": "linux", "arch": "amd64", "token": token}
     return [{"name": "dev", "type": "terraform_data", "agents": [agent]}]
