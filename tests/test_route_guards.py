@@ -66,6 +66,9 @@ OWNER_ONLY_ENDPOINTS = {
     "idpsync_api.update_group_sync",
     "idpsync_api.get_role_sync",
     "idpsync_api.update_role_sync",
+    "organizations_api.create_organization",
+    "organizations_api.update_organization",
+    "organizations_api.delete_organization",
     # Auditors too (tests/test_connection_log.py).
     "connectionlog.index",
     "connectionlog_api.connection_log",
@@ -169,6 +172,17 @@ GROUP_MANAGER_ENDPOINTS = {
     "people.reset_password",
     "people.reset_by_name",
 }
+# An organisation's own, by what they need of it: "read" (its members, and those who see every organisation: owners,
+# auditors, user admins) or "members" (managing them: also its organisation admins and user admins). Those outside
+# it get 404 (it does not exist for them); a member who may not manage members gets 403. Proven on a real
+# organisation (see below); changing or deleting one is an owner's (OWNER_ONLY_ENDPOINTS).
+ORGANIZATION_NEEDS = {
+    "organizations_api.get_organization": "read",
+    "organizations_api.list_members": "read",
+    "organizations_api.add_member": "members",
+    "organizations_api.update_member_roles": "members",
+    "organizations_api.remove_member": "members",
+}
 # A person's own things only, whoever asks for someone else's (owners included): 403 for the path's other user.
 SELF_ONLY_ENDPOINTS = {
     "usersecrets_api.list_secrets",
@@ -218,6 +232,8 @@ def test_public_list_is_exact() -> None:
     assert ADMIN_ONLY_ENDPOINTS <= endpoints
     assert TEMPLATE_USE_ENDPOINTS | TEMPLATE_ADMIN_ENDPOINTS | GROUP_MANAGER_ENDPOINTS <= endpoints
     assert SELF_ONLY_ENDPOINTS <= endpoints
+    organizations = {endpoint for endpoint in endpoints if endpoint.startswith("organizations_api.")}
+    assert organizations - set(ORGANIZATION_NEEDS) - OWNER_ONLY_ENDPOINTS == {"organizations_api.list_organizations"}
 
 
 @pytest.mark.parametrize(("endpoint", "method", "path"), [r for r in ROUTES if r[0] not in PUBLIC_ENDPOINTS])
@@ -326,6 +342,40 @@ def test_a_templates_routes_follow_its_access_list(app: Flask, personas: dict[st
             response = page.open(path, method=method, data={})
         status = response.status_code
         response.close()
+        if (expected == "allowed" and status in (401, 403, 404)) or (expected != "allowed" and status != expected):
+            wrong.append(f"{method} {path}: {status}, expected {expected}")
+    assert wrong == []
+
+
+# What each of the cast gets on organisation acme: bob (a template admin outside it), carol (a plain member of
+# it), dave (its user admin) and frank (a user admin of the deployment, outside it).
+ORGANIZATION_EXPECTED = {
+    "bob": {"read": 404, "members": 404},
+    "carol": {"read": "allowed", "members": 403},
+    "dave": {"read": "allowed", "members": "allowed"},
+    "frank": {"read": "allowed", "members": "allowed"},
+}
+
+
+@pytest.mark.parametrize("persona", sorted(ORGANIZATION_EXPECTED))
+def test_an_organizations_routes_follow_its_members_roles(
+    app: Flask, personas: dict[str, Persona], persona: str
+) -> None:
+    api = app.test_client()
+    people = more_personas(app, personas)
+    alice = people["alice"].auth
+    assert api.post("/api/v2/organizations", json={"name": "acme"}, headers=alice).status_code == 201
+    for name in ("carol", "dave", "erin"):
+        assert api.post(f"/api/v2/organizations/acme/members/{name}", headers=alice).status_code == 201
+    roles = {"roles": ["organization-user-admin"]}
+    assert api.put("/api/v2/organizations/acme/members/dave/roles", json=roles, headers=alice).status_code == 200
+    wrong = []
+    # Removing erin last: the other routes are about her as a member.
+    routes = sorted((r for r in ROUTES if r[0] in ORGANIZATION_NEEDS), key=lambda route: route[1] == "DELETE")
+    for endpoint, method, _ in routes:
+        path = RULES[endpoint].replace("<org>", "acme").replace("<user>", "erin")
+        status = api.open(path, method=method, json={"roles": []}, headers=people[persona].auth).status_code
+        expected = ORGANIZATION_EXPECTED[persona][ORGANIZATION_NEEDS[endpoint]]
         if (expected == "allowed" and status in (401, 403, 404)) or (expected != "allowed" and status != expected):
             wrong.append(f"{method} {path}: {status}, expected {expected}")
     assert wrong == []
