@@ -10,6 +10,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 
 from app.catalog.models import Template
 from app.core.extensions import db
@@ -254,3 +255,37 @@ def test_people_see_their_own_organizations_and_admins_see_all(client: FlaskClie
         for persona in (frank, dave):
             reply = client.open(path, method=method, json={"name": "x"}, headers=persona.auth)
             assert reply.status_code == 403 and "Only owners" in reply.json["message"], (method, path)
+
+
+def test_template_and_group_names_are_unique_within_an_organization(
+    app: Flask, client: FlaskClient, people: dict[str, Persona]
+) -> None:
+    alice, bob, carol = people["alice"], people["bob"], people["carol"]
+    acme = _create(client, alice, "acme")
+    in_acme = _template_in(app, client, people, acme["id"])
+    # The default organisation may now have its own python.
+    in_default = import_template(client, people, FakeDaemon(client), name="python")
+    assert in_default["id"] != in_acme["id"]
+    by_org = {
+        org: client.get(f"{ORGS}/{org}/templates/python", headers=alice.auth) for org in ("acme", "default", acme["id"])
+    }
+    assert {org: reply.json["id"] for org, reply in by_org.items()} == {
+        "acme": in_acme["id"], "default": in_default["id"], acme["id"]: in_acme["id"]
+    }  # fmt: skip
+    # Not in an organisation one does not belong to; and the error says where it looked.
+    missing = client.get(f"{ORGS}/acme/templates/python", headers=carol.auth)
+    assert missing.status_code == 404 and missing.json["message"] == "No template named 'python' in organisation acme."
+    assert client.get(f"{ORGS}/default/templates/python", headers=carol.auth).json["id"] == in_default["id"]
+    # A second python in one organisation: the database refuses it (both databases).
+    with app.app_context():
+        db.session.add(Template(name="python", organization_id=DEFAULT_ORGANIZATION_ID, created_by=bob.id))
+        with pytest.raises(IntegrityError):
+            db.session.flush()
+        db.session.rollback()
+    # Groups: each organisation may have its own ml, but not two.
+    for org in ("default", "acme"):
+        assert client.post(f"{ORGS}/{org}/groups", json={"name": "ml"}, headers=alice.auth).status_code == 201
+    assert client.post(f"{ORGS}/acme/groups", json={"name": "ML"}, headers=alice.auth).status_code == 409
+    found = {org: client.get(f"{ORGS}/{org}/groups/ml", headers=alice.auth).json["organization_id"]
+             for org in ("default", "acme")}  # fmt: skip
+    assert found == {"default": DEFAULT_ORGANIZATION_ID, "acme": acme["id"]}

@@ -112,6 +112,7 @@ TEMPLATE_USE_ENDPOINTS = {
     "catalog.show",
     "catalog.versions_events",
     "catalog_api.get_template",
+    "catalog_api.template_by_name",
     "catalog_api.list_versions",
     "catalog_api.version_by_name",
     "catalog_api.get_version",
@@ -298,6 +299,7 @@ def _template_routes(template: dict[str, Any]) -> list[tuple[str, str, str]]:
         "name": template["name"],
         "version_id": template["active_version_id"],
         "version_name": template["version_name"],
+        "org": "default",
     }
     routes = []
     settings = make_settings(Path(tempfile.gettempdir()), "sqlite://", "unix:///nonexistent")

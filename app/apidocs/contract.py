@@ -83,6 +83,7 @@ REPLIES: dict[str, Reply] = {
     "catalog_api.create_template": one(api.Template, 201),
     "catalog_api.list_templates": many(api.Template),
     "catalog_api.get_template": one(api.Template),
+    "catalog_api.template_by_name": one(api.Template),
     "catalog_api.delete_template": NO_CONTENT,
     "lifecycle_api.update_template": one(api.Template),
     # Workspaces and builds.

@@ -18,6 +18,7 @@ from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, name_values, string_field, string_map_field
 from app.externalauth import services as external_auth
 from app.files.services import MAX_ARCHIVE_BYTES, usable_file
+from app.organizations.services import get_organization
 from app.provisioning.jobs import cancel_job
 from app.provisioning.log_api import logs_response
 from app.provisioning.presenter import jobs_json
@@ -166,6 +167,12 @@ def list_templates() -> Response:
     query = listed_templates(api_user(), args.get("q", ""), args.get("sort", ""), name=args.get("name"))
     templates, total = PageRequest.from_args().rows(query)
     return with_total(jsonify([template.to_json() for template in templates]), total)
+
+
+@bp.get("/organizations/<org>/templates/<name>")
+def template_by_name(org: str, name: str) -> Response:
+    """Coder's TemplateByName: names are unique within an organisation (``{org}``: an id, a name or ``default``)."""
+    return jsonify(services.get_template_by_name_for(api_user(), name, organization=get_organization(org)).to_json())
 
 
 @bp.get("/templates/<template_id>")
