@@ -15,6 +15,7 @@ from app.accounts import (
     idpsync_api,
     idpsync_views,
     organizations_api,
+    organizations_views,
     people_views,
     permissions_api,
 )
@@ -168,6 +169,7 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
         groups_views.bp,
         groups_api.bp,
         organizations_api.bp,
+        organizations_views.bp,
         permissions_api.bp,
         workspaces_api.bp,
         sharing_api.bp,

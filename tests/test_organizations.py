@@ -20,6 +20,7 @@ from app.workspaces.models import Workspace
 from tests.conftest import Persona
 from tests.support.daemon import FakeDaemon, import_template
 from tests.support.permissions import more_personas
+from tests.support.web import post_form, sign_in
 
 pytestmark = pytest.mark.databases("sqlite", "postgresql")
 
@@ -289,3 +290,53 @@ def test_template_and_group_names_are_unique_within_an_organization(
     found = {org: client.get(f"{ORGS}/{org}/groups/ml", headers=alice.auth).json["organization_id"]
              for org in ("default", "acme")}  # fmt: skip
     assert found == {"default": DEFAULT_ORGANIZATION_ID, "acme": acme["id"]}
+
+
+def test_the_organizations_pages(app: Flask, client: FlaskClient, people: dict[str, Persona]) -> None:
+    """alice creates acme on the page, adds carol and gives her a role there; carol sees acme and its members but
+    no form; bad input is the form again with the field's error; alice deletes acme."""
+    browser = app.test_client()
+    sign_in(browser, "alice@example.com", people["alice"].password)
+    assert 'href="/organizations"' in browser.get("/workspaces").get_data(as_text=True)
+    bad = post_form(browser, "/organizations/create", {"name": "a b"}, token_from="/organizations")
+    assert bad.status_code == 400 and "Use 1-32 letters" in bad.get_data(as_text=True)
+    created = post_form(
+        browser, "/organizations/create", {"name": "acme", "display_name": "Acme"}, token_from="/organizations"
+    )
+    assert created.status_code == 302 and created.headers["Location"].endswith("/organizations/acme")
+    assert 'id="organization-acme"' in browser.get("/organizations").get_data(as_text=True)
+    added = post_form(browser, "/organizations/acme/members", {"username": "carol"}, token_from="/organizations/acme")
+    assert added.status_code == 302
+    missing = post_form(
+        browser, "/organizations/acme/members", {"username": "nosuch"}, token_from="/organizations/acme"
+    )
+    assert missing.status_code == 404 and "No such user." in missing.get_data(as_text=True)
+    roles = post_form(
+        browser,
+        f"/organizations/acme/members/{people['carol'].id}/roles",
+        {"roles": "organization-auditor"},
+        token_from="/organizations/acme",
+    )
+    assert roles.status_code == 302
+    page = browser.get("/organizations/acme").get_data(as_text=True)
+    assert 'id="member-carol"' in page and 'value="organization-auditor" checked' in page
+
+    carol = app.test_client()
+    sign_in(carol, "carol@example.com", people["carol"].password)
+    seen = carol.get("/organizations/acme").get_data(as_text=True)
+    assert 'id="member-alice"' in seen and "add-member-form" not in seen and "edit-organization-form" not in seen
+    assert carol.get("/organizations/acme").status_code == 200
+    dave = app.test_client()
+    sign_in(dave, "dave@example.com", people["dave"].password)
+    assert dave.get("/organizations/acme").status_code == 404
+    assert 'id="organization-acme"' not in dave.get("/organizations").get_data(as_text=True)
+
+    renamed = post_form(browser, "/organizations/acme/edit", {"name": "acme-corp", "display_name": "Acme"},
+                        token_from="/organizations/acme")  # fmt: skip
+    assert renamed.status_code == 302 and renamed.headers["Location"].endswith("/organizations/acme-corp")
+    deleted = post_form(browser, "/organizations/acme-corp/delete", {}, token_from="/organizations/acme-corp")
+    assert deleted.status_code == 302
+    assert client.get(f"{ORGS}/acme-corp", headers=people["alice"].auth).status_code == 404
+    refused = post_form(browser, "/organizations/default/delete", {}, token_from="/organizations/default")
+    assert refused.status_code == 302
+    assert "default organisation cannot be deleted" in browser.get("/organizations/default").get_data(as_text=True)
