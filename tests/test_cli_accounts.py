@@ -153,6 +153,9 @@ def test_organizations_from_the_cli(live_server: ServerProcess, cli_env: dict[st
     in_default = json.loads(cli("groups", "list", "-o", "json", env={**cli_env, "SLIPWAY_ORGANIZATION": "default"}))
     assert [group["name"] for group in in_default] == ["Everyone"]
 
+    # Template names resolve within the organisation, and the error says which one.
+    no_template = run_cli("create", "w1", "-t", "python", env=cli_env)
+    assert no_template.returncode == 1 and "No template named 'python' in organisation acme." in no_template.stderr
     missing = run_cli("organizations", "set", "nosuch", env=cli_env)
     assert missing.returncode == 1 and "No organisation 'nosuch'" in missing.stderr
     cli("organizations", "members", "remove", "carol")
