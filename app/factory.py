@@ -9,7 +9,16 @@ from flask import Flask
 
 from app import events, health, metrics
 from app.accounts import api as accounts_api
-from app.accounts import groups_api, groups_views, idpsync_api, idpsync_views, people_views, permissions_api
+from app.accounts import (
+    groups_api,
+    groups_views,
+    idpsync_api,
+    idpsync_views,
+    organizations_api,
+    organizations_views,
+    people_views,
+    permissions_api,
+)
 from app.accounts import views as accounts_views
 from app.agents import agent_api, app_connections, app_views, bootstrap, connections, subdomain
 from app.agents import api as agents_api
@@ -159,6 +168,8 @@ def create_app(settings: Settings | None = None, *, migrations: bool = True) -> 
         template_acl_views.bp,
         groups_views.bp,
         groups_api.bp,
+        organizations_api.bp,
+        organizations_views.bp,
         permissions_api.bp,
         workspaces_api.bp,
         sharing_api.bp,

@@ -1,13 +1,19 @@
-"""Where the CLI keeps the server URL and session token: ``<user config dir>/slipway/session.json``, mode 0600."""
+"""Where the CLI keeps the server URL and session token (``<user config dir>/slipway/session.json``, mode 0600),
+and the organisation ``--org`` means when it is not given (``<user config dir>/slipway/organization``, saved by
+`slipway organizations set`)."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import click
+
+F = TypeVar("F", bound=Callable[..., object])
 
 
 @dataclass(frozen=True)
@@ -54,4 +60,43 @@ def load_config() -> ClientConfig | None:
 
 
 def forget_config() -> None:
+    """Sign-out forgets the saved organisation too: it named one of that server's."""
     config_path().unlink(missing_ok=True)
+    organization_path().unlink(missing_ok=True)
+
+
+DEFAULT_ORGANIZATION = "default"
+ORGANIZATION_ENV = "SLIPWAY_ORGANIZATION"
+
+
+def organization_path() -> Path:
+    return Path(click.get_app_dir("slipway")) / "organization"
+
+
+def saved_organization() -> str:
+    """The organisation saved by `slipway organizations set`, else the default one."""
+    try:
+        saved = organization_path().read_text().strip()
+    except OSError:
+        saved = ""
+    return saved or DEFAULT_ORGANIZATION
+
+
+def save_organization(name: str) -> Path:
+    path = organization_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.write_text(name + "\n")
+    return path
+
+
+def organization_option() -> Callable[[F], F]:
+    """``--org NAME`` for every command that works within one organisation: SLIPWAY_ORGANIZATION, else the one
+    `slipway organizations set` saved, else the default organisation."""
+    return click.option(
+        "--org",
+        "organization",
+        envvar=ORGANIZATION_ENV,
+        default=saved_organization,
+        show_default="the one `slipway organizations set` saved, else default",
+        help="The organisation (name or id).",
+    )

@@ -7,13 +7,12 @@ from urllib.parse import quote
 import click
 
 from cli.client import SlipwayClient, authenticated_client, decoded_list
+from cli.config import organization_option
 from cli.output import ListOutput, list_options
 from protocol.codec import JSON
 from protocol.publicapi import Group, User
 
-ORG_OPTION = click.option(
-    "--org", "organization", default="default", show_default=True, help="The organisation (name or id)."
-)
+ORG_OPTION = organization_option()
 
 
 @click.group()

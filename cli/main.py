@@ -47,6 +47,7 @@ SECTIONS: dict[str, dict[str, str]] = {
     },
     "Admin": {
         "users": "cli.accounts:users",
+        "organizations": "cli.organizations:organizations",
         "groups": "cli.groups:groups",
         "provisioner": "cli.provisioners:provisioner",
         "audit": "cli.audit:audit",

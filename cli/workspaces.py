@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 from typing import TYPE_CHECKING
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import click
 
 from cli.client import SlipwayClient, authenticated_client, decoded_list
+from cli.config import organization_option
 from cli.durations import human_duration, local_time
 from cli.follow import follow_job, print_log_line, report
 from cli.output import ListOutput, list_options
@@ -113,6 +114,7 @@ NO_PRESET = "none"
 @click.command()
 @click.argument("name")
 @click.option("--template", "-t", required=True, help="The template to build it from.")
+@organization_option()
 @parameter_option
 @click.option(
     "--preset",
@@ -120,20 +122,19 @@ NO_PRESET = "none"
     metavar="NAME",
     help="A preset of the template's parameter values (default: the template's default preset; 'none': no preset).",
 )
-def create(name: str, template: str, parameters: tuple[str, ...], preset: str) -> None:
-    """Create workspace NAME from a template and follow its first build."""
+def create(name: str, template: str, organization: str, parameters: tuple[str, ...], preset: str) -> None:
+    """Create workspace NAME from a template of the organisation and follow its first build."""
     client = authenticated_client()
-    found = client.get_list(Template, f"/api/v2/templates?name={template}")
-    if not found:
-        raise click.ClickException(f"No template named {template!r} (see `slipway templates list`).")
+    # Template names are unique within an organisation: the server's 404 says which one it looked in.
+    found = client.get_one(Template, f"/api/v2/organizations/{quote(organization)}/templates/{quote(template)}")
     body: dict[str, JSON] = {
-        "template_id": found[0].id,
+        "template_id": found.id,
         "name": name,
         "rich_parameter_values": parse_parameters(parameters),
     }
-    chosen = _chosen_preset(client, found[0], preset)
+    chosen = _chosen_preset(client, found, preset)
     if chosen is not None:
-        body["template_version_id"] = found[0].active_version_id
+        body["template_version_id"] = found.active_version_id
         body["template_version_preset_id"] = chosen.ID
         values = ", ".join(f"{item.Name}={item.Value}" for item in chosen.Parameters)
         click.echo(f"Preset '{chosen.Name}' applied" + (f": {values}" if values else "."))

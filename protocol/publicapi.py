@@ -124,6 +124,54 @@ class Group(Message):
     members: tuple[GroupMember, ...] = ()
 
 
+class Organization(Message):
+    """Coder's ``codersdk.Organization``: ``name`` is the slug paths take (as does the id); ``display_name`` is the
+    name itself when none was given."""
+
+    id: str
+    name: str
+    display_name: str = ""
+    description: str = ""
+    icon: str = ""
+    is_default: bool = False
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class SlimRole(Message):
+    """A role as Coder's members lists show it; ``organization_id`` is empty for a deployment-wide role."""
+
+    name: str
+    display_name: str = ""
+    organization_id: str = ""
+
+
+class OrganizationMember(Message):
+    """A person's membership of one organisation and their roles in it (Coder's ``OrganizationMember``)."""
+
+    user_id: str
+    organization_id: str
+    roles: tuple[SlimRole, ...] = ()
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+class OrganizationMemberWithUserData(Message):
+    """A member as the members list shows them: the membership, and who the person is (Coder's shape)."""
+
+    user_id: str
+    organization_id: str
+    username: str
+    email: str = ""
+    status: str = ""
+    login_type: str = ""
+    roles: tuple[SlimRole, ...] = ()
+    global_roles: tuple[SlimRole, ...] = ()
+    last_seen_at: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
 class AclUser(Message):
     id: str
     username: str
@@ -347,3 +395,28 @@ class CreateBuildRequest(Message):
     template_version_id: str | None = None
     template_version_preset_id: str | None = None
     rich_parameter_values: tuple[BuildParameter, ...] = ()
+
+
+class CreateOrganizationRequest(Message):
+    """``POST /organizations``: ``display_name`` defaults to ``name``."""
+
+    name: str
+    display_name: str = ""
+    description: str = ""
+    icon: str = ""
+
+
+class UpdateOrganizationRequest(Message):
+    """``PATCH /organizations/{org}``: only the fields given change."""
+
+    name: str | None = None
+    display_name: str | None = None
+    description: str | None = None
+    icon: str | None = None
+
+
+class UpdateMemberRolesRequest(Message):
+    """``PUT /organizations/{org}/members/{user}/roles``: the member's organisation roles, all of them (an empty list
+    leaves a plain member)."""
+
+    roles: tuple[str, ...]

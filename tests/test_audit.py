@@ -430,6 +430,39 @@ CASES: tuple[Case, ...] = (
         (Expect("group", "delete", "alice", {"name": ("ml", None)}),),
     ),
     Case(
+        "organizations_api.create_organization",
+        lambda w: w.call("POST", "/organizations", "alice", {"name": "acme"}),
+        (
+            Expect("organization", "create", "alice", {"name": (None, "acme")}),
+            Expect("organization_member", "create", "alice", {"roles": (None, ["organization-admin"])}),
+        ),
+    ),
+    Case(
+        "organizations_api.update_organization",
+        lambda w: w.call("PATCH", "/organizations/acme", "alice", {"display_name": "Acme Inc"}),
+        (Expect("organization", "write", "alice", {"display_name": ("acme", "Acme Inc")}),),
+    ),
+    Case(
+        "organizations_api.add_member",
+        lambda w: w.call("POST", "/organizations/acme/members/dave", "alice"),
+        (Expect("organization_member", "create", "alice", {"user_id": (None, DAVE)}),),
+    ),
+    Case(
+        "organizations_api.update_member_roles",
+        lambda w: w.call("PUT", "/organizations/acme/members/dave/roles", "alice", {"roles": ["organization-auditor"]}),
+        (Expect("organization_member", "write", "alice", {"roles": ([], ["organization-auditor"])}),),
+    ),
+    Case(
+        "organizations_api.remove_member",
+        lambda w: w.call("DELETE", "/organizations/acme/members/dave", "alice"),
+        (Expect("organization_member", "delete", "alice", {"roles": (["organization-auditor"], None)}),),
+    ),
+    Case(
+        "organizations_api.delete_organization",
+        lambda w: w.call("DELETE", "/organizations/acme", "alice"),
+        (Expect("organization", "delete", "alice", {"name": ("acme", None)}),),
+    ),
+    Case(
         "provisioners_api.create_key",
         lambda w: w.call("POST", "/provisionerkeys", "alice", {"name": "gpu", "tags": {"gpu": "a100"}}),
         (Expect("provisioner_key", "create", "alice", {"name": (None, "gpu"), "hashed_secret": SECRET}),),

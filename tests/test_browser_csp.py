@@ -460,6 +460,8 @@ def dashboard_pages(deployment: Deployment, agent: dict[str, Any]) -> dict[str, 
         "oidc.cli_auth": "/cli-auth",
         "groups.index": "/groups",
         "groups.show": f"/groups/{DEFAULT_ORGANIZATION_ID}",  # Everyone: its id is the organisation's
+        "organizations.index": "/organizations",
+        "organizations.show": "/organizations/default",
         "idpsync.page": "/admin/idp-sync",
         "template_acl.show": "/templates/local/permissions",
         "connectionlog.index": "/connectionlog",
@@ -660,6 +662,7 @@ MEMBER_PAGES = {
     "workspaces.index", "workspaces.show", "workspaces.delete", "lifecycle.update", "agents.terminal",
     "workspaces.build", "workspaces.new", "catalog.index", "catalog.show", "users.account", "oidc.cli_auth",
     "groups.index", "groups.show",  # her own groups (Everyone among them)
+    "organizations.index", "organizations.show",  # her own organisations (the default one among them)
     "auth.change_password",  # her own password
     "apidocs.page",  # the API reference (public)
 }  # fmt: skip
@@ -695,6 +698,8 @@ def member_pages(deployment: Deployment, member_agent: dict[str, Any]) -> dict[s
         "oidc.cli_auth": "/cli-auth",
         "groups.index": "/groups",
         "groups.show": f"/groups/{DEFAULT_ORGANIZATION_ID}",
+        "organizations.index": "/organizations",
+        "organizations.show": "/organizations/default",
         "auth.change_password": "/password/change",
         "apidocs.page": "/docs/api",
     }

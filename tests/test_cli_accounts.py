@@ -113,3 +113,55 @@ def test_not_signed_in_and_unreachable_server(cli_env: dict[str, str]) -> None:
     assert result.returncode != 0 and "You are not signed in" in result.stderr
     unreachable = run_cli("login", "http://127.0.0.1:9", "--token", "x-y", env=cli_env)
     assert unreachable.returncode != 0 and "cannot reach" in unreachable.stderr
+
+
+def test_organizations_from_the_cli(live_server: ServerProcess, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """alice (made by the first test) creates acme, gives carol a role there and makes acme the organisation that
+    --org means: `groups` then works in acme until SLIPWAY_ORGANIZATION or `set default` says otherwise."""
+    _login(live_server, cli_env, "alice@example.com")
+
+    def cli(*args: str, env: dict[str, str] = cli_env) -> str:
+        result = run_cli(*args, env=env)
+        assert result.returncode == 0, (args, result.stderr)
+        return result.stdout
+
+    created = cli("organizations", "create", "acme", "--display-name", "Acme", "--description", "Rockets")
+    assert "Created organisation acme." in created
+    table = cli("organizations", "list").splitlines()
+    assert table[0].split() == ["NAME", "DISPLAY_NAME", "DEFAULT", "CURRENT"]
+    assert table[1].split() == ["default", "Default", "yes", "*"] and table[2].split() == ["acme", "Acme"]
+    cli("organizations", "members", "add", "carol", "--org", "acme")
+    given = cli("organizations", "members", "edit-roles", "carol", "organization-user-admin", "--org", "acme")
+    assert "carol now has organization-user-admin in acme." in given
+    unknown = run_cli("organizations", "members", "edit-roles", "carol", "owner", "--org", "acme", env=cli_env)
+    assert unknown.returncode == 1 and "Traceback" not in unknown.stderr
+    assert "'owner'" in unknown.stderr and "organization-auditor" in unknown.stderr
+
+    assert "The current organisation is acme" in cli("organizations", "set", "acme")
+    assert (tmp_path / "config" / "slipway" / "organization").read_text().strip() == "acme"
+    shown = cli("organizations", "show")
+    assert shown.startswith("Acme  (acme)") and "description: Rockets" in shown
+    members = cli("organizations", "members", "list").splitlines()
+    assert [line.split() for line in members[1:]] == [
+        ["alice", "alice@example.com", "organization-admin"],
+        ["carol", "carol@example.com", "organization-user-admin"],
+    ]
+    cli("groups", "create", "ml")  # in acme, the current organisation
+    in_acme = json.loads(cli("groups", "list", "-o", "json"))
+    assert [group["name"] for group in in_acme] == ["Everyone", "ml"]
+    assert {group["organization_id"] for group in in_acme} != {"00000000-0000-4000-8000-000000000001"}
+    in_default = json.loads(cli("groups", "list", "-o", "json", env={**cli_env, "SLIPWAY_ORGANIZATION": "default"}))
+    assert [group["name"] for group in in_default] == ["Everyone"]
+
+    # Template names resolve within the organisation, and the error says which one.
+    no_template = run_cli("create", "w1", "-t", "python", env=cli_env)
+    assert no_template.returncode == 1 and "No template named 'python' in organisation acme." in no_template.stderr
+    missing = run_cli("organizations", "set", "nosuch", env=cli_env)
+    assert missing.returncode == 1 and "No organisation 'nosuch'" in missing.stderr
+    cli("organizations", "members", "remove", "carol")
+    refused = run_cli("organizations", "delete", "default", "--yes", env=cli_env)
+    assert refused.returncode == 1 and "default organisation cannot be deleted" in refused.stderr
+    cli("organizations", "edit", "acme", "--name", "acme-corp")
+    assert "Deleted organisation acme-corp." in cli("organizations", "delete", "acme-corp", "--yes")
+    cli("organizations", "set", "default")
+    assert cli("organizations", "list", "-c", "name,current").splitlines()[1].split() == ["default", "*"]

@@ -30,6 +30,8 @@ LISTS = {
     ("provisioner", "keys", "list"): "tags",
     ("sharing", "list"): "id",
     ("groups", "list"): "id",
+    ("organizations", "list"): "id",
+    ("organizations", "members", "list"): "user_id",
     ("templates", "permissions", "list"): "id",
 }
 

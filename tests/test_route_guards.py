@@ -66,6 +66,12 @@ OWNER_ONLY_ENDPOINTS = {
     "idpsync_api.update_group_sync",
     "idpsync_api.get_role_sync",
     "idpsync_api.update_role_sync",
+    "organizations_api.create_organization",
+    "organizations_api.update_organization",
+    "organizations_api.delete_organization",
+    "organizations.create",
+    "organizations.edit",
+    "organizations.delete",
     # Auditors too (tests/test_connection_log.py).
     "connectionlog.index",
     "connectionlog_api.connection_log",
@@ -109,6 +115,7 @@ TEMPLATE_USE_ENDPOINTS = {
     "catalog.show",
     "catalog.versions_events",
     "catalog_api.get_template",
+    "catalog_api.template_by_name",
     "catalog_api.list_versions",
     "catalog_api.version_by_name",
     "catalog_api.get_version",
@@ -169,6 +176,21 @@ GROUP_MANAGER_ENDPOINTS = {
     "people.reset_password",
     "people.reset_by_name",
 }
+# An organisation's own, by what they need of it: "read" (its members, and those who see every organisation: owners,
+# auditors, user admins) or "members" (managing them: also its organisation admins and user admins). Those outside
+# it get 404 (it does not exist for them); a member who may not manage members gets 403. Proven on a real
+# organisation (see below); changing or deleting one is an owner's (OWNER_ONLY_ENDPOINTS).
+ORGANIZATION_NEEDS = {
+    "organizations_api.get_organization": "read",
+    "organizations_api.list_members": "read",
+    "organizations_api.add_member": "members",
+    "organizations_api.update_member_roles": "members",
+    "organizations_api.remove_member": "members",
+    "organizations.show": "read",
+    "organizations.add_member": "members",
+    "organizations.set_roles": "members",
+    "organizations.remove_member": "members",
+}
 # A person's own things only, whoever asks for someone else's (owners included): 403 for the path's other user.
 SELF_ONLY_ENDPOINTS = {
     "usersecrets_api.list_secrets",
@@ -218,6 +240,11 @@ def test_public_list_is_exact() -> None:
     assert ADMIN_ONLY_ENDPOINTS <= endpoints
     assert TEMPLATE_USE_ENDPOINTS | TEMPLATE_ADMIN_ENDPOINTS | GROUP_MANAGER_ENDPOINTS <= endpoints
     assert SELF_ONLY_ENDPOINTS <= endpoints
+    organizations = {
+        endpoint for endpoint in endpoints if endpoint.startswith(("organizations_api.", "organizations."))
+    }
+    listed = {"organizations_api.list_organizations", "organizations.index"}  # anyone's: the ones they may see
+    assert organizations - set(ORGANIZATION_NEEDS) - OWNER_ONLY_ENDPOINTS == listed
 
 
 @pytest.mark.parametrize(("endpoint", "method", "path"), [r for r in ROUTES if r[0] not in PUBLIC_ENDPOINTS])
@@ -282,6 +309,7 @@ def _template_routes(template: dict[str, Any]) -> list[tuple[str, str, str]]:
         "name": template["name"],
         "version_id": template["active_version_id"],
         "version_name": template["version_name"],
+        "org": "default",
     }
     routes = []
     settings = make_settings(Path(tempfile.gettempdir()), "sqlite://", "unix:///nonexistent")
@@ -326,6 +354,51 @@ def test_a_templates_routes_follow_its_access_list(app: Flask, personas: dict[st
             response = page.open(path, method=method, data={})
         status = response.status_code
         response.close()
+        if (expected == "allowed" and status in (401, 403, 404)) or (expected != "allowed" and status != expected):
+            wrong.append(f"{method} {path}: {status}, expected {expected}")
+    assert wrong == []
+
+
+# What each of the cast gets on organisation acme: bob (a template admin outside it), carol (a plain member of
+# it), dave (its user admin) and frank (a user admin of the deployment, outside it).
+ORGANIZATION_EXPECTED = {
+    "bob": {"read": 404, "members": 404},
+    "carol": {"read": "allowed", "members": 403},
+    "dave": {"read": "allowed", "members": "allowed"},
+    "frank": {"read": "allowed", "members": "allowed"},
+}
+
+
+@pytest.mark.parametrize("persona", sorted(ORGANIZATION_EXPECTED))
+def test_an_organizations_routes_follow_its_members_roles(
+    app: Flask, personas: dict[str, Persona], persona: str
+) -> None:
+    app.config["WTF_CSRF_ENABLED"] = False  # the guards are proven, not the CSRF check
+    api = app.test_client()
+    people = more_personas(app, personas)
+    alice = people["alice"].auth
+    browser = app.test_client()
+    sign_in(browser, f"{persona}@example.com", people[persona].password)
+    assert api.post("/api/v2/organizations", json={"name": "acme"}, headers=alice).status_code == 201
+    for name in ("carol", "dave", "erin"):
+        assert api.post(f"/api/v2/organizations/acme/members/{name}", headers=alice).status_code == 201
+    roles = {"roles": ["organization-user-admin"]}
+    assert api.put("/api/v2/organizations/acme/members/dave/roles", json=roles, headers=alice).status_code == 200
+    wrong = []
+
+    # Removing erin last: the other routes are about her as a member.
+    def removes_last(route: tuple[str, str, str]) -> tuple[bool, bool]:  # the page's own, which never 404s, last
+        return route[1] == "DELETE" or "remove" in route[0], not route[2].startswith("/api/")
+
+    routes = sorted((r for r in ROUTES if r[0] in ORGANIZATION_NEEDS), key=removes_last)
+    for endpoint, method, _ in routes:
+        path = RULES[endpoint].replace("<org>", "acme").replace("<user>", "erin")
+        if path.startswith(PROGRAM_PATHS):
+            response = api.open(path, method=method, json={"roles": []}, headers=people[persona].auth)
+        else:
+            response = browser.open(path, method=method, data={"username": "erin"})
+        status = response.status_code
+        expected = ORGANIZATION_EXPECTED[persona][ORGANIZATION_NEEDS[endpoint]]
         if (expected == "allowed" and status in (401, 403, 404)) or (expected != "allowed" and status != expected):
             wrong.append(f"{method} {path}: {status}, expected {expected}")
     assert wrong == []

@@ -183,6 +183,12 @@ def list_templates() -> Response:
     return with_total(jsonify([template.to_json() for template in templates]), total)
 
 
+@bp.get("/organizations/<org>/templates/<name>")
+def template_by_name(org: str, name: str) -> Response:
+    """Coder's TemplateByName: names are unique within an organisation (``{org}``: an id, a name or ``default``)."""
+    return jsonify(services.get_template_by_name_for(api_user(), name, organization=get_organization(org)).to_json())
+
+
 @bp.get("/templates/<template_id>")
 def get_template(template_id: str) -> Response:
     return jsonify(services.get_template_for(api_user(), template_id).to_json())

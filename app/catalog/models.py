@@ -2,7 +2,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, BigInteger, Boolean, CheckConstraint, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 from sqlalchemy.sql.expression import false, true
 
@@ -23,11 +34,12 @@ from protocol.resources import ExternalAuth, SecretRequirement
 
 class Template(Model):
     __tablename__ = "templates"
+    # A name is unique within its organisation: two organisations may each have a template called python.
+    __table_args__ = (UniqueConstraint("organization_id", "name", name="uq_templates_organization_id_name"),)
 
     id: Mapped[str] = mapped_column(IdColumn, primary_key=True, default=new_id)
-    name: Mapped[str] = mapped_column(String(32), unique=True)
-    # Who may use it is its access list (TemplateAcl) within this organisation; until more organisations exist,
-    # every template is the default one's.
+    name: Mapped[str] = mapped_column(String(32))
+    # Who may use it is its access list (TemplateAcl) within this organisation.
     organization_id: Mapped[str] = mapped_column(
         ForeignKey("organizations.id"), index=True, default=DEFAULT_ORGANIZATION_ID
     )

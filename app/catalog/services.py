@@ -21,7 +21,7 @@ from app.core.extensions import db
 from app.core.validation import USERNAME_PATTERN
 from app.files.services import archive_bytes, usable_file
 from app.groups.models import ACL_USE
-from app.organizations.models import DEFAULT_ORGANIZATION_ID
+from app.organizations.models import DEFAULT_ORGANIZATION_ID, Organization
 from app.organizations.services import is_member
 from app.provisioning.jobs import dispatch, new_job
 from app.provisioning.models import CANCELED, DEBUG_LOGGING, FAILED, SUCCEEDED, ProvisionerJob
@@ -232,7 +232,7 @@ def create_template(actor: User, name: str, version_id: str, display_name: str =
         raise InvalidInput(f"The version's import has not succeeded (it is {version.job.status}).")
     if version.template_id is not None:
         raise Conflict("That version already belongs to a template.")
-    # The template is the organisation's whose daemons imported its first version.
+    # The template is the organisation's whose daemons imported its first version; names are unique within it.
     organization_id = version.job.organization_id
     named = func.lower(Template.name) == name.lower()
     if db.session.scalar(select(Template.id).where(named, Template.organization_id == organization_id)):
@@ -327,13 +327,20 @@ def get_template_for(user: User, template_id: str, need: TemplateNeed = "use") -
     return access.require(user, get_template(template_id), need)
 
 
-def get_template_by_name_for(user: User, name: str, need: TemplateNeed = "use") -> Template:
-    template: Template | None = db.session.scalar(
-        select(Template).where(Template.name == name, Template.deleted_at.is_(None))
-    )
-    if template is None or access.template_role(user, template) is None:
-        raise NotFound(f"No template named {name!r}.")
-    return access.require(user, template, need)
+def get_template_by_name_for(
+    user: User, name: str, need: TemplateNeed = "use", organization: Organization | None = None
+) -> Template:
+    """The template called ``name`` in ``organization``. Names are unique within an organisation only: without one,
+    the default organisation's comes first, then the others' (by id), and the first ``user`` may use is the one."""
+    query = select(Template).where(Template.name == name, Template.deleted_at.is_(None))
+    if organization is not None:
+        query = query.where(Template.organization_id == organization.id)
+    query = query.order_by(Template.organization_id != DEFAULT_ORGANIZATION_ID, Template.organization_id)
+    for template in db.session.scalars(query):
+        if access.template_role(user, template) is not None:
+            return access.require(user, template, need)
+    where = f" in organisation {organization.name}" if organization is not None else ""
+    raise NotFound(f"No template named {name!r}{where}.")
 
 
 def get_version_by_name(template: Template, name: str) -> TemplateVersion:

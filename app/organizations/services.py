@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Select, or_, select
+from sqlalchemy import Select, func, or_, select
 
 from app.core.errors import NotFound
 from app.core.extensions import db
+from app.core.validation import text_problem
 from app.organizations.models import (
     DEFAULT_ORGANIZATION_ID,
     DEFAULT_ORGANIZATION_NAME,
@@ -16,12 +17,17 @@ from app.organizations.models import (
 
 def get_organization(reference: str) -> Organization:
     """The organisation given by id or name, as Coder's ``/organizations/{organization}`` paths take it;
-    ``default`` is the default organisation whatever it is called."""
+    ``default`` is the default organisation whatever it is called. Names are matched whatever their case (they are
+    unique whatever their case: app/accounts/organizations.py)."""
+    if text_problem(reference):
+        raise NotFound("No such organisation.")
     if reference == DEFAULT_ORGANIZATION_NAME:
         found = db.session.get(Organization, DEFAULT_ORGANIZATION_ID)
     else:
         found = db.session.scalar(
-            select(Organization).where(or_(Organization.id == reference, Organization.name == reference))
+            select(Organization).where(
+                or_(Organization.id == reference, func.lower(Organization.name) == reference.lower())
+            )
         )
     if found is None:
         raise NotFound(f"No organisation {reference!r}.")
