@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import PASSWORD
 from tests.support.http_daemon import api_client, sign_up_owner
-from tests.support.provisionerd import DAEMON_PSK, DaemonProcess, push_import, user_token, wait_job
+from tests.support.provisionerd import DAEMON_PSK, DaemonProcess, job, push_import, user_token, wait_job
 from tests.support.server import ServerProcess
 
 ENV, DC = {"env": "prod"}, {"env": "prod", "dc": "new_york"}
@@ -134,3 +134,25 @@ def _settle(api: httpx.Client, job_id: str) -> None:
     while api.get(f"/provisionerjobs/{job_id}").json()["status"] in ("pending", "running", "canceling"):
         assert time.monotonic() < deadline, f"job {job_id} did not end"
         time.sleep(0.1)
+
+
+def test_each_organisations_daemon_process_imports_only_its_templates(deployment: Deployment, tmp_path: Path) -> None:
+    """Real `provisionerd start --org` processes and real Terraform: acme's daemon imports acme's version and leaves
+    the default organisation's alone; the default organisation's daemon imports that one."""
+    owner = deployment.clients["org"]
+    created = owner.post("/organizations", json={"name": "acme"})
+    assert created.status_code == 201, created.text  # each untagged rule's deployment is a server of its own
+    env = {"SLIPWAY_PROVISIONER_DAEMON_PSK": DAEMON_PSK}
+    with DaemonProcess(deployment.server.url, "acme-daemon", tmp_path, "--org", "acme", env=env) as acme:
+        assert acme.wait_registered(owner)["organization_id"] == created.json()["id"]
+        ours = push_import(owner)["job"]
+        theirs = push_import(owner, organization="acme")["job"]
+        done = wait_job(owner, theirs["id"], ("succeeded", "failed"))
+        assert (done["status"], done["worker_name"]) == ("succeeded", acme.name), acme.log()
+        # Queued first, the default organisation's job is still waiting: no daemon of its organisation runs yet.
+        waiting = job(owner, ours["id"])
+        assert (waiting["status"], waiting["available_workers"]) == ("pending", 0), waiting
+        with DaemonProcess(deployment.server.url, "default-daemon", tmp_path, env=env) as default:
+            default.wait_registered(owner)
+            done = wait_job(owner, ours["id"], ("succeeded", "failed"))
+            assert (done["status"], done["worker_name"]) == ("succeeded", default.name), default.log()
