@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import Select, delete, func, or_, select, update
+from sqlalchemy import Select, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.catalog.models import Template
@@ -34,6 +34,7 @@ from app.organizations.models import (
 from app.organizations.services import get_organization
 from app.provisioning.models import ProvisionerJob
 from app.users.models import SYSTEM_USER_IDS, User
+from app.users.search import named_like
 from app.workspaces.models import Workspace
 
 MAX_NAME = 32
@@ -210,11 +211,7 @@ def members_query(organization: Organization, text: str = "") -> Select[User]:
     """The organisation's members by username, optionally those whose username or email contains ``text``."""
     ids = select(OrganizationMember.user_id).where(OrganizationMember.organization_id == organization.id)
     query = select(User).where(User.id.in_(ids)).order_by(User.username, User.id)
-    part = text.strip().lower()
-    if part:
-        in_username = func.lower(User.username).contains(part, autoescape=True)
-        query = query.where(or_(in_username, func.lower(User.email).contains(part, autoescape=True)))
-    return query
+    return query.where(named_like(text.strip())) if text.strip() else query
 
 
 def memberships(organization: Organization, users: Iterable[User]) -> dict[str, OrganizationMember]:

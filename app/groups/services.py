@@ -24,6 +24,7 @@ from app.groups.sync import refuse_manual_change
 from app.organizations.models import Organization, OrganizationMember
 from app.organizations.services import organization_ids_of
 from app.users.models import User
+from app.users.search import named_like
 
 # Coder's group names: letters, digits, hyphens and underscores (IdP group names such as "ml_team" map as they are).
 GROUP_NAME = re.compile(r"^[a-zA-Z0-9_]+(?:[-.][a-zA-Z0-9_]+)*$")
@@ -82,11 +83,7 @@ def members_query(group: Group, text: str = "") -> Select[User]:
     else:
         ids = select(GroupMember.user_id).where(GroupMember.group_id == group.id)
     query = select(User).where(User.id.in_(ids)).order_by(User.username, User.id)
-    part = text.strip().lower()
-    if part:
-        in_username = func.lower(User.username).contains(part, autoescape=True)
-        query = query.where(or_(in_username, func.lower(User.email).contains(part, autoescape=True)))
-    return query
+    return query.where(named_like(text.strip())) if text.strip() else query
 
 
 def member_counts(groups: Sequence[Group]) -> dict[str, int]:

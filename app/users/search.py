@@ -4,7 +4,7 @@ username or email; and the orders the users list can be read in (``?sort=``). Sh
 
 from __future__ import annotations
 
-from sqlalchemy import Select, String, cast, func, or_
+from sqlalchemy import ColumnElement, Select, String, cast, func, or_
 
 from app.core.filters import Orders, one_of, ordered, parse_terms
 from app.users.models import ALL_ROLES, ROLE_MEMBER, STATUS_ACTIVE, STATUS_SUSPENDED, User
@@ -46,10 +46,17 @@ def searched_users(query: Select[User], text: str) -> Select[User]:
         query = query.where(User.login_type == login_type)
     name = terms.get("name")
     if name is not None:
-        part = name.lower()
-        in_username = func.lower(User.username).contains(part, autoescape=True)
-        query = query.where(or_(in_username, func.lower(User.email).contains(part, autoescape=True)))
+        query = query.where(named_like(name))
     return query
+
+
+def named_like(text: str) -> ColumnElement[bool]:
+    """People whose username or email contains ``text``, in any case (``%`` and ``_`` taken literally)."""
+    part = text.lower()
+    return or_(
+        func.lower(User.username).contains(part, autoescape=True),
+        func.lower(User.email).contains(part, autoescape=True),
+    )
 
 
 def sorted_users(query: Select[User], sort: str) -> Select[User]:
