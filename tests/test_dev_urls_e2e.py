@@ -169,7 +169,9 @@ def test_a_subdomain_app_and_a_port_url_serve_a_site_with_absolute_links(dev_url
         page.goto(f"{dev_urls.dashboard}/workspaces/{workspace['id']}")
         link = page.locator(f"a.port-link[href='{dev_urls.app_url(str(dev_urls.dev_port))}']")
         link.wait_for(timeout=30_000)  # the agent reports its ports every 2 s
-        page.locator(".agent-ports").screenshot(path=str(ARTIFACTS / "dev-urls-ports.png"))
+        # The page, not the table: the agent's panel is redrawn whenever what it shows changes (the example's
+        # load average every 5 s, JupyterLab starting meanwhile), which detaches any element located inside it.
+        page.screenshot(path=str(ARTIFACTS / "dev-urls-ports.png"), full_page=True)
 
 
 def test_an_app_origin_cannot_read_or_set_the_dashboards_cookies(dev_urls: DevUrls) -> None:

@@ -315,10 +315,19 @@ def _agent_states(workspace_id: str) -> dict[str, tuple[object, ...]]:
     agents = [agent for agent, _ in services.shown_agents(workspace)] if workspace is not None else []
     return {
         agent.id: (status_of(agent), agent.lifecycle_state, agent.version, agent.expanded_directory,
-                   repr(agent.metadata_results), repr(agent.app_health),
+                   _shown_metadata(agent.metadata_results), repr(agent.app_health),
                    repr(ports.listening_ports(get_redis(), signer(), agent.id)))
         for agent in agents
     }  # fmt: skip
+
+
+def _shown_metadata(results: dict[str, dict[str, str]]) -> tuple[tuple[str, str, str, bool], ...]:
+    """What the panel shows of each result: not when it was collected, which changes with every report even when
+    the value does not (a redraw replaces the whole panel, and with it whatever the reader had selected)."""
+    return tuple(
+        (key, str(result.get("value", "")), str(result.get("error", "")), bool(result.get("collected_at")))
+        for key, result in sorted(results.items())
+    )
 
 
 def _agent_keys(states: object) -> list[str]:
