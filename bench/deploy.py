@@ -74,7 +74,7 @@ def cold_start(podman: Podman, image: str, env: dict[str, str], log: Path) -> fl
 
 def image_section(runs: int, scratch: Path) -> None:
     out = scratch / "dist"
-    seconds = build_image(out)
+    seconds, _output = build_image(out)
     index, manifest, _config = read_layout(out / "image")
     compressed = sum(layer["size"] for layer in manifest["layers"]) / 2**20
     archive = (out / "slipway-image.tar").stat().st_size / 2**20

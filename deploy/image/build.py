@@ -99,13 +99,14 @@ class Commit:
     version: str
 
 
-def describe_commit() -> Commit:
-    revision = run("git", "rev-parse", "HEAD", cwd=REPO)
+def describe_commit(name: str) -> Commit:
+    revision = run("git", "rev-parse", "--verify", f"{name}^{{commit}}", cwd=REPO)
     # The commit's time: the same for every build of it, unlike the clock (SOURCE_DATE_EPOCH wins when set).
-    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or run("git", "log", "-1", "--format=%ct", cwd=REPO))
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or run("git", "log", "-1", "--format=%ct", revision, cwd=REPO))
     import tomllib
 
-    version = str(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"])
+    pyproject = run("git", "show", f"{revision}:pyproject.toml", cwd=REPO)
+    version = str(tomllib.loads(pyproject)["project"]["version"])
     return Commit(revision, epoch, version)
 
 
@@ -173,20 +174,18 @@ def debian_rootfs(rootfs: Path, commit: Commit, stage: Path | None) -> bool:
     With a stage dir, a stage built there from the same inputs is copied instead (returns True then)."""
     args = ["mmdebstrap", "--quiet", "--variant=essential", "--mode=root", f"--include={','.join(PACKAGES)}"]
     args += [f"--dpkgopt={option}" for option in DPKG_EXCLUDES]
-    args += [SUITE, str(rootfs), *MIRRORS]
-    inputs = json.dumps({"mmdebstrap": args[:-2 - len(MIRRORS)], "mirrors": MIRRORS, "epoch": commit.epoch})
-    saved, stamp = (stage / "rootfs", stage / "inputs.json") if stage else (None, None)
-    if saved and stamp and stamp.is_file() and stamp.read_text() == inputs:
+    inputs = json.dumps({"args": [*args, SUITE, *MIRRORS], "epoch": commit.epoch})
+    if stage is not None and (stage / "inputs.json").is_file() and (stage / "inputs.json").read_text() == inputs:
         # cp -a keeps modes, owners, times and hard links: the copy is the stage as mmdebstrap left it.
-        subprocess.run(("cp", "-a", str(saved), str(rootfs)), check=True)
+        subprocess.run(("cp", "-a", str(stage / "rootfs"), str(rootfs)), check=True)
         return True
     env = {**os.environ, "SOURCE_DATE_EPOCH": str(commit.epoch)}
-    subprocess.run(args, check=True, env=env)
-    if saved and stamp:
-        shutil.rmtree(stage, ignore_errors=True)  # type: ignore[arg-type]
-        saved.parent.mkdir(parents=True)
-        subprocess.run(("cp", "-a", str(rootfs), str(saved)), check=True)
-        stamp.write_text(inputs)
+    subprocess.run([*args, SUITE, str(rootfs), *MIRRORS], check=True, env=env)
+    if stage is not None:
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir(parents=True)
+        subprocess.run(("cp", "-a", str(rootfs), str(stage / "rootfs")), check=True)
+        (stage / "inputs.json").write_text(inputs)  # last: a stage cut short is never reused
     return False
 
 
@@ -359,13 +358,6 @@ def diff_id(rootfs: Path, epoch: int) -> str:
     return f"sha256:{uncompressed.sha256.hexdigest()}"
 
 
-def write_json_blob(blobs: Path, document: object) -> Blob:
-    data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
-    digest = hashlib.sha256(data).hexdigest()
-    (blobs / digest).write_bytes(data)
-    return Blob(f"sha256:{digest}", len(data))
-
-
 def image_config(commit: Commit, layer_diff_id: str) -> tuple[dict[str, str], dict[str, object]]:
     """The image's labels and its config document (which names the layer by its diff_id)."""
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(commit.epoch))
@@ -446,7 +438,7 @@ def write_layout(rootfs: Path, layout: Path, commit: Commit) -> str:
             for tag in (commit.version, "latest")
         ],
     }
-    (layout / "index.json").write_text(json.dumps(index, sort_keys=True, separators=(",", ":")))
+    (layout / "index.json").write_bytes(json_bytes(index))
     return manifest.digest
 
 
@@ -454,6 +446,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO / "dist")
     parser.add_argument("--cache", type=Path, default=REPO / "dist" / "image-cache")
+    parser.add_argument("--revision", default="HEAD", help="the commit to build (default: HEAD)")
     parser.add_argument("--debian-stage", type=Path, help="keep the Debian stage here and reuse it (see above)")
     parser.add_argument("--no-archive", action="store_true", help="write the OCI layout only, no docker archive")
     parser.add_argument(
@@ -466,7 +459,7 @@ def main() -> None:
     # Every file and directory the build creates takes its mode from the umask: a 002 umask would change the layer.
     os.umask(0o022)
     started = time.monotonic()
-    commit = describe_commit()
+    commit = describe_commit(args.revision)
     log(f"slipway {commit.version} at {commit.revision[:12]}, SOURCE_DATE_EPOCH={commit.epoch}", started)
     wheels = args.cache / "wheels"
     fetch_wheels(runtime_pins(), wheels)
