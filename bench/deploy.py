@@ -86,7 +86,7 @@ def image_section(runs: int, scratch: Path) -> None:
     index, manifest, _config = read_layout(out / "image")
     compressed = sum(layer["size"] for layer in manifest["layers"]) / 2**20
     archive = (out / "slipway-image.tar").stat().st_size / 2**20
-    print(f"load average before the build     {os.getloadavg()[0]:6.2f}")
+    print(f"load average at the build's end   {os.getloadavg()[0]:6.2f}")
     print(f"image build (from scratch)        {seconds:6.1f} s        (target ≤ 300 s)   user+sys {cpu:.1f} s")
     print(f"image compressed                  {compressed:6.1f} MiB      (target ≤ 250 MB)")
     print(f"docker archive (uncompressed)     {archive:6.1f} MiB")
