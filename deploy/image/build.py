@@ -1,14 +1,22 @@
 """Build Slipway's OCI image from Debian packages and our own wheels, with no base image from any registry.
 
-    python deploy/image/build.py [--out dist] [--cache dist/image-cache]
+    python deploy/image/build.py [--out dist] [--cache dist/image-cache] [--debian-stage DIR] [--no-archive]
+    python deploy/image/build.py --config-digest --debian-stage DIR   # the config digest only, nothing written
 
 Writes OUT/image/ (an OCI image layout tagged with the version and `latest`) and OUT/slipway-image.tar (a
 docker-archive for `docker load` / `podman load`). Needs root (or a user namespace mmdebstrap can use),
 mmdebstrap, skopeo and the Debian mirror (`make image-deps`).
 
 Reproducible: everything is built from the commit (HEAD, via `git archive`), every time in the image is clamped to
-SOURCE_DATE_EPOCH (the commit's time unless set), the layer is written by this script in a fixed order with fixed
+SOURCE_DATE_EPOCH (the commit's time unless set), the umask is 022, the files that say where the build ran
+(/etc/hostname, /etc/resolv.conf) are emptied, the layer is written by this script in a fixed order with numeric
 owners, and Python's bytecode is hash-based; so two builds of one commit against one mirror state give one digest.
+
+--debian-stage DIR keeps the Debian stage (mmdebstrap's rootfs, the slow and network-bound part) in DIR and reuses
+it while its inputs (suite, packages, mirrors, excludes, SOURCE_DATE_EPOCH) are the same. --config-digest builds
+everything after that stage, hashes the uncompressed layer and prints the image config's digest without writing a
+layout: the config names the layer's diff_id, so two builds with one config digest have the same layer bytes
+(compressing them is deterministic: gzip with no name and mtime 0).
 
 Layout inside the image (documented in the README's "Container image"):
     /opt/slipway                 Slipway and its Python dependencies (with templates/, static/, migrations/)
@@ -91,13 +99,14 @@ class Commit:
     version: str
 
 
-def describe_commit() -> Commit:
-    revision = run("git", "rev-parse", "HEAD", cwd=REPO)
+def describe_commit(name: str) -> Commit:
+    revision = run("git", "rev-parse", "--verify", f"{name}^{{commit}}", cwd=REPO)
     # The commit's time: the same for every build of it, unlike the clock (SOURCE_DATE_EPOCH wins when set).
-    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or run("git", "log", "-1", "--format=%ct", cwd=REPO))
+    epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or run("git", "log", "-1", "--format=%ct", revision, cwd=REPO))
     import tomllib
 
-    version = str(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"])
+    pyproject = run("git", "show", f"{revision}:pyproject.toml", cwd=REPO)
+    version = str(tomllib.loads(pyproject)["project"]["version"])
     return Commit(revision, epoch, version)
 
 
@@ -160,12 +169,24 @@ def our_wheel(commit: Commit, work: Path) -> Path:
     return next(wheels.glob("slipway-*.whl"))
 
 
-def debian_rootfs(rootfs: Path, commit: Commit) -> None:
-    """A minimal Debian with our packages: the `essential` variant has no apt (nothing installs at run time)."""
-    env = {**os.environ, "SOURCE_DATE_EPOCH": str(commit.epoch)}
+def debian_rootfs(rootfs: Path, commit: Commit, stage: Path | None) -> bool:
+    """A minimal Debian with our packages: the `essential` variant has no apt (nothing installs at run time).
+    With a stage dir, a stage built there from the same inputs is copied instead (returns True then)."""
     args = ["mmdebstrap", "--quiet", "--variant=essential", "--mode=root", f"--include={','.join(PACKAGES)}"]
     args += [f"--dpkgopt={option}" for option in DPKG_EXCLUDES]
+    inputs = json.dumps({"args": [*args, SUITE, *MIRRORS], "epoch": commit.epoch})
+    if stage is not None and (stage / "inputs.json").is_file() and (stage / "inputs.json").read_text() == inputs:
+        # cp -a keeps modes, owners, times and hard links: the copy is the stage as mmdebstrap left it.
+        subprocess.run(("cp", "-a", str(stage / "rootfs"), str(rootfs)), check=True)
+        return True
+    env = {**os.environ, "SOURCE_DATE_EPOCH": str(commit.epoch)}
     subprocess.run([*args, SUITE, str(rootfs), *MIRRORS], check=True, env=env)
+    if stage is not None:
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir(parents=True)
+        subprocess.run(("cp", "-a", str(rootfs), str(stage / "rootfs")), check=True)
+        (stage / "inputs.json").write_text(inputs)  # last: a stage cut short is never reused
+    return False
 
 
 def install_slipway(rootfs: Path, wheels: Path, ours: Path, source: Path) -> None:
@@ -249,6 +270,13 @@ def scrub(rootfs: Path) -> None:
         for path in rootfs.glob(pattern):
             if path.is_file() or path.is_symlink():
                 path.unlink()
+    # mmdebstrap copies these from the build host; the container runtime mounts its own over them.
+    for name in ("etc/hostname", "etc/resolv.conf"):
+        path = rootfs / name
+        if path.is_symlink():
+            path.unlink()
+        path.write_bytes(b"")
+        path.chmod(0o644)
     for name in MOUNT_POINTS:
         path = rootfs / name
         if path.is_dir() and not path.is_symlink():
@@ -292,34 +320,90 @@ class Blob:
     size: int
 
 
+def write_tar(rootfs: Path, sink: Writable, epoch: int) -> None:
+    """The rootfs as a tar stream, each member's time clamped to the epoch and its owner numeric only."""
+    with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
+        for path in walk(rootfs):
+            mode = path.lstat().st_mode
+            if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
+                continue
+            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(rootfs)))
+            info.mtime = min(int(info.mtime), epoch)
+            info.uname = info.gname = ""
+            if info.isreg() and not info.islnk():
+                with path.open("rb") as content:
+                    tar.addfile(info, content)
+            else:
+                tar.addfile(info)
+
+
 def write_layer(rootfs: Path, blobs: Path, epoch: int) -> tuple[Blob, str]:
-    """The rootfs as one gzipped tar layer, each member's time clamped to the epoch and its owner numeric only."""
+    """The rootfs as one gzipped tar layer; returns it and its diff_id (the uncompressed tar's digest)."""
     partial = blobs / "layer.partial"
     with partial.open("wb") as out:
         compressed = Hashing(out)
         # mtime=0 and no file name: gzip's header is then the same every build.
         with gzip.GzipFile(filename="", mode="wb", fileobj=compressed, compresslevel=6, mtime=0) as gz:
             uncompressed = Hashing(gz)
-            with tarfile.open(fileobj=uncompressed, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
-                for path in walk(rootfs):
-                    mode = path.lstat().st_mode
-                    if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
-                        continue
-                    info = tar.gettarinfo(str(path), arcname=str(path.relative_to(rootfs)))
-                    info.mtime = min(int(info.mtime), epoch)
-                    info.uname = info.gname = ""
-                    if info.isreg() and not info.islnk():
-                        with path.open("rb") as content:
-                            tar.addfile(info, content)
-                    else:
-                        tar.addfile(info)
+            write_tar(rootfs, uncompressed, epoch)
     digest = f"sha256:{compressed.sha256.hexdigest()}"
     partial.rename(blobs / digest.split(":")[1])
     return Blob(digest, compressed.size), f"sha256:{uncompressed.sha256.hexdigest()}"
 
 
+def diff_id(rootfs: Path, epoch: int) -> str:
+    """The layer's diff_id without compressing or writing it."""
+    uncompressed = Hashing(None)
+    write_tar(rootfs, uncompressed, epoch)
+    return f"sha256:{uncompressed.sha256.hexdigest()}"
+
+
+def image_config(commit: Commit, layer_diff_id: str) -> tuple[dict[str, str], dict[str, object]]:
+    """The image's labels and its config document (which names the layer by its diff_id)."""
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(commit.epoch))
+    labels = {
+        "org.opencontainers.image.title": IMAGE_NAME,
+        "org.opencontainers.image.version": commit.version,
+        "org.opencontainers.image.revision": commit.revision,
+        "org.opencontainers.image.source": SOURCE_URL,
+        "org.opencontainers.image.created": created,
+        "org.opencontainers.image.licenses": "AGPL-3.0-only",
+    }
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "created": created,
+        "config": {
+            "User": f"{UID}:{GID}",
+            "Entrypoint": ["/usr/local/bin/slipway"],
+            "Cmd": ["server"],
+            "WorkingDir": DATA_DIR,
+            "Env": [
+                "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                f"HOME={HOME}",
+                "LANG=C.UTF-8",
+                "PYTHONDONTWRITEBYTECODE=1",
+                f"SLIPWAY_DATA_DIR={DATA_DIR}",
+                f"XDG_CACHE_HOME={CACHE_DIR}",
+                # Listen on every interface: in a container, the loopback default is unreachable from outside.
+                "SLIPWAY_ADDRESS=0.0.0.0:3000",
+            ],
+            "ExposedPorts": {"3000/tcp": {}},
+            "Volumes": {DATA_DIR: {}, CACHE_DIR: {}},
+            "Labels": labels,
+        },
+        "rootfs": {"type": "layers", "diff_ids": [layer_diff_id]},
+        "history": [{"created": created, "created_by": "deploy/image/build.py"}],
+    }
+    return labels, config
+
+
+def json_bytes(document: object) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
 def write_json_blob(blobs: Path, document: object) -> Blob:
-    data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    data = json_bytes(document)
     digest = hashlib.sha256(data).hexdigest()
     (blobs / digest).write_bytes(data)
     return Blob(f"sha256:{digest}", len(data))
@@ -331,45 +415,9 @@ def write_layout(rootfs: Path, layout: Path, commit: Commit) -> str:
         shutil.rmtree(layout)
     blobs = layout / "blobs" / "sha256"
     blobs.mkdir(parents=True)
-    layer, diff_id = write_layer(rootfs, blobs, commit.epoch)
-    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(commit.epoch))
-    labels = {
-        "org.opencontainers.image.title": IMAGE_NAME,
-        "org.opencontainers.image.version": commit.version,
-        "org.opencontainers.image.revision": commit.revision,
-        "org.opencontainers.image.source": SOURCE_URL,
-        "org.opencontainers.image.created": created,
-        "org.opencontainers.image.licenses": "AGPL-3.0-only",
-    }
-    config = write_json_blob(
-        blobs,
-        {
-            "architecture": "amd64",
-            "os": "linux",
-            "created": created,
-            "config": {
-                "User": f"{UID}:{GID}",
-                "Entrypoint": ["/usr/local/bin/slipway"],
-                "Cmd": ["server"],
-                "WorkingDir": DATA_DIR,
-                "Env": [
-                    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    f"HOME={HOME}",
-                    "LANG=C.UTF-8",
-                    "PYTHONDONTWRITEBYTECODE=1",
-                    f"SLIPWAY_DATA_DIR={DATA_DIR}",
-                    f"XDG_CACHE_HOME={CACHE_DIR}",
-                    # Listen on every interface: in a container, the loopback default is unreachable from outside.
-                    "SLIPWAY_ADDRESS=0.0.0.0:3000",
-                ],
-                "ExposedPorts": {"3000/tcp": {}},
-                "Volumes": {DATA_DIR: {}, CACHE_DIR: {}},
-                "Labels": labels,
-            },
-            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-            "history": [{"created": created, "created_by": "deploy/image/build.py"}],
-        },
-    )
+    layer, layer_diff_id = write_layer(rootfs, blobs, commit.epoch)
+    labels, config_document = image_config(commit, layer_diff_id)
+    config = write_json_blob(blobs, config_document)
     manifest = write_json_blob(
         blobs,
         {
@@ -390,7 +438,7 @@ def write_layout(rootfs: Path, layout: Path, commit: Commit) -> str:
             for tag in (commit.version, "latest")
         ],
     }
-    (layout / "index.json").write_text(json.dumps(index, sort_keys=True, separators=(",", ":")))
+    (layout / "index.json").write_bytes(json_bytes(index))
     return manifest.digest
 
 
@@ -398,11 +446,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO / "dist")
     parser.add_argument("--cache", type=Path, default=REPO / "dist" / "image-cache")
+    parser.add_argument("--revision", default="HEAD", help="the commit to build (default: HEAD)")
+    parser.add_argument("--debian-stage", type=Path, help="keep the Debian stage here and reuse it (see above)")
+    parser.add_argument("--no-archive", action="store_true", help="write the OCI layout only, no docker archive")
+    parser.add_argument(
+        "--config-digest", action="store_true", help="print the image config's digest only; write no image"
+    )
+    parser.add_argument("--keep-rootfs", type=Path, help="leave the finished rootfs here (to compare two builds)")
     args = parser.parse_args()
     if sys.version_info[:2] != (3, 11):
         raise SystemExit("build the image with Python 3.11: its wheels are fetched for Debian bookworm's python3")
+    # Every file and directory the build creates takes its mode from the umask: a 002 umask would change the layer.
+    os.umask(0o022)
     started = time.monotonic()
-    commit = describe_commit()
+    commit = describe_commit(args.revision)
     log(f"slipway {commit.version} at {commit.revision[:12]}, SOURCE_DATE_EPOCH={commit.epoch}", started)
     wheels = args.cache / "wheels"
     fetch_wheels(runtime_pins(), wheels)
@@ -413,16 +470,27 @@ def main() -> None:
         ours = our_wheel(commit, work)
         log(f"built {ours.name}", started)
         rootfs = work / "rootfs"
-        debian_rootfs(rootfs, commit)
-        log("Debian rootfs built", started)
+        reused = debian_rootfs(rootfs, commit, args.debian_stage)
+        log(f"Debian rootfs {'copied from the stage' if reused else 'built'}", started)
         install_slipway(rootfs, wheels, ours, work / "source")
         check_shared_libraries(rootfs)
         install_wheelhouse(rootfs)
         add_user(rootfs)
         scrub(rootfs)
         log("Slipway installed", started)
+        if args.keep_rootfs:
+            shutil.rmtree(args.keep_rootfs, ignore_errors=True)
+            shutil.move(rootfs, args.keep_rootfs)
+            rootfs = args.keep_rootfs
+        if args.config_digest:
+            _labels, config = image_config(commit, diff_id(rootfs, commit.epoch))
+            print(f"config sha256:{hashlib.sha256(json_bytes(config)).hexdigest()}", flush=True)
+            log("config digest computed", started)
+            return
         digest = write_layout(rootfs, args.out / "image", commit)
     log(f"OCI layout {args.out / 'image'}: {digest}", started)
+    if args.no_archive:
+        return
     archive = args.out / "slipway-image.tar"
     archive.unlink(missing_ok=True)
     run("skopeo", "copy", "--quiet", f"oci:{args.out / 'image'}:{commit.version}",

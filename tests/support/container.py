@@ -9,13 +9,16 @@ files) are above this host's hard limits, so containers get the test's own.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,17 +40,57 @@ events_logger = "file"
 """
 
 
-def build_image(out: Path) -> float:
-    """Build the image into ``out`` (image/ and slipway-image.tar); returns the seconds it took."""
+def build_image(out: Path, *options: str) -> tuple[float, str]:
+    """Build the image into ``out`` (image/ and slipway-image.tar, unless ``options`` say otherwise, e.g.
+    --debian-stage DIR, --config-digest); returns the seconds it took and what the build printed."""
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, str(BUILD_SCRIPT), "--out", str(out), "--cache", str(REPO / "dist" / "image-cache")],
+        [sys.executable, str(BUILD_SCRIPT), "--out", str(out), "--cache", str(REPO / "dist" / "image-cache"), *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     assert result.returncode == 0, result.stdout
-    return time.monotonic() - started
+    return time.monotonic() - started, result.stdout
+
+
+def layer_differences(layout: Path, rootfs: Path, epoch: int) -> list[str]:
+    """The paths whose type, mode, owner, clamped time or content differ between the image's (single) layer and an
+    unpacked rootfs: what makes two builds' digests differ, named."""
+    _index, manifest, _config = read_layout(layout)
+    blob = layout / "blobs" / "sha256" / manifest["layers"][0]["digest"].split(":")[1]
+    layer: dict[str, tuple[object, ...]] = {}
+    with tarfile.open(blob, mode="r|gz") as tar:
+        for member in tar:
+            content = member.linkname
+            if member.isreg() and not member.islnk():
+                reader = tar.extractfile(member)
+                content = hashlib.sha256(reader.read() if reader else b"").hexdigest()
+            layer[member.name] = (oct(member.mode & 0o7777), member.uid, member.gid, member.mtime, content)
+    unpacked: dict[str, tuple[object, ...]] = {}
+    first_names: dict[tuple[int, int], str] = {}
+    # Sorted paths compare part by part: the build's order, so a hard link's first name is the one the tar keeps.
+    for path in sorted(rootfs.rglob("*")):
+        info = path.lstat()
+        if stat.S_ISSOCK(info.st_mode) or stat.S_ISFIFO(info.st_mode):
+            continue
+        name = str(path.relative_to(rootfs))
+        if path.is_symlink():
+            content = os.readlink(path)
+        elif stat.S_ISREG(info.st_mode) and info.st_nlink > 1 and (info.st_dev, info.st_ino) in first_names:
+            content = first_names[(info.st_dev, info.st_ino)]  # the tar's hard link names its first path
+        elif stat.S_ISREG(info.st_mode):
+            first_names[(info.st_dev, info.st_ino)] = name
+            content = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            content = ""
+        mtime = min(int(info.st_mtime), epoch)
+        unpacked[name] = (oct(info.st_mode & 0o7777), info.st_uid, info.st_gid, mtime, content)
+    return [
+        f"{name}: {layer.get(name)} != {unpacked.get(name)}"
+        for name in sorted(set(layer) | set(unpacked))
+        if layer.get(name) != unpacked.get(name)
+    ]
 
 
 def read_layout(layout: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
