@@ -19,7 +19,7 @@ from app.auth.blueprints import api_blueprint
 from app.connectionlog.services import Way
 from app.core.errors import InvalidInput
 from app.core.extensions import db
-from app.core.limits import live_connection
+from app.core.limits import live_connection, replica_draining
 from app.core.redis_client import get_redis
 from app.core.signing import signer
 from app.core.validation import json_body
@@ -180,6 +180,7 @@ def open_tunnel(agent_id: str, holder: tunnels.Holder, wanted: DialRequest, way:
     end."""
     client, signing = get_redis(), signer()
     origin = connections.request_origin()
+    draining = replica_draining()
     db.session.remove()  # a tunnel may stay open for hours: hold no database connection
     with live_connection():  # before dialing: a refused tunnel must not have the agent dial back
         half = tunnels.dial(client, signing, agent_id, wanted, holder)
@@ -193,7 +194,7 @@ def open_tunnel(agent_id: str, holder: tunnels.Holder, wanted: DialRequest, way:
             end = tunnels.TunnelEnd(broken=True)
             try:
                 with activity.open_connection(holder.workspace_id, client):
-                    end = tunnels.relay(websocket, half)
+                    end = tunnels.relay(websocket, half, draining)
             finally:
                 connections.tunnel_closed(half.tunnel_id, holder.workspace_id, end)
 

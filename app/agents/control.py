@@ -14,6 +14,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from app.agents import services
 from app.agents.tunnels import DIAL_FRESH_SECONDS, verified_dial
@@ -22,7 +23,7 @@ from app.core.extensions import db
 from app.core.signing import Signer
 from app.core.websocket import WebSocket, WebSocketClosed
 from app.events.relay import EventRelay
-from protocol.agentapi import CLOSE_OUTDATED, CLOSE_SUPERSEDED
+from protocol.agentapi import CLOSE_OUTDATED, CLOSE_SERVER_RESTARTING, CLOSE_SUPERSEDED, SERVER_RESTARTING_REASON
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +34,18 @@ MAX_PENDING_DIALS = 256
 
 class ControlConnection:
     def __init__(
-        self, websocket: WebSocket, agent_id: str, relay: EventRelay, heartbeat_seconds: int, secret_key: str
+        self,
+        websocket: WebSocket,
+        agent_id: str,
+        relay: EventRelay,
+        heartbeat_seconds: int,
+        secret_key: str,
+        draining: Callable[[], bool] = lambda: False,
     ) -> None:
         self.websocket = websocket
+        # True once this replica drains: the agent is told to reconnect (to another replica) at once, rather than
+        # finding its connection cut when the replica stops and waiting out its back-off.
+        self.draining = draining
         self.agent_id = agent_id
         self.relay = relay
         self.signer = Signer(secret_key)
@@ -102,6 +112,9 @@ class ControlConnection:
         self.websocket.last_pong = ping_sent
         self.websocket.ping()
         while not self.closed.is_set():
+            if self.draining():
+                self.websocket.close(CLOSE_SERVER_RESTARTING, SERVER_RESTARTING_REASON)
+                return
             try:
                 message = self.dials.get(timeout=max(min(next_beat - time.monotonic(), 1.0), 0.0))
                 self.websocket.send(message)

@@ -36,6 +36,12 @@ http {{
     access_log {root}/nginx-access.log upstreams;
     client_body_temp_path {root}/nginx-body;
     proxy_temp_path {root}/nginx-proxy;
+    # WebSockets (agents' control connections, tunnels, terminals) pass the upgrade on; other requests keep the
+    # upstream connection alive (an empty Connection header).
+    map $http_upgrade $connection_upgrade {{
+        default upgrade;
+        "" "";
+    }}
     upstream slipway {{
 {servers}
         keepalive 32;
@@ -45,7 +51,8 @@ http {{
         location / {{
             proxy_pass http://slipway;
             proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            proxy_set_header Upgrade $http_upgrade;
+            proxy_set_header Connection $connection_upgrade;
             proxy_set_header Host $http_host;
             proxy_set_header X-Forwarded-For $remote_addr;
             # Live streams: no buffering, and longer than a heartbeat's silence.
@@ -58,6 +65,24 @@ http {{
             proxy_read_timeout 120s;
             # A replica that is gone refuses the connection: the request goes to the next one.
             proxy_next_upstream error timeout http_502;
+            proxy_connect_timeout 2s;
+        }}
+        # Agents' control connections and tunnels (WebSockets): a draining replica refuses a new control connection
+        # with 503 before the upgrade, and nginx takes it to the next replica. No http_502 here: a WebSocket that a
+        # replica accepted is not nginx's to send elsewhere.
+        location /api/v2/workspaceagents/ {{
+            proxy_pass http://slipway;
+            proxy_http_version 1.1;
+            proxy_set_header Upgrade $http_upgrade;
+            proxy_set_header Connection $connection_upgrade;
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $remote_addr;
+            proxy_buffering off;
+            proxy_request_buffering off;
+            client_body_buffer_size 16m;
+            client_max_body_size 64m;
+            proxy_read_timeout 120s;
+            proxy_next_upstream error timeout http_503;
             proxy_connect_timeout 2s;
         }}
     }}
@@ -81,8 +106,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_nginx(root: Path, ports: list[int]) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+def start_nginx(root: Path, ports: list[int], port: int) -> tuple[subprocess.Popen[bytes], str]:
     servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=1 fail_timeout=2s;" for p in ports)
     conf = root / "nginx.conf"
     conf.write_text(NGINX_CONF.format(root=root, servers=servers, port=port))
@@ -220,6 +244,7 @@ def rolling_deployment(
 ) -> Iterator[RollingDeployment]:
     plan = SoakPlan(seconds=60, replicas=3, daemons=daemons, builds=1, viewers=viewers, lines_per_build=lines,
                     line_pause=pause)  # fmt: skip
+    proxy_port = _free_port()
     database = f"rolling_{int(time.time() * 1000)}"
     cluster.execute(f"CREATE DATABASE {database}")
     (root / "redis").mkdir(parents=True)
@@ -232,6 +257,8 @@ def rolling_deployment(
         "SLIPWAY_DRAIN_PERIOD": str(drain),
         # Every viewer is one person; a killed replica's slots linger until they expire (a minute).
         "SLIPWAY_MAX_LIVE_CONNECTIONS_PER_USER": str(viewers * 4 + 20),
+        # Workspaces' agents reach the server through the proxy, as they would a Kubernetes Service.
+        "SLIPWAY_ACCESS_URL": f"http://127.0.0.1:{proxy_port}",
     }
     deployment = RollingDeployment(root)
     deployment.replicas = [Replica(index, root / f"replica-{index}", env) for index in range(3)]
@@ -243,7 +270,7 @@ def rolling_deployment(
             starter.start()
         for starter in starters:
             starter.join(timeout=300)
-        nginx, deployment.url = start_nginx(root, [replica.server.port for replica in deployment.replicas])
+        nginx, deployment.url = start_nginx(root, [replica.server.port for replica in deployment.replicas], proxy_port)
         url = deployment.url
         account = {"username": "alice", "email": "alice@example.com", "password": PASSWORD}
         assert httpx.post(f"{url}/api/v2/users/first", json=account).status_code == 201
