@@ -6,9 +6,11 @@ wait, start, next once ready, as Kubernetes rolls a Deployment) and kill -9."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,11 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from websockets.exceptions import WebSocketException
+from websockets.sync.client import connect
 
 from app.server.embedded_redis import start_embedded_redis
 from app.server.processes import stop
+from tests.conftest import run_cli
+from tests.support.deployment import EXAMPLE, stop_workspaces
 from tests.support.postgres import PostgresCluster
 from tests.support.provisionerd import DAEMON_PSK, DaemonProcess, push_import, wait_job
+from tests.support.server import SLIPWAY
 from tests.support.soak import NUMBERED_LINE, PASSWORD, SECRET_KEY, TERMINAL, Replica, SoakPlan, soak_template
 from tests.support.sse import events
 
@@ -100,6 +107,51 @@ class Follower:
     ended: str = ""
 
 
+@dataclass
+class Watch:
+    """Something a person keeps using through the proxy, tried again and again: each time it was out (from the
+    start of the first failed try to the next that worked) and what the failed tries got."""
+
+    out_seconds: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    tries: int = 0
+    answered: int = 0
+    down_since: float | None = None
+
+    def reset(self) -> None:
+        self.out_seconds.clear()
+        self.failures.clear()
+        self.tries = self.answered = 0
+        self.down_since = None
+
+    def tried(self, began: float, failure: str) -> None:
+        self.tries += 1
+        if not failure:
+            self.answered += 1
+        if failure:
+            self.failures.append(failure)
+            if self.down_since is None:
+                self.down_since = began
+        elif self.down_since is not None:
+            self.out_seconds.append(time.monotonic() - self.down_since)
+            self.down_since = None
+
+
+@dataclass
+class SSHSession:
+    """`slipway ssh` sessions held open one after another: how each one ended (exit status, its last words) and
+    how long the next took to be up."""
+
+    ends: list[tuple[int, str]] = field(default_factory=list)
+    back_seconds: list[float] = field(default_factory=list)
+    up: threading.Event = field(default_factory=threading.Event)
+
+
+# An agent whose control connection is gone drops a dial published meanwhile: a probe that gets no answer within
+# this long is a failed try (the next one is dialed anew), not a 15 s wait for the dial's own time-out.
+PROBE_ANSWER_SECONDS = 3.0
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -153,6 +205,84 @@ def follow(url: str, token: str, follower: Follower, stopping: threading.Event) 
             if ended_at is None:
                 ended_at = time.monotonic()
             stopping.wait(1.0)
+
+
+def probe_agent(url: str, token: str, agent_id: str, port: int, watch: Watch, stopping: threading.Event) -> None:
+    """Reach the workspace's dev server through a new tunnel each time (a dial over the agent's control
+    connection): while the agent is connected to some replica this answers; its time out is the agent's time
+    away."""
+    ws = url.replace("http://", "ws://") + f"/api/v2/workspaceagents/{agent_id}/tunnel?service=tcp&port={port}"
+    while not stopping.is_set():
+        began, failure = time.monotonic(), ""
+        try:
+            with connect(
+                ws, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=PROBE_ANSWER_SECONDS
+            ) as tunnel:
+                tunnel.send(b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n")
+                answer = tunnel.recv(timeout=PROBE_ANSWER_SECONDS)
+                if not (isinstance(answer, bytes) and answer.startswith(b"HTTP/1.0 200")):
+                    failure = f"answered {answer[:40]!r}"
+        except (WebSocketException, OSError, TimeoutError) as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+        watch.tried(began, failure)
+        stopping.wait(0.25)
+
+
+def watch_app(url: str, watch: Watch, stopping: threading.Event) -> None:
+    """A browser tab with the workspace's app open, reloading it: every answer through the proxy must be the
+    app's own."""
+    with httpx.Client(timeout=30) as client:
+        while not stopping.is_set():
+            began, failure = time.monotonic(), ""
+            try:
+                reply = client.get(url)
+                if reply.status_code != 200:
+                    failure = f"{reply.status_code} {reply.text[:200]}"
+            except httpx.TransportError as exc:
+                failure = f"{type(exc).__name__}: {exc}"
+            watch.tried(began, failure)
+            stopping.wait(0.25)
+
+
+def hold_ssh(env: dict[str, str], workspace: str, session: SSHSession, stopping: threading.Event) -> None:
+    """A person's `slipway ssh` session, held open; when it ends, they connect again at once."""
+    ended_at: float | None = None
+    while not stopping.is_set():
+        process = subprocess.Popen(
+            [SLIPWAY, "ssh", workspace, "echo up; exec sleep 100000"],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert process.stdout is not None and process.stderr is not None
+        first = process.stdout.readline()
+        if first.strip() == "up":
+            if ended_at is not None:
+                session.back_seconds.append(time.monotonic() - ended_at)
+            session.up.set()
+            while process.poll() is None and not stopping.is_set():
+                stopping.wait(0.2)
+        if process.poll() is None:
+            process.terminate()
+        process.wait(timeout=60)
+        if stopping.is_set():
+            return
+        ended_at = time.monotonic()
+        session.ends.append((process.returncode, (first + process.stderr.read()).strip()[-300:]))
+
+
+@dataclass
+class HeldOpen:
+    """A workspace in use during the roll: its agent probed, its app open, an SSH session held."""
+
+    agent: Watch = field(default_factory=Watch)
+    app: Watch = field(default_factory=Watch)
+    ssh: SSHSession = field(default_factory=SSHSession)
+    threads: list[threading.Thread] = field(default_factory=list)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=90)
 
 
 def rolling_restart(replicas: list[Replica], log: Callable[[str], None]) -> list[float]:
@@ -225,6 +355,57 @@ class RollingDeployment:
             }
         return outcomes, stored
 
+    def cli_env(self) -> dict[str, str]:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("SLIPWAY_")}
+        env.update(SLIPWAY_URL=self.url, SLIPWAY_SESSION_TOKEN=self.token, XDG_CONFIG_HOME=str(self.root / "cli"))
+        return env
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        done: subprocess.CompletedProcess[str] = run_cli(*args, env=self.cli_env(), timeout=300)
+        assert done.returncode == 0, f"slipway {' '.join(args)}: {done.stdout}{done.stderr}"
+        return done
+
+    def hold_workspace_open(self, name: str = "held") -> HeldOpen:
+        """A workspace of examples/local (its agent reaching the server through the proxy) with a dev server
+        running, then: a probe of its agent, its app open, and an SSH session held, all through the proxy."""
+        port = _free_port()
+        self.cli("templates", "push", "local", "-d", str(EXAMPLE), "--variable", f"workspaces_root={self.workspaces}")
+        self.cli("create", name, "-t", "local", "-p", f"dev_port={port}", "-p", "dev_share=public")
+        with self.admin() as admin:
+            agent: dict[str, Any] = {}
+            deadline = time.monotonic() + 300
+            while not (agent.get("status") == "connected" and agent.get("lifecycle_state") == "ready"):
+                assert time.monotonic() < deadline, f"the agent of {name} was not ready in 5 minutes: {agent}"
+                time.sleep(0.5)
+                found = admin.get("/workspaces", params={"owner": "me", "name": name}).json()
+                resources = found[0]["latest_build"]["resources"] if found else []
+                agents = [one for resource in resources for one in resource["agents"]]
+                agent = agents[0] if agents else {}
+        serve = f"nohup {sys.executable} -m http.server --bind 127.0.0.1 {port} > dev.log 2>&1 < /dev/null &"
+        self.cli("ssh", name, serve)
+        held = HeldOpen()
+        app = f"{self.url}/@alice/{name}.main/apps/dev/"
+        held.threads = [
+            threading.Thread(target=probe_agent, args=(self.url, self.token, agent["id"], port, held.agent,
+                                                       held.stopping), daemon=True),
+            threading.Thread(target=watch_app, args=(app, held.app, held.stopping), daemon=True),
+            threading.Thread(target=hold_ssh, args=(self.cli_env(), name, held.ssh, held.stopping), daemon=True),
+        ]  # fmt: skip
+        for thread in held.threads:
+            thread.start()
+        deadline = time.monotonic() + 120
+        while not (held.ssh.up.is_set() and held.app.answered and held.agent.answered):
+            assert time.monotonic() < deadline, f"the held workspace did not answer: {held}"
+            time.sleep(0.2)
+        # The dev server starts in the background: what failed before it listened is not the roll's doing.
+        held.agent.reset()
+        held.app.reset()
+        return held
+
+    @property
+    def workspaces(self) -> Path:
+        return self.root / "workspaces"
+
     def proxied(self) -> list[list[str]]:
         """nginx's access log, one list a request: status, upstream statuses, upstream addresses, method, path."""
         return [line.split() for line in (self.root / "nginx-access.log").read_text().splitlines() if line]
@@ -292,6 +473,7 @@ def rolling_deployment(
         yield deployment
     finally:
         deployment.stopping.set()
+        stop_workspaces(deployment.workspaces)
         for daemon in deployment.daemons:
             with contextlib.suppress(Exception):
                 daemon.stop()
