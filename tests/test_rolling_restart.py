@@ -32,11 +32,13 @@ def assert_held_through_the_roll(held: HeldOpen) -> None:
     assert held.agent.answered > 0 and held.app.answered > 0
     # The app is served whichever replica a request reaches, and a replica ends no app request it took.
     assert held.app.failures == []
-    # The agent was reached through the roll; each time it was out it was back quickly (the probe may time out
-    # on a dial lost while it reconnected, nothing else).
+    # The agent was reached through the roll; each time it was out it was back quickly. A probe fails only for
+    # the roll: its tunnel ended by a draining replica (4503), its dial refused while the agent was between
+    # connections (409) or lost then (no answer: TimeoutError).
     assert held.agent.down_since is None, held.agent.failures
     assert all(seconds < AGENT_BACK_WITHIN_SECONDS for seconds in held.agent.out_seconds), held.agent
-    assert all("TimeoutError" in failure for failure in held.agent.failures), held.agent.failures
+    expected = ("4503 (private use) server restarting", "HTTP 409", "TimeoutError")
+    assert all(any(kind in failure for kind in expected) for failure in held.agent.failures), held.agent.failures
     # Every replica held a half of the SSH session's tunnel in turn: it ended, said why, and was back at once.
     assert held.ssh.ends, "the SSH session outlived three replicas that drained"
     assert all(code == 1 and SSH_RESTARTING in said for code, said in held.ssh.ends), held.ssh.ends

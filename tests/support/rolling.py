@@ -248,25 +248,26 @@ def hold_ssh(env: dict[str, str], workspace: str, session: SSHSession, stopping:
     """A person's `slipway ssh` session, held open; when it ends, they connect again at once."""
     ended_at: float | None = None
     while not stopping.is_set():
-        process = subprocess.Popen(
+        with subprocess.Popen(
             [SLIPWAY, "ssh", workspace, "echo up; exec sleep 100000"],
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert process.stdout is not None and process.stderr is not None
-        first = process.stdout.readline()
-        if first.strip() == "up":
-            if ended_at is not None:
-                session.back_seconds.append(time.monotonic() - ended_at)
-            session.up.set()
-            while process.poll() is None and not stopping.is_set():
-                stopping.wait(0.2)
-        if process.poll() is None:
-            process.terminate()
-        process.wait(timeout=60)
+        ) as process:  # fmt: skip
+            assert process.stdout is not None and process.stderr is not None
+            first = process.stdout.readline()
+            if first.strip() == "up":
+                if ended_at is not None:
+                    session.back_seconds.append(time.monotonic() - ended_at)
+                session.up.set()
+                while process.poll() is None and not stopping.is_set():
+                    stopping.wait(0.2)
+            if process.poll() is None:
+                process.terminate()
+            said = (first + process.stderr.read()).strip()[-300:]
+            process.wait(timeout=60)
         if stopping.is_set():
             return
         ended_at = time.monotonic()
-        session.ends.append((process.returncode, (first + process.stderr.read()).strip()[-300:]))
+        session.ends.append((process.returncode, said))
 
 
 @dataclass
