@@ -74,6 +74,20 @@ http {{
             proxy_next_upstream error timeout http_502;
             proxy_connect_timeout 2s;
         }}
+        # Workspaces' apps: a 502 here is Slipway's answer that the app is unreachable, not a replica gone (nginx
+        # would mark every replica failed for one app that is down).
+        location /@ {{
+            proxy_pass http://slipway;
+            proxy_http_version 1.1;
+            proxy_set_header Upgrade $http_upgrade;
+            proxy_set_header Connection $connection_upgrade;
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $remote_addr;
+            proxy_buffering off;
+            proxy_read_timeout 120s;
+            proxy_next_upstream error timeout;
+            proxy_connect_timeout 2s;
+        }}
         # Agents' control connections and tunnels (WebSockets): a draining replica refuses a new control connection
         # with 503 before the upgrade, and nginx takes it to the next replica. No http_502 here: a WebSocket that a
         # replica accepted is not nginx's to send elsewhere.
@@ -287,16 +301,18 @@ class HeldOpen:
 
 
 def rolling_restart(replicas: list[Replica], log: Callable[[str], None]) -> list[float]:
-    """SIGTERM one replica, wait for it to stop, start it, and go on once it is ready; returns each one's time away."""
+    """SIGTERM one replica, wait for it to stop, start it, and go on once it is ready; returns each one's time away
+    (and logs how much of it was stopping: the drain period, then what its web server still held)."""
     away = []
     for replica in replicas:
         began = time.monotonic()
         assert replica.server.process is not None
         replica.server.process.send_signal(signal.SIGTERM)
         code = replica.server.process.wait(timeout=120)
+        stopped = time.monotonic() - began
         replica.start()  # returns once /healthz answers 200
         away.append(time.monotonic() - began)
-        log(f"replica {replica.index} restarted (exit {code}) in {away[-1]:.1f} s")
+        log(f"replica {replica.index} restarted (exit {code}) in {away[-1]:.1f} s, {stopped:.1f} s of it stopping")
     return away
 
 
