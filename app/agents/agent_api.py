@@ -169,6 +169,8 @@ def control() -> Response:
 def tunnel(tunnel_id: str) -> Response:
     """The agent's half of a tunnel it was asked to dial (or the reason its dial failed)."""
     error = request.args.get("error", "")[:500] or None
+    if replica_draining()():  # it would end at once: a proxy takes it to a replica that stays (503 before the upgrade)
+        raise ServiceUnavailable("This server is restarting; connect again (to another replica).")
     client = get_redis()
     if not tunnels.dialed_to(client, signer(), tunnel_id, _agent().id):
         raise NotFound("No tunnel with that id was dialed to this agent.")

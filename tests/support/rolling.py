@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -251,7 +252,8 @@ def watch_app(url: str, watch: Watch, stopping: threading.Event) -> None:
             try:
                 reply = client.get(url)
                 if reply.status_code != 200:
-                    failure = f"{reply.status_code} {reply.text[:200]}"
+                    said = " ".join(re.sub(r"<[^>]+>", " ", reply.text).split())
+                    failure = f"{reply.status_code} {said[said.find('not reachable') :][:300]}"
             except httpx.TransportError as exc:
                 failure = f"{type(exc).__name__}: {exc}"
             watch.tried(began, failure)
