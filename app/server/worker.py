@@ -234,25 +234,6 @@ class GuardedGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn is un
                 if self.open_by_client[key] < self.per_client:
                     self.refusing.discard(key)
 
-    def handle_exit(self, sig: Any, frame: Any) -> None:
-        """SIGTERM (the replica stops, after its drain period): besides requests in flight, gunicorn waits out its
-        graceful timeout for every kept-alive connection idle between two requests (a proxy keeps dozens open, for
-        30 s), so a replica always took that long to stop. Those hold no request: they are closed, as they become
-        idle, and the worker exits once the requests in flight are done."""
-        super().handle_exit(sig, frame)
-        gevent.spawn(self._close_idle_connections)
-
-    def _close_idle_connections(self) -> None:
-        while True:
-            for sock in list(self.sockets_by_greenlet.values()):
-                deadline = sock.head_deadline
-                if deadline is not None and not deadline.started:  # waiting for a request's first byte
-                    try:
-                        sock.shutdown(gsocket.SHUT_RDWR)  # gunicorn's read ends: no request, connection closed
-                    except OSError:
-                        pass
-            gevent.sleep(0.2)
-
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> bool:
         sock.current_request = req
         try:
