@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support.postgres import PostgresCluster
 from tests.support.rolling import HeldOpen, lost_and_repeated, rolling_deployment, rolling_restart
 
@@ -47,6 +49,8 @@ def assert_held_through_the_roll(held: HeldOpen) -> None:
     assert max(held.ssh.back_seconds) < BACK_WITHIN_SECONDS, held.ssh.back_seconds
 
 
+# Three replicas, a workspace, two builds and a roll: about 2.5 minutes alone, more on a machine other runs share.
+@pytest.mark.timeout(600)
 def test_a_rolling_restart_then_a_kill_lose_no_line_and_no_build_and_give_no_5xx(
     tmp_path: Path, postgres: PostgresCluster
 ) -> None:
