@@ -53,7 +53,14 @@ from agent.script_timings import ScriptTimingReporter
 from agent.scripts import OUTPUT_CLOSE_WAIT, ScriptResult, ScriptRunner
 from agent.ssh_service import SSHService
 from agent.tunnels import TunnelDialer, control_dial
-from protocol.agentapi import CLOSE_NEW_TOKEN, CLOSE_OUTDATED, LifecycleState, Manifest, NewToken
+from protocol.agentapi import (
+    CLOSE_NEW_TOKEN,
+    CLOSE_OUTDATED,
+    CLOSE_SERVER_RESTARTING,
+    LifecycleState,
+    Manifest,
+    NewToken,
+)
 from protocol.codec import ProtocolError
 from protocol.cron import CronError, parse_schedule
 from protocol.resources import Script
@@ -212,23 +219,28 @@ class Agent:
                 self._problems.report(f"the manifest could not be had: {exc}")
             finally:
                 await websocket.close()
-            self._note_closed(websocket)
-            if websocket.close_code == CLOSE_NEW_TOKEN:
-                continue  # the new token is in hand: reconnect with it at once (the workspace waits for that)
+            if self._note_closed(websocket):
+                continue
             if time.monotonic() - connected_at > STABLE_CONNECTION:
                 backoff.reset()
             await asyncio.sleep(backoff.next_delay())
 
-    def _note_closed(self, websocket: ClientConnection) -> None:
+    def _note_closed(self, websocket: ClientConnection) -> bool:
+        """Log why the control connection closed; True when the agent should connect again at once."""
         code, reason = websocket.close_code, websocket.close_reason
-        if code == CLOSE_NEW_TOKEN:
+        if code == CLOSE_NEW_TOKEN:  # the new token is in hand: the workspace waits for this agent to use it
             log.info("the server handed this agent a new token (the workspace was claimed); reconnecting with it")
-        elif code == CLOSE_OUTDATED:
+            return True
+        if code == CLOSE_SERVER_RESTARTING:  # its replica is draining; the proxy sends the next one to another
+            log.info("the server is restarting (%s %s); reconnecting at once", code, reason)
+            return True
+        if code == CLOSE_OUTDATED:
             self._problems.report(f"this agent no longer belongs to the workspace's current build (4001 {reason})")
         elif code is not None and code >= 4000:
             self._problems.report(f"the server closed the control connection ({code} {reason})")
         else:
             log.info("the control connection closed (%s); reconnecting", code)
+        return False
 
     async def _serve_control(self, websocket: ClientConnection) -> None:
         manifest = await retry(self._api.get_manifest, self._problems)

@@ -12,7 +12,10 @@ rolling 3 web replicas on one PostgreSQL and one Redis behind nginx (Debian's), 
         EventSource does). The replicas are restarted one at a time as Kubernetes rolls a Deployment: SIGTERM, wait
         until it has stopped, start it again, the next only once it answers /healthz. Printed: each viewer's time
         back after its stream ended (p50, p99; target p99 <= 5 s), log lines lost or received twice (target 0),
-        builds that did not succeed, and the 5xx answers nginx gave. Exits 1 when a line was lost or repeated or a
+        builds that did not succeed, and the 5xx answers nginx gave. Meanwhile a workspace of examples/local (its
+        agent connected through nginx) is in use: its agent reached over a new tunnel every 0.25 s (the agent's
+        time back after its replica went: p50, p99, target p99 <= 5 s), its app open, and a `slipway ssh`
+        session held (ended sessions and their time back). Exits 1 when a line was lost or repeated or a
         build failed.
 
     .venv/bin/python bench/deploy.py [--section image|rolling] [--runs 5] [--builds 6] [--viewers 24] [--drain 3]
@@ -132,10 +135,13 @@ def rolling_restart_figures(builds: int, viewers: int, drain: int, lines: int, p
             root, cluster, daemons=builds, drain=drain, lines=lines, pause=pause, viewers=viewers
         ) as deployment:
             log(f"3 replicas behind nginx at {deployment.url}, {builds} external daemons")
+            held = deployment.hold_workspace_open()
+            log("a workspace in use: its agent probed, its app open, an SSH session held")
             started = deployment.start_builds(builds, "rolling")
             followers, threads = deployment.follow(started, viewers)
             log(f"{builds} builds of {lines} lines ({pause * 1000:.0f} ms apart), {viewers} viewers following")
             away = rolling_restart(deployment.replicas, log)
+            held.stop()
             outcomes, stored = deployment.finish(started, threads)
             proxied = deployment.proxied()
     finally:
@@ -143,6 +149,7 @@ def rolling_restart_figures(builds: int, viewers: int, drain: int, lines: int, p
     lost, repeated, disordered = lost_and_repeated(followers, stored, lines)
     back = [seconds for f in followers for seconds in f.back_seconds]
     failed = [o for o in outcomes if o["status"] != "succeeded"]
+    agent_out = held.agent.out_seconds or [0.0]  # never out: back at once
     errors = [fields for fields in proxied if fields[0].startswith("5")]
     figures = [
         f"rolling restart of 3 replicas (drain {drain} s) behind nginx: each away for "
@@ -155,6 +162,13 @@ def rolling_restart_figures(builds: int, viewers: int, drain: int, lines: int, p
         f"nginx: {len(proxied)} requests, {len(errors)} answered 5xx"
         + (": " + "; ".join(" ".join(fields) for fields in errors[:5]) if errors else ""),
         f"viewers refused on reconnect: {sorted({s for f in followers for s in f.refused})}",
+        f"agent back after its replica went: {len(held.agent.out_seconds)} times out of {held.agent.tries} tries, "
+        f"p50 {percentile(agent_out, 0.5):.2f} s, p99 {percentile(agent_out, 0.99):.2f} s "
+        f"(target p99 <= 5 s); failed tries: {sorted(set(held.agent.failures))[:3]}",
+        f"app open: {held.app.tries} requests, {len(held.app.failures)} failed",
+        f"SSH sessions ended by a draining replica: {len(held.ssh.ends)}, back in "
+        + ", ".join(f"{seconds:.1f} s" for seconds in held.ssh.back_seconds)
+        + f"; said: {sorted({said.splitlines()[-1] for _, said in held.ssh.ends})}",
     ]
     clean = lost == 0 and repeated == 0 and disordered == 0 and not failed
     if clean:

@@ -142,7 +142,15 @@ async def _session(endpoint: TunnelEndpoint, request: SessionRequest, stdin: Int
     # our end of the socketpair is the EOF asyncssh notices; otherwise it would wait for the agent for ever.
     bridge.add_done_callback(lambda _: writer.close())
     try:
-        return await _run_client(ssh_socket, request, stdin)
+        status = await _run_client(ssh_socket, request, stdin)
+        if status == NO_EXIT_STATUS:
+            # The session ended without a status: most likely the tunnel under it closed, and its reason (e.g. "the
+            # server replica is restarting: connect again") says what to do, where a bare 255 says nothing.
+            await asyncio.wait({bridge}, timeout=BRIDGE_CLOSE_SECONDS)
+            reason = bridge.exception() if bridge.done() and not bridge.cancelled() else None
+            if isinstance(reason, click.ClickException):
+                raise reason
+        return status
     except (asyncssh.Error, OSError) as exc:
         # When the tunnel ended with a reason (the agent's, the server's), that explains more than asyncssh can.
         await asyncio.wait({bridge}, timeout=BRIDGE_CLOSE_SECONDS)

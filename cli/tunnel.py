@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketExce
 from cli.client import SlipwayClient
 from cli.config import load_config
 from cli.workspaces import find_workspace
-from protocol.agentapi import EOF_MESSAGE, TunnelControl
+from protocol.agentapi import CLOSE_SERVER_RESTARTING, EOF_MESSAGE, TunnelControl
 from protocol.codec import ProtocolError
 from protocol.publicapi import Workspace, WorkspaceAgent, WorkspaceResource
 
@@ -374,6 +374,11 @@ class TunnelPump:
             if self._directions_done < 2:
                 raise TunnelError("the connection to the server was lost")
             return
+        if frame.code == CLOSE_SERVER_RESTARTING:
+            raise TunnelError(
+                "the tunnel ended: the server replica holding it is restarting; connect again now (another replica "
+                "takes it)"
+            )
         if frame.code >= 4000:
             raise TunnelError(frame.reason or f"the tunnel was closed (code {frame.code})")
         if frame.code == 1011:

@@ -37,6 +37,10 @@ CLOSE_SUPERSEDED = 4002  # a newer connection of the same agent took over
 CLOSE_NEW_TOKEN = 4005  # the agent was handed a new token (:class:`NewToken`) on this connection: reconnect with it
 CLOSE_ACCESS_REVOKED = 4403  # the person lost access to the workspace (a share removed) while the tunnel was open
 CLOSE_DIAL_FAILED = 4502  # the agent could not reach what the user asked for
+# The replica holding the connection is draining (SIGTERM, a rolling restart): connect again at once, without the
+# back-off, and the proxy sends the new connection to a replica that stays.
+CLOSE_SERVER_RESTARTING = 4503
+SERVER_RESTARTING_REASON = "server restarting"
 CLOSE_NO_ANSWER = 4504  # the agent (or the other half of a tunnel) did not answer
 
 

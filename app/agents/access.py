@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 from flask import current_app, request
@@ -11,6 +13,7 @@ from flask_login import current_user
 from app.agents.apps import find_workspace
 from app.agents.services import build_of, shown_agents
 from app.auth.access import api_user, bearer_token, page_user
+from app.core.columns import utcnow
 from app.core.errors import Conflict, Forbidden, NotFound, Unauthorized
 from app.core.extensions import db
 from app.provisioning.models import SUCCEEDED
@@ -68,8 +71,34 @@ def agent_at(user: User, owner_name: str, workspace_and_agent: str, need: str = 
     return get_agent_for(user, agents[0].id, need)
 
 
+# An agent that disconnected this recently is most likely reconnecting (its replica drained: it connects again at
+# once, to another): a tunnel or app request waits this long for it before being refused.
+RECONNECT_GRACE_SECONDS = 5.0
+
+
 def ensure_reachable(context: AgentContext) -> None:
-    """A clear 409 for every reason a tunnel cannot be opened now, saying what to do about it."""
+    """A clear 409 for every reason a tunnel cannot be opened now, saying what to do about it. An agent that has
+    only just disconnected is waited for, briefly: a rolling restart must not fail the requests made while the
+    agent moves to another replica."""
+    deadline = time.monotonic() + RECONNECT_GRACE_SECONDS
+    while True:
+        try:
+            _ensure_reachable(context)
+            return
+        except Conflict:
+            agent = context.agent
+            recent = (
+                status_of(agent) == "disconnected"
+                and agent.disconnected_at is not None
+                and utcnow() - agent.disconnected_at < timedelta(seconds=RECONNECT_GRACE_SECONDS)
+            )
+            if not recent or time.monotonic() > deadline:
+                raise
+        db.session.rollback()  # no connection held while waiting; the rows are read afresh
+        time.sleep(0.2)
+
+
+def _ensure_reachable(context: AgentContext) -> None:
     workspace, name = context.workspace, context.workspace.name
     latest = latest_build(workspace)
     if latest.id != context.build.id:

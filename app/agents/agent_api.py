@@ -8,9 +8,9 @@ from app.agents import handover, ports, services, tunnels
 from app.agents.control import ControlConnection
 from app.agents.manifest import build_manifest
 from app.core.config import Settings
-from app.core.errors import Forbidden, NotFound, Unauthorized
+from app.core.errors import Forbidden, NotFound, ServiceUnavailable, Unauthorized
 from app.core.extensions import csrf, db
-from app.core.limits import agent_budget, live_connection, person_budgets
+from app.core.limits import agent_budget, live_connection, person_budgets, replica_draining
 from app.core.redis_client import get_redis
 from app.core.signing import signer
 from app.core.validation import message_body
@@ -160,11 +160,15 @@ def git_ssh_key() -> Response:
 
 @bp.get("/rpc", websocket=True)
 def control() -> Response:
+    draining = replica_draining()
+    if draining():  # before the upgrade: the agent retries soon, and a proxy tries another replica (503)
+        raise ServiceUnavailable("This server is restarting; connect again (to another replica).")
     agent_id, settings, relay = _agent().id, _settings(), get_relay()
     db.session.remove()
 
     def run(websocket: WebSocket) -> None:
-        ControlConnection(websocket, agent_id, relay, settings.agent_heartbeat_interval, settings.secret_key).serve()
+        heartbeat, key = settings.agent_heartbeat_interval, settings.secret_key
+        ControlConnection(websocket, agent_id, relay, heartbeat, key, draining).serve()
 
     return serve_websocket(run, lifeline=True)
 
@@ -173,6 +177,8 @@ def control() -> Response:
 def tunnel(tunnel_id: str) -> Response:
     """The agent's half of a tunnel it was asked to dial (or the reason its dial failed)."""
     error = request.args.get("error", "")[:500] or None
+    if replica_draining()():  # it would end at once: a proxy takes it to a replica that stays (503 before the upgrade)
+        raise ServiceUnavailable("This server is restarting; connect again (to another replica).")
     client = get_redis()
     if not tunnels.dialed_to(client, signer(), tunnel_id, _agent().id):
         raise NotFound("No tunnel with that id was dialed to this agent.")
@@ -182,7 +188,9 @@ def tunnel(tunnel_id: str) -> Response:
         if error:
             return serve_websocket(lambda websocket: websocket.close(1000, "The dial failure was passed on."))
 
+        draining = replica_draining()
+
         def run(websocket: WebSocket) -> None:
-            tunnels.relay(websocket, half)  # the agent's end: the user's half logs the connection
+            tunnels.relay(websocket, half, draining)  # the agent's end: the user's half logs the connection
 
         return serve_websocket(run)

@@ -17,9 +17,9 @@ from app.agents.tunnels import DialRequest
 from app.auth.access import api_user
 from app.auth.blueprints import api_blueprint
 from app.connectionlog.services import Way
-from app.core.errors import InvalidInput
+from app.core.errors import InvalidInput, ServiceUnavailable
 from app.core.extensions import db
-from app.core.limits import live_connection
+from app.core.limits import live_connection, replica_draining
 from app.core.redis_client import get_redis
 from app.core.signing import signer
 from app.core.validation import json_body
@@ -178,6 +178,9 @@ def open_tunnel(agent_id: str, holder: tunnels.Holder, wanted: DialRequest, way:
     """Dial, then serve the request's WebSocket as the user's half (SSH, port forwards and the web terminal alike:
     while it is open, the workspace counts as used). The connection log has it from the agent's answer to its
     end."""
+    draining = replica_draining()
+    if draining():  # it would end at once: a proxy takes it to a replica that stays (503 before the upgrade)
+        raise ServiceUnavailable("This server is restarting; connect again (to another replica).")
     client, signing = get_redis(), signer()
     origin = connections.request_origin()
     db.session.remove()  # a tunnel may stay open for hours: hold no database connection
@@ -193,7 +196,7 @@ def open_tunnel(agent_id: str, holder: tunnels.Holder, wanted: DialRequest, way:
             end = tunnels.TunnelEnd(broken=True)
             try:
                 with activity.open_connection(holder.workspace_id, client):
-                    end = tunnels.relay(websocket, half)
+                    end = tunnels.relay(websocket, half, draining)
             finally:
                 connections.tunnel_closed(half.tunnel_id, holder.workspace_id, end)
 

@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from app.agents import services
 from app.agents.handover import HANDOVER_POLL, token_handover
@@ -24,7 +25,15 @@ from app.core.extensions import db
 from app.core.signing import Signer
 from app.core.websocket import WebSocket, WebSocketClosed
 from app.events.relay import EventRelay
-from protocol.agentapi import CLOSE_NEW_TOKEN, CLOSE_OUTDATED, CLOSE_SUPERSEDED, CONTROL_RECHECK, NewToken
+from protocol.agentapi import (
+    CLOSE_NEW_TOKEN,
+    CLOSE_OUTDATED,
+    CLOSE_SERVER_RESTARTING,
+    CLOSE_SUPERSEDED,
+    CONTROL_RECHECK,
+    SERVER_RESTARTING_REASON,
+    NewToken,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +46,18 @@ LOOK_NOW = ""
 
 class ControlConnection:
     def __init__(
-        self, websocket: WebSocket, agent_id: str, relay: EventRelay, heartbeat_seconds: int, secret_key: str
+        self,
+        websocket: WebSocket,
+        agent_id: str,
+        relay: EventRelay,
+        heartbeat_seconds: int,
+        secret_key: str,
+        draining: Callable[[], bool] = lambda: False,
     ) -> None:
         self.websocket = websocket
+        # True once this replica drains: the agent is told to reconnect (to another replica) at once, rather than
+        # finding its connection cut when the replica stops and waiting out its back-off.
+        self.draining = draining
         self.agent_id = agent_id
         self.relay = relay
         self.signer = Signer(secret_key)
@@ -113,6 +131,9 @@ class ControlConnection:
         self.websocket.last_pong = ping_sent
         self.websocket.ping()
         while not self.closed.is_set():
+            if self.draining():
+                self.websocket.close(CLOSE_SERVER_RESTARTING, SERVER_RESTARTING_REASON)
+                return
             try:
                 message = self.dials.get(timeout=max(min(next_beat - time.monotonic(), 1.0), 0.0))
                 if message == LOOK_NOW:

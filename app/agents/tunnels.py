@@ -15,6 +15,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,7 +24,14 @@ import redis
 from app.core.columns import new_id
 from app.core.signing import Signer
 from app.core.websocket import WebSocketClosed
-from protocol.agentapi import CLOSE_DIAL_FAILED, CLOSE_NO_ANSWER, Dial, DialService
+from protocol.agentapi import (
+    CLOSE_DIAL_FAILED,
+    CLOSE_NO_ANSWER,
+    CLOSE_SERVER_RESTARTING,
+    SERVER_RESTARTING_REASON,
+    Dial,
+    DialService,
+)
 from protocol.channels import AGENT_CONTROL_CHANNEL_PREFIX, TUNNEL_KEY_PREFIX
 from protocol.codec import ProtocolError
 
@@ -211,8 +219,12 @@ class TunnelEnd:
         return self.by_endpoint or self.peer_code is not None or self.broken
 
 
-def relay(endpoint: Endpoint, half: TunnelHalf) -> TunnelEnd:
-    """Pump until either side closes: the endpoint's frames to the peer, the peer's frames to the endpoint."""
+def relay(endpoint: Endpoint, half: TunnelHalf, draining: Callable[[], bool] | None = None) -> TunnelEnd:
+    """Pump until either side closes: the endpoint's frames to the peer, the peer's frames to the endpoint.
+
+    Once ``draining()`` (this replica was told to stop) the tunnel ends on both sides with 4503 "server
+    restarting", within a pop's wait: the person's client says why and opens it again at once, through a replica
+    that stays, instead of seeing the connection cut when this one stops (an SSH client's bare exit 255)."""
     end = TunnelEnd()
     finished = threading.Event()
     reader = threading.Thread(
@@ -222,6 +234,11 @@ def relay(endpoint: Endpoint, half: TunnelHalf) -> TunnelEnd:
     last_beat = time.monotonic()
     try:
         while not finished.is_set():
+            if draining is not None and draining():
+                _settle(end, peer_code=CLOSE_SERVER_RESTARTING)
+                half.push(CLOSE + close_item(CLOSE_SERVER_RESTARTING, SERVER_RESTARTING_REASON))
+                endpoint.close(CLOSE_SERVER_RESTARTING, SERVER_RESTARTING_REASON)
+                break
             if time.monotonic() - last_beat > ALIVE_EVERY_SECONDS:
                 last_beat = time.monotonic()
                 if not _beat(endpoint, half):

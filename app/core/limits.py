@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -349,6 +349,12 @@ def live_stream(events: Iterator[str]) -> Iterator[str]:
         has_ids=bool(last_id) and last_id != RESUME_MARKER,
         draining=draining_marker(_settings().data_dir),
     )
+
+
+def replica_draining() -> Callable[[], bool]:
+    """Whether this replica has begun draining (SIGTERM): long-lived connections look at it to end themselves with
+    a "reconnect elsewhere" close rather than be cut when the replica stops."""
+    return draining_marker(_settings().data_dir).exists
 
 
 def resumed_stream() -> bool:
