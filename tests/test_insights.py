@@ -347,7 +347,6 @@ def test_the_page_draws_each_chart_with_its_numbers(app: Flask, fixture: Fixture
     assert '<th scope="row">running</th><td>2</td>' in today
 
 
-
 def test_a_year_is_drawn_a_week_per_point_with_the_same_counts(app: Flask, fixture: Fixture) -> None:
     page = app.test_client()
     sign_in(page, "alice@example.com", fixture.people["alice"].password)
