@@ -67,14 +67,16 @@ def _figures(templates: list[str] | None, days: query.DayRange) -> dict[str, obj
     builds = query.daily_builds(templates, days)
     succeeded = sum(day.succeeded for day in builds)
     failed = sum(day.failed for day in builds)
+    # The same queries whatever the range (a distinct count per week would read a year of person rows once more).
+    daily_people = list(query.daily_active_users(templates, days).values())
+    people: list[float] = list(daily_people)
+    periods = [(day, day) for day in days.days]
+    shown = builds
     if len(days.days) > WEEKLY_AFTER_DAYS:
         periods = query.intervals(days, WEEK)
-        people = query.active_users(templates, days, "week")
+        people = [round(sum(daily_people[n : n + WEEK]) / len(daily_people[n : n + WEEK]), 1)
+                  for n in range(0, len(daily_people), WEEK)]  # fmt: skip
         shown = _weekly(builds, periods)
-    else:
-        periods = [(day, day) for day in days.days]
-        people = list(query.daily_active_users(templates, days).values())
-        shown = builds
     return {
         "active_users": query.active_users(templates, days)[0],
         "builds_total": sum(day.builds for day in builds),
@@ -116,7 +118,7 @@ def _weighted(values: list[tuple[float | None, int]]) -> float | None:
 
 
 def _timeline_charts(
-    periods: list[charts.Period], people: list[int], builds: list[query.DayBuilds]
+    periods: list[charts.Period], people: list[float], builds: list[query.DayBuilds]
 ) -> list[charts.Chart]:
     weekly = any(first != last for first, last in periods)
     per, name = ("week", "Week") if weekly else ("day", "Day")
@@ -142,8 +144,9 @@ def _timeline_charts(
     return [
         charts.per_day(
             "users",
-            f"Active users per {per}",
-            f"Distinct people who connected (SSH, terminal, ports, apps) in each {per}.{grouped}",
+            "Active users per day, a week's average" if weekly else "Active users per day",
+            "Distinct people who connected (SSH, terminal, ports, apps) on each day"
+            f"{', averaged over each week' if weekly else ''}.{grouped}",
             periods,
             [charts.Series("People", "chart-bar", people)],
             period_name=name,
