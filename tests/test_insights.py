@@ -347,6 +347,38 @@ def test_the_page_draws_each_chart_with_its_numbers(app: Flask, fixture: Fixture
     assert '<th scope="row">running</th><td>2</td>' in today
 
 
+def test_a_year_is_drawn_a_week_per_point_with_the_same_counts(app: Flask, fixture: Fixture) -> None:
+    page = app.test_client()
+    sign_in(page, "alice@example.com", fixture.people["alice"].password)
+    body = page.get(f"/insights?start={TODAY - timedelta(days=364)}&end={TODAY}").get_data(as_text=True)
+    assert 'id="summary-active-users">3<' in body and 'id="summary-builds">7<' in body
+    assert "Builds per week" in body and "a week&#39;s average" in body and "a point per week" in body
+    week = f"{TODAY - timedelta(days=7)} to {TODAY - timedelta(days=1)}"  # holds D0 and D1
+    with app.app_context():  # that week's people per day, averaged
+        daily = query.daily_active_users(None, query.day_range(TODAY - 7 * query.DAY, TODAY - query.DAY))
+    assert f'<th scope="row">{week}</th><td>{round(sum(daily.values()) / 7, 1):g}</td>' in body
+    assert f'<th scope="row">{week}</th><td>5</td><td>1</td><td>1</td>' in body  # succeeded, failed, other
+    # 53 periods (52 weeks from the first day, then today alone) in each timeline chart's table, not 365 days.
+    assert body.count(f'<th scope="row">{TODAY - timedelta(days=364)} to {TODAY - timedelta(days=358)}</th>') == 4
+    assert f'<th scope="row">{TODAY}</th>' in body and f'<th scope="row">{D0}</th>' not in body
+    ninety = page.get(f"/insights?start={TODAY - timedelta(days=89)}&end={TODAY}").get_data(as_text=True)
+    assert "Builds per day" in ninety and f'<th scope="row">{D0}</th>' in ninety
+
+
+def test_a_weeks_percentiles_are_its_days_weighted_by_their_succeeded_builds() -> None:
+    from app.insights.views import _weekly
+
+    first = date(2026, 1, 5)
+    days = [
+        query.DayBuilds(first, 4, 3, 1, 10.0, 20.0, None, None),
+        query.DayBuilds(first + query.DAY, 1, 1, 0, 30.0, 40.0, 5.0, None),
+        query.DayBuilds(first + 2 * query.DAY, 2, 0, 1, None, None, None, None),
+    ]
+    (week,) = _weekly(days, [(first, first + 2 * query.DAY)])
+    assert (week.day, week.builds, week.succeeded, week.failed) == (first, 7, 4, 2)
+    assert (week.build_p50, week.build_p95, week.ready_p50, week.ready_p95) == (15.0, 25.0, 5.0, None)
+
+
 BAD_QUERIES = (
     "",  # no range
     "start_time=2026-11-01T00:00:00Z",

@@ -275,15 +275,23 @@ def _updated(
 
 
 def _dirty_entry(state: InstanceState[Any], spec: AuditSpec) -> PendingEntry | None:
-    """An updated object's entry from its attribute history (still the flush's at after_flush)."""
+    """An updated object's entry from the history of the attributes this flush changed (still the flush's at
+    after_flush): only those are read and compared, not every column of the row (a settings form changes one or two
+    of a template's thirty)."""
     mapper = state.mapper
-    before, after = dict(state.dict), dict(state.dict)
+    changed = state.committed_state
+    diff = {}
     for key in _keys(mapper, spec):
+        if key not in changed:
+            continue
         history = state.attrs[key].history
-        if history.added or history.deleted:
-            before[key] = history.deleted[0] if history.deleted else None
-            after[key] = history.added[0] if history.added else None
-    return _updated(mapper, spec, before, after)
+        if not (history.added or history.deleted):
+            continue
+        old = history.deleted[0] if history.deleted else None
+        new = history.added[0] if history.added else None
+        if old != new:
+            diff[key] = _change(mapper, spec, key, old, new)
+    return _entry(_Change(mapper, spec, state.dict, diff), ACTION_WRITE) if diff else None
 
 
 def _after_flush(session: Session, flush_context: object) -> None:

@@ -103,22 +103,33 @@ class Scale:
         return TOP + (HEIGHT - TOP - BOTTOM) * (1 - value / self.peak)
 
 
+Period = tuple[date, date]  # its first and last day (the same day for a chart per day)
+
+
+def period_label(period: Period) -> str:
+    first, last = period
+    return first.isoformat() if first == last else f"{first.isoformat()} to {last.isoformat()}"
+
+
 def per_day(
     key: str,
     title: str,
     desc: str,
-    days: Sequence[date],
+    periods: Sequence[Period],
     series: Sequence[Series],
     *,
     lines: bool = False,
     unit: str = "",
     fmt: str = "{:g}",
+    period_name: str = "Day",
 ) -> Chart:
-    """A chart of values per day: stacked bars (builds, people) or lines (p50 and p95, broken where a day has no
-    value). Its table has a row per day."""
+    """A chart of values per day, or per longer period (weeks, for a long range): stacked bars (builds, people) or
+    lines (p50 and p95, broken where a period has no value). Its table has a row per period."""
     chart = Chart(key, title, desc, legend=[(s.css, s.name) for s in series] if len(series) > 1 else [])
-    chart.headers = ["Day", *(f"{s.name} ({unit})" if unit else s.name for s in series)]
-    chart.rows = [[day.isoformat(), *(_shown(s.values[n], fmt) for s in series)] for n, day in enumerate(days)]
+    chart.headers = [period_name, *(f"{s.name} ({unit})" if unit else s.name for s in series)]
+    labels = [period_label(period) for period in periods]
+    chart.rows = [[label, *(_shown(s.values[n], fmt) for s in series)] for n, label in enumerate(labels)]
+    days = [first for first, _ in periods]
     if not days:
         return chart
     if lines:
@@ -129,9 +140,9 @@ def per_day(
     _axes(chart, scale, days)
     if lines:
         for s in series:
-            _line(chart, scale, days, s, f" {unit}" if unit else "", fmt)
+            _line(chart, scale, labels, s, f" {unit}" if unit else "", fmt)
     else:
-        _stacked_bars(chart, scale, days, series, fmt)
+        _stacked_bars(chart, scale, labels, series, fmt)
     return chart
 
 
@@ -147,7 +158,7 @@ def _axes(chart: Chart, scale: Scale, days: Sequence[date]) -> None:
         chart.texts.append(Text(round(scale.x(n + offset), 1), HEIGHT - 6, days[n].strftime("%b %d"), anchor))
 
 
-def _line(chart: Chart, scale: Scale, days: Sequence[date], series: Series, unit: str, fmt: str) -> None:
+def _line(chart: Chart, scale: Scale, labels: Sequence[str], series: Series, unit: str, fmt: str) -> None:
     segment: list[str] = []
     for n, value in enumerate([*series.values, None]):
         if value is None:
@@ -157,13 +168,13 @@ def _line(chart: Chart, scale: Scale, days: Sequence[date], series: Series, unit
             continue
         x, y = round(scale.x(n + 0.5), 1), round(scale.y(value), 1)
         segment.append(f"{x},{y}")
-        title = f"{days[n]}: {series.name} {_shown(value, fmt)}{unit}"
+        title = f"{labels[n]}: {series.name} {_shown(value, fmt)}{unit}"
         chart.dots.append(Rect(x - 2, y - 2, 4, 4, series.css, title))
 
 
-def _stacked_bars(chart: Chart, scale: Scale, days: Sequence[date], series: Sequence[Series], fmt: str) -> None:
+def _stacked_bars(chart: Chart, scale: Scale, labels: Sequence[str], series: Sequence[Series], fmt: str) -> None:
     gap = min(scale.band * 0.2, 4)
-    for n, day in enumerate(days):
+    for n, label in enumerate(labels):
         below = 0.0
         for s in series:
             value = s.values[n] or 0
@@ -171,7 +182,7 @@ def _stacked_bars(chart: Chart, scale: Scale, days: Sequence[date], series: Sequ
                 continue
             top = scale.y(below + value)
             height = scale.y(below) - top
-            title = f"{day}: {s.name} {_shown(value, fmt)}"
+            title = f"{label}: {s.name} {_shown(value, fmt)}"
             chart.rects.append(
                 Rect(
                     round(scale.x(n) + gap / 2, 2),

@@ -15,6 +15,10 @@ from app.insights import charts, query
 
 bp = page_blueprint("insights", __name__)
 DEFAULT_DAYS = 28
+# Beyond this many days the charts draw a point per week: a year's 365 bars are thinner than a pixel on most screens,
+# and drawing (and tabulating) them was most of a year page's time.
+WEEKLY_AFTER_DAYS = 90
+WEEK = 7
 
 
 @bp.app_context_processor
@@ -63,19 +67,67 @@ def _figures(templates: list[str] | None, days: query.DayRange) -> dict[str, obj
     builds = query.daily_builds(templates, days)
     succeeded = sum(day.succeeded for day in builds)
     failed = sum(day.failed for day in builds)
+    # The same queries whatever the range (a distinct count per week would read a year of person rows once more).
+    daily_people = list(query.daily_active_users(templates, days).values())
+    people: list[float] = list(daily_people)
+    periods = [(day, day) for day in days.days]
+    shown = builds
+    if len(days.days) > WEEKLY_AFTER_DAYS:
+        periods = query.intervals(days, WEEK)
+        people = [round(sum(daily_people[n : n + WEEK]) / len(daily_people[n : n + WEEK]), 1)
+                  for n in range(0, len(daily_people), WEEK)]  # fmt: skip
+        shown = _weekly(builds, periods)
     return {
         "active_users": query.active_users(templates, days)[0],
         "builds_total": sum(day.builds for day in builds),
         "success_rate": succeeded / (succeeded + failed) if succeeded + failed else None,
         "charts": [
-            *_daily_charts(days.days, query.daily_active_users(templates, days), builds),
+            *_timeline_charts(periods, people, shown),
             *_ranked_charts(query.app_usage(templates, days), *query.workspaces_by_status(templates, days)),
         ],
     }
 
 
-def _daily_charts(days: list[date], people: dict[date, int], builds: list[query.DayBuilds]) -> list[charts.Chart]:
-    weighted = "Over some of the templates, a day's figures are theirs weighted by their builds (all: exact)."
+def _weekly(builds: list[query.DayBuilds], weeks: list[charts.Period]) -> list[query.DayBuilds]:
+    """The days' builds summed per week; a week's p50 and p95 are its days' weighted by their succeeded builds (the
+    rollups keep a day's percentiles, not every build's time: the chart says so)."""
+    by_day = {day.day: day for day in builds}
+    summed = []
+    for first, last in weeks:
+        week = [by_day[first + n * query.DAY] for n in range((last - first).days + 1)]
+        summed.append(
+            query.DayBuilds(
+                first,
+                sum(day.builds for day in week),
+                sum(day.succeeded for day in week),
+                sum(day.failed for day in week),
+                *(_weighted([(getattr(day, name), day.succeeded) for day in week]) for name in PERCENTILES),
+            )
+        )
+    return summed
+
+
+PERCENTILES = ("build_p50", "build_p95", "ready_p50", "ready_p95")
+
+
+def _weighted(values: list[tuple[float | None, int]]) -> float | None:
+    weight = sum(count for value, count in values if value is not None)
+    if not weight:
+        return None
+    return sum(value * count for value, count in values if value is not None) / weight
+
+
+def _timeline_charts(
+    periods: list[charts.Period], people: list[float], builds: list[query.DayBuilds]
+) -> list[charts.Chart]:
+    weekly = any(first != last for first, last in periods)
+    per, name = ("week", "Week") if weekly else ("day", "Day")
+    weighted = (
+        "A week's figures are its days' weighted by their succeeded builds."
+        if weekly
+        else "Over some of the templates, a day's figures are theirs weighted by their builds (all: exact)."
+    )
+    grouped = f" Over {WEEKLY_AFTER_DAYS} days, a point per week (from the range's first day)." if weekly else ""
     outcomes = [
         charts.Series("Succeeded", "chart-ok", [day.succeeded for day in builds]),
         charts.Series("Failed", "chart-failed", [day.failed for day in builds]),
@@ -92,37 +144,43 @@ def _daily_charts(days: list[date], people: dict[date, int], builds: list[query.
     return [
         charts.per_day(
             "users",
-            "Active users per day",
-            "Distinct people who connected (SSH, terminal, ports, apps) on each day.",
-            days,
-            [charts.Series("People", "chart-bar", list(people.values()))],
+            "Active users per day, a week's average" if weekly else "Active users per day",
+            "Distinct people who connected (SSH, terminal, ports, apps) on each day"
+            f"{', averaged over each week' if weekly else ''}.{grouped}",
+            periods,
+            [charts.Series("People", "chart-bar", people)],
+            period_name=name,
         ),
         charts.per_day(
             "builds",
-            "Builds per day",
-            "Builds queued each day: succeeded, failed, and the others (canceled or unfinished).",
-            days,
+            f"Builds per {per}",
+            f"Builds queued each {per}: succeeded, failed, and the others (canceled or unfinished).{grouped}",
+            periods,
             outcomes,
+            period_name=name,
         ),
         charts.per_day(
             "build-time",
             "Build time",
-            f"p50 and p95 of the succeeded builds' run time per day, in seconds. {weighted}",
-            days,
+            f"p50 and p95 of the succeeded builds' run time per {per}, in seconds. {weighted}{grouped}",
+            periods,
             build_times,
             lines=True,
             unit="s",
             fmt="{:.1f}",
+            period_name=name,
         ),
         charts.per_day(
             "ready-time",
             "Time to ready",
-            f"p50 and p95 from a start build's queueing to all its agents being ready, in seconds. {weighted}",
-            days,
+            f"p50 and p95 from a start build's queueing to all its agents being ready, in seconds, per {per}. "
+            f"{weighted}{grouped}",
+            periods,
             ready_times,
             lines=True,
             unit="s",
             fmt="{:.1f}",
+            period_name=name,
         ),
     ]
 
