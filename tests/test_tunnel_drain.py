@@ -11,21 +11,17 @@ import queue
 import signal
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 
-import click
 import pytest
 import redis
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.asyncio.server import ServerConnection, serve
 
 from app.agents.tunnels import CLOSE, DATA, TunnelHalf, parse_close, relay
 from app.core.websocket import WebSocketClosed
-from cli.ssh import SessionRequest, _relay_stdio, _session
-from cli.tunnel import FileDescriptorEnd, InterruptibleReader, TunnelError
+from cli.ssh import _relay_stdio
+from cli.tunnel import FileDescriptorEnd, TunnelError
 from protocol.agentapi import CLOSE_SERVER_RESTARTING, SERVER_RESTARTING_REASON
-from tests.support.net import free_port
+from tests.support.tunnel_servers import Endpoint, close_as_draining, ending_server
 
 WAIT = 30.0  # generous: the machine is shared
 
@@ -114,43 +110,7 @@ def test_a_relay_not_draining_keeps_its_tunnel_open(client: redis.Redis) -> None
     assert endpoint.closes[0][0] == 1000
 
 
-@asynccontextmanager
-async def draining_server() -> AsyncIterator[str]:
-    """Accepts a tunnel, then closes it as a draining replica does."""
-
-    async def handler(connection: ServerConnection) -> None:
-        await asyncio.sleep(0.5)
-        await connection.close(CLOSE_SERVER_RESTARTING, SERVER_RESTARTING_REASON)
-
-    port = free_port()
-    async with serve(handler, "127.0.0.1", port):
-        yield f"ws://127.0.0.1:{port}/"
-
-
-class Endpoint:
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    async def open(self, **params: str | int) -> ClientConnection:
-        return await connect(self.url)
-
-
-def test_slipway_ssh_says_the_server_is_restarting_and_to_connect_again() -> None:
-    async def scenario() -> None:
-        read_end, write_end = os.pipe()
-        stdin = InterruptibleReader(read_end)
-        request = SessionRequest(host="slipway.ws", command="sleep 60", pty=False, username="me")
-        try:
-            async with draining_server() as url:
-                with pytest.raises(click.ClickException, match="restarting; connect again now"):
-                    await asyncio.wait_for(_session(Endpoint(url), request, stdin), timeout=WAIT)  # type: ignore[arg-type]
-        finally:
-            stdin.close()
-            os.close(write_end)
-
-    asyncio.run(scenario())
-
-
+# `slipway ssh`'s own session on a draining replica: tests/test_cli_ssh_tunnel_loss.py, with the server that died.
 def test_the_proxy_command_relay_says_why_its_tunnel_ended() -> None:
     """OpenSSH shows its ProxyCommand's stderr: the reason reaches the person even though ssh itself exits 255."""
 
@@ -159,7 +119,7 @@ def test_the_proxy_command_relay_says_why_its_tunnel_ended() -> None:
         stdout_read, stdout_write = os.pipe()
         local = FileDescriptorEnd(stdin_read, stdout_write)
         try:
-            async with draining_server() as url:
+            async with ending_server(close_as_draining) as url:
                 with pytest.raises(TunnelError, match="replica holding it is restarting"):
                     await asyncio.wait_for(_relay_stdio(Endpoint(url), local), timeout=WAIT)  # type: ignore[arg-type]
         finally:
