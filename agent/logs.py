@@ -63,11 +63,13 @@ class LogSender:
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._sending_lines = 0
         self.limit_exceeded = False
 
     @property
-    def queued_lines(self) -> int:
-        return len(self._queue)
+    def unsent_lines(self) -> int:
+        """Lines not yet taken by the server: those queued and those of the batch being sent."""
+        return len(self._queue) + self._sending_lines
 
     def add(self, given: AgentLogLine) -> None:
         if self.limit_exceeded:
@@ -146,7 +148,12 @@ class LogSender:
                 pass
             self._wake.clear()
             while (self._queue or self._dropped) and not self.limit_exceeded:
-                await self._deliver(self._take_batch())
+                batch = self._take_batch()
+                self._sending_lines = len(batch)
+                try:
+                    await self._deliver(batch)
+                finally:
+                    self._sending_lines = 0
             if not self._queue:
                 self._idle.set()
 

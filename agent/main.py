@@ -374,7 +374,7 @@ class Agent:
         # all that is sent: an agent whose server is gone (or refuses its token) stops within it.
         deadline = time.monotonic() + FLUSH_TIMEOUT
         if not await self._flush_until(self._logs.flush, deadline):
-            log.warning("%d log lines could not be sent before exiting", self._logs.queued_lines)
+            log.warning("%d log lines could not be sent before exiting", self._logs.unsent_lines)
         await self._flush_until(self._script_timings.flush, deadline)
         if started:
             self._lifecycle.report(outcome(results, SHUTDOWN_TIMEOUT, SHUTDOWN_ERROR, OFF))

@@ -13,7 +13,7 @@ import select
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
@@ -24,12 +24,12 @@ import pytest
 import redis
 
 from app.agents import tunnels
-from app.agents.app_connections import AppConnection, ConnectionPool, PoolKey
+from app.agents.app_connections import AppConnection, AppUnavailable, ConnectionPool, PoolKey
 from app.agents.apps import AppTarget
 from app.agents.proxy import REPLAYABLE_BODY_BYTES, AppRequestPath, proxy_http
 from app.agents.tunnels import Holder, SocketEndpoint, agent_half, relay, verified_dial
 from app.core.signing import Signer
-from protocol.agentapi import CLOSE_ACCESS_REVOKED
+from protocol.agentapi import CLOSE_ACCESS_REVOKED, CLOSE_SERVER_RESTARTING
 from protocol.channels import AGENT_CONTROL_CHANNEL_PREFIX
 
 WAIT = 30.0  # seconds: a bound on waits for events, never a sleep
@@ -41,6 +41,8 @@ class AppState:
     """What the app is told to do next, and the sockets of its open connections."""
 
     drop_next_reused: bool = False
+    # Called instead of answering the next request: the tunnel that carried it ends as the test says.
+    end_next_tunnel: Callable[[], None] | None = None
     together: threading.Barrier = field(default_factory=lambda: threading.Barrier(CONCURRENT))
     connections: list[socket.socket] = field(default_factory=list)
 
@@ -68,6 +70,11 @@ class AppHandler(BaseHTTPRequestHandler):
         self.served += 1
         if state.drop_next_reused and self.served > 1:  # closed as the request arrived, before any answer
             state.drop_next_reused = False
+            self.close_connection = True
+            return
+        if state.end_next_tunnel is not None:
+            end_tunnel, state.end_next_tunnel = state.end_next_tunnel, None
+            end_tunnel()
             self.close_connection = True
             return
         if self.path == "/together":
@@ -300,6 +307,41 @@ def test_a_request_the_app_drops_on_a_kept_connection_is_sent_again_on_a_new_one
     answer = setting.request(pool, key, "/retried", body)
     assert answer.split()[2:] == ["/retried", str(len(body))]
     assert len(setting.agent.dials) == 2
+
+
+def restarting_replica_ends(setting: Setting) -> Callable[[], None]:
+    """What a draining replica holding the agent's half of the request's tunnel does: it ends it with 4503 before
+    the app's answer has come through."""
+
+    def end() -> None:
+        setting.agent.halves[-1].push(tunnels.CLOSE + tunnels.close_item(CLOSE_SERVER_RESTARTING, "restarting"))
+
+    return end
+
+
+@pytest.mark.parametrize("reused", [False, True], ids=["new-connection", "kept-connection"])
+def test_a_get_whose_tunnel_a_restarting_replica_ended_is_sent_again_on_a_new_tunnel(
+    setting: Setting, pool: ConnectionPool, reused: bool
+) -> None:
+    key = setting.key()
+    if reused:
+        setting.request(pool, key, "/")
+    dials_before = len(setting.agent.dials)
+    setting.app.state.end_next_tunnel = restarting_replica_ends(setting)
+    answer = setting.request(pool, key, "/during-a-roll")
+    assert answer.split()[1:3] == ["GET", "/during-a-roll"]
+    # A kept connection is given up for a new one at once, as when the app closed it; a new one is dialled again.
+    assert len(setting.agent.dials) == dials_before + (1 if reused else 2)
+
+
+def test_a_post_whose_tunnel_a_restarting_replica_ended_is_not_sent_again(
+    setting: Setting, pool: ConnectionPool
+) -> None:
+    # The app may have acted on it: the person is told, as nginx would not pass it to another server either.
+    setting.app.state.end_next_tunnel = restarting_replica_ends(setting)
+    with pytest.raises(AppUnavailable, match="did not answer"):
+        setting.request(pool, setting.key(), "/posted", b"x" * 100)
+    assert len(setting.agent.dials) == 1
 
 
 def test_a_large_body_goes_on_a_new_connection(setting: Setting, pool: ConnectionPool) -> None:

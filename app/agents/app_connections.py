@@ -38,6 +38,7 @@ from app.agents import tunnels
 from app.agents.apps import AppTarget
 from app.agents.tunnels import DialRequest, Holder
 from app.core.signing import Signer
+from protocol.agentapi import CLOSE_SERVER_RESTARTING
 
 EXTENSION_KEY = "slipway_app_connections"
 MAX_IDLE_PER_KEY = 6
@@ -83,16 +84,18 @@ class TunnelConnection:
         target: AppTarget,
         holder: Holder | None,
         on_end: Callable[[], None] | None = None,
+        dial_timeout: float = tunnels.DIAL_TIMEOUT_SECONDS,
     ) -> None:
         wanted = DialRequest(service="tcp", host=target.host, port=target.port)
         half = tunnels.dial(client, signer, agent_id, wanted, holder)
-        failure = tunnels.wait_open(half)
+        failure = tunnels.wait_open(half, dial_timeout)
         if failure is not None:
             raise AppUnavailable(failure[1])
         ours, theirs = socket.socketpair()
         self.socket: socket.socket = ours
         self.tunnel_id = half.tunnel_id
         self.ended = threading.Event()
+        self.end = tunnels.TunnelEnd()
         self._endpoint = tunnels.SocketEndpoint(theirs)
         self._relay = threading.Thread(target=self._run_relay, args=(half, on_end), name="app-proxy", daemon=True)
         self._relay.start()
@@ -106,7 +109,7 @@ class TunnelConnection:
 
     def _run_relay(self, half: tunnels.TunnelHalf, on_end: Callable[[], None] | None) -> None:
         try:
-            tunnels.relay(self._endpoint, half)
+            tunnels.relay(self._endpoint, half, end=self.end)
         finally:
             self.ended.set()
             if on_end is not None:
@@ -171,6 +174,10 @@ class AppConnection:
                 pass
         return False  # end of file, or bytes nobody asked for
 
+    def ended_by_a_restart(self) -> bool:
+        """Its tunnel was ended by a replica that is restarting (4503), not by the app or the agent."""
+        return self.tunnel.end.peer_code == CLOSE_SERVER_RESTARTING
+
     def close(self) -> None:
         self.http.close()
         self.tunnel.close()
@@ -194,11 +201,20 @@ class ConnectionPool:
         self._sweeper: threading.Thread | None = None
         self._closed = False
 
-    def open(self, client: redis.Redis, signer: Signer, target: AppTarget, key: PoolKey) -> AppConnection:
+    def open(
+        self,
+        client: redis.Redis,
+        signer: Signer,
+        target: AppTarget,
+        key: PoolKey,
+        dial_timeout: float = tunnels.DIAL_TIMEOUT_SECONDS,
+    ) -> AppConnection:
         """A new connection through a new tunnel (raises :class:`AppUnavailable`); it leaves the pool, if it is ever
         put there, as soon as its tunnel ends."""
         holder: list[AppConnection] = []
-        tunnel = TunnelConnection(client, signer, key.agent_id, target, key.holder, lambda: self._ended(holder))
+        tunnel = TunnelConnection(
+            client, signer, key.agent_id, target, key.holder, lambda: self._ended(holder), dial_timeout
+        )
         connection = AppConnection(key, tunnel)
         holder.append(connection)
         return connection

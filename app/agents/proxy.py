@@ -12,6 +12,7 @@ import http.client
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,13 @@ CHUNK = 64 * 1024
 # A request body up to this size is read before it is sent, so that it can be sent again (see _send); larger ones
 # stream to the app as they arrive.
 REPLAYABLE_BODY_BYTES = 64 * 1024
+# Methods nginx also passes to the next server once sent (not POST, PATCH, LOCK: the app may have acted on them).
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+# A request whose tunnel a restarting replica ended is sent again within this long: the agent, moved to another
+# replica, is back within about a second (bench/deploy.py); each dial it may have missed is given up sooner.
+RESTART_RETRY_SECONDS = 10.0
+RESTART_DIAL_TIMEOUT_SECONDS = 2.0
+RESTART_RETRY_PAUSE_SECONDS = 0.2
 # Every page an app serves runs in a sandbox, whoever opens it, the workspace's owner included: path apps share the
 # dashboard's origin, and without allow-same-origin the page gets an opaque origin of its own, so its scripts can
 # read neither the dashboard's cookies and CSRF tokens nor its API with the viewer's session (issue 34, H2). An
@@ -240,6 +248,10 @@ class Exchange:
     chunked: bool = False
     replayable: bool = True
 
+    def may_send_again(self) -> bool:
+        """Sending it twice changes nothing the app keeps (RFC 9110 §9.2.2), and its body is held to send."""
+        return self.replayable and self.method in IDEMPOTENT_METHODS
+
 
 def _send(
     client: redis.Redis, signer: Signer, target: AppTarget, pool: ConnectionPool, key: PoolKey, exchange: Exchange
@@ -259,7 +271,33 @@ def _send(
         return connection, _exchange(connection, exchange)
     except (OSError, http.client.HTTPException) as exc:
         connection.close()
-        raise AppUnavailable(f"the app did not answer ({exc or exc.__class__.__name__})") from exc
+        if not (connection.ended_by_a_restart() and exchange.may_send_again()):
+            raise AppUnavailable(f"the app did not answer ({exc or exc.__class__.__name__})") from exc
+    return _send_after_a_restart(client, signer, target, pool, key, exchange)
+
+
+def _send_after_a_restart(
+    client: redis.Redis, signer: Signer, target: AppTarget, pool: ConnectionPool, key: PoolKey, exchange: Exchange
+) -> tuple[AppConnection, http.client.HTTPResponse]:
+    """The request's tunnel was ended by a replica that is restarting before the app answered: sent again on a new
+    one, as nginx passes an idempotent request to the next server. The agent may itself be moving to another
+    replica: a dial it misses between its connections goes unanswered, so each try waits briefly and the next one
+    dials again, until the agent is back or :data:`RESTART_RETRY_SECONDS` have gone."""
+    deadline = time.monotonic() + RESTART_RETRY_SECONDS
+    while True:
+        try:
+            connection = pool.open(client, signer, target, key, dial_timeout=RESTART_DIAL_TIMEOUT_SECONDS)
+        except AppUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(RESTART_RETRY_PAUSE_SECONDS)
+            continue
+        try:
+            return connection, _exchange(connection, exchange)
+        except (OSError, http.client.HTTPException) as exc:
+            connection.close()
+            if not connection.ended_by_a_restart() or time.monotonic() >= deadline:
+                raise AppUnavailable(f"the app did not answer ({exc or exc.__class__.__name__})") from exc
 
 
 def _exchange(connection: AppConnection, exchange: Exchange) -> http.client.HTTPResponse:

@@ -219,13 +219,18 @@ class TunnelEnd:
         return self.by_endpoint or self.peer_code is not None or self.broken
 
 
-def relay(endpoint: Endpoint, half: TunnelHalf, draining: Callable[[], bool] | None = None) -> TunnelEnd:
+def relay(
+    endpoint: Endpoint, half: TunnelHalf, draining: Callable[[], bool] | None = None, end: TunnelEnd | None = None
+) -> TunnelEnd:
     """Pump until either side closes: the endpoint's frames to the peer, the peer's frames to the endpoint.
 
     Once ``draining()`` (this replica was told to stop) the tunnel ends on both sides with 4503 "server
     restarting", within a pop's wait: the person's client says why and opens it again at once, through a replica
-    that stays, instead of seeing the connection cut when this one stops (an SSH client's bare exit 255)."""
-    end = TunnelEnd()
+    that stays, instead of seeing the connection cut when this one stops (an SSH client's bare exit 255).
+
+    ``end`` (returned) is settled before the endpoint is closed: whoever reads the endpoint's end of file can tell
+    how the tunnel ended from it at once."""
+    end = end if end is not None else TunnelEnd()
     finished = threading.Event()
     reader = threading.Thread(
         target=_forward, args=(endpoint, half, finished, end), name=f"tunnel-{half.tunnel_id[:8]}", daemon=True
