@@ -325,7 +325,13 @@ def server(ctx: click.Context, /, **flags: str | bool | tuple[str, ...] | None) 
         code = _run_server()
     except KeyboardInterrupt:  # Ctrl-C before the supervisor took the signals: nothing was started yet
         code = 0
-    sys.exit(code)
+    # Everything the server started has stopped by now. What would remain is the interpreter's own teardown, whose
+    # garbage collection of the maintenance loops' application objects took 2.5 s on an idle machine and up to 18 s
+    # on a loaded one, while a rolling restart waits for this replica to be gone: nothing is left to clean up.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _run_server() -> int:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
@@ -222,6 +224,36 @@ def test_a_control_connection_passes_each_signed_dial_on_once() -> None:
     connection._queue_dial(signed_dial(signer, "agent-1", DialRequest(service="ssh").for_tunnel("t2")).encode())
     passed = [Dial.loads(connection.dials.get_nowait()).tunnel_id for _ in range(connection.dials.qsize())]
     assert passed == ["t1", "t2"]
+
+
+def test_a_dial_no_connection_heard_is_passed_on_by_the_agents_next_connection_until_answered(
+    app: Flask, redis_server: str
+) -> None:
+    """A dial published while the agent was between control connections (its replica drained) reached nobody: the
+    next connection passes it on, once, and a dial the agent has answered is not passed on again; a second answer to
+    one dial (passed on by two connections) is refused."""
+    from app.agents import tunnels
+    from app.agents.control import ControlConnection
+
+    secret = app.config["SLIPWAY_SETTINGS"].secret_key
+    signer = Signer(secret)
+    agent_id = str(uuid.uuid4())
+    with redis.Redis.from_url(redis_server) as client:
+        unheard = tunnels.dial(client, signer, agent_id, DialRequest(service="ssh"))
+        answered = tunnels.dial(client, signer, agent_id, DialRequest(service="ssh"))
+        assert tunnels.take_agent_half(client, answered.tunnel_id)
+        tunnels.agent_half(client, answered.tunnel_id, None)
+        assert tunnels.wait_open(answered, timeout=5) is None
+        assert not tunnels.take_agent_half(client, answered.tunnel_id)  # the agent answered it already
+
+        pending = partial(tunnels.pending_dials, client, agent_id)
+        connection = ControlConnection(None, agent_id, None, 15, secret, pending_dials=pending)  # type: ignore[arg-type]
+        connection._pass_on_pending_dials()
+        connection._queue_dial(pending()[0])  # the same dial heard on the channel as well
+        passed = [Dial.loads(connection.dials.get_nowait()).tunnel_id for _ in range(connection.dials.qsize())]
+        assert passed == [unheard.tunnel_id]
+        assert tunnels.wait_open(unheard, timeout=0.1) is not None  # given up: no connection passes it on any more
+        assert pending() == []
 
 
 @pytest.mark.parametrize("forged", ["{agent}", "{agent}.", "{agent}.0123abcd"])

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from flask import Blueprint, Response, current_app, g, request
 
 from app.agents import handover, ports, services, tunnels
 from app.agents.control import ControlConnection
 from app.agents.manifest import build_manifest
 from app.core.config import Settings
-from app.core.errors import Forbidden, NotFound, ServiceUnavailable, Unauthorized
+from app.core.errors import Conflict, Forbidden, NotFound, ServiceUnavailable, Unauthorized
 from app.core.extensions import csrf, db
 from app.core.limits import agent_budget, live_connection, person_budgets, replica_draining
 from app.core.redis_client import get_redis
@@ -163,12 +165,13 @@ def control() -> Response:
     draining = replica_draining()
     if draining():  # before the upgrade: the agent retries soon, and a proxy tries another replica (503)
         raise ServiceUnavailable("This server is restarting; connect again (to another replica).")
-    agent_id, settings, relay = _agent().id, _settings(), get_relay()
+    agent_id, settings, relay, client = _agent().id, _settings(), get_relay(), get_redis()
     db.session.remove()
 
     def run(websocket: WebSocket) -> None:
         heartbeat, key = settings.agent_heartbeat_interval, settings.secret_key
-        ControlConnection(websocket, agent_id, relay, heartbeat, key, draining).serve()
+        pending = partial(tunnels.pending_dials, client, agent_id)
+        ControlConnection(websocket, agent_id, relay, heartbeat, key, draining, pending).serve()
 
     return serve_websocket(run, lifeline=True)
 
@@ -182,6 +185,8 @@ def tunnel(tunnel_id: str) -> Response:
     client = get_redis()
     if not tunnels.dialed_to(client, signer(), tunnel_id, _agent().id):
         raise NotFound("No tunnel with that id was dialed to this agent.")
+    if not tunnels.take_agent_half(client, tunnel_id):
+        raise Conflict("This tunnel's dial was already answered.")
     db.session.remove()
     with live_connection():  # before the user's half hears that this one is open
         half = tunnels.agent_half(client, tunnel_id, error)

@@ -53,8 +53,12 @@ class ControlConnection:
         heartbeat_seconds: int,
         secret_key: str,
         draining: Callable[[], bool] = lambda: False,
+        pending_dials: Callable[[], list[bytes]] = list,
     ) -> None:
         self.websocket = websocket
+        # The agent's dials nobody has answered yet: published while it was between connections, they reached no
+        # connection, and this one passes them on.
+        self.pending_dials = pending_dials
         # True once this replica drains: the agent is told to reconnect (to another replica) at once, rather than
         # finding its connection cut when the replica stops and waiting out its back-off.
         self.draining = draining
@@ -75,6 +79,7 @@ class ControlConnection:
         self.relay.on_control(self.agent_id, self._queue_dial)
         services.mark_connected(self.agent_id, self.connection_id)
         db.session.remove()  # hold no database connection while the agent is connected
+        self._pass_on_pending_dials()
         reader = threading.Thread(target=self._read, name=f"agent-{self.agent_id[:8]}", daemon=True)
         reader.start()
         self.dials.put_nowait(LOOK_NOW)  # an agent let in only to be handed its new token waits for no heartbeat
@@ -85,6 +90,11 @@ class ControlConnection:
             self.closed.set()
             services.mark_disconnected(self.agent_id, self.connection_id)
             db.session.remove()
+
+    def _pass_on_pending_dials(self) -> None:
+        """Once listening: a dial published since is in the pending ones too, and passed on once."""
+        for message in self.pending_dials():
+            self._queue_dial(message)
 
     def _queue_dial(self, message: bytes) -> None:
         """Called by the relay's one thread, for each message published for this agent."""

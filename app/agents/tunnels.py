@@ -148,6 +148,8 @@ class TunnelHalf:
         self.peer_alive_key = f"{PREFIX}{tunnel_id}:alive-{other}"
         self._buffer: list[bytes] = []
         self.holder = holder
+        # A user's half: the agent's unanswered dials, which hold this tunnel's dial until the agent answers it.
+        self.pending_dials: str | None = None
 
     def push(self, *frames: bytes) -> None:
         """Frames (a kind byte, then the payload) for the peer, in one round trip however many."""
@@ -370,11 +372,33 @@ def dial(
     # Only the agent asked may take the tunnel's other half: the id alone must not be enough, nor a record that
     # someone else wrote.
     record = f"{agent_id}.{signer.sign('tunnel', half.tunnel_id, agent_id)}"
-    client.set(f"{PREFIX}{half.tunnel_id}:agent", record, ex=int(DIAL_TIMEOUT_SECONDS) + 5)
-    client.publish(
-        AGENT_CONTROL_CHANNEL_PREFIX + agent_id, signed_dial(signer, agent_id, request.for_tunnel(half.tunnel_id))
-    )
+    message = signed_dial(signer, agent_id, request.for_tunnel(half.tunnel_id))
+    half.pending_dials = pending_dials_key(agent_id)
+    with client.pipeline(transaction=False) as pipe:
+        pipe.set(f"{PREFIX}{half.tunnel_id}:agent", record, ex=int(DIAL_TIMEOUT_SECONDS) + 5)
+        # Kept until the agent answers (wait_open): published while the agent is between control connections (its
+        # replica drained), a dial reaches nobody, and the connection it opens next passes it on instead.
+        pipe.hset(half.pending_dials, half.tunnel_id, message)
+        pipe.expire(half.pending_dials, int(DIAL_FRESH_SECONDS) + 5)
+        pipe.publish(AGENT_CONTROL_CHANNEL_PREFIX + agent_id, message)
+        pipe.execute()
     return half
+
+
+def pending_dials_key(agent_id: str) -> str:
+    return f"{PREFIX}pending-dials:{agent_id}"
+
+
+def pending_dials(client: redis.Redis, agent_id: str) -> list[bytes]:
+    """The agent's dials that no agent has answered yet (signed as published; stale ones are dropped as replays)."""
+    messages: list[bytes | str] = client.hvals(pending_dials_key(agent_id))
+    return [message.encode() if isinstance(message, str) else message for message in messages]
+
+
+def take_agent_half(client: redis.Redis, tunnel_id: str) -> bool:
+    """True for the first agent connection to take the tunnel's other half: a dial passed on again by a new control
+    connection may be one the agent had already answered."""
+    return bool(client.set(f"{PREFIX}{tunnel_id}:taken", b"1", nx=True, ex=int(DIAL_FRESH_SECONDS) + 5))
 
 
 def signed_dial(signer: Signer, agent_id: str, dial: Dial, issued_at: float | None = None) -> str:
@@ -402,16 +426,20 @@ def verified_dial(signer: Signer, agent_id: str, message: bytes) -> Dial | None:
 def wait_open(half: TunnelHalf, timeout: float = DIAL_TIMEOUT_SECONDS) -> tuple[int, str] | None:
     """None once the agent's half is open; else the close code and reason (its dial failed, or no answer)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        item = half.pop(min(POP_TIMEOUT_SECONDS, max(deadline - time.monotonic(), 0.01)))
-        if item is None:
-            continue
-        if item.kind == OPEN:
-            return None
-        if item.kind == CLOSE:
-            return parse_close(item.payload)
+    try:
+        while time.monotonic() < deadline:
+            item = half.pop(min(POP_TIMEOUT_SECONDS, max(deadline - time.monotonic(), 0.01)))
+            if item is None:
+                continue
+            if item.kind == OPEN:
+                return None
+            if item.kind == CLOSE:
+                return parse_close(item.payload)
+    finally:
+        if half.pending_dials is not None:  # answered or given up: no connection is to pass it on any more
+            half.client.hdel(half.pending_dials, half.tunnel_id)
     half.cleanup()
-    return CLOSE_NO_ANSWER, "The workspace agent did not answer within 15 s."
+    return CLOSE_NO_ANSWER, f"The workspace agent did not answer within {timeout:.0f} s."
 
 
 def dialed_to(client: redis.Redis, signer: Signer, tunnel_id: str, agent_id: str) -> bool:
