@@ -56,3 +56,30 @@ def test_letting_go_of_the_proxy_s_end_mid_receive_ends_the_relay_without_an_err
     # The agent's half hears that this side is done (its EOF, or the close of the tunnel), not silence.
     heard = [agent.pop(timeout=1) for _ in range(2)]
     assert any(item is not None and item.kind in (TEXT, CLOSE) for item in heard), heard
+
+
+class _RedisGoneHalf(TunnelHalf):
+    """A half whose Redis went away under its relay, as redis-py reports it: the pop fails (the server closed the
+    connection), and the clean-up then finds the client closed by its owner (the app torn down)."""
+
+    def pop(self, timeout: float) -> None:
+        raise redis.ConnectionError("Connection closed by server.")
+
+    def cleanup(self) -> None:
+        raise ValueError("I/O operation on closed file.")
+
+
+def test_a_relay_whose_redis_went_away_ends_as_broken_without_an_error(
+    client: redis.Redis, thread_errors: list[BaseException | None]
+) -> None:
+    """An idle pooled app connection's relay outlives the Redis it reads from: its end crashed the thread (CI, as a
+    test of another module started)."""
+    half = _RedisGoneHalf(client, str(uuid.uuid4()), "user")
+    ours, theirs = socket.socketpair()
+    endpoint = SocketEndpoint(theirs)
+    try:
+        assert relay(endpoint, half).broken
+    finally:
+        ours.close()
+        endpoint.release()
+    assert thread_errors == []

@@ -9,6 +9,7 @@ so a fast sender and a slow receiver cost a bounded amount of memory (see ``HIGH
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import socket
@@ -264,7 +265,10 @@ def relay(
         finished.set()
         endpoint.close(CLOSE_NORMAL)
         reader.join(timeout=POP_TIMEOUT_SECONDS * 2)
-        half.cleanup()
+        # Its keys expire by themselves: a Redis that failed (or a client closed under an idle pooled connection's
+        # relay, which redis-py reports as ValueError) must not turn a broken tunnel's end into a thread's crash.
+        with contextlib.suppress(redis.RedisError, OSError, ValueError):
+            half.cleanup()
     return end
 
 
