@@ -20,7 +20,8 @@ from tests.support.web import sign_in
 from workers.flows import _left_resources, run_job
 from workers.job_control import JobControl, RunnerSettings
 
-pytestmark = pytest.mark.databases("sqlite")
+# Real Terraform runs (a build that fails part way): not in `make test-quick`'s loop.
+pytestmark = [pytest.mark.databases("sqlite"), pytest.mark.terraform]
 
 # The agent's process comes up; the resource after it (a dotfiles clone) fails, as an unreachable repository does.
 PARTLY_FAILING = {

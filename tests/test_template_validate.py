@@ -13,6 +13,9 @@ from click.testing import CliRunner, Result
 from cli.main import cli
 from tests.support.site_template import local_with_site_app
 
+# Real Terraform runs (init, plan, apply): not in `make test-quick`'s loop.
+pytestmark = pytest.mark.terraform
+
 REPO = Path(__file__).resolve().parent.parent
 REQUIRED_PROVIDERS = """
 terraform {

@@ -24,6 +24,9 @@ from workers.job_control import JobControl, RunnerSettings
 from workers.terraform import bundled_terraform, find_terraform
 from workers.terraform.init_cache import MANIFEST, InitCache
 
+# Real Terraform runs (init, plan, apply): not in `make test-quick`'s loop.
+pytestmark = pytest.mark.terraform
+
 TEMPLATE = {
     "main.tf": """
 terraform {
