@@ -188,6 +188,14 @@ def test_organisation_roles_reach_their_organisation_only(
     assert client.get(f"{API}/provisionerdaemons", headers=erin.auth).status_code == 403
     assert client.get(f"{API}/provisionerjobs", headers=erin.auth).status_code == 403
 
+    # Insights of A's templates: its template admins, admins and auditor; never of B's; not the member's.
+    for person in (carol, dave, gina):
+        daus = client.get(f"{API}/insights/daus?template_ids={in_a['id']}", headers=person.auth)
+        assert daus.status_code == 200, (person.username, daus.json)
+        other = client.get(f"{API}/insights/daus?template_ids={in_b['id']}", headers=person.auth)
+        assert other.status_code in (403, 404), (person.username, other.json)
+    assert client.get(f"{API}/insights/daus", headers=erin.auth).status_code == 403
+
     # The audit log stays the site auditors' and owners' (its entries carry no organisation).
     for person in (carol, dave, erin, gina):
         assert client.get(f"{API}/audit", headers=person.auth).status_code == 403
