@@ -16,13 +16,13 @@ from sqlalchemy import ColumnElement, Date, Integer, case, cast, func, literal, 
 from sqlalchemy.orm import InstrumentedAttribute
 
 from app.catalog.access import administers_any, template_filter
-from app.organizations.models import ORG_READERS
-from app.organizations.services import organizations_where
 from app.catalog.models import Template
 from app.core.errors import Forbidden, InvalidInput
 from app.core.extensions import db
 from app.insights import histograms
 from app.insights.models import ALL_TEMPLATES, TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
+from app.organizations.models import ORG_READERS
+from app.organizations.services import organizations_where
 from app.users.models import User
 
 DAY = timedelta(days=1)
