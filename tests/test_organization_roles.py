@@ -27,8 +27,8 @@ API = "/api/v2"
 
 
 def _people(app: Flask, client: FlaskClient, personas: dict[str, Persona]) -> dict[str, Persona]:
-    """alice (owner), bob (site template admin), and in acme: carol (organisation template admin), dave (organisation
-    auditor), erin (member), frank's place taken by gina (organisation admin), made through the API."""
+    """alice (owner), bob (site template admin), and for acme: carol (its template admin), dave (its auditor), erin (a
+    member) and gina (its organisation admin, made through the API with a session token of her own)."""
     people = more_personas(app, personas)
     alice = people["alice"]
     created = client.post(
