@@ -25,7 +25,7 @@ def list_groups(organization: str) -> Response:
     """The organisation's groups (``?q=`` narrows by name), each with its member count; ``members`` stays empty
     (``GET /groups/{id}`` pages them). Those who do not manage groups see the groups they are in."""
     user, org = api_user(), get_organization(organization)
-    query = services.groups_query(org.id, request.args.get("q", ""), member_id=permissions.listed_for(user))
+    query = services.groups_query(org.id, request.args.get("q", ""), member_id=permissions.listed_for(user, org.id))
     groups, total = PageRequest.from_args().rows(query)
     counts = services.member_counts(groups)
     return with_total(jsonify([group_json(group, org, member_count=counts[group.id]) for group in groups]), total)

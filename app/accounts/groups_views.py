@@ -39,7 +39,7 @@ def index() -> str | tuple[str, int] | Response:
             flash(f"Created group {group.name}.", "success")
             return redirect(url_for("groups.show", group_id=group.id))
     search = request.args.get("q", "").strip()
-    query = services.groups_query(organization.id, search, member_id=permissions.listed_for(user))
+    query = services.groups_query(organization.id, search, member_id=permissions.listed_for(user, organization.id))
     page = page_of(query, requested_page(), endpoint="groups.index")
     return (
         render_template(

@@ -32,7 +32,7 @@ class Check:
 
 def site_permissions(user: User) -> dict[str, bool]:
     return {
-        "create_template": user.is_template_admin,
+        "create_template": template_access.administers_any(user, organizations_only=True),
         "push_template_versions": template_access.administers_any(user),
         "manage_groups": group_permissions.may_manage(user),
         "read_all_groups": group_permissions.sees_all(user),
@@ -42,7 +42,8 @@ def site_permissions(user: User) -> dict[str, bool]:
 
 
 def template_permissions(user: User, template: Template) -> JsonObject:
-    role = template_access.template_role(user, template)
+    # What they may do with it, not what this request (a read) shows them: an organisation's auditor manages nothing.
+    role = template_access.template_role(user, template, reading=False)
     return {"id": template.id, "name": template.name, "role": role, "use": role is not None, "admin": role == "admin"}
 
 
@@ -70,14 +71,18 @@ def allowed(user: User, check: Check) -> bool:
 
 def _template(user: User, check: Check) -> bool:
     if check.action == "create":
-        return user.is_template_admin
+        return template_access.administers_any(user, organizations_only=True)
     need = TEMPLATE_ACTIONS.get(check.action)
     if need is None:
         raise InvalidInput(f"Unknown template action {check.action!r}.")
     if not check.resource_id:  # "any template": may they do this to some template?
         return template_access.administers_any(user) if need == "admin" else True
     template = find_template(check.resource_id)
-    return template is not None and template_access.may(user, template, "admin" if need == "admin" else "use")
+    # Reading (and an organisation auditor's view_insights) is judged as a read, the rest as the write it asks about.
+    reading = check.action in ("read", "view_insights")
+    return template is not None and template_access.may(
+        user, template, "admin" if need == "admin" else "use", reading=reading
+    )
 
 
 def _workspace(user: User, check: Check) -> bool:

@@ -82,6 +82,7 @@ REPLIES: dict[str, Reply] = {
     "catalog_api.version_resources": many(api.WorkspaceResource),
     "catalog_api.version_logs": many(logs.JobLog),
     "catalog_api.create_template": one(api.Template, 201),
+    "catalog_api.create_organization_template": one(api.Template, 201),
     "catalog_api.list_templates": many(api.Template),
     "catalog_api.get_template": one(api.Template),
     "catalog_api.template_by_name": one(api.Template),

@@ -6,6 +6,9 @@ lists, search and paging.
   them, or a group they are in (Everyone included), with ``use`` or ``admin``, in an organisation they belong to;
   ``admin`` there lets them manage that template alone (push versions, settings, its access list, its
   workspaces' builds).
+- In an organisation, its template admins and organisation admins administer its templates as template admins do
+  everywhere (and create templates there); its auditors read them as auditors do, changing nothing: a read is a
+  request that changes nothing (``reading``, from the request's method unless the caller says).
 - A template someone may not use does not exist for them (404), except when they start a workspace they already
   have from it: that is refused with who can grant access (``require_use_for_build``).
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from flask import has_request_context, request
 from sqlalchemy import ColumnElement, CompoundSelect, Select, and_, literal, or_, select, true
 
 from app.catalog.models import Template, TemplateAcl
@@ -23,10 +27,13 @@ from app.core.errors import Forbidden, NotFound
 from app.core.extensions import db
 from app.groups.models import ACL_ADMIN, ACL_ROLES, ACL_USE, AclRole, Group
 from app.groups.services import group_ids_of
-from app.organizations.services import organization_ids_of
+from app.organizations.models import ORG_ROLE_AUDITOR, ORG_TEMPLATE_MANAGERS, Organization, OrganizationMember
+from app.organizations.services import organization_ids_of, organizations_where
 from app.users.models import User
 
 TemplateNeed = Literal["use", "admin"]
+# Requests that change nothing (as app/auth/access.py's READ_METHODS, which this layer may not import).
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Admins named in a refusal: enough to know whom to ask, not a directory.
 NAMED_ADMINS = 5
 
@@ -41,14 +48,57 @@ def _entries_for(user: User, need: TemplateNeed) -> ColumnElement[bool]:
     return and_(subject, TemplateAcl.role.in_(_granting(need)))
 
 
-def template_filter(user: User, need: TemplateNeed = "use") -> ColumnElement[bool]:
+def _reading(reading: bool | None) -> bool:
+    if reading is not None:
+        return reading
+    return has_request_context() and request.method in READ_METHODS
+
+
+def organization_roles(user: User, organization_id: str) -> list[str]:
+    """``user``'s roles in the organisation (none when not a member); the session's identity map keeps the row."""
+    membership = db.session.get(OrganizationMember, (organization_id, user.id))
+    return list(membership.roles or ()) if membership is not None else []
+
+
+def manages_templates_of(user: User, organization_id: str) -> bool:
+    """Owners, and template admins and organisation admins of that organisation."""
+    if user.is_owner:
+        return True
+    return any(role in ORG_TEMPLATE_MANAGERS for role in organization_roles(user, organization_id))
+
+
+def audits(user: User, organization_id: str) -> bool:
+    return ORG_ROLE_AUDITOR in organization_roles(user, organization_id)
+
+
+def may_create_in(user: User, organization_id: str) -> bool:
+    """Who makes new templates in an organisation: owners, site template admins who belong to it, and its own
+    template admins and organisation admins."""
+    if user.is_template_admin and db.session.get(OrganizationMember, (organization_id, user.id)) is not None:
+        return True
+    return manages_templates_of(user, organization_id)
+
+
+def creatable_organization_ids(user: User) -> list[str]:
+    """The organisations ``user`` may create templates in (:func:`may_create_in`), for the dashboard's form."""
+    if user.is_owner:
+        return list(db.session.scalars(select(Organization.id)))
+    if user.is_template_admin:
+        return list(db.session.scalars(organization_ids_of(user.id)))
+    return organizations_where(user.id, ORG_TEMPLATE_MANAGERS)
+
+
+def template_filter(user: User, need: TemplateNeed = "use", *, reading: bool | None = None) -> ColumnElement[bool]:
     """A WHERE clause on ``Template`` keeping the templates ``user`` may ``need``: lists, search, paging, counts."""
     if user.is_template_admin or user.is_auditor:
         return true()
-    return and_(
+    granted = and_(
         Template.organization_id.in_(organization_ids_of(user.id)),
         Template.id.in_(granted_template_ids(user, need)),
     )
+    roles = ORG_TEMPLATE_MANAGERS + ((ORG_ROLE_AUDITOR,) if _reading(reading) else ())
+    whole = organizations_where(user.id, roles)
+    return or_(Template.organization_id.in_(whole), granted) if whole else granted
 
 
 def granted_template_ids(user: User, need: TemplateNeed = "use") -> CompoundSelect[str]:
@@ -61,10 +111,13 @@ def granted_template_ids(user: User, need: TemplateNeed = "use") -> CompoundSele
     return direct.union_all(through_groups)
 
 
-def template_role(user: User, template: Template) -> AclRole | None:
+def template_role(user: User, template: Template, *, reading: bool | None = None) -> AclRole | None:
     """What ``user`` may do with ``template``: ``admin``, ``use`` or nothing (None). Auditors read as admins do;
-    their writes are refused before any view runs (app/auth/access.py refuse_read_only)."""
-    if user.is_template_admin or user.is_auditor:
+    site auditors' writes are refused before any view runs (app/auth/access.py refuse_read_only), an organisation's
+    auditors read as admins only while ``reading``."""
+    if user.is_template_admin or user.is_auditor or manages_templates_of(user, template.organization_id):
+        return ACL_ADMIN
+    if _reading(reading) and audits(user, template.organization_id):
         return ACL_ADMIN
     roles = set(
         db.session.scalars(
@@ -81,8 +134,8 @@ def template_role(user: User, template: Template) -> AclRole | None:
     return ACL_USE if ACL_USE in roles else None
 
 
-def may(user: User, template: Template, need: TemplateNeed) -> bool:
-    role = template_role(user, template)
+def may(user: User, template: Template, need: TemplateNeed, *, reading: bool | None = None) -> bool:
+    role = template_role(user, template, reading=reading)
     return role is not None and role in _granting(need)
 
 
@@ -90,6 +143,8 @@ def require(user: User, template: Template, need: TemplateNeed) -> Template:
     """``template`` if ``user`` may ``need`` it: 404 when they may not even use it (it does not exist for them), 403
     naming who can grant more when they may use it but not administer it."""
     role = template_role(user, template)
+    if (role is None or (need == ACL_ADMIN and role != ACL_ADMIN)) and audits(user, template.organization_id):
+        raise Forbidden("Auditors read; they change nothing.")
     if role is None:
         raise NotFound("No such template.")
     if need == ACL_ADMIN and role != ACL_ADMIN:
@@ -132,10 +187,13 @@ def who_can_grant(template: Template) -> str:
     return "ask an owner or a template admin for access."
 
 
-def administers_any(user: User) -> bool:
-    """Owners, template admins, and whoever administers at least one template: the people who push versions."""
-    if user.is_template_admin:
+def administers_any(user: User, *, organizations_only: bool = False) -> bool:
+    """Owners, template admins, organisations' template admins, and (unless ``organizations_only``: who may create
+    templates) whoever administers at least one template: the people who push versions."""
+    if user.is_template_admin or organizations_where(user.id, ORG_TEMPLATE_MANAGERS):
         return True
+    if organizations_only:
+        return False
     query = select(TemplateAcl.id).where(_entries_for(user, "admin")).limit(1)
     return db.session.scalar(query) is not None
 

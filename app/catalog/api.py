@@ -13,7 +13,7 @@ from app.catalog.access import TemplateNeed
 from app.catalog.models import TemplateVersion
 from app.catalog.presets import preset_json
 from app.catalog.search import listed_templates
-from app.core.errors import InvalidInput, NotFound, TooLarge
+from app.core.errors import Forbidden, InvalidInput, NotFound, TooLarge
 from app.core.pagination import PageRequest, with_total
 from app.core.validation import FieldErrors, json_body, name_values, string_field, string_map_field
 from app.externalauth import services as external_auth
@@ -161,15 +161,31 @@ def unarchive_version(version_id: str) -> Response:
 
 
 @bp.post("/templates")
-@require_role(*ADMINS)
 def create_template() -> tuple[Response, int]:
+    """Owners and template admins, and organisations' template admins (in their organisation: the version's)."""
+    return _create_template("")
+
+
+@bp.post("/organizations/<organization>/templates")
+def create_organization_template(organization: str) -> tuple[Response, int]:
+    """Coder's path: the template made in that organisation, from a version imported there."""
+    user = api_user()
+    found = get_organization(organization)
+    if not user.is_owner and not is_member(found.id, user.id):
+        raise NotFound(f"No organisation {organization!r}.")
+    return _create_template(found.id)
+
+
+def _create_template(organization_id: str) -> tuple[Response, int]:
+    if not access.administers_any(api_user(), organizations_only=True):
+        raise Forbidden("Only owners, template admins and organisations' template admins create templates.")
     body, errors = json_body(), FieldErrors()
     name = string_field(body, "name", errors)
     version_id = string_field(body, "version_id", errors)
     display_name = string_field(body, "display_name", errors, required=False)
     description = string_field(body, "description", errors, required=False)
     errors.raise_if_any()
-    template = services.create_template(api_user(), name, version_id, display_name, description)
+    template = services.create_template(api_user(), name, version_id, display_name, description, organization_id)
     return jsonify(template.to_json()), 201
 
 

@@ -109,8 +109,9 @@ def create_version(
 
 def _require_may_publish(actor: User, publish_as: str, organization_id: str) -> None:
     """A version of no template yet: only owners and template admins make new templates (template admins in
-    organisations they belong to), while a template's own admins may publish to it by name."""
-    if actor.is_owner or (actor.is_template_admin and is_member(organization_id, actor.id)):
+    organisations they belong to, and that organisation's own template admins), while a template's own admins may
+    publish to it by name."""
+    if access.may_create_in(actor, organization_id):
         return
     if not is_member(organization_id, actor.id):
         raise NotFound("No such organisation.")
@@ -218,14 +219,24 @@ def get_version_for(user: User, version_id: str, need: TemplateNeed = "use") -> 
     if template is not None:
         # A deleted template's versions stay readable to its admins (their history), through the same rule.
         access.require(user, template, need)
-    elif not (user.is_template_admin or version.created_by == user.id):
+    elif not (
+        user.is_template_admin
+        or version.created_by == user.id
+        or access.manages_templates_of(user, version.job.organization_id)
+    ):
         raise NotFound("No such template version.")
     return version
 
 
-def create_template(actor: User, name: str, version_id: str, display_name: str = "", description: str = "") -> Template:
+def create_template(
+    actor: User, name: str, version_id: str, display_name: str = "", description: str = "", organization_id: str = ""
+) -> Template:
+    """``organization_id`` (Coder's ``POST /organizations/{org}/templates``): the organisation the caller means, which
+    must be the one its version was imported in."""
     name = check_template_name(name)
     version = get_version(version_id)
+    if organization_id and version.job.organization_id != organization_id:
+        raise InvalidInput("That version was imported in another organisation: push it to this one.")
     if version.archived_at is not None:
         raise InvalidInput(f"Template version {version.name} is archived: push the template again.")
     if version.job.status != SUCCEEDED:
@@ -234,6 +245,8 @@ def create_template(actor: User, name: str, version_id: str, display_name: str =
         raise Conflict("That version already belongs to a template.")
     # The template is the organisation's whose daemons imported its first version; names are unique within it.
     organization_id = version.job.organization_id
+    if not (actor.is_template_admin or access.manages_templates_of(actor, organization_id)):
+        raise Forbidden("Only owners, template admins and the organisation's template admins create templates there.")
     named = func.lower(Template.name) == name.lower()
     if db.session.scalar(select(Template.id).where(named, Template.organization_id == organization_id)):
         raise Conflict(f"A template named {name!r} already exists.")

@@ -24,6 +24,7 @@ from app.events.sse import event_stream
 from app.events.streams import follow_statuses, seen_token
 from app.externalauth import services as external_auth
 from app.files.services import MAX_ARCHIVE_BYTES
+from app.organizations.services import get_organization, organization_names
 from app.provisioning import overview
 from app.provisioning.log_html import log_page_context, page_stream, retry_from_form
 from app.provisioning.models import ProvisionerJob
@@ -54,7 +55,13 @@ def _index_context() -> dict[str, object]:
         search_error = ""
     except InvalidInput as error:  # the box keeps what was typed, with what is wrong with it
         page, search_error = Page.empty(), error.message
-    return {"page": page, "storage": usage, "search": search, "search_error": search_error, "sort": sort or "name"}
+    # Where the form may create templates: named (a choice) once there is more than the default organisation.
+    names = organization_names()
+    creatable = {key: names[key] for key in access.creatable_organization_ids(user) if key in names}
+    return {
+        "page": page, "storage": usage, "search": search, "search_error": search_error, "sort": sort or "name",
+        "organizations": creatable if len(names) > 1 else {}, "may_upload": bool(creatable) or user.is_template_admin,
+    }  # fmt: skip
 
 
 @bp.get("/templates/routing-check")
@@ -78,7 +85,7 @@ def upload() -> Response | tuple[str, int]:
     admins may push to it; only owners and template admins make new ones). Once stored, the archive is kept across
     a refused submit (a hidden ``file_id``): a browser cannot put a chosen file back in the form."""
     access.require_author(page_user())
-    fields = ("name", "version_name", "message", "tags", "variables", "publish", "file_id")
+    fields = ("name", "version_name", "message", "tags", "variables", "publish", "file_id", "organization")
     form = {key: request.form.get(key, "") for key in fields}
     request.max_content_length = MAX_ARCHIVE_BYTES + 1024 * 1024
     try:
@@ -92,7 +99,12 @@ def upload() -> Response | tuple[str, int]:
         if uploads or not form["file_id"]:
             archive = _uploaded_archive(uploads)
             form["file_id"] = storage.store_archive(page_user(), archive, storage.configured_quota()).id
-        existing = services.list_templates(page_user(), name)
+        organization_id = get_organization(form["organization"]).id if form["organization"] else None
+        existing = [
+            found
+            for found in services.list_templates(page_user(), name)
+            if organization_id is None or found.organization_id == organization_id
+        ]
         template = existing[0] if existing else None
         version_name = _checked_version_name(template, form)
         failed = services.failed_version_named(template, version_name) if template and version_name else None
@@ -105,6 +117,7 @@ def upload() -> Response | tuple[str, int]:
             user_variable_values=[NameValue(name=key, value=value) for key, value in variables.items()],
             publish_as=name if form["publish"] == "on" else "",
             message=form["message"],
+            organization_id=organization_id,
         )
     except DomainError as error:
         errors = {item["field"]: item["detail"] for item in error.validations} or {"_": error.message}
@@ -277,7 +290,7 @@ def publish(version_id: str) -> Response | tuple[str, int]:
     """Make a successfully imported version a new template (owners and template admins), or the active version of
     its template (its admins too)."""
     found = services.get_version_for(page_user(), version_id, "admin")
-    if not found.template_id and not page_user().is_template_admin:
+    if not found.template_id and not access.may_create_in(page_user(), found.job.organization_id):
         raise Forbidden("Only owners and template admins create templates.")
     try:
         if found.template_id:

@@ -21,6 +21,8 @@ from app.core.errors import Forbidden, InvalidInput
 from app.core.extensions import db
 from app.insights import histograms
 from app.insights.models import ALL_TEMPLATES, TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
+from app.organizations.models import ORG_READERS
+from app.organizations.services import organizations_where
 from app.users.models import User
 
 DAY = timedelta(days=1)
@@ -61,7 +63,8 @@ def visible_templates(user: User) -> list[str] | None:
 
 
 def may_read_insights(user: User) -> bool:
-    return user.reads_everything or administers_any(user)
+    """Also an organisation's auditors: they read its templates' insights (through ``template_filter``)."""
+    return user.reads_everything or administers_any(user) or bool(organizations_where(user.id, ORG_READERS))
 
 
 def chosen_templates(visible: list[str] | None, asked: Sequence[str]) -> list[str] | None:

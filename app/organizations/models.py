@@ -36,6 +36,11 @@ ORG_ROLE_TEMPLATE_ADMIN = "organization-template-admin"
 ORG_ROLE_USER_ADMIN = "organization-user-admin"
 ORG_ROLE_AUDITOR = "organization-auditor"
 ORG_ROLES = (ORG_ROLE_ADMIN, ORG_ROLE_TEMPLATE_ADMIN, ORG_ROLE_USER_ADMIN, ORG_ROLE_AUDITOR)
+# What the roles grant within their organisation (the rules are in app/catalog/access.py and app/groups/permissions.py):
+# template admins (and organisation admins) do there all a site template admin does; auditors (and organisation
+# admins) read everything there and, auditors, change nothing.
+ORG_TEMPLATE_MANAGERS = (ORG_ROLE_ADMIN, ORG_ROLE_TEMPLATE_ADMIN)
+ORG_READERS = (ORG_ROLE_ADMIN, ORG_ROLE_TEMPLATE_ADMIN, ORG_ROLE_AUDITOR)
 
 
 class Organization(Model):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqlalchemy import Select, func, or_, select
 
 from app.core.errors import NotFound
@@ -37,6 +39,18 @@ def get_organization(reference: str) -> Organization:
 def organization_ids_of(user_id: str) -> Select[str]:
     """The organisations ``user_id`` belongs to, as a subquery for access filters."""
     return select(OrganizationMember.organization_id).where(OrganizationMember.user_id == user_id)
+
+
+def organizations_where(user_id: str, roles: Iterable[str]) -> list[str]:
+    """The organisations in which ``user_id`` holds any of ``roles``. Read in Python rather than SQL: a person is in a
+    handful of organisations, and a JSON-array test in SQL differs between SQLite and PostgreSQL."""
+    wanted = set(roles)
+    rows = db.session.execute(
+        select(OrganizationMember.organization_id, OrganizationMember.roles).where(
+            OrganizationMember.user_id == user_id
+        )
+    )
+    return sorted(str(organization_id) for organization_id, held in rows if wanted.intersection(held or ()))
 
 
 def is_member(organization_id: str, user_id: str) -> bool:

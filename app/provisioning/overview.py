@@ -122,12 +122,16 @@ def daemons_serving(
     ]
 
 
-def daemons_query(status: str | None = None) -> Select[ProvisionerDaemon]:
+def daemons_query(
+    status: str | None = None, organization_ids: Sequence[str] | None = None
+) -> Select[ProvisionerDaemon]:
     """Daemons newest first (then by id, so that pages never overlap), of one status if asked: offline once silent
-    for 90 s, else busy while it holds an unfinished job."""
+    for 90 s, else busy while it holds an unfinished job. ``organization_ids``: only theirs (None: every one)."""
     if status is not None and status not in DAEMON_STATUSES:
         raise InvalidInput(f"status must be one of {', '.join(DAEMON_STATUSES)}.")
     query = select(ProvisionerDaemon).order_by(ProvisionerDaemon.created_at.desc(), ProvisionerDaemon.id.desc())
+    if organization_ids is not None:
+        query = query.where(ProvisionerDaemon.organization_id.in_(organization_ids))
     if status is None:
         return query
     online = ProvisionerDaemon.online()
@@ -191,28 +195,40 @@ def parse_statuses(raw: Sequence[str]) -> list[str]:
     return statuses
 
 
-def job_views(statuses: Sequence[str] = (), limit: int = 50, offset: int = 0) -> list[JobView]:
-    """Jobs newest first (optionally of some statuses), each with its queue place and what it is about."""
-    return views_of(db.session.scalars(jobs_query(statuses, limit, offset)).all())
+def job_views(
+    statuses: Sequence[str] = (), limit: int = 50, offset: int = 0, organization_ids: Sequence[str] | None = None
+) -> list[JobView]:
+    """Jobs newest first (optionally of some statuses, of some organisations), each with its queue place and what
+    it is about."""
+    return views_of(db.session.scalars(jobs_query(statuses, limit, offset, organization_ids)).all())
 
 
-def jobs_query(statuses: Sequence[str], limit: int, offset: int = 0) -> Select[ProvisionerJob]:
+def jobs_query(
+    statuses: Sequence[str], limit: int, offset: int = 0, organization_ids: Sequence[str] | None = None
+) -> Select[ProvisionerJob]:
     """A page of jobs newest first; a filter on active statuses is served by the index of unfinished jobs."""
-    return all_jobs_query(statuses).limit(max(1, min(limit, MAX_JOBS_LISTED))).offset(max(0, offset))
+    query = all_jobs_query(statuses, organization_ids)
+    return query.limit(max(1, min(limit, MAX_JOBS_LISTED))).offset(max(0, offset))
 
 
-def all_jobs_query(statuses: Sequence[str] = ()) -> Select[ProvisionerJob]:
+def all_jobs_query(
+    statuses: Sequence[str] = (), organization_ids: Sequence[str] | None = None
+) -> Select[ProvisionerJob]:
     """Every job (of ``statuses``, when given) newest first: the jobs page pages through it."""
     query = select(ProvisionerJob).order_by(ProvisionerJob.created_at.desc(), ProvisionerJob.id.desc())
-    return _of_statuses(query, statuses)
+    return _of_statuses(query, statuses, organization_ids)
 
 
-def jobs_count(statuses: Sequence[str] = ()) -> int:
+def jobs_count(statuses: Sequence[str] = (), organization_ids: Sequence[str] | None = None) -> int:
     """How many jobs ``jobs_query`` pages through (its X-Total-Count)."""
-    return db.session.scalar(_of_statuses(select(func.count(ProvisionerJob.id)), statuses)) or 0
+    return db.session.scalar(_of_statuses(select(func.count(ProvisionerJob.id)), statuses, organization_ids)) or 0
 
 
-def _of_statuses(query: Select[Selected], statuses: Sequence[str]) -> Select[Selected]:
+def _of_statuses(
+    query: Select[Selected], statuses: Sequence[str], organization_ids: Sequence[str] | None = None
+) -> Select[Selected]:
+    if organization_ids is not None:
+        query = query.where(ProvisionerJob.organization_id.in_(organization_ids))
     return query.where(ProvisionerJob.status_in(statuses)) if statuses else query
 
 
