@@ -296,6 +296,25 @@ CASES: tuple[Case, ...] = (
         ),
     ),
     Case(
+        "catalog_api.create_organization_template",
+        lambda w: (
+            _push(w, "v1-org", organization="default")
+            and _ok(
+                w.call(
+                    "POST",
+                    "/organizations/default/templates",
+                    "bob",
+                    {"name": "org-dev", "version_id": w.ids["v1-org"]},
+                )
+            )
+        ),
+        (
+            Expect("template_version", "create", "bob", {"job_id": ANY}),
+            Expect("template", "create", "bob", {"name": (None, "org-dev")}),
+            Expect("template", "write", "bob", {"active_version_id": ANY}),
+        ),
+    ),
+    Case(
         "lifecycle_api.update_template",
         lambda w: w.call(
             "PATCH",
