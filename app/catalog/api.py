@@ -75,11 +75,17 @@ def create_version() -> tuple[Response, int]:
 @bp.post("/organizations/<organization>/templateversions")
 def create_organization_version(organization: str) -> tuple[Response, int]:
     """Coder's path: a version imported (and a new template published) in that organisation, by its daemons."""
+    return _create_version(_organization_of_caller(organization))
+
+
+def _organization_of_caller(organization: str) -> str:
+    """The id of ``organization`` (by name or id) when the caller belongs to it (owners: any); else it does not
+    exist for them (404)."""
     user = api_user()
     found = get_organization(organization)
     if not user.is_owner and not is_member(found.id, user.id):
         raise NotFound(f"No organisation {organization!r}.")
-    return _create_version(found.id)
+    return found.id
 
 
 def _create_version(organization_id: str | None) -> tuple[Response, int]:
@@ -169,11 +175,7 @@ def create_template() -> tuple[Response, int]:
 @bp.post("/organizations/<organization>/templates")
 def create_organization_template(organization: str) -> tuple[Response, int]:
     """Coder's path: the template made in that organisation, from a version imported there."""
-    user = api_user()
-    found = get_organization(organization)
-    if not user.is_owner and not is_member(found.id, user.id):
-        raise NotFound(f"No organisation {organization!r}.")
-    return _create_template(found.id)
+    return _create_template(_organization_of_caller(organization))
 
 
 def _create_template(organization_id: str) -> tuple[Response, int]:
