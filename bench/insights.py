@@ -4,8 +4,9 @@ rendering).
 The rows of bench/scale.py (2,000 users, 200 templates, 10,000 workspaces with ten builds each, queued over the last
 ten hours; no log lines), 20,000 connections over the last two days, and a year of rollups inserted in bulk: a row
 per template per day and the deployment's own, --people-per-day person rows per day (each person mostly on a
-template of their own, one day in five on another) and three app rows per template per day. Then one rollup pass
-(today and yesterday, recomputed from those builds and connections) is timed, and p50/p99 of the Insights page and
+template of their own, one day in five on another) and three app rows per template per day, and their months (a row
+per person and per app a month, as the rollup writes them). Then one rollup pass (today and yesterday, recomputed
+from those builds and connections) is timed, and p50/p99 of the Insights page and
 of each API endpoint over --requests calls, after --warmup untimed calls: over the page's default 28 days, over one
 template, and over a whole year; and each of the page's queries alone. Target p99 <= 100 ms.
 
@@ -105,6 +106,9 @@ def seed_rollups(deployment: InsightsDeployment, people_per_day: int) -> int:
         _insert(TemplateUsageDaily, usage)
         _insert(TemplateUserDaily, people)
         _insert(TemplateAppDaily, apps)
+        # The months of those days, as the rollup writes them (it rewrites only the months of the days it recomputes).
+        rollup.rewrite_months(today - timedelta(days=DAYS + 1), today - timedelta(days=2))
+        db.session.commit()
     return len(usage) + len(people) + len(apps)
 
 
@@ -174,8 +178,11 @@ def breakdown(deployment: InsightsDeployment, requests: int) -> dict[str, tuple[
 
     today = NOW.date()
     days = query.day_range(today - timedelta(days=27), today)
+    year = query.day_range(today - timedelta(days=364), today)
     parts = {
         "active users (range)": lambda: query.active_users(None, days),
+        "active users (range), a year": lambda: query.active_users(None, year),
+        "app usage, a year": lambda: query.app_usage(None, year),
         "active users per day": lambda: query.daily_active_users(None, days),
         "builds per day": lambda: query.daily_builds(None, days),
         "app usage": lambda: query.app_usage(None, days),

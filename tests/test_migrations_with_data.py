@@ -329,3 +329,43 @@ def test_every_person_template_daemon_and_key_joins_the_default_organisation_and
             tables = sa.inspect(connection).get_table_names()
             assert not {"organizations", "groups", "template_acl", "workspace_acl"} & set(tables)
             assert raw(connection, "SELECT count(*) FROM templates") == 2
+
+
+def test_monthly_people_and_app_rollups_are_backfilled_as_the_sums_of_their_days(empty_database: Flask) -> None:
+    """0054: each template's month holds one row per person (their seconds and days summed) and per way in, from the
+    daily rows of that month only (a month's end and the next month's start, a year's end, kept apart)."""
+    people = [("t", "2025-12-31", "alice", 10), ("t", "2026-01-01", "alice", 20), ("t", "2026-01-31", "alice", 5),
+              ("t", "2026-01-15", "bob", 7), ("u", "2026-01-15", "alice", 3)]  # fmt: skip
+    apps = [("t", "2025-12-31", 1, 60), ("t", "2026-01-01", 2, 30), ("t", "2026-01-20", 3, 10)]
+    with empty_database.app_context():
+        upgrade(revision="0053")
+        with db.engine.begin() as connection:
+            for template, day, user, seconds in people:
+                insert(connection, "template_user_daily", template_id=template, day=datetime.fromisoformat(day).date(),
+                       user_id=user, seconds=seconds)  # fmt: skip
+            for template, day, sessions, seconds in apps:
+                insert(connection, "template_app_daily", template_id=template, day=datetime.fromisoformat(day).date(),
+                       kind="app", slug="code", sessions=sessions, seconds=seconds)  # fmt: skip
+        upgrade(revision="0054")
+        with db.engine.connect() as connection:
+            months = connection.execute(
+                sa.text("SELECT template_id, month, user_id, seconds, days FROM template_user_monthly")
+            ).all()
+            app_months = connection.execute(
+                sa.text("SELECT template_id, month, kind, slug, sessions, seconds FROM template_app_monthly")
+            ).all()
+        assert sorted((t, str(m)[:10], u, s, d) for t, m, u, s, d in months) == [
+            ("t", "2025-12-01", "alice", 10, 1),
+            ("t", "2026-01-01", "alice", 25, 2),
+            ("t", "2026-01-01", "bob", 7, 1),
+            ("u", "2026-01-01", "alice", 3, 1),
+        ]
+        assert sorted((t, str(m)[:10], k, sl, n, s) for t, m, k, sl, n, s in app_months) == [
+            ("t", "2025-12-01", "app", "code", 1, 60),
+            ("t", "2026-01-01", "app", "code", 5, 40),
+        ]
+        downgrade(revision="0053")
+        with db.engine.connect() as connection:
+            tables = set(sa.inspect(connection).get_table_names())
+        assert not {"template_user_monthly", "template_app_monthly"} & tables
+        assert "template_user_daily" in tables

@@ -17,7 +17,13 @@ from app.core.schema_release import SchemaRelease
 from app.externalauth.models import ExternalAuthLink, GitSSHKey
 from app.files.models import File, FileUpload
 from app.groups.models import Group, GroupMember
-from app.insights.models import TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
+from app.insights.models import (
+    TemplateAppDaily,
+    TemplateAppMonthly,
+    TemplateUsageDaily,
+    TemplateUserDaily,
+    TemplateUserMonthly,
+)
 from app.lifecycle.models import LifecycleTick
 from app.notifications.models import Notification, NotificationDelivery, NotificationPreference
 from app.organizations.models import Organization, OrganizationMember
@@ -103,3 +109,5 @@ def register_models() -> None:
     exempt(TemplateUsageDaily, "a rollup the insights job recomputes from builds and connections")
     exempt(TemplateUserDaily, "a rollup the insights job recomputes from connections")
     exempt(TemplateAppDaily, "a rollup the insights job recomputes from connections")
+    exempt(TemplateUserMonthly, "a rollup the insights job recomputes from the daily person rows")
+    exempt(TemplateAppMonthly, "a rollup the insights job recomputes from the daily app rows")

@@ -75,3 +75,42 @@ class TemplateAppDaily(Model):
     slug: Mapped[str] = mapped_column(String(64), primary_key=True)
     sessions: Mapped[int] = mapped_column(Integer, default=0)
     seconds: Mapped[int] = mapped_column(Integer, default=0)
+
+
+def month_of(day: date) -> date:
+    """The first day of ``day``'s month: how the monthly rows name their month."""
+    return day.replace(day=1)
+
+
+def next_month(month: date) -> date:
+    return date(month.year + month.month // 12, month.month % 12 + 1, 1)
+
+
+class TemplateUserMonthly(Model):
+    """The sum of one person's TemplateUserDaily rows of one template in one UTC month (``month``: its first day),
+    rewritten by the rollup with the days it recomputed: a long range reads its whole months here (a person a month,
+    not a person a day), and still counts distinct people (one row per person, never a per-month count)."""
+
+    __tablename__ = "template_user_monthly"
+    __table_args__ = (Index("ix_template_user_monthly_month_user_id", "month", "user_id"),)
+
+    template_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    month: Mapped[date] = mapped_column(Date, primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    seconds: Mapped[int] = mapped_column(Integer, default=0)
+    # How many days of the month the person has a daily row on.
+    days: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class TemplateAppMonthly(Model):
+    """The sum of one way in's TemplateAppDaily rows of one template in one UTC month (``month``: its first day)."""
+
+    __tablename__ = "template_app_monthly"
+    __table_args__ = (Index("ix_template_app_monthly_month", "month"),)
+
+    template_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    month: Mapped[date] = mapped_column(Date, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8), primary_key=True)
+    slug: Mapped[str] = mapped_column(String(64), primary_key=True)
+    sessions: Mapped[int] = mapped_column(Integer, default=0)
+    seconds: Mapped[int] = mapped_column(Integer, default=0)

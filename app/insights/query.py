@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Date, Integer, case, cast, func, literal, or_, select, union
+from sqlalchemy import ColumnElement, Date, Integer, Subquery, case, cast, func, literal, or_, select, union, union_all
 from sqlalchemy.orm import InstrumentedAttribute
 
 from app.catalog.access import administers_any, template_filter
@@ -20,7 +20,16 @@ from app.catalog.models import Template
 from app.core.errors import Forbidden, InvalidInput
 from app.core.extensions import db
 from app.insights import histograms
-from app.insights.models import ALL_TEMPLATES, TemplateAppDaily, TemplateUsageDaily, TemplateUserDaily
+from app.insights.models import (
+    ALL_TEMPLATES,
+    TemplateAppDaily,
+    TemplateAppMonthly,
+    TemplateUsageDaily,
+    TemplateUserDaily,
+    TemplateUserMonthly,
+    month_of,
+    next_month,
+)
 from app.organizations.models import ORG_READERS
 from app.organizations.services import organizations_where
 from app.users.models import User
@@ -174,6 +183,11 @@ def _zoned_daily_active_users(templates: list[str] | None, days: DayRange, tz_of
 def active_users(templates: list[str] | None, days: DayRange, interval: Interval | None = None) -> list[int]:
     """Distinct people over the whole range (no interval), or in each interval of it (the last one may be short)."""
     step = INTERVAL_DAYS[interval] if interval else (days.last - days.first).days + 1
+    if step > (days.last - days.first).days:
+        # One interval, the whole range: its whole months are read from the monthly rows.
+        people = _people(templates, days)
+        count = db.session.scalar(select(func.count()).select_from(select(people.c.user_id).distinct().subquery()))
+        return [int(count or 0)]
     pairs = (
         select(_bucket(TemplateUserDaily.day, days.first, step).label("bucket"), TemplateUserDaily.user_id)
         .where(_in_range(TemplateUserDaily.day, days), *_of(TemplateUserDaily.template_id, templates))
@@ -206,12 +220,10 @@ class AppUsage:
 
 def app_usage(templates: list[str] | None, days: DayRange) -> list[AppUsage]:
     """Each way in over the range, most used first."""
-    query = (
-        select(TemplateAppDaily.kind, TemplateAppDaily.slug, TemplateAppDaily.template_id,
-               func.sum(TemplateAppDaily.sessions), func.sum(TemplateAppDaily.seconds))
-        .where(_in_range(TemplateAppDaily.day, days), *_of(TemplateAppDaily.template_id, templates))
-        .group_by(TemplateAppDaily.kind, TemplateAppDaily.slug, TemplateAppDaily.template_id)
-    )  # fmt: skip
+    rows = _apps(templates, days)
+    query = select(
+        rows.c.kind, rows.c.slug, rows.c.template_id, func.sum(rows.c.sessions), func.sum(rows.c.seconds)
+    ).group_by(rows.c.kind, rows.c.slug, rows.c.template_id)
     merged: dict[tuple[str, str], tuple[list[str], int, int]] = {}
     for kind, slug, template_id, sessions, seconds in db.session.execute(query):
         ids, total_sessions, total_seconds = merged.get((kind, slug), ([], 0, 0))
@@ -232,11 +244,10 @@ def user_activity(templates: list[str] | None, days: DayRange) -> list[UserActiv
     """Seconds each person spent in the templates' workspaces over the range, most first: one row per person out of
     the database. Summed per person and template first, then per person (two hashed groupings, no per-group sort),
     and named last (a join on the people found, not on every row)."""
-    row = TemplateUserDaily
+    people = _people(templates, days)
     per_template = (
-        select(row.user_id, row.template_id, func.sum(row.seconds).label("seconds"))
-        .where(_in_range(row.day, days), *_of(row.template_id, templates))
-        .group_by(row.user_id, row.template_id)
+        select(people.c.user_id, people.c.template_id, func.sum(people.c.seconds).label("seconds"))
+        .group_by(people.c.user_id, people.c.template_id)
         .subquery()
     )
     seconds = func.sum(per_template.c.seconds)
@@ -341,6 +352,56 @@ def workspaces_by_status(templates: list[str] | None, days: DayRange) -> tuple[d
         for status, count in json.loads(snapshot).items():
             totals[status] = totals.get(status, 0) + int(count)
     return latest, dict(sorted(totals.items(), key=lambda item: (-item[1], item[0])))
+
+
+def split_by_month(days: DayRange) -> tuple[list[tuple[date, date]], tuple[date, date] | None]:
+    """The range as the day spans at its ends that are not whole months, and the whole months inside it (the first
+    day of the first, the first day of the month after the last), None when it holds no whole month."""
+    months_from = days.first if days.first.day == 1 else next_month(days.first)
+    months_to = next_month(days.last) if (days.last + DAY).day == 1 else month_of(days.last)
+    if months_from >= months_to:
+        return [(days.first, days.last)], None
+    edges = [(days.first, months_from - DAY), (months_to, days.last)]
+    return [(first, last) for first, last in edges if first <= last], (months_from, months_to)
+
+
+def _people(templates: list[str] | None, days: DayRange) -> Subquery:
+    """(user_id, template_id, seconds) rows that add up to the range's people: the daily rows of its ends and the
+    monthly rows of its whole months (a person a month rather than a person a day over a year)."""
+    daily, monthly = TemplateUserDaily, TemplateUserMonthly
+    edges, months = split_by_month(days)
+    parts = [
+        select(daily.user_id, daily.template_id, daily.seconds).where(
+            daily.day.between(first, last), *_of(daily.template_id, templates)
+        )
+        for first, last in edges
+    ]
+    if months is not None:
+        parts.append(
+            select(monthly.user_id, monthly.template_id, monthly.seconds).where(
+                monthly.month >= months[0], monthly.month < months[1], *_of(monthly.template_id, templates)
+            )
+        )
+    return (parts[0] if len(parts) == 1 else union_all(*parts)).subquery()
+
+
+def _apps(templates: list[str] | None, days: DayRange) -> Subquery:
+    """(kind, slug, template_id, sessions, seconds) rows that add up to the range's app usage, as _people."""
+    daily, monthly = TemplateAppDaily, TemplateAppMonthly
+    edges, months = split_by_month(days)
+    parts = [
+        select(daily.kind, daily.slug, daily.template_id, daily.sessions, daily.seconds).where(
+            daily.day.between(first, last), *_of(daily.template_id, templates)
+        )
+        for first, last in edges
+    ]
+    if months is not None:
+        parts.append(
+            select(monthly.kind, monthly.slug, monthly.template_id, monthly.sessions, monthly.seconds).where(
+                monthly.month >= months[0], monthly.month < months[1], *_of(monthly.template_id, templates)
+            )
+        )
+    return (parts[0] if len(parts) == 1 else union_all(*parts)).subquery()
 
 
 def template_choices(visible: list[str] | None) -> list[tuple[str, str]]:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
-from sqlalchemy import delete, func, or_, select
+from sqlalchemy import delete, func, insert, literal, or_, select, text
 from sqlalchemy.exc import IntegrityError
 
 from app.catalog.models import Template
@@ -29,8 +29,12 @@ from app.insights.models import (
     KIND_APP,
     KIND_BUILTIN,
     TemplateAppDaily,
+    TemplateAppMonthly,
     TemplateUsageDaily,
     TemplateUserDaily,
+    TemplateUserMonthly,
+    month_of,
+    next_month,
 )
 from app.provisioning.models import FAILED, SUCCEEDED, ProvisionerJob
 from app.resources.models import WorkspaceAgent, WorkspaceResource
@@ -47,6 +51,9 @@ BACKFILL_DAYS = 31
 RECENT_EVERY = timedelta(minutes=5)
 RECENT_CLAIM_KEY = "slipway:insights:recent"
 # What the built-in ways in are called in the rollups (Coder's builtin app slugs).
+# The PostgreSQL transaction-level advisory lock a rollup holds while it replaces days and months: two passes
+# (replicas, or the backfill beside the recent days) would otherwise each rewrite a month from the days they saw.
+ROLLUP_LOCK_KEY = 0x736C_6970_0038
 BUILTIN_SLUGS = {"ssh": "ssh", "reconnecting_pty": "reconnecting-pty", "port_forwarding": "port-forwarding"}
 
 
@@ -122,7 +129,9 @@ def _backfill_span(recent_start: date) -> tuple[date, date] | None:
 
 
 def roll_up_days(first: date, last: date, now: datetime) -> None:
-    """Replace the rollups of the days ``first`` to ``last`` (inclusive), of every template, in one transaction."""
+    """Replace the rollups of the days ``first`` to ``last`` (inclusive), of every template, and of the months they
+    fall in, in one transaction."""
+    _lock()
     start, end = _midnight(first), _midnight(last + DAY)
     usage: Usage = defaultdict(DayUsage)
     _add_builds(usage, start, end)
@@ -173,7 +182,44 @@ def roll_up_days(first: date, last: date, now: datetime) -> None:
                 )
                 for (kind, slug), (sessions, seconds) in day_usage.apps.items()
             )
+    rewrite_months(first, last)
     db.session.commit()
+
+
+def _lock() -> None:
+    """Wait for any other rollup's transaction to end (PostgreSQL; SQLite has a single writer anyway)."""
+    if db.session.get_bind().dialect.name == "postgresql":
+        db.session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ROLLUP_LOCK_KEY})
+
+
+def rewrite_months(first: date, last: date) -> None:
+    """Replace the monthly people and app rows of the months that the days ``first`` to ``last`` fall in by the sums
+    of their daily rows (as they stand in this transaction), so that a month always equals its days."""
+    db.session.flush()
+    month = month_of(first)
+    while month <= last:
+        following = next_month(month)
+        db.session.execute(delete(TemplateUserMonthly).where(TemplateUserMonthly.month == month))
+        db.session.execute(delete(TemplateAppMonthly).where(TemplateAppMonthly.month == month))
+        people, apps = TemplateUserDaily, TemplateAppDaily
+        db.session.execute(
+            insert(TemplateUserMonthly).from_select(
+                ["template_id", "month", "user_id", "seconds", "days"],
+                select(people.template_id, literal(month), people.user_id, func.sum(people.seconds), func.count())
+                .where(people.day >= month, people.day < following)
+                .group_by(people.template_id, people.user_id),
+            )
+        )
+        db.session.execute(
+            insert(TemplateAppMonthly).from_select(
+                ["template_id", "month", "kind", "slug", "sessions", "seconds"],
+                select(apps.template_id, literal(month), apps.kind, apps.slug, func.sum(apps.sessions),
+                       func.sum(apps.seconds))
+                .where(apps.day >= month, apps.day < following)
+                .group_by(apps.template_id, apps.kind, apps.slug),
+            )
+        )  # fmt: skip
+        month = following
 
 
 def _deployment_usage(usage: Usage) -> dict[date, DayUsage]:
