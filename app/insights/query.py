@@ -368,36 +368,35 @@ def split_by_month(days: DayRange) -> tuple[list[tuple[date, date]], tuple[date,
 def _people(templates: list[str] | None, days: DayRange) -> Subquery:
     """(user_id, template_id, seconds) rows that add up to the range's people: the daily rows of its ends and the
     monthly rows of its whole months (a person a month rather than a person a day over a year)."""
-    daily, monthly = TemplateUserDaily, TemplateUserMonthly
-    edges, months = split_by_month(days)
-    parts = [
-        select(daily.user_id, daily.template_id, daily.seconds).where(
-            daily.day.between(first, last), *_of(daily.template_id, templates)
-        )
-        for first, last in edges
-    ]
-    if months is not None:
-        parts.append(
-            select(monthly.user_id, monthly.template_id, monthly.seconds).where(
-                monthly.month >= months[0], monthly.month < months[1], *_of(monthly.template_id, templates)
-            )
-        )
-    return (parts[0] if len(parts) == 1 else union_all(*parts)).subquery()
+    return _daily_and_monthly(
+        TemplateUserDaily, TemplateUserMonthly, ("user_id", "template_id", "seconds"), templates, days
+    )
 
 
 def _apps(templates: list[str] | None, days: DayRange) -> Subquery:
     """(kind, slug, template_id, sessions, seconds) rows that add up to the range's app usage, as _people."""
-    daily, monthly = TemplateAppDaily, TemplateAppMonthly
+    names = ("kind", "slug", "template_id", "sessions", "seconds")
+    return _daily_and_monthly(TemplateAppDaily, TemplateAppMonthly, names, templates, days)
+
+
+def _daily_and_monthly(
+    daily: type[TemplateUserDaily | TemplateAppDaily],
+    monthly: type[TemplateUserMonthly | TemplateAppMonthly],
+    names: tuple[str, ...],
+    templates: list[str] | None,
+    days: DayRange,
+) -> Subquery:
+    """The columns ``names`` of ``daily``'s rows at the range's ends and of ``monthly``'s rows of its whole months."""
     edges, months = split_by_month(days)
     parts = [
-        select(daily.kind, daily.slug, daily.template_id, daily.sessions, daily.seconds).where(
+        select(*(getattr(daily, name) for name in names)).where(
             daily.day.between(first, last), *_of(daily.template_id, templates)
         )
         for first, last in edges
     ]
     if months is not None:
         parts.append(
-            select(monthly.kind, monthly.slug, monthly.template_id, monthly.sessions, monthly.seconds).where(
+            select(*(getattr(monthly, name) for name in names)).where(
                 monthly.month >= months[0], monthly.month < months[1], *_of(monthly.template_id, templates)
             )
         )

@@ -50,10 +50,10 @@ BACKFILL_DAYS = 31
 # The recent days are recomputed this often (the page says "refreshed every few minutes"), not on every pass.
 RECENT_EVERY = timedelta(minutes=5)
 RECENT_CLAIM_KEY = "slipway:insights:recent"
-# What the built-in ways in are called in the rollups (Coder's builtin app slugs).
 # The PostgreSQL transaction-level advisory lock a rollup holds while it replaces days and months: two passes
 # (replicas, or the backfill beside the recent days) would otherwise each rewrite a month from the days they saw.
 ROLLUP_LOCK_KEY = 0x736C_6970_0038
+# What the built-in ways in are called in the rollups (Coder's builtin app slugs).
 BUILTIN_SLUGS = {"ssh": "ssh", "reconnecting_pty": "reconnecting-pty", "port_forwarding": "port-forwarding"}
 
 
